@@ -1,0 +1,37 @@
+# Every target sets up what it needs on a fresh machine: a .venv with the project and,
+# for the tests, the system tools they drive (promtool and prometheus from Debian).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint chaos bench system-deps clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,lint]'
+	touch $(STAMP)
+
+system-deps:
+	scripts/system-deps.sh
+
+demo: $(STAMP)
+	$(BIN)/drain-guard demo
+
+test: $(STAMP) system-deps
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+chaos: $(STAMP)
+	$(BIN)/pytest -m slow tests/chaos --chaos-seeds=$${SEEDS:-200}
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
