@@ -1,0 +1,1 @@
+"""Tests of metrics, status, the HTTP server, Node events and alert rules."""

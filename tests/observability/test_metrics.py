@@ -1,0 +1,210 @@
+"""Metrics: one registry per agent, bounded labels, pre-created series, docs in sync."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from agent import __version__
+from agent.metrics import (
+    API_OPERATIONS,
+    EVENT_REASONS,
+    INVALID_INPUT_KINDS,
+    OUTCOMES,
+    REASONS,
+    VERBS,
+    WATCH_RESOURCES,
+    WATCH_RESTART_REASONS,
+    Metrics,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+SINCE = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def value(m: Metrics, name: str, **labels: str) -> float | None:
+    return m.registry.get_sample_value(name, labels)
+
+
+def test_each_metrics_has_its_own_registry() -> None:
+    a, b = Metrics(), Metrics()
+    a.race_lost()
+    assert value(a, "drain_guard_race_lost_total") == 1
+    assert value(b, "drain_guard_race_lost_total") == 0
+
+
+def test_shared_registry_is_used() -> None:
+    registry = CollectorRegistry()
+    m = Metrics(registry)
+    assert m.registry is registry
+    assert registry.get_sample_value("drain_guard_image_match") == -1
+
+
+def test_bounded_series_exist_from_start_at_zero() -> None:
+    m = Metrics()
+    for reason in REASONS:
+        assert value(m, "drain_guard_hold_active", reason=reason) == 0
+        assert value(m, "drain_guard_holds_total", reason=reason) == 0
+    for outcome in OUTCOMES:
+        assert value(m, "drain_guard_releases_total", outcome=outcome) == 0
+    for verb in VERBS:
+        assert value(m, "drain_guard_drain_requests_total", verb=verb) == 0
+    for op in API_OPERATIONS:
+        assert value(m, "drain_guard_api_errors_total", operation=op) == 0
+    for resource in WATCH_RESOURCES:
+        assert value(m, "drain_guard_synced", resource=resource) == 0
+        for why in WATCH_RESTART_REASONS:
+            assert value(m, "drain_guard_watch_restarts_total", resource=resource, reason=why) == 0
+    for kind in INVALID_INPUT_KINDS:
+        assert value(m, "drain_guard_invalid_input_total", kind=kind) == 0
+    for reason in EVENT_REASONS:
+        assert value(m, "drain_guard_events_emitted_total", reason=reason) == 0
+    assert value(m, "drain_guard_hold_started_timestamp_seconds") == 0
+    assert value(m, "drain_guard_last_api_contact_timestamp_seconds") == 0
+    assert value(m, "drain_guard_image_match") == -1
+    assert value(m, "process_start_time_seconds") is not None
+
+
+def test_build_info() -> None:
+    m = Metrics()
+    samples = [s for f in m.registry.collect() for s in f.samples if s.name.endswith("build_info")]
+    assert len(samples) == 1
+    assert samples[0].name == "drain_guard_build_info"
+    assert samples[0].value == 1
+    assert samples[0].labels["version"] == __version__
+    assert re.fullmatch(r"3\.\d+\.\d+.*", samples[0].labels["python_version"])
+
+
+def test_hold_lifecycle() -> None:
+    m = Metrics()
+    m.count_drain_request("drain")
+    m.hold_committed(["build-pod", "noop-image"], SINCE, reaction_seconds=0.03)
+    assert value(m, "drain_guard_drain_requests_total", verb="drain") == 1
+    assert value(m, "drain_guard_holds_total", reason="build-pod") == 1
+    assert value(m, "drain_guard_holds_total", reason="noop-image") == 1
+    assert value(m, "drain_guard_holds_total", reason="manual") == 0
+    assert value(m, "drain_guard_hold_active", reason="build-pod") == 1
+    assert value(m, "drain_guard_hold_active", reason="noop-image") == 1
+    assert value(m, "drain_guard_hold_active", reason="manual") == 0
+    assert value(m, "drain_guard_hold_started_timestamp_seconds") == SINCE.timestamp()
+    assert value(m, "drain_guard_reaction_seconds_count") == 1
+    assert value(m, "drain_guard_reaction_seconds_bucket", le="0.025") == 0
+    assert value(m, "drain_guard_reaction_seconds_bucket", le="0.05") == 1
+
+    # The build finished; only the no-op guard still blocks: gauges change, counters do not.
+    m.set_hold(["noop-image"], SINCE)
+    assert value(m, "drain_guard_hold_active", reason="build-pod") == 0
+    assert value(m, "drain_guard_hold_active", reason="noop-image") == 1
+    assert value(m, "drain_guard_holds_total", reason="noop-image") == 1
+
+    m.hold_released("safe", held_for_seconds=1900)
+    assert value(m, "drain_guard_releases_total", outcome="safe") == 1
+    assert value(m, "drain_guard_hold_duration_seconds_bucket", le="1800.0") == 0
+    assert value(m, "drain_guard_hold_duration_seconds_bucket", le="2700.0") == 1
+    assert value(m, "drain_guard_hold_duration_seconds_sum") == 1900
+    for reason in REASONS:
+        assert value(m, "drain_guard_hold_active", reason=reason) == 0
+    assert value(m, "drain_guard_hold_started_timestamp_seconds") == 0
+
+
+def test_hold_found_at_start_up_is_not_a_reaction() -> None:
+    m = Metrics()
+    m.hold_committed(["manual"], SINCE, reaction_seconds=None)
+    assert value(m, "drain_guard_reaction_seconds_count") == 0
+    assert value(m, "drain_guard_holds_total", reason="manual") == 1
+
+
+def test_hold_duration_buckets_reach_beyond_an_hour() -> None:
+    m = Metrics()
+    m.hold_released("expired", held_for_seconds=4000)
+    assert value(m, "drain_guard_hold_duration_seconds_bucket", le="3600.0") == 0
+    assert value(m, "drain_guard_hold_duration_seconds_bucket", le="5400.0") == 1
+
+
+def test_gauges_and_counters() -> None:
+    m = Metrics()
+    m.set_build_pods(2)
+    m.set_image_match(True)
+    assert value(m, "drain_guard_image_match") == 1
+    m.set_image_match(False)
+    assert value(m, "drain_guard_image_match") == 0
+    m.set_image_match(None)
+    assert value(m, "drain_guard_image_match") == -1
+    m.set_synced("pod", True)
+    m.count_watch_restart("node", "expired")
+    m.count_api_error("node_patch")
+    m.count_invalid_input("image_ref")
+    m.count_event("DrainHeld")
+    m.api_contact(SINCE)
+    assert value(m, "drain_guard_build_pods") == 2
+    assert value(m, "drain_guard_synced", resource="pod") == 1
+    assert value(m, "drain_guard_synced", resource="node") == 0
+    assert value(m, "drain_guard_watch_restarts_total", resource="node", reason="expired") == 1
+    assert value(m, "drain_guard_api_errors_total", operation="node_patch") == 1
+    assert value(m, "drain_guard_invalid_input_total", kind="image_ref") == 1
+    assert value(m, "drain_guard_events_emitted_total", reason="DrainHeld") == 1
+    assert value(m, "drain_guard_last_api_contact_timestamp_seconds") == SINCE.timestamp()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.count_drain_request("drain-rendered-worker-1"),
+        lambda m: m.hold_committed(["pod/build-1"], SINCE, None),
+        lambda m: m.set_hold([], SINCE),
+        lambda m: m.hold_released("timeout", 1.0),
+        lambda m: m.count_api_error("delete_node"),
+        lambda m: m.count_watch_restart("node", "sha256:abc"),
+        lambda m: m.count_watch_restart("machineconfig", "error"),
+        lambda m: m.set_synced("event", True),
+        lambda m: m.count_invalid_input("worker-0"),
+        lambda m: m.count_event("Rebooted"),
+    ],
+)
+def test_unbounded_label_values_are_rejected(call: Callable[[Metrics], object]) -> None:
+    m = Metrics()
+    before = sorted(
+        (s.name, tuple(sorted(s.labels.items()))) for f in m.registry.collect() for s in f.samples
+    )
+    with pytest.raises(ValueError):  # noqa: PT011 - the message names the bad value
+        call(m)
+    after = sorted(
+        (s.name, tuple(sorted(s.labels.items()))) for f in m.registry.collect() for s in f.samples
+    )
+    assert before == after
+
+
+def test_label_sets_match_protocol_enums() -> None:
+    protocol = pytest.importorskip("agent.protocol")
+    assert set(REASONS) == {r.value for r in protocol.Reason}
+    assert set(OUTCOMES) == {o.value for o in protocol.Outcome}
+    assert set(VERBS) == {v.value for v in protocol.Verb}
+
+
+def exposed_families(m: Metrics) -> dict[str, tuple[str, frozenset[str]]]:
+    """Exposed name → (type, label names) as the text format shows them."""
+    out = {}
+    for family in m.registry.collect():
+        suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
+        labels = {k for s in family.samples for k in s.labels} - {"le"}
+        out[family.name + suffix] = (family.type, frozenset(labels))
+    return out
+
+
+def documented_families() -> dict[str, tuple[str, frozenset[str]]]:
+    row = re.compile(r"^\| `([a-z_]+)` \| (\w+) \| ([^|]*) \|")
+    out = {}
+    for line in DOCS.read_text().splitlines():
+        if match := row.match(line):
+            name, kind, labels = match.groups()
+            out[name] = (kind, frozenset(re.findall(r"`(\w+)`", labels)))
+    return out
+
+
+def test_docs_list_every_metric_with_type_and_labels() -> None:
+    assert documented_families() == exposed_families(Metrics())
