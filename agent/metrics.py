@@ -65,6 +65,7 @@ API_OPERATIONS: tuple[str, ...] = (
     "pod_watch",
     "event_create",
     "event_patch",
+    "daemonset_get",
 )
 #: Resources the agent watches.
 WATCH_RESOURCES: tuple[str, ...] = ("node", "pod")

@@ -1,0 +1,239 @@
+"""AgentStatus: stable JSON with RFC 3339 times, a lossless round trip, a readable text view."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.status import (
+    DECISIONS,
+    AgentStatus,
+    BootedImageStatus,
+    HoldReasonStatus,
+    PodStatus,
+)
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+DIGEST = "sha256:" + "a" * 64
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+
+def held() -> AgentStatus:
+    return AgentStatus(
+        node="worker-0",
+        decision="holding",
+        explanation="drain held: a build pod runs on this node",
+        version="0.1.0",
+        started_at=T0 - timedelta(hours=2),
+        generated_at=T0,
+        desired_drain="hold-drain-rendered-worker-5620",
+        last_applied_drain="uncordon-rendered-worker-1111",
+        held_request="drain-rendered-worker-5620",
+        hold_reasons=(
+            HoldReasonStatus("build-pod", "openshift-machine-config-operator/build-x Running"),
+            HoldReasonStatus("noop-image", f"desired = booted = {DIGEST}"),
+        ),
+        since=T0 - timedelta(minutes=12, seconds=5),
+        expires_at=T0 + timedelta(minutes=32, seconds=55),
+        build_pods=(PodStatus("openshift-machine-config-operator", "build-x", "Running"),),
+        desired_image=f"image-registry.example/ocb/os@{DIGEST}",
+        desired_digest=DIGEST,
+        booted=BootedImageStatus(
+            digest=DIGEST,
+            reference=f"ostree-unverified-registry:image-registry.example/ocb/os@{DIGEST}",
+            source="/ostree/deploy/rhcos/deploy/abc.0.origin",
+        ),
+        synced={"pod": True, "node": True},
+        last_api_contact=T0 - timedelta(seconds=3),
+    )
+
+
+def test_json_keys_and_times() -> None:
+    doc = held().to_json()
+    assert list(doc) == [
+        "node",
+        "decision",
+        "explanation",
+        "desiredDrain",
+        "lastAppliedDrain",
+        "heldRequest",
+        "holdReasons",
+        "since",
+        "expiresAt",
+        "timeLeftSeconds",
+        "buildPods",
+        "image",
+        "synced",
+        "lastApiContact",
+        "version",
+        "startedAt",
+        "generatedAt",
+    ]
+    assert doc["heldRequest"] == "drain-rendered-worker-5620"
+    assert doc["since"] == "2026-03-01T11:47:55Z"
+    assert doc["expiresAt"] == "2026-03-01T12:32:55Z"
+    assert doc["timeLeftSeconds"] == 32 * 60 + 55
+    assert doc["holdReasons"][0] == {
+        "reason": "build-pod",
+        "detail": "openshift-machine-config-operator/build-x Running",
+    }
+    assert doc["buildPods"] == [
+        {"namespace": "openshift-machine-config-operator", "name": "build-x", "phase": "Running"}
+    ]
+    assert doc["image"]["bootedSource"] == "/ostree/deploy/rhcos/deploy/abc.0.origin"
+    assert list(doc["synced"]) == ["node", "pod"]
+    for key in ("since", "expiresAt", "lastApiContact", "startedAt", "generatedAt"):
+        assert RFC3339.fullmatch(doc[key]), key
+    json.dumps(doc)
+
+
+def test_times_in_other_zones_are_shown_in_utc() -> None:
+    cet = timezone(timedelta(hours=1))
+    status = AgentStatus(
+        node="n",
+        decision="idle",
+        explanation="no drain requested",
+        version="0.1.0",
+        started_at=datetime(2026, 3, 1, 13, 0, tzinfo=cet),
+        generated_at=datetime(2026, 3, 1, 13, 0, 30, 123456, tzinfo=cet),
+    )
+    assert status.to_json()["startedAt"] == "2026-03-01T12:00:00Z"
+    assert status.to_json()["generatedAt"] == "2026-03-01T12:00:30Z"
+
+
+def test_expired_hold_shows_no_negative_time_left() -> None:
+    status = held()
+    late = dataclasses.replace(status, generated_at=T0 + timedelta(hours=1))
+    assert late.to_json()["timeLeftSeconds"] == 0
+
+
+def test_idle_status_has_nulls_not_missing_keys() -> None:
+    doc = AgentStatus(
+        node="n",
+        decision="starting",
+        explanation="waiting for watches",
+        version="0.1.0",
+        started_at=T0,
+        generated_at=T0,
+    ).to_json()
+    assert doc["heldRequest"] is None
+    assert doc["buildPods"] is None
+    assert doc["timeLeftSeconds"] is None
+    assert doc["holdReasons"] == []
+    assert doc["image"]["bootedDigest"] is None
+
+
+def test_round_trip() -> None:
+    status = held()
+    assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+
+
+def test_rejects_unknown_decision_and_naive_times() -> None:
+    with pytest.raises(ValueError, match="decision"):
+        AgentStatus(
+            node="n", decision="maybe", explanation="", version="v", started_at=T0, generated_at=T0
+        )
+    with pytest.raises(ValueError, match="timezone"):
+        AgentStatus(
+            node="n",
+            decision="idle",
+            explanation="",
+            version="v",
+            started_at=T0.replace(tzinfo=None),
+            generated_at=T0,
+        )
+
+
+def test_text_answers_why_is_my_drain_held() -> None:
+    text = held().to_text()
+    assert (
+        text.splitlines()[0] == "node worker-0: holding - drain held: a build pod runs on this node"
+    )
+    assert "held request:  drain-rendered-worker-5620" in text
+    assert "(12m05s ago)" in text
+    assert "(in 32m55s;" in text
+    assert "reason:        build-pod: openshift-machine-config-operator/build-x Running" in text
+    assert "reason:        noop-image:" in text
+    assert "build pods:    openshift-machine-config-operator/build-x (Running)" in text
+    assert f"booted image:  {DIGEST} (from /ostree/deploy/rhcos/deploy/abc.0.origin)" in text
+    assert "node synced, pod synced; last API contact 3s ago" in text
+    assert "up 2h00m" in text
+
+
+def test_text_for_unknowns() -> None:
+    status = AgentStatus(
+        node="n",
+        decision="wait",
+        explanation="pods not synced yet: not letting the drain through",
+        version="0.1.0",
+        started_at=T0,
+        generated_at=T0,
+        desired_drain="drain-rendered-worker-2",
+        booted=BootedImageStatus(source="rpm-ostree status --json", error="no booted deployment"),
+        synced={"node": True, "pod": False},
+    )
+    text = status.to_text()
+    assert "desiredDrain:  drain-rendered-worker-2" in text
+    assert "build pods:    unknown (pod watch not synced)" in text
+    assert "booted image:  unknown: no booted deployment" in text
+    assert "pod NOT synced; last API contact never" in text
+
+
+texts = st.text(st.characters(codec="utf-8"), max_size=30)
+times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+).map(lambda t: t.replace(microsecond=0))
+
+
+@given(
+    node=texts,
+    decision=st.sampled_from(DECISIONS),
+    explanation=texts,
+    reasons=st.lists(st.builds(HoldReasonStatus, texts, texts), max_size=3),
+    pods=st.none() | st.lists(st.builds(PodStatus, texts, texts, texts), max_size=3),
+    since=st.none() | times,
+    started=times,
+    generated=times,
+    booted=st.builds(
+        BootedImageStatus,
+        st.none() | texts,
+        st.none() | texts,
+        st.none() | texts,
+        st.none() | texts,
+    ),
+    synced=st.dictionaries(texts, st.booleans(), max_size=3),
+)
+def test_round_trip_any(
+    node: str,
+    decision: str,
+    explanation: str,
+    reasons: list[HoldReasonStatus],
+    pods: list[PodStatus] | None,
+    since: datetime | None,
+    started: datetime,
+    generated: datetime,
+    booted: BootedImageStatus,
+    synced: dict[str, bool],
+) -> None:
+    status = AgentStatus(
+        node=node,
+        decision=decision,
+        explanation=explanation,
+        version="0.1.0",
+        started_at=started,
+        generated_at=generated,
+        hold_reasons=tuple(reasons),
+        build_pods=None if pods is None else tuple(pods),
+        since=since,
+        expires_at=since,
+        booted=booted,
+        synced=dict(sorted(synced.items())),
+    )
+    assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+    assert status.to_text().startswith(f"node {node}: {decision} - ")
