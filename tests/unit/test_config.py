@@ -1,0 +1,141 @@
+"""Settings: flags over environment over defaults, and one-sentence refusals."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from datetime import timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent.config import (
+    BootedImageSource,
+    DaemonSetRef,
+    Listen,
+    LogFormat,
+    Settings,
+    SettingsError,
+    add_run_arguments,
+    parse_duration,
+    parse_listen,
+    settings_from,
+)
+from agent.selectors import DEFAULT_BUILD_POD_SELECTORS
+
+
+def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return settings_from(parser.parse_args(argv), env or {})
+
+
+def test_defaults() -> None:
+    s = _parse(["--node-name", "n1"])
+    assert s.node_name == "n1"
+    assert s.kubeconfig is None
+    assert s.host_root == "/"
+    assert s.cmdline_file == "/proc/cmdline"
+    assert s.booted_image_source is BootedImageSource.OSTREE
+    assert s.rpm_ostree_command == ("rpm-ostree",)
+    assert s.listen == Listen("127.0.0.1", 9797)
+    assert s.max_hold == timedelta(minutes=45)
+    assert tuple(str(sel) for sel in s.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
+    assert s.daemonset is None
+    assert s.release_on_exit is False
+    assert s.log_format is LogFormat.TEXT
+    assert s.log_level == "INFO"
+
+
+def test_environment_fills_in_and_flags_win() -> None:
+    env = {
+        "NODE_NAME": "from-env",
+        "KUBECONFIG": "/env/kubeconfig",
+        "DRAIN_GUARD_MAX_HOLD": "10m",
+        "DRAIN_GUARD_LISTEN": "0.0.0.0:0",
+        "DRAIN_GUARD_DAEMONSET": "ns/dg",
+        "DRAIN_GUARD_LOG_FORMAT": "json",
+        "DRAIN_GUARD_LOG_LEVEL": "debug",
+        "DRAIN_GUARD_BUILD_POD_SELECTOR": "app=a,tier=b; other=c",
+        "DRAIN_GUARD_RPM_OSTREE_COMMAND": "chroot /host rpm-ostree",
+    }
+    s = _parse([], env)
+    assert s.node_name == "from-env"
+    assert s.kubeconfig == "/env/kubeconfig"
+    assert s.max_hold == timedelta(minutes=10)
+    assert s.listen == Listen("0.0.0.0", 0)
+    assert s.daemonset == DaemonSetRef("ns", "dg")
+    assert s.log_format is LogFormat.JSON
+    assert s.log_level == "DEBUG"
+    assert [str(sel) for sel in s.build_pod_selectors] == ["app=a,tier=b", "other=c"]
+    assert s.rpm_ostree_command == ("chroot", "/host", "rpm-ostree")
+
+    s = _parse(["--node-name", "flag", "--max-hold", "90s", "--build-pod-selector", "x=y"], env)
+    assert s.node_name == "flag"
+    assert s.max_hold == timedelta(seconds=90)
+    assert [str(sel) for sel in s.build_pod_selectors] == ["x=y"]
+
+
+def test_release_on_exit_from_environment() -> None:
+    assert _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "true"}).release_on_exit
+    assert not _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "0"}).release_on_exit
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "fragment"),
+    [
+        ([], {}, "--node-name (or NODE_NAME) is required"),
+        (["--node-name", "n", "--max-hold", "0s"], {}, "greater than 0"),
+        (["--node-name", "n", "--max-hold", "1h"], {}, "not below 1h"),
+        (["--node-name", "n", "--max-hold", "59m61s"], {}, "not below 1h"),
+        (["--node-name", "n", "--max-hold", "soon"], {}, "invalid duration"),
+        (["--node-name", "n", "--listen", "9797"], {}, "HOST:PORT"),
+        (["--node-name", "n", "--listen", "h:70000"], {}, "0-65535"),
+        (["--node-name", "n", "--daemonset", "dg"], {}, "NAMESPACE/NAME"),
+        (["--node-name", "n", "--log-format", "xml"], {}, "choose from text, json"),
+        (["--node-name", "n", "--booted-image-source", "x"], {}, "choose from"),
+        (["--node-name", "n", "--build-pod-selector", "a in (b"], {}, "--build-pod-selector"),
+        (["--node-name", "n", "--rpm-ostree-command", ""], {}, "empty"),
+        (["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "maybe"}, "true or false"),
+        (
+            ["--node-name", "n", "--daemonset", "a/b", "--release-on-exit"],
+            {},
+            "exclude each other",
+        ),
+    ],
+)
+def test_invalid_settings_are_one_sentence(
+    argv: list[str], env: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(SettingsError) as info:
+        _parse(argv, env)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("45m", 2700), ("1h30m", 5400), ("1.5s", 1.5), ("250ms", 0.25), ("2m3s", 123)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@given(st.integers(0, 10), st.integers(0, 59), st.integers(0, 59))
+def test_parse_duration_roundtrip(hours: int, minutes: int, seconds: int) -> None:
+    text = f"{hours}h{minutes}m{seconds}s"
+    assert parse_duration(text) == timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
+@given(st.text(max_size=12))
+def test_parse_duration_never_crashes(text: str) -> None:
+    with contextlib.suppress(SettingsError):
+        parse_duration(text)
+
+
+def test_parse_listen_ipv6() -> None:
+    assert parse_listen("[::1]:0") == Listen("::1", 0)
+    assert str(Listen("::1", 8080)) == "[::1]:8080"
+    with pytest.raises(SettingsError):
+        parse_listen("::1:80")
