@@ -151,14 +151,14 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         "--max-hold",
         _env_name("--max-hold"),
         "45m",
-        "longest hold, e.g. 90s, 45m, 1h30m; must be below 1h (the MCD's drain timeout)",
+        "longest hold, e.g. 90s, 30m, 50m; must be below 1h (the MCD's drain timeout)",
     ),
     _Option(
         "--build-pod-selector",
         _env_name("--build-pod-selector"),
         None,
-        "label selector of build pods (repeatable; replaces the defaults; in the environment"
-        " separate selectors with ';')",
+        "build pods: [NAMESPACE:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; replaces the"
+        " defaults; in the environment separate selectors with ';')",
         repeatable=True,
     ),
     _Option(
