@@ -1,0 +1,30 @@
+# drain-guard agent image. Build from the repository root:
+#   docker build -t <registry>/drain-guard:<version> .
+# Two stages: the builder installs this project (pyproject.toml, agent/) and its dependencies
+# into a virtual environment; the runtime stage copies only that environment onto the same
+# slim Python base, so no compiler, build cache or source tree ends up in the image.
+
+FROM python:3.11-slim-bookworm AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY agent ./agent
+# The environment gets no pip of its own; the builder's pip installs into it (compiling the
+# bytecode now: the runtime root filesystem is read-only).
+RUN python -m venv --without-pip /opt/drain-guard \
+    && pip --python /opt/drain-guard/bin/python install --no-cache-dir .
+
+FROM python:3.11-slim-bookworm
+LABEL org.opencontainers.image.title="drain-guard" \
+      org.opencontainers.image.description="Holds OpenShift MCO drain requests while a drain would be harmful or pointless" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /opt/drain-guard /opt/drain-guard
+ENV PATH=/opt/drain-guard/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# Numeric, so that Kubernetes can check runAsNonRoot without a passwd lookup; matches the
+# DaemonSet's runAsUser.
+USER 65532:65532
+ENTRYPOINT ["drain-guard"]
+CMD ["run"]
