@@ -1,0 +1,64 @@
+"""docs/configuration.md lists exactly the flags (and environment variables) of the parser."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from agent.cli import build_parser
+from agent.config import RUN_OPTIONS
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+DOCUMENTED_COMMANDS = ("run", "status", "release")
+
+
+def _doc_tables() -> dict[str, dict[str, str]]:
+    """command → {flag: environment cell} from the tables under ``## `drain-guard CMD```."""
+    tables: dict[str, dict[str, str]] = {}
+    command: str | None = None
+    in_flag_table = False
+    for line in DOC.read_text().splitlines():
+        heading = re.match(r"^## `drain-guard (\w+)`", line)
+        if heading:
+            command = heading.group(1)
+            tables[command] = {}
+            continue
+        if line.startswith("## "):
+            command = None
+        if line.startswith("| flag | environment |"):
+            in_flag_table = True
+        elif not line.startswith("|"):
+            in_flag_table = False
+        if command is None or not in_flag_table or not line.startswith("| `-"):
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for flag in re.findall(r"`(-[^`]+)`", cells[0]):
+            tables[command][flag] = cells[1].strip("`")
+    return tables
+
+
+def _parser_flags() -> dict[str, set[str]]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    flags: dict[str, set[str]] = {}
+    for name, subparser in sub.choices.items():
+        flags[name] = {
+            opt
+            for action in subparser._actions
+            if not isinstance(action, argparse._HelpAction)
+            for opt in action.option_strings
+        }
+    return flags
+
+
+@pytest.mark.parametrize("command", DOCUMENTED_COMMANDS)
+def test_every_flag_is_documented_and_every_documented_flag_exists(command: str) -> None:
+    assert set(_doc_tables()[command]) == _parser_flags()[command]
+
+
+def test_run_environment_variables_match() -> None:
+    documented = _doc_tables()["run"]
+    assert {opt.flag: opt.env for opt in RUN_OPTIONS} == documented
