@@ -46,15 +46,14 @@ from prometheus_client import (
 )
 
 from agent import __version__
+from agent.protocol import Outcome, Reason, Verb
 
 PREFIX = "drain_guard_"
 
-#: Hold reasons (``agent.protocol.Reason`` values).
-REASONS: tuple[str, ...] = ("build-pod", "noop-image", "manual")
-#: How a hold ended (``agent.protocol.Outcome`` values).
-OUTCOMES: tuple[str, ...] = ("safe", "expired", "manual", "uninstall", "superseded")
-#: The verb of a ``desiredDrain`` request seen (``agent.protocol.Verb`` values).
-VERBS: tuple[str, ...] = ("drain", "uncordon", "hold", "unknown")
+#: Hold reasons, outcomes and request verbs: the protocol's enums, so they cannot drift.
+REASONS: tuple[str, ...] = tuple(Reason)
+OUTCOMES: tuple[str, ...] = tuple(Outcome)
+VERBS: tuple[str, ...] = tuple(Verb)
 #: Kubernetes API calls that can fail (see ``agent/permissions.py``).
 API_OPERATIONS: tuple[str, ...] = (
     "node_get",
