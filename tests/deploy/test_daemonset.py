@@ -1,0 +1,208 @@
+"""The DaemonSet: least privilege, read-only host access, and flags the agent accepts."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tomllib
+from collections.abc import Callable
+from typing import Any
+
+from agent.config import Settings, add_run_arguments, settings_from
+from tests.deploy.tools import (
+    REPO,
+    Obj,
+    agent_container,
+    container,
+    containers,
+    one,
+    pod_spec,
+)
+
+HOST_PATHS = {"/sysroot/ostree"}  # all the booted-image reader needs (and /proc/cmdline)
+
+
+def _env(spec: Obj, pod_namespace: str) -> dict[str, str]:
+    """The container's environment as the kubelet would give it (downward API resolved)."""
+    env: dict[str, str] = {}
+    for var in spec.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        field = var["valueFrom"]["fieldRef"]["fieldPath"]
+        env[var["name"]] = {"spec.nodeName": "worker-0", "metadata.namespace": pod_namespace}[field]
+    return env
+
+
+def _expand(arg: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in args."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
+
+
+def agent_settings(objects: list[Obj]) -> Settings:
+    """Parse the container's args and environment with the agent's own settings code."""
+    daemonset = one(objects, "DaemonSet", "drain-guard")
+    agent = agent_container(objects)
+    env = _env(agent, daemonset["metadata"]["namespace"])
+    args = [_expand(a, env) for a in agent["args"]]
+    assert args[0] == "run"
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return settings_from(parser.parse_args(args[1:]), env)
+
+
+def test_agent_accepts_its_flags_and_environment(objects: list[Obj]) -> None:
+    settings = agent_settings(objects)
+    assert settings.node_name == "worker-0"
+    assert settings.daemonset is not None
+    assert (settings.daemonset.namespace, settings.daemonset.name) == ("drain-guard", "drain-guard")
+    assert not settings.release_on_exit
+
+
+def test_node_name_comes_from_the_downward_api(objects: list[Obj]) -> None:
+    env = {v["name"]: v for v in agent_container(objects)["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_pod_runs_non_root_with_runtime_default_seccomp(objects: list[Obj]) -> None:
+    spec = pod_spec(objects)
+    context = spec["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["runAsUser"] > 0
+    assert context["seccompProfile"]["type"] == "RuntimeDefault"
+    for flag in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(flag), flag
+
+
+def test_every_container_is_locked_down(objects: list[Obj]) -> None:
+    for c in containers(objects):
+        context = c["securityContext"]
+        name = c["name"]
+        assert context["allowPrivilegeEscalation"] is False, name
+        assert context["readOnlyRootFilesystem"] is True, name
+        assert context["runAsNonRoot"] is True, name
+        assert context["capabilities"] == {"drop": ["ALL"]}, name
+        assert not context.get("privileged"), name
+        assert context.get("runAsUser", 1) > 0, name
+        assert all("hostPort" not in p for p in c.get("ports", [])), name
+
+
+def test_host_paths_are_only_the_ostree_directory_and_read_only(objects: list[Obj]) -> None:
+    spec = pod_spec(objects)
+    host_volumes = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
+    assert {v["path"] for v in host_volumes.values()} == HOST_PATHS
+    assert all(v["type"] == "Directory" for v in host_volumes.values())
+    mounts = [
+        m
+        for c in containers(objects)
+        for m in c.get("volumeMounts", [])
+        if m["name"] in host_volumes
+    ]
+    assert mounts, "the host volume is not mounted"
+    for mount in mounts:
+        assert mount["readOnly"] is True, mount
+        assert mount.get("mountPropagation", "None") == "None", mount
+    # Every mount, host or not, is read-only except the scratch emptyDir.
+    scratch = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+    for c in containers(objects):
+        for mount in c.get("volumeMounts", []):
+            assert mount.get("readOnly") is True or mount["name"] in scratch, mount
+
+
+def test_ostree_is_mounted_where_the_agent_reads_it(objects: list[Obj]) -> None:
+    """The agent reads <host-root>/ostree/...; the host's /sysroot/ostree is mounted there."""
+    settings = agent_settings(objects)
+    mounts = {m["mountPath"] for m in agent_container(objects)["volumeMounts"]}
+    assert settings.host_root.rstrip("/") + "/ostree" in mounts
+    assert settings.cmdline_file == "/proc/cmdline"
+
+
+def test_runs_on_every_node_and_updates_one_at_a_time(objects: list[Obj]) -> None:
+    daemonset = one(objects, "DaemonSet", "drain-guard")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert "nodeSelector" not in spec
+    assert "affinity" not in spec
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert daemonset["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+    assert daemonset["spec"]["selector"]["matchLabels"].items() <= (
+        daemonset["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_resources_are_bounded(objects: list[Obj]) -> None:
+    for c in containers(objects):
+        resources: dict[str, Any] = c["resources"]
+        assert {"cpu", "memory"} <= resources["requests"].keys(), c["name"]
+        assert "memory" in resources["limits"], c["name"]
+    agent = agent_container(objects)["resources"]
+    assert agent["requests"] == {"cpu": "20m", "memory": "64Mi"}
+    assert agent["limits"] == {"memory": "128Mi"}
+
+
+def _port_number(spec: Obj, port: str | int) -> int:
+    if isinstance(port, int):
+        return port
+    (number,) = [p["containerPort"] for p in spec["ports"] if p["name"] == port]
+    assert isinstance(number, int)
+    return number
+
+
+def test_probes_reach_the_agent(rendered: Callable[[str], list[Obj]]) -> None:
+    """Plain Kubernetes: the kubelet probes the agent's own listener on the pod IP."""
+    objects = rendered("kubernetes")
+    agent = agent_container(objects)
+    settings = agent_settings(objects)
+    assert settings.listen.host == "0.0.0.0"
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = agent[probe]["httpGet"]
+        assert get["path"] == path
+        assert _port_number(agent, get["port"]) == settings.listen.port
+        assert get.get("scheme", "HTTP") == "HTTP"
+
+
+def test_openshift_serves_metrics_only_through_the_proxy(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    """OpenShift: the agent listens on loopback; kube-rbac-proxy serves TLS and lets only the
+    kubelet's probe paths through unauthenticated."""
+    objects = rendered("openshift")
+    settings = agent_settings(objects)
+    assert settings.listen.host == "127.0.0.1"
+    agent = agent_container(objects)
+    assert "ports" not in agent
+    proxy = container(objects, "kube-rbac-proxy")
+    flags = dict(a.removeprefix("--").split("=", 1) for a in proxy["args"])
+    assert flags["upstream"] == f"http://{settings.listen}/"
+    assert set(flags["ignore-paths"].split(",")) == {"/healthz", "/readyz"}
+    assert "allow-paths" not in flags
+    proxy_port = int(flags["secure-listen-address"].rsplit(":", 1)[1])
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = agent[probe]["httpGet"]
+        assert (get["path"], get["scheme"]) == (path, "HTTPS")
+        assert _port_number(proxy, get["port"]) == proxy_port
+    # The serving certificate the service CA issues is the one the proxy loads.
+    service = one(objects, "Service", "drain-guard-metrics")
+    secret = service["metadata"]["annotations"][
+        "service.beta.openshift.io/serving-cert-secret-name"
+    ]
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    (tls_mount,) = [m for m in proxy["volumeMounts"] if volumes[m["name"]].get("secret")]
+    assert volumes[tls_mount["name"]]["secret"]["secretName"] == secret
+    assert flags["tls-cert-file"] == f"{tls_mount['mountPath']}/tls.crt"
+    assert flags["tls-private-key-file"] == f"{tls_mount['mountPath']}/tls.key"
+    # Prometheus checks the certificate against the service's DNS name.
+    (endpoint,) = one(objects, "ServiceMonitor", "drain-guard")["spec"]["endpoints"]
+    meta = service["metadata"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == f"{meta['name']}.{meta['namespace']}.svc"
+    assert endpoint["bearerTokenFile"]
+
+
+def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        version = tomllib.load(f)["project"]["version"]
+    assert agent_container(objects)["image"].rsplit(":", 1)[1] == version

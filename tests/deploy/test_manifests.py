@@ -1,0 +1,178 @@
+"""Every overlay renders, and every rendered object is valid.
+
+Objects of built-in kinds are validated against the Kubernetes OpenAPI schemas shipped by
+``kubernetes-validate`` (strict: unknown fields are errors), for the oldest release the
+manifests support (1.30: admissionregistration.k8s.io/v1 and the node-name token claim) and
+the newest the package knows. Custom resources (ServiceMonitor, PrometheusRule, OpenShift's
+SecurityContextConstraints) have no schema there; they are checked structurally below, and a
+test pins which kinds those are, so a built-in kind never escapes schema validation by a
+misspelt apiVersion.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import kubernetes_validate
+import pytest
+
+from tests.deploy.tools import Obj, key, one, pod_spec
+
+MIN_KUBERNETES = "1.30.0"
+SCHEMA_VERSIONS = (MIN_KUBERNETES, kubernetes_validate.latest_version())
+
+# Kinds without a schema in kubernetes-validate, per overlay: checked structurally instead.
+CUSTOM_KINDS = {
+    "kubernetes": {
+        "monitoring.coreos.com/v1 ServiceMonitor",
+        "monitoring.coreos.com/v1 PrometheusRule",
+    },
+    "openshift": {
+        "monitoring.coreos.com/v1 ServiceMonitor",
+        "monitoring.coreos.com/v1 PrometheusRule",
+        "security.openshift.io/v1 SecurityContextConstraints",
+    },
+}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "SecurityContextConstraints",
+    "PriorityClass",
+}
+NAMESPACE = "drain-guard"
+
+
+def _type(obj: Obj) -> str:
+    return f"{obj['apiVersion']} {obj['kind']}"
+
+
+def test_overlay_renders_the_whole_deployment(objects: list[Obj]) -> None:
+    kinds = {o["kind"] for o in objects}
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "DaemonSet",
+        "Service",
+        "ServiceMonitor",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    } <= kinds
+    keys = [key(o) for o in objects]
+    assert len(keys) == len(set(keys)), "duplicate objects"
+
+
+def test_openshift_overlay_adds_its_pieces(rendered: Callable[[str], list[Obj]]) -> None:
+    objects = rendered("openshift")
+    one(objects, "SecurityContextConstraints", "drain-guard")
+    labels = one(objects, "Namespace", NAMESPACE)["metadata"]["labels"]
+    assert labels["openshift.io/cluster-monitoring"] == "true"
+    names = [c["name"] for c in pod_spec(objects)["containers"]]
+    assert names == ["drain-guard", "kube-rbac-proxy"]
+
+
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_builtin_objects_validate_against_kubernetes_schemas(
+    objects: list[Obj], overlay: str, version: str
+) -> None:
+    without_schema = set()
+    for obj in objects:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            without_schema.add(_type(obj))
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{key(obj)} is invalid for Kubernetes {version}: {exc.message}")
+    assert without_schema <= CUSTOM_KINDS[overlay]
+
+
+def test_validation_catches_an_invalid_object(objects: list[Obj]) -> None:
+    """The schema check has teeth: a misplaced field in the DaemonSet is reported."""
+    daemonset = one(objects, "DaemonSet", "drain-guard")
+    daemonset["spec"]["template"]["spec"]["containers"][0]["readOnly"] = True
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemonset, MIN_KUBERNETES, strict=True)
+
+
+def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert namespace is None, f"{key(obj)} is cluster-scoped"
+        else:
+            assert namespace == NAMESPACE, f"{key(obj)} is not in {NAMESPACE}"
+
+
+def test_service_monitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
+    monitor = one(objects, "ServiceMonitor", "drain-guard")
+    service = one(objects, "Service", "drain-guard-metrics")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    port_names = {p["name"] for p in service["spec"]["ports"]}
+    endpoints = monitor["spec"]["endpoints"]
+    assert endpoints, "no endpoints"
+    for endpoint in endpoints:
+        assert endpoint["port"] in port_names
+        assert endpoint["path"] == "/metrics"
+        assert endpoint["scheme"] in {"http", "https"}
+        assert re.fullmatch(r"\d+[smh]", endpoint["interval"])
+        for relabel in endpoint.get("relabelings", []):
+            assert relabel["action"] in {"replace", "keep", "drop", "labelmap"}
+    # The Service selects the DaemonSet's pods and targets a port the pods declare.
+    template = one(objects, "DaemonSet", "drain-guard")["spec"]["template"]
+    assert service["spec"]["selector"].items() <= template["metadata"]["labels"].items()
+    pod_ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= pod_ports
+
+
+def test_prometheus_rule_is_well_formed(objects: list[Obj]) -> None:
+    rules = [o for o in objects if o["kind"] == "PrometheusRule"]
+    if not rules:
+        pytest.skip("daemonset/base/prometheusrule.yaml is not in the base yet")
+    for rule_object in rules:
+        groups = rule_object["spec"]["groups"]
+        assert groups
+        for group in groups:
+            assert group["name"]
+            for rule in group["rules"]:
+                assert isinstance(rule["expr"], str | int)
+                assert ("alert" in rule) != ("record" in rule)
+                if "alert" in rule:
+                    assert {"summary", "description", "runbook_url"} <= rule["annotations"].keys()
+                    assert rule["labels"]["severity"] in {"critical", "warning", "info"}
+
+
+def test_security_context_constraints_admit_only_what_the_pod_needs(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    objects = rendered("openshift")
+    scc = one(objects, "SecurityContextConstraints", "drain-guard")
+    for flag in (
+        "allowPrivilegedContainer",
+        "allowPrivilegeEscalation",
+        "allowHostNetwork",
+        "allowHostPID",
+        "allowHostIPC",
+        "allowHostPorts",
+    ):
+        assert scc[flag] is False, flag
+    assert scc["allowHostDirVolumePlugin"] is True
+    assert scc["readOnlyRootFilesystem"] is True
+    assert scc["requiredDropCapabilities"] == ["ALL"]
+    assert not scc["allowedCapabilities"]
+    assert scc["runAsUser"]["type"] in {"MustRunAsNonRoot", "MustRunAs"}
+    assert scc["seccompProfiles"] == ["runtime/default"]
+    # Every volume type the pod uses is allowed, and nothing more than it uses (plus the
+    # projected service-account token volume that Kubernetes adds).
+    spec = pod_spec(objects)
+    used = {next(k for k in volume if k != "name") for volume in spec["volumes"]}
+    assert set(scc["volumes"]) == used | {"projected"}
+    annotations = one(objects, "DaemonSet", "drain-guard")["spec"]["template"]["metadata"]
+    assert annotations["annotations"]["openshift.io/required-scc"] == "drain-guard"

@@ -1,0 +1,194 @@
+"""The rendered RBAC grants the agent exactly ``agent.permissions.PERMISSIONS``.
+
+Exactly: the test fails when a role lacks a verb the code uses and when a role grants one the
+list does not have. Only the roles bound to the agent's service account count. The OpenShift
+overlay also grants that account what its sidecar and its pod admission need; those grants
+are listed here, each with its reason, and compared exactly too.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pytest
+
+from agent.permissions import PERMISSIONS, Permission, Scope
+from tests.deploy.tools import Obj, agent_container, one
+
+SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)
+
+
+@dataclass(frozen=True, order=True)
+class Grant:
+    """One verb on one resource, where it applies, and for which object names."""
+
+    api_group: str
+    resource: str
+    verb: str
+    namespace: str  # "" for cluster-wide
+    resource_names: tuple[str, ...]  # () for every object
+
+
+# Granted to the agent's service account on OpenShift besides what the agent calls:
+# kube-rbac-proxy (in the agent's pod, so with its account) reviews scrapers' tokens and
+# access; the pod is admitted under the drain-guard SCC.
+OPENSHIFT_EXTRA = {
+    Grant("authentication.k8s.io", "tokenreviews", "create", "", ()),
+    Grant("authorization.k8s.io", "subjectaccessreviews", "create", "", ()),
+    Grant(
+        "security.openshift.io",
+        "securitycontextconstraints",
+        "use",
+        "drain-guard",
+        ("drain-guard",),
+    ),
+}
+
+
+def _bound_to_agent(binding: Obj) -> bool:
+    return any(
+        s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == SERVICE_ACCOUNT
+        for s in binding.get("subjects", [])
+    )
+
+
+def granted(objects: list[Obj]) -> set[Grant]:
+    """Every grant the rendered objects give the agent's service account."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects
+    }
+    grants: set[Grant] = set()
+    for binding in objects:
+        if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"} or not _bound_to_agent(
+            binding
+        ):
+            continue
+        ref = binding["roleRef"]
+        namespace = binding["metadata"].get("namespace", "")
+        role_ns = "" if ref["kind"] == "ClusterRole" else namespace
+        role = roles.get((ref["kind"], role_ns, ref["name"]))
+        assert role is not None, f"{binding['metadata']['name']} binds a missing {ref}"
+        for rule in role.get("rules", []):
+            assert "nonResourceURLs" not in rule
+            names = tuple(sorted(rule.get("resourceNames", [])))
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        grants.add(Grant(group, resource, verb, namespace, names))
+    return grants
+
+
+def expected(objects: list[Obj], permissions: Iterable[Permission]) -> set[Grant]:
+    """The grants ``permissions`` call for, placed as the rendered DaemonSet needs them."""
+    namespace, name = _own_daemonset(objects)
+    grants: set[Grant] = set()
+    for p in permissions:
+        for verb in p.verbs:
+            if p.scope is Scope.CLUSTER:
+                grants.add(Grant(p.api_group, p.resource, verb, "", ()))
+            else:
+                grants.add(Grant(p.api_group, p.resource, verb, namespace, (name,)))
+    return grants
+
+
+def _own_daemonset(objects: list[Obj]) -> tuple[str, str]:
+    """The DaemonSet the agent is told to look up (``--daemonset``), resolved."""
+    container = agent_container(objects)
+    args = [a for a in container["args"] if a.startswith("--daemonset=")]
+    assert len(args) == 1
+    value = args[0].removeprefix("--daemonset=")
+    daemonset = one(objects, "DaemonSet", "drain-guard")
+    value = value.replace("$(POD_NAMESPACE)", daemonset["metadata"]["namespace"])
+    namespace, _, name = value.partition("/")
+    assert (namespace, name) == (daemonset["metadata"]["namespace"], daemonset["metadata"]["name"])
+    return namespace, name
+
+
+def _extra(overlay: str) -> set[Grant]:
+    return OPENSHIFT_EXTRA if overlay == "openshift" else set()
+
+
+def _diff(actual: set[Grant], wanted: set[Grant]) -> str:
+    lines = [f"missing: {g}" for g in sorted(wanted - actual)]
+    lines += [f"granted but unused: {g}" for g in sorted(actual - wanted)]
+    return "\n".join(lines)
+
+
+def test_rbac_grants_exactly_what_the_agent_calls(objects: list[Obj], overlay: str) -> None:
+    actual = granted(objects)
+    wanted = expected(objects, PERMISSIONS) | _extra(overlay)
+    assert actual == wanted, _diff(actual, wanted)
+
+
+def test_a_missing_verb_is_caught(objects: list[Obj], overlay: str) -> None:
+    role = one(objects, "ClusterRole", "drain-guard")
+    nodes = next(r for r in role["rules"] if r["resources"] == ["nodes"])
+    nodes["verbs"].remove("patch")
+    wanted = expected(objects, PERMISSIONS) | _extra(overlay)
+    assert "missing: Grant(api_group='', resource='nodes', verb='patch'" in _diff(
+        granted(objects), wanted
+    )
+
+
+def test_an_unused_verb_is_caught(objects: list[Obj], overlay: str) -> None:
+    role = one(objects, "ClusterRole", "drain-guard")
+    role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    wanted = expected(objects, PERMISSIONS) | _extra(overlay)
+    assert "granted but unused: Grant(api_group='', resource='secrets', verb='get'" in _diff(
+        granted(objects), wanted
+    )
+
+
+def test_a_permission_the_roles_lack_is_caught(objects: list[Obj], overlay: str) -> None:
+    """A verb added to the code's list but not to the roles fails the comparison."""
+    more = (*PERMISSIONS, Permission("", "pods", frozenset({"get"})))
+    assert granted(objects) != expected(objects, more) | _extra(overlay)
+
+
+def test_own_daemonset_read_is_limited_by_name(objects: list[Obj]) -> None:
+    role = one(objects, "Role", "drain-guard")
+    (rule,) = role["rules"]
+    assert rule["resources"] == ["daemonsets"]
+    assert rule["resourceNames"] == [one(objects, "DaemonSet", "drain-guard")["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("forbidden", ["*", "secrets", "pods/exec", "nodes/proxy", "escalate"])
+def test_no_broad_or_dangerous_grant(objects: list[Obj], forbidden: str) -> None:
+    for grant in granted(objects):
+        assert forbidden not in {grant.api_group, grant.resource, grant.verb}, grant
+
+
+def test_admission_policy_matches_the_agent_account(objects: list[Obj]) -> None:
+    """The policy's username follows the ServiceAccount the DaemonSet runs as."""
+    account = one(objects, "ServiceAccount")
+    daemonset = one(objects, "DaemonSet", "drain-guard")
+    assert (
+        daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    )
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    (condition,) = policy["spec"]["matchConditions"]
+    username = (
+        f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
+    )
+    assert shlex.split(condition["expression"]) == ["request.userInfo.username", "==", username]
+    assert (account["metadata"]["namespace"], account["metadata"]["name"]) == SERVICE_ACCOUNT
+
+
+def test_admission_policy_is_bound_and_denies(objects: list[Obj]) -> None:
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+def test_scc_use_is_granted_for_the_drain_guard_scc_only(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    objects = rendered("openshift")
+    scc_grants = {g for g in granted(objects) if g.resource == "securitycontextconstraints"}
+    assert {g.resource_names for g in scc_grants} == {
+        (one(objects, "SecurityContextConstraints")["metadata"]["name"],)
+    }

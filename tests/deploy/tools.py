@@ -1,0 +1,90 @@
+"""Helpers for the deployment tests: locating the system tools, rendering the overlays.
+
+The tools are real ones (kubectl's kustomize, hadolint from PyPI, systemd-analyze). A test
+that needs a missing tool is skipped on a developer machine and fails in CI (``CI`` set),
+where scripts/system-deps.sh is meant to have installed it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DAEMONSET_DIR = REPO / "daemonset"
+OVERLAYS = ("kubernetes", "openshift")
+RENDER_TIMEOUT = 60.0
+
+Obj = dict[str, Any]
+
+
+def require_tool(name: str) -> str:
+    """The tool's path: from the venv's bin directory first, then PATH."""
+    venv_tool = Path(sys.executable).parent / name
+    if venv_tool.exists():
+        return str(venv_tool)
+    found = shutil.which(name)
+    if found is None:
+        message = f"{name} is not installed (scripts/system-deps.sh installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def render(overlay: str) -> list[Obj]:
+    """Render ``daemonset/overlays/<overlay>`` with ``kubectl kustomize`` into objects."""
+    kubectl = require_tool("kubectl")
+    proc = subprocess.run(
+        [kubectl, "kustomize", str(DAEMONSET_DIR / "overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        timeout=RENDER_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl kustomize {overlay} failed:\n{proc.stderr}"
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc is not None]
+
+
+def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(kind, namespace, name): how objects are told apart."""
+    meta = obj["metadata"]
+    return (obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
+    """The single object of ``kind`` (and ``name``); fails when there are none or several."""
+    found = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(objects: list[Obj]) -> Obj:
+    spec: Obj = one(objects, "DaemonSet", "drain-guard")["spec"]["template"]["spec"]
+    return spec
+
+
+def containers(objects: list[Obj]) -> Iterator[Obj]:
+    spec = pod_spec(objects)
+    yield from spec.get("initContainers", [])
+    yield from spec["containers"]
+
+
+def container(objects: list[Obj], name: str) -> Obj:
+    found = [c for c in containers(objects) if c["name"] == name]
+    assert len(found) == 1, f"expected one container {name}, found {len(found)}"
+    return found[0]
+
+
+def agent_container(objects: list[Obj]) -> Obj:
+    return container(objects, "drain-guard")
