@@ -8,7 +8,7 @@ controller feeds it a ``NodeView`` and applies the patch of the ``Decision`` it 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -56,12 +56,15 @@ __all__ = [
     "ManualGuard",
     "NodeView",
     "NoopImageGuard",
+    "NothingHeldError",
     "PodInfo",
     "Release",
     "UpdateHold",
     "Verdict",
     "Wait",
     "decide",
+    "default_guards",
+    "force_release",
     "hold_detail",
     "parse_hold_request",
 ]
@@ -277,6 +280,9 @@ class Idle:
     verdicts: tuple[Verdict, ...] = ()
     patch: tuple[JsonPatchOp, ...] = ()
 
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
+
     def explain(self) -> str:
         return f"idle: {self.why}"
 
@@ -295,6 +301,9 @@ class Hold:
     #: The MCD wrote the held request again (it restarted): the hold resumes, same age.
     resumed: bool = False
 
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
+
     def explain(self) -> str:
         what = "hold again" if self.resumed else "hold"
         text = f"{what} {self.original}: {hold_detail(self.blocks)}"
@@ -312,6 +321,9 @@ class UpdateHold:
     patch: tuple[JsonPatchOp, ...]
     verdicts: tuple[Verdict, ...] = ()
 
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
+
     def explain(self) -> str:
         return f"still holding {self.record.held_drain}, now: {hold_detail(self.blocks)}"
 
@@ -324,6 +336,9 @@ class Keep:
     blocks: tuple[Block, ...]
     verdicts: tuple[Verdict, ...] = ()
     patch: tuple[JsonPatchOp, ...] = ()
+
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
 
     def explain(self) -> str:
         return f"holding {self.record.held_drain}: {hold_detail(self.blocks)}"
@@ -338,6 +353,9 @@ class Wait:
     request: str
     verdicts: tuple[Verdict, ...] = ()
     patch: tuple[JsonPatchOp, ...] = ()
+
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
 
     def explain(self) -> str:
         waiting = "; ".join(f"{u.reason}: {u.detail}" for u in self.unknowns)
@@ -357,6 +375,9 @@ class Release:
     record: HoldRecord | None
     verdicts: tuple[Verdict, ...] = ()
 
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
+
     def explain(self) -> str:
         return f"release {self.original} ({self.outcome}): {self.why}"
 
@@ -373,6 +394,9 @@ class CleanUp:
     outcome: Outcome | None = None
     verdicts: tuple[Verdict, ...] = ()
 
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
+
     def explain(self) -> str:
         return f"clean up {', '.join(self.keys)}: {self.why}"
 
@@ -386,6 +410,9 @@ class Foreign:
     verdicts: tuple[Verdict, ...] = ()
     patch: tuple[JsonPatchOp, ...] = ()
 
+    #: When to decide again even if nothing changes (an expiry), if ever.
+    recheck_at: datetime | None = None
+
     def explain(self) -> str:
         return f"not touching {self.value}: {self.why}"
 
@@ -397,8 +424,81 @@ def _present(annotations: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(k for k in (*OWNED_KEYS, RELEASED) if k in annotations)
 
 
+def default_guards(selectors: Sequence[BuildPodSelector]) -> tuple[Guard, ...]:
+    """The guards the agent runs, in the order their reasons are listed."""
+    return (BuildPodGuard(selectors), NoopImageGuard(), ManualGuard())
+
+
 def decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:
-    """Decide what to do about this node's drain request now (DESIGN.md section 3)."""
+    """Decide what to do about this node's drain request now (DESIGN.md section 3).
+
+    The decision's ``recheck_at`` is the next instant it could change with no new watch
+    event (a hold's max-hold, a hold-request's expiry), so the controller need not poll.
+    """
+    decision = _decide(view, guards, max_hold)
+    return replace(decision, recheck_at=_recheck_at(view, decision, max_hold))
+
+
+def _recheck_at(view: NodeView, decision: Decision, max_hold: timedelta) -> datetime | None:
+    times: list[datetime] = []
+    if isinstance(decision, Hold):
+        times.append(decision.since + max_hold)
+    elif isinstance(decision, Keep | UpdateHold) or (
+        isinstance(decision, Wait) and decision.record is not None
+    ):
+        assert decision.record is not None
+        times.append(decision.record.since + max_hold)
+    request = view.annotations.get(HOLD_REQUEST)
+    if request is not None:
+        try:
+            expiry, _ = parse_hold_request(request)
+        except ValueError:
+            pass
+        else:
+            if expiry > view.now:
+                times.append(expiry)
+    future = [t for t in times if t > view.now]
+    return min(future) if future else None
+
+
+class NothingHeldError(ValueError):
+    """A release was asked for, but desiredDrain does not carry a drain-guard hold."""
+
+
+def force_release(
+    annotations: Mapping[str, str], resource_version: str, outcome: Outcome
+) -> Release:
+    """Release the hold now, whatever the guards say (operator release, uninstall).
+
+    A manual release marks the request released so the agent does not hold it again.
+    """
+    desired = annotations.get(DESIRED_DRAIN)
+    request = parse_drain_request(desired)
+    held = annotations.get(HELD_DRAIN)
+    if request.verb is not Verb.HOLD:
+        raise NothingHeldError(f"nothing is held: desiredDrain is {desired or 'not set'!r}")
+    if held != request.target:
+        raise NothingHeldError(
+            f"desiredDrain {desired!r} was not written by drain-guard "
+            f"({HELD_DRAIN} is {held!r}); not touching it"
+        )
+    last_applied = annotations.get(LAST_APPLIED_DRAIN)
+    try:
+        record: HoldRecord | None = read_hold(annotations)
+    except MalformedHold:
+        record = None
+    patch = release_patch(
+        held,
+        last_applied,
+        resource_version,
+        _present(annotations),
+        mark_released=outcome is Outcome.MANUAL,
+        allow_completed=held == last_applied,
+    )
+    return Release(held, outcome, f"{outcome} release", tuple(patch), record)
+
+
+def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:
     annotations = view.annotations
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
