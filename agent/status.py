@@ -183,13 +183,12 @@ class AgentStatus:
         if self.held_request is not None:
             lines.append(f"  held request:  {self.held_request}")
             if self.since is not None:
-                lines.append(
-                    f"  held since:    {_rfc3339(self.since)} ({_ago(now - self.since)} ago)"
-                )
+                age = format_duration(now - self.since)
+                lines.append(f"  held since:    {_rfc3339(self.since)} ({age} ago)")
             if self.expires_at is not None:
                 left = max(timedelta(0), self.expires_at - now)
                 lines.append(
-                    f"  expires:       {_rfc3339(self.expires_at)} (in {_ago(left)}; "
+                    f"  expires:       {_rfc3339(self.expires_at)} (in {format_duration(left)}; "
                     "then released with outcome expired)"
                 )
         elif self.desired_drain is not None:
@@ -213,10 +212,14 @@ class AgentStatus:
             f"{name} {'synced' if ok else 'NOT synced'}" for name, ok in sorted(self.synced.items())
         )
         contact = (
-            "never" if self.last_api_contact is None else f"{_ago(now - self.last_api_contact)} ago"
+            "never"
+            if self.last_api_contact is None
+            else f"{format_duration(now - self.last_api_contact)} ago"
         )
         lines.append(f"  watches:       {watches or 'none'}; last API contact {contact}")
-        lines.append(f"  agent:         {self.version}, up {_ago(now - self.started_at)}")
+        lines.append(
+            f"  agent:         {self.version}, up {format_duration(now - self.started_at)}"
+        )
         return "\n".join(lines) + "\n"
 
 
@@ -242,7 +245,7 @@ def _required(value: str) -> datetime:
     return parsed
 
 
-def _ago(delta: timedelta) -> str:
+def format_duration(delta: timedelta) -> str:
     """``1h02m``, ``12m05s``, ``7s``: short, for humans."""
     seconds = max(0, int(delta.total_seconds()))
     hours, rest = divmod(seconds, 3600)
