@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -237,3 +238,11 @@ def test_round_trip_any(
     )
     assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
     assert status.to_text().startswith(f"node {node}: {decision} - ")
+
+
+def test_docs_explain_every_key_and_decision() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "status.md").read_text()
+    doc = held().to_json()
+    keys = [k for k in doc if k != "image"] + [f"image.{k}" for k in doc["image"]]
+    assert [k for k in keys if f"`{k}`" not in docs] == []
+    assert [d for d in DECISIONS if f"`{d}`" not in docs] == []
