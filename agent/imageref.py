@@ -131,9 +131,13 @@ def _split_transport(text: str) -> tuple[str, str]:
         for inner in _REGISTRY_TRANSPORTS:
             if rest.startswith(inner):
                 return prefix + inner, rest[len(inner) :]
+        expected = (
+            f"{head}:<remote>:docker://<pullspec>"
+            if head == _OSTREE_REMOTE_IMAGE
+            else f"{head}:docker://<pullspec> or {head}:registry:<pullspec>"
+        )
         raise ImageRefError(
-            f"image reference {text!r}: unknown transport after {prefix!r} "
-            "(expected docker:// or registry:)"
+            f"image reference {text!r}: unknown transport after {prefix!r} (expected {expected})"
         )
     if text.startswith("docker://"):
         return "docker://", text[len("docker://") :]
