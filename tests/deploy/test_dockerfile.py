@@ -1,0 +1,196 @@
+"""The Dockerfile: hadolint-clean, two stages, installs this project, runs it unprivileged.
+
+No container engine runs on these machines, so the image is not built here; the checks read
+the Dockerfile (and .dockerignore) against pyproject.toml, the source of what gets installed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shlex
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy.tools import REPO, require_tool
+
+DOCKERFILE = REPO / "Dockerfile"
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, instruction: str) -> list[str]:
+        return [args for ins, args in self.instructions if ins == instruction]
+
+
+def parse_dockerfile(text: str) -> list[Stage]:
+    """Stages and their instructions (continuation lines joined, comments dropped)."""
+    stages: list[Stage] = []
+    logical: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not current and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        logical.append(current + line)
+        current = ""
+    for line in logical:
+        instruction, _, args = line.partition(" ")
+        instruction = instruction.upper()
+        args = args.strip()
+        if instruction == "FROM":
+            words = args.split()
+            name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
+            stages.append(Stage(base=words[0], name=name))
+        else:
+            assert stages, "instruction before FROM"
+            stages[-1].instructions.append((instruction, args))
+    return stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def project() -> dict[str, Any]:
+    with (REPO / "pyproject.toml").open("rb") as f:
+        data: dict[str, Any] = tomllib.load(f)
+    return data
+
+
+def test_hadolint_is_clean() -> None:
+    hadolint = require_tool("hadolint")
+    proc = subprocess.run(
+        [hadolint, "--no-color", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_has_teeth(tmp_path: Path) -> None:
+    """The same call fails on a Dockerfile with a known problem (unpinned apt install)."""
+    hadolint = require_tool("hadolint")
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM debian:bookworm\nRUN apt-get update && apt-get install -y curl\n")
+    proc = subprocess.run(
+        [hadolint, str(bad)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode != 0
+
+
+def test_two_stages_on_the_projects_python(stages: list[Stage], project: dict[str, Any]) -> None:
+    assert len(stages) == 2
+    builder, final = stages
+    assert builder.name == "builder"
+    assert final.base == builder.base, "the venv's interpreter path must exist in both stages"
+    minimum = project["project"]["requires-python"].removeprefix(">=")
+    assert final.base.startswith(f"python:{minimum}-slim")
+
+
+def test_builder_installs_this_project(stages: list[Stage], project: dict[str, Any]) -> None:
+    builder = stages[0]
+    copied = {src for args in builder.all("COPY") for src in shlex.split(args)[:-1]}
+    packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert "pyproject.toml" in copied
+    assert project["project"]["readme"] in copied
+    for pattern in packages:
+        assert pattern.rstrip("*") in copied, f"package {pattern} is not copied"
+    (workdir,) = builder.all("WORKDIR")
+    (run,) = builder.all("RUN")
+    install = [c for c in run.split("&&") if " install " in c]
+    assert len(install) == 1
+    words = shlex.split(install[0])
+    # Installs the directory holding the copied pyproject.toml: this project, nothing else.
+    targets = [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
+    assert targets == ["."]
+    assert all(
+        dest in {"./", "./agent"} for dest in (shlex.split(a)[-1] for a in builder.all("COPY"))
+    )
+    assert workdir.startswith("/")
+
+
+def test_final_stage_runs_the_console_script_unprivileged(
+    stages: list[Stage], project: dict[str, Any]
+) -> None:
+    final = stages[1]
+    (entrypoint,) = final.all("ENTRYPOINT")
+    (cmd,) = final.all("CMD")
+    assert json.loads(entrypoint) == ["drain-guard"]
+    assert "drain-guard" in project["project"]["scripts"]
+    assert json.loads(cmd) == ["run"]
+    (user,) = final.all("USER")
+    uid, _, gid = user.partition(":")
+    assert uid.isdigit()
+    assert int(uid) > 0
+    assert not gid or gid.isdigit()
+    # Nothing is built or installed in the final stage: it only copies the builder's venv.
+    assert not final.all("RUN")
+    assert not final.all("ADD")
+    (copy,) = final.all("COPY")
+    assert copy.startswith("--from=builder ")
+
+
+def test_image_user_matches_the_daemonset() -> None:
+    daemonset = (REPO / "daemonset" / "base" / "daemonset.yaml").read_text()
+    (user,) = parse_dockerfile(DOCKERFILE.read_text())[1].all("USER")
+    assert f"runAsUser: {user.partition(':')[0]}" in daemonset
+
+
+def _matches(pattern: str, path: str) -> bool:
+    """A .dockerignore pattern matches the path or one of its parent directories;
+    ``**/`` matches at any depth."""
+    parts = path.split("/")
+    if pattern.startswith("**/"):
+        tail = pattern.removeprefix("**/")
+        return any(
+            fnmatch.fnmatchcase("/".join(parts[j : i + 1]), tail)
+            for i in range(len(parts))
+            for j in range(i + 1)
+        )
+    return any(fnmatch.fnmatchcase("/".join(parts[: i + 1]), pattern) for i in range(len(parts)))
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last matching pattern wins, and ``!`` re-includes."""
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        if _matches(pattern.removeprefix("!").rstrip("/"), path):
+            ignored = not negate
+    return ignored
+
+
+def test_dockerignore_sends_what_the_build_needs_and_no_more() -> None:
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for needed in ("pyproject.toml", "README.md", "agent/__init__.py", "agent/cli.py"):
+        assert not _dockerignored(needed, patterns), needed
+    for unwanted in (
+        ".venv/bin/python",
+        ".git/HEAD",
+        "tests/conftest.py",
+        "agent/__pycache__/x.pyc",
+    ):
+        assert _dockerignored(unwanted, patterns), unwanted
