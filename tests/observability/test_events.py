@@ -1,0 +1,212 @@
+"""EventRecorder against the API simulator through the real kubernetes_asyncio client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent.events import (
+    DRAIN_HELD,
+    DRAIN_HOLD_EXPIRED,
+    DRAIN_RELEASED,
+    EVENT_NAMESPACE,
+    MAX_MESSAGE,
+    EventRecorder,
+)
+from agent.metrics import Metrics
+from agent.sim.apiserver import SimApiServer
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+NODE = "worker-0"
+USER = "agent"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@dataclass
+class Env:
+    api: SimApiServer
+    recorder: EventRecorder
+    metrics: Metrics
+    clock: Clock
+
+    def events(self) -> list[dict[str, Any]]:
+        return sorted(self.api.list("events", EVENT_NAMESPACE), key=lambda e: e["metadata"]["name"])
+
+    def requests(self, verb: str) -> int:
+        return self.api.request_count(user=USER, verb=verb, resource="events")
+
+    def emitted(self, reason: str) -> float | None:
+        return self.metrics.registry.get_sample_value(
+            "drain_guard_events_emitted_total", {"reason": reason}
+        )
+
+    def errors(self, operation: str) -> float | None:
+        return self.metrics.registry.get_sample_value(
+            "drain_guard_api_errors_total", {"operation": operation}
+        )
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[Env]:
+    async with SimApiServer() as api, api.api_client(USER) as client:
+        clock, metrics = Clock(), Metrics()
+        recorder = EventRecorder(client, NODE, clock=clock, metrics=metrics)
+        yield Env(api, recorder, metrics, clock)
+
+
+async def test_first_event_is_created_on_the_node(env: Env) -> None:
+    env.recorder.node_uid = "0b6f-uid"
+    await env.recorder.drain_held(
+        "drain-rendered-worker-1", ["build-pod"], "openshift-machine-config-operator/build-1"
+    )
+    [event] = env.events()
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": NODE,
+        "uid": "0b6f-uid",
+    }
+    assert event["metadata"]["namespace"] == "default"
+    assert event["metadata"]["name"].startswith(f"{NODE}.")
+    assert event["reason"] == DRAIN_HELD
+    assert event["type"] == "Normal"
+    assert event["message"] == (
+        "Holding drain request drain-rendered-worker-1 (build-pod): "
+        "openshift-machine-config-operator/build-1"
+    )
+    assert event["count"] == 1
+    assert event["firstTimestamp"] == event["lastTimestamp"] == "2026-03-01T12:00:00Z"
+    assert event["source"] == {"component": "drain-guard", "host": NODE}
+    assert event["reportingComponent"] == "drain-guard"
+    assert event["reportingInstance"] == f"drain-guard-{NODE}"
+    assert env.emitted(DRAIN_HELD) == 1
+
+
+async def test_repeats_within_the_window_bump_count_with_a_patch(env: Env) -> None:
+    for minute in range(4):
+        await env.recorder.drain_held("drain-r1", ["build-pod"], f"pods seen at minute {minute}")
+        env.clock.advance(timedelta(minutes=3))
+    [event] = env.events()
+    assert event["count"] == 4
+    assert event["firstTimestamp"] == "2026-03-01T12:00:00Z"
+    assert event["lastTimestamp"] == "2026-03-01T12:09:00Z"
+    assert event["message"].endswith("pods seen at minute 3")
+    assert env.requests("create") == 1
+    assert env.requests("patch") == 3
+    assert env.emitted(DRAIN_HELD) == 4
+
+
+async def test_after_the_window_a_new_event_is_created(env: Env) -> None:
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    env.clock.advance(timedelta(minutes=10, seconds=1))
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    assert [e["count"] for e in env.events()] == [1, 1]
+    assert env.requests("patch") == 0
+
+
+async def test_different_keys_are_different_events(env: Env) -> None:
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    await env.recorder.drain_held("drain-r1", ["build-pod", "noop-image"], "x")
+    await env.recorder.drain_held("drain-r2", ["build-pod"], "x")
+    await env.recorder.drain_released("drain-r1", "safe", timedelta(minutes=5))
+    reasons = sorted((e["reason"], e["count"]) for e in env.events())
+    assert reasons == [(DRAIN_HELD, 1), (DRAIN_HELD, 1), (DRAIN_HELD, 1), (DRAIN_RELEASED, 1)]
+
+
+async def test_released_and_expired(env: Env) -> None:
+    await env.recorder.drain_released("drain-r1", "safe", timedelta(minutes=12, seconds=5))
+    await env.recorder.drain_released("drain-r2", "expired", timedelta(minutes=45))
+    released, expired = sorted(env.events(), key=lambda e: str(e["reason"]))[::-1]
+    assert released["reason"] == DRAIN_RELEASED
+    assert released["type"] == "Normal"
+    assert released["message"] == "Released drain request drain-r1 after 12m05s (outcome safe)"
+    assert expired["reason"] == DRAIN_HOLD_EXPIRED
+    assert expired["type"] == "Warning"
+    assert expired["message"].startswith("Hold of drain request drain-r2 expired after 45m00s")
+    assert env.emitted(DRAIN_HOLD_EXPIRED) == 1
+    assert env.emitted(DRAIN_RELEASED) == 1
+
+
+async def test_a_deleted_event_is_recreated(env: Env) -> None:
+    await env.recorder.drain_held("drain-r1", ["manual"], "x")
+    [first] = env.events()
+    env.api.delete("events", first["metadata"]["name"], EVENT_NAMESPACE)
+    env.clock.advance(timedelta(minutes=1))
+    await env.recorder.drain_held("drain-r1", ["manual"], "x")
+    [second] = env.events()
+    assert second["metadata"]["name"] != first["metadata"]["name"]
+    assert second["count"] == 1
+    assert env.errors("event_patch") == 0
+    # ... and aggregation continues on the new one.
+    await env.recorder.drain_held("drain-r1", ["manual"], "x")
+    assert [e["count"] for e in env.events()] == [2]
+
+
+async def test_only_create_and_patch_are_used(env: Env) -> None:
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    await env.recorder.drain_released("drain-r1", "safe", timedelta(minutes=1))
+    used = {verb for (user, verb, resource) in env.api.requests if user == USER}
+    assert used == {"create", "patch"}
+
+
+async def test_create_failure_is_logged_and_counted_not_raised(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.api.faults.error(500, verb="create", resource="events", times=1)
+    with caplog.at_level(logging.WARNING, logger="agent.events"):
+        await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    assert env.events() == []
+    assert env.errors("event_create") == 1
+    assert env.emitted(DRAIN_HELD) == 0
+    assert any("could not write DrainHeld event" in r.getMessage() for r in caplog.records)
+    # The next attempt creates it (nothing half-remembered from the failure).
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    assert [e["count"] for e in env.events()] == [1]
+
+
+async def test_patch_failure_is_counted_and_the_next_bump_still_works(env: Env) -> None:
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    env.api.faults.error(403, verb="patch", resource="events", times=1)
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    assert env.errors("event_patch") == 1
+    assert [e["count"] for e in env.events()] == [1]
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    assert [e["count"] for e in env.events()] == [2]
+
+
+async def test_unreachable_api_server_is_not_raised(env: Env) -> None:
+    await env.api.stop()
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    assert env.errors("event_create") == 1
+
+
+async def test_concurrent_emits_aggregate(env: Env) -> None:
+    await asyncio.gather(
+        *(env.recorder.drain_held("drain-r1", ["build-pod"], "x") for _ in range(5))
+    )
+    assert [e["count"] for e in env.events()] == [5]
+    assert env.requests("create") == 1
+
+
+async def test_long_messages_are_truncated(env: Env) -> None:
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "é" * 2000)
+    [event] = env.events()
+    assert len(event["message"].encode()) <= MAX_MESSAGE
+    assert event["message"].endswith("...")
