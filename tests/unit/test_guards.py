@@ -1,0 +1,203 @@
+"""The guards one by one: what blocks, what abstains, what is reported as invalid."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from agent.guards import (
+    Block,
+    BootedImage,
+    BuildPodGuard,
+    Clear,
+    ManualGuard,
+    NodeView,
+    NoopImageGuard,
+    PodInfo,
+    Unknown,
+    default_guards,
+    parse_hold_request,
+)
+from agent.protocol import DESIRED_IMAGE, HOLD_REQUEST, Reason
+from agent.selectors import OwnerRef, default_build_pod_selectors
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+MCO_NS = "openshift-machine-config-operator"
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+REGISTRY = "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/ocb"
+
+
+def view(
+    annotations: Mapping[str, str] | None = None,
+    pods: tuple[PodInfo, ...] | None = (),
+    booted: BootedImage | None = None,
+) -> NodeView:
+    return NodeView(
+        name="worker-0",
+        annotations=dict(annotations or {}),
+        pods=pods,
+        booted=booted or BootedImage(D1, f"ostree-unverified-registry:{REGISTRY}@{D1}", "ostree"),
+        now=NOW,
+        resource_version="7",
+    )
+
+
+def build_pod(
+    name: str = "build-x-build", phase: str = "Running", deleting: bool = False
+) -> PodInfo:
+    labels = {"openshift.io/build.name": "build-rendered-worker-1"}
+    return PodInfo(MCO_NS, name, phase, labels, deleting=deleting)
+
+
+# --- build-pod ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def build_guard() -> BuildPodGuard:
+    return BuildPodGuard(default_build_pod_selectors())
+
+
+def test_build_guard_unknown_until_pods_synced(build_guard: BuildPodGuard) -> None:
+    assert build_guard.check(view(pods=None)) == Unknown(
+        Reason.BUILD_POD, "pods on the node are not synced yet"
+    )
+
+
+def test_build_guard_blocks_on_running_and_pending_build_pods(build_guard: BuildPodGuard) -> None:
+    verdict = build_guard.check(view(pods=(build_pod("b", "Running"), build_pod("a", "Pending"))))
+    assert verdict == Block(Reason.BUILD_POD, f"build pods {MCO_NS}/a, {MCO_NS}/b")
+
+
+def test_build_guard_blocks_on_4_18_job_pod(build_guard: BuildPodGuard) -> None:
+    pod = PodInfo(
+        MCO_NS,
+        "build-worker-abc-x7k2p",
+        "Running",
+        {"batch.kubernetes.io/job-name": "build-worker-abc"},
+        (OwnerRef("Job", "build-worker-abc"),),
+    )
+    assert isinstance(build_guard.check(view(pods=(pod,))), Block)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        build_pod(phase="Succeeded"),
+        build_pod(phase="Failed"),
+        build_pod(deleting=True),
+        PodInfo(MCO_NS, "machine-os-builder-1", "Running", {"k8s-app": "machine-os-builder"}),
+        PodInfo("default", "web", "Running", {"app": "web"}),
+    ],
+)
+def test_build_guard_ignores(build_guard: BuildPodGuard, pod: PodInfo) -> None:
+    verdict = build_guard.check(view(pods=(pod,)))
+    assert verdict == Clear(Reason.BUILD_POD, "no build pod on the node")
+
+
+def test_build_guard_needs_selectors() -> None:
+    with pytest.raises(ValueError, match="at least one selector"):
+        BuildPodGuard([])
+
+
+def test_pod_owner_kinds() -> None:
+    pod = PodInfo("ns", "p", "Running", owners=(OwnerRef("Job", "j"), OwnerRef("Build", "b")))
+    assert pod.owner_kinds == ("Job", "Build")
+
+
+# --- noop-image ---------------------------------------------------------------------------
+
+
+def test_noop_blocks_when_desired_is_the_booted_image() -> None:
+    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}))
+    assert isinstance(verdict, Block)
+    assert verdict.reason is Reason.NOOP_IMAGE
+    assert "sha256:111111111111" in verdict.detail
+
+
+def test_noop_clear_when_images_differ() -> None:
+    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}@{D2}"}))
+    assert isinstance(verdict, Clear)
+    assert not verdict.abstained
+    assert "differs" in verdict.detail
+
+
+def test_noop_clear_when_not_layered() -> None:
+    verdict = NoopImageGuard().check(view({}))
+    assert verdict == Clear(Reason.NOOP_IMAGE, "node is not layered (no desiredImage)")
+
+
+def test_noop_abstains_when_booted_digest_unknown() -> None:
+    booted = BootedImage(None, None, "ostree", "origin file /ostree/deploy/x.0.origin is missing")
+    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}, booted=booted))
+    assert isinstance(verdict, Clear)
+    assert verdict.abstained
+    assert "origin file /ostree/deploy/x.0.origin is missing" in verdict.detail
+
+
+def test_noop_abstains_when_desired_image_has_no_digest() -> None:
+    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}:latest"}))
+    assert isinstance(verdict, Clear)
+    assert verdict.abstained
+    assert not verdict.invalid
+
+
+def test_noop_reports_malformed_desired_image() -> None:
+    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: "oci:/nope"}))
+    assert isinstance(verdict, Clear)
+    assert verdict.abstained
+    assert verdict.invalid
+    assert "unknown transport" in verdict.detail
+
+
+def test_noop_compare_gives_image_match() -> None:
+    guard = NoopImageGuard()
+    assert guard.compare(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}))[0] is True
+    assert guard.compare(view({DESIRED_IMAGE: f"{REGISTRY}@{D2}"}))[0] is False
+    assert guard.compare(view({DESIRED_IMAGE: f"{REGISTRY}:v1"}))[0] is None
+
+
+# --- manual -------------------------------------------------------------------------------
+
+
+def test_parse_hold_request() -> None:
+    assert parse_hold_request("2026-03-01T13:00:00Z;  capacity test ") == (
+        NOW + timedelta(hours=1),
+        "capacity test",
+    )
+    assert parse_hold_request("2026-03-01T14:00:00+01:00") == (NOW + timedelta(hours=1), "")
+    with pytest.raises(ValueError, match="RFC 3339"):
+        parse_hold_request("tomorrow;please")
+
+
+def test_manual_blocks_until_expiry() -> None:
+    verdict = ManualGuard().check(view({HOLD_REQUEST: "2026-03-01T13:00:00Z;db migration"}))
+    assert verdict == Block(Reason.MANUAL, "hold-request until 2026-03-01T13:00:00Z: db migration")
+
+
+def test_manual_without_reason_text() -> None:
+    verdict = ManualGuard().check(view({HOLD_REQUEST: "2026-03-01T13:00:00Z"}))
+    assert verdict == Block(Reason.MANUAL, "hold-request until 2026-03-01T13:00:00Z")
+
+
+def test_manual_expired_does_not_block() -> None:
+    verdict = ManualGuard().check(view({HOLD_REQUEST: "2026-03-01T12:00:00Z;x"}))
+    assert verdict == Clear(Reason.MANUAL, "hold-request expired at 2026-03-01T12:00:00Z")
+
+
+def test_manual_malformed_is_reported_not_held() -> None:
+    verdict = ManualGuard().check(view({HOLD_REQUEST: "forever"}))
+    assert isinstance(verdict, Clear)
+    assert verdict.invalid
+    assert "drain-guard.io/hold-request ignored" in verdict.detail
+
+
+def test_manual_absent() -> None:
+    assert ManualGuard().check(view({})) == Clear(Reason.MANUAL, "no hold-request")
+
+
+def test_default_guards_order() -> None:
+    reasons = [g.reason for g in default_guards(default_build_pod_selectors())]
+    assert reasons == [Reason.BUILD_POD, Reason.NOOP_IMAGE, Reason.MANUAL]
