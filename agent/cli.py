@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import aiohttp
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from agent import __version__, protocol
+from agent import __version__, guards, protocol
 from agent.config import SettingsError, add_run_arguments, settings_from
 from agent.kube import Applied, Kube, KubeError, NodeObj
 
@@ -264,50 +264,31 @@ RELEASE_ATTEMPTS = 5
 
 
 async def release_node(kube: Kube, name: str) -> bool:
-    """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success."""
+    """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success.
+
+    The patch also records the request in ``drain-guard.io/released``: the agent does not
+    hold that request again, and counts the release as ``manual``.
+    """
     for _ in range(RELEASE_ATTEMPTS):
         node = await kube.get_node(name)
         if node is None:
             print(f"drain-guard release: error: node {name} not found", file=sys.stderr)
             return False
-        desired = node.annotations.get(protocol.DESIRED_DRAIN, "")
         try:
-            record = protocol.read_hold(node.annotations)
-        except protocol.MalformedHold as exc:
-            print(
-                f"drain-guard release: error: node {name}: malformed hold annotations ({exc});"
-                " fix them by hand",
-                file=sys.stderr,
+            release = guards.force_release(
+                node.annotations, node.resource_version, protocol.Outcome.MANUAL
             )
-            return False
-        if record is None or desired != protocol.HOLD_PREFIX + record.held_drain:
-            print(f"drain-guard release: error: node {name} has no held drain", file=sys.stderr)
-            return False
-        last_applied = node.annotations.get(protocol.LAST_APPLIED_DRAIN)
-        try:
-            # mark_released: the agent must not hold this same request again, and it reads
-            # the marker to count the release as manual (docs/troubleshooting.md).
-            ops = protocol.release_patch(
-                record.held_drain,
-                last_applied,
-                node.resource_version,
-                node.annotations.keys(),
-                mark_released=True,
-            )
-        except protocol.ProtocolError as exc:
+        except (guards.NothingHeldError, protocol.ProtocolError) as exc:
             print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
             return False
-        result = await kube.patch_node_json(name, ops)
+        result = await kube.patch_node_json(name, release.patch)
         if isinstance(result, Applied):
-            print(f"node {name}: released {record.held_drain} (outcome manual)")
+            print(f"node {name}: released {release.original} (outcome manual)")
             if protocol.HOLD_REQUEST in node.annotations:
                 print(
                     f"node {name}: note: {protocol.HOLD_REQUEST} is still set and will hold"
                     " later drain requests until it expires or is removed"
                 )
             return True
-    print(
-        f"drain-guard release: error: node {name} kept changing; try again",
-        file=sys.stderr,
-    )
+    print(f"drain-guard release: error: node {name} kept changing; try again", file=sys.stderr)
     return False

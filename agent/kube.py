@@ -80,6 +80,7 @@ class NodeObj:
     resource_version: str
     annotations: Mapping[str, str]
     unschedulable: bool
+    uid: str = ""
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> NodeObj:
@@ -90,6 +91,7 @@ class NodeObj:
             resource_version=str(meta.get("resourceVersion", "")),
             annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
             unschedulable=bool(spec.get("unschedulable", False)),
+            uid=str(meta.get("uid", "")),
         )
 
 
