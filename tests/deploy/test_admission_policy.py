@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from agent import protocol
 from agent.protocol import Reason
-from tests.deploy.tools import Obj, one
+from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
 
 AGENT = "system:serviceaccount:drain-guard:drain-guard"
 NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
@@ -101,10 +101,12 @@ def policy(rendered: Callable[[str], list[Obj]]) -> Policy:
     return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy"))
 
 
-def test_both_overlays_ship_the_same_policy(rendered: Callable[[str], list[Obj]]) -> None:
+def test_overlays_ship_the_same_policy(rendered: Callable[[str], list[Obj]]) -> None:
+    """What is evaluated here (the kubernetes overlay's) is what every overlay with it ships."""
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-    for kind in kinds:
-        assert one(rendered("kubernetes"), kind) == one(rendered("openshift"), kind)
+    for overlay in WITH_ADMISSION_POLICY:
+        for kind in kinds:
+            assert one(rendered(overlay), kind) == one(rendered("kubernetes"), kind)
 
 
 def node(**annotations: str) -> Obj:

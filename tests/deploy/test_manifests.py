@@ -1,12 +1,12 @@
 """Every overlay renders, and every rendered object is valid.
 
 Objects of built-in kinds are validated against the Kubernetes OpenAPI schemas shipped by
-``kubernetes-validate`` (strict: unknown fields are errors), for the oldest release the
-manifests support (1.30: admissionregistration.k8s.io/v1 and the node-name token claim) and
-the newest the package knows. Custom resources (ServiceMonitor, PrometheusRule, OpenShift's
-SecurityContextConstraints) have no schema there; they are checked structurally below, and a
-test pins which kinds those are, so a built-in kind never escapes schema validation by a
-misspelt apiVersion.
+``kubernetes-validate`` (strict: unknown fields are errors), for the oldest release each
+overlay supports (1.30 where the admission policy is included; 1.28 for OpenShift 4.15) and
+for the newest the package knows. Custom resources (ServiceMonitor, PrometheusRule,
+OpenShift's SecurityContextConstraints) have no schema there; they are checked structurally
+below, and a test pins which kinds those are, so that a built-in kind never escapes schema
+validation by a misspelt apiVersion.
 """
 
 from __future__ import annotations
@@ -17,21 +17,29 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from tests.deploy.tools import Obj, key, one, pod_spec
+from tests.deploy.tools import (
+    MIN_KUBERNETES,
+    WITH_ADMISSION_POLICY,
+    Obj,
+    key,
+    one,
+    pod_spec,
+)
 
-MIN_KUBERNETES = "1.30.0"
-SCHEMA_VERSIONS = (MIN_KUBERNETES, kubernetes_validate.latest_version())
+LATEST = kubernetes_validate.latest_version()
 
 # Kinds without a schema in kubernetes-validate, per overlay: checked structurally instead.
+_OPENSHIFT_CUSTOM_KINDS = {
+    "monitoring.coreos.com/v1 ServiceMonitor",
+    "monitoring.coreos.com/v1 PrometheusRule",
+    "security.openshift.io/v1 SecurityContextConstraints",
+}
 CUSTOM_KINDS = {
+    "openshift": _OPENSHIFT_CUSTOM_KINDS,
+    "openshift-4.15": _OPENSHIFT_CUSTOM_KINDS,
     "kubernetes": {
         "monitoring.coreos.com/v1 ServiceMonitor",
         "monitoring.coreos.com/v1 PrometheusRule",
-    },
-    "openshift": {
-        "monitoring.coreos.com/v1 ServiceMonitor",
-        "monitoring.coreos.com/v1 PrometheusRule",
-        "security.openshift.io/v1 SecurityContextConstraints",
     },
 }
 CLUSTER_SCOPED = {
@@ -50,8 +58,13 @@ def _type(obj: Obj) -> str:
     return f"{obj['apiVersion']} {obj['kind']}"
 
 
-def test_overlay_renders_the_whole_deployment(objects: list[Obj]) -> None:
+def test_overlay_renders_the_whole_deployment(objects: list[Obj], overlay: str) -> None:
     kinds = {o["kind"] for o in objects}
+    policy_kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    if overlay in WITH_ADMISSION_POLICY:
+        assert policy_kinds <= kinds
+    else:
+        assert not policy_kinds & kinds
     assert {
         "Namespace",
         "ServiceAccount",
@@ -62,15 +75,17 @@ def test_overlay_renders_the_whole_deployment(objects: list[Obj]) -> None:
         "DaemonSet",
         "Service",
         "ServiceMonitor",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
+        "PrometheusRule",
     } <= kinds
     keys = [key(o) for o in objects]
     assert len(keys) == len(set(keys)), "duplicate objects"
 
 
-def test_openshift_overlay_adds_its_pieces(rendered: Callable[[str], list[Obj]]) -> None:
-    objects = rendered("openshift")
+@pytest.mark.parametrize("variant", ["openshift", "openshift-4.15"])
+def test_openshift_overlay_adds_its_pieces(
+    rendered: Callable[[str], list[Obj]], variant: str
+) -> None:
+    objects = rendered(variant)
     one(objects, "SecurityContextConstraints", "drain-guard")
     labels = one(objects, "Namespace", NAMESPACE)["metadata"]["labels"]
     assert labels["openshift.io/cluster-monitoring"] == "true"
@@ -78,10 +93,11 @@ def test_openshift_overlay_adds_its_pieces(rendered: Callable[[str], list[Obj]])
     assert names == ["drain-guard", "kube-rbac-proxy"]
 
 
-@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+@pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])
 def test_builtin_objects_validate_against_kubernetes_schemas(
-    objects: list[Obj], overlay: str, version: str
+    objects: list[Obj], overlay: str, newest: bool
 ) -> None:
+    version = LATEST if newest else MIN_KUBERNETES[overlay]
     without_schema = set()
     for obj in objects:
         try:
@@ -93,12 +109,12 @@ def test_builtin_objects_validate_against_kubernetes_schemas(
     assert without_schema <= CUSTOM_KINDS[overlay]
 
 
-def test_validation_catches_an_invalid_object(objects: list[Obj]) -> None:
+def test_validation_catches_an_invalid_object(objects: list[Obj], overlay: str) -> None:
     """The schema check has teeth: a misplaced field in the DaemonSet is reported."""
     daemonset = one(objects, "DaemonSet", "drain-guard")
     daemonset["spec"]["template"]["spec"]["containers"][0]["readOnly"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(daemonset, MIN_KUBERNETES, strict=True)
+        kubernetes_validate.validate(daemonset, MIN_KUBERNETES[overlay], strict=True)
 
 
 def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
@@ -152,6 +168,7 @@ def test_prometheus_rule_is_well_formed(objects: list[Obj]) -> None:
 def test_security_context_constraints_admit_only_what_the_pod_needs(
     rendered: Callable[[str], list[Obj]],
 ) -> None:
+    """The openshift-4.15 overlay reuses the openshift one, so checking one covers both."""
     objects = rendered("openshift")
     scc = one(objects, "SecurityContextConstraints", "drain-guard")
     for flag in (

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from agent.permissions import PERMISSIONS, Permission, Scope
-from tests.deploy.tools import Obj, agent_container, one
+from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one
 
 SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)
 
@@ -107,7 +107,7 @@ def _own_daemonset(objects: list[Obj]) -> tuple[str, str]:
 
 
 def _extra(overlay: str) -> set[Grant]:
-    return OPENSHIFT_EXTRA if overlay == "openshift" else set()
+    return OPENSHIFT_EXTRA if overlay.startswith("openshift") else set()
 
 
 def _diff(actual: set[Grant], wanted: set[Grant]) -> str:
@@ -160,6 +160,7 @@ def test_no_broad_or_dangerous_grant(objects: list[Obj], forbidden: str) -> None
         assert forbidden not in {grant.api_group, grant.resource, grant.verb}, grant
 
 
+@pytest.mark.parametrize("overlay", WITH_ADMISSION_POLICY)
 def test_admission_policy_matches_the_agent_account(objects: list[Obj]) -> None:
     """The policy's username follows the ServiceAccount the DaemonSet runs as."""
     account = one(objects, "ServiceAccount")
@@ -176,6 +177,7 @@ def test_admission_policy_matches_the_agent_account(objects: list[Obj]) -> None:
     assert (account["metadata"]["namespace"], account["metadata"]["name"]) == SERVICE_ACCOUNT
 
 
+@pytest.mark.parametrize("overlay", WITH_ADMISSION_POLICY)
 def test_admission_policy_is_bound_and_denies(objects: list[Obj]) -> None:
     policy = one(objects, "ValidatingAdmissionPolicy")
     binding = one(objects, "ValidatingAdmissionPolicyBinding")

@@ -20,7 +20,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET_DIR = REPO / "daemonset"
-OVERLAYS = ("kubernetes", "openshift")
+OVERLAYS = ("kubernetes", "openshift", "openshift-4.15")
+# The oldest Kubernetes each overlay supports: the admission policy needs 1.30 (OpenShift
+# 4.17); the openshift-4.15 overlay leaves it out for OpenShift 4.15/4.16 (Kubernetes 1.28).
+MIN_KUBERNETES = {"kubernetes": "1.30.0", "openshift": "1.30.0", "openshift-4.15": "1.28.0"}
+WITH_ADMISSION_POLICY = ("kubernetes", "openshift")
 RENDER_TIMEOUT = 60.0
 
 Obj = dict[str, Any]
