@@ -1,0 +1,515 @@
+"""decide(): the decision table of the hold protocol, and its invariants on random nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.guards import (
+    BootedImage,
+    CleanUp,
+    Decision,
+    Foreign,
+    Guard,
+    Hold,
+    Idle,
+    Keep,
+    NodeView,
+    NothingHeldError,
+    PodInfo,
+    Release,
+    UpdateHold,
+    Wait,
+    decide,
+    default_guards,
+    force_release,
+)
+from agent.protocol import (
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    DG_PREFIX,
+    HELD_DRAIN,
+    HELD_SINCE,
+    HOLD_DETAIL,
+    HOLD_REASONS,
+    HOLD_REQUEST,
+    LAST_APPLIED_DRAIN,
+    OWNED_KEYS,
+    RELEASED,
+    Outcome,
+    Reason,
+    Verb,
+    annotation_path,
+    format_rfc3339,
+    parse_drain_request,
+)
+from agent.selectors import default_build_pod_selectors
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+MAX_HOLD = timedelta(minutes=45)
+MCO_NS = "openshift-machine-config-operator"
+D1 = "sha256:" + "1" * 64
+D2 = "sha256:" + "2" * 64
+IMAGE = "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/ocb"
+A = "drain-rendered-worker-aaa"
+B = "drain-rendered-worker-bbb"
+PREV = "uncordon-rendered-worker-000"
+BUILD = PodInfo(MCO_NS, "build-x-build", "Running", {"openshift.io/build.name": "build-x"})
+BOOTED = BootedImage(D1, f"ostree-unverified-registry:{IMAGE}@{D1}", "ostree")
+GUARDS: tuple[Guard, ...] = default_guards(default_build_pod_selectors())
+
+
+def view(
+    annotations: Mapping[str, str],
+    pods: tuple[PodInfo, ...] | None = (),
+    booted: BootedImage = BOOTED,
+    now: datetime = NOW,
+) -> NodeView:
+    return NodeView("worker-0", dict(annotations), pods, booted, now, "100")
+
+
+def run(annotations: Mapping[str, str], **kw: Any) -> Decision:
+    return decide(view(annotations, **kw), GUARDS, MAX_HOLD)
+
+
+def apply(annotations: Mapping[str, str], decision: Decision) -> dict[str, str]:
+    obj = {"metadata": {"resourceVersion": "100", "annotations": dict(annotations)}}
+    result: dict[str, Any] = jsonpatch.apply_patch(obj, list(decision.patch))
+    out: dict[str, str] = result["metadata"]["annotations"]
+    return out
+
+
+def held(
+    original: str = A,
+    since: datetime = NOW - timedelta(minutes=5),
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    return {
+        DESIRED_DRAIN: "hold-" + original,
+        LAST_APPLIED_DRAIN: PREV,
+        HELD_DRAIN: original,
+        HOLD_REASONS: "build-pod",
+        HELD_SINCE: format_rfc3339(since),
+        HOLD_DETAIL: f"build-pod: build pod {MCO_NS}/build-x-build",
+        **(extra or {}),
+    }
+
+
+# --- not held yet -------------------------------------------------------------------------
+
+
+def test_hold_while_a_build_pod_runs() -> None:
+    before = {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Hold)
+    assert decision.original == A
+    assert decision.recheck_at == NOW + MAX_HOLD
+    after = apply(before, decision)
+    assert after[DESIRED_DRAIN] == "hold-" + A
+    assert after[HELD_DRAIN] == A
+    assert after[HOLD_REASONS] == "build-pod"
+    assert after[HELD_SINCE] == format_rfc3339(NOW)
+    assert "\n" not in decision.explain()
+    assert decision.explain().startswith(f"hold {A}: build-pod: build pod")
+
+
+def test_hold_for_the_seed_same_image_update() -> None:
+    before = {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV, DESIRED_IMAGE: f"{IMAGE}@{D1}"}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Hold)
+    assert [b.reason for b in decision.blocks] == [Reason.BUILD_POD, Reason.NOOP_IMAGE]
+    assert apply(before, decision)[HOLD_REASONS] == "build-pod,noop-image"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fragment"),
+    [
+        ({}, "no drain request"),
+        ({DESIRED_DRAIN: ""}, "no drain request"),
+        ({DESIRED_DRAIN: "uncordon-rendered-worker-aaa"}, "uncordon: never held"),
+        ({DESIRED_DRAIN: "pause-x"}, "is not a drain request"),
+        ({DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: A}, "already applied"),
+        ({DESIRED_DRAIN: A, RELEASED: A}, "released earlier"),
+    ],
+)
+def test_never_held(annotations: dict[str, str], fragment: str) -> None:
+    decision = run({**annotations, HOLD_REQUEST: "2026-03-01T13:00:00Z"}, pods=(BUILD,))
+    assert isinstance(decision, Idle)
+    assert fragment in decision.explain()
+    assert decision.patch == ()
+
+
+def test_no_guard_blocks_idle() -> None:
+    decision = run({DESIRED_DRAIN: A, DESIRED_IMAGE: f"{IMAGE}@{D2}"})
+    assert decision == Idle("no guard blocks", decision.verdicts)
+    assert len(decision.verdicts) == 3
+
+
+def test_wait_while_pods_unsynced_and_nothing_else_blocks() -> None:
+    decision = run({DESIRED_DRAIN: A}, pods=None)
+    assert isinstance(decision, Wait)
+    assert decision.record is None
+    assert decision.patch == ()
+    assert "waiting before deciding on" in decision.explain()
+
+
+def test_a_block_wins_over_an_unknown() -> None:
+    decision = run({DESIRED_DRAIN: A, DESIRED_IMAGE: f"{IMAGE}@{D1}"}, pods=None)
+    assert isinstance(decision, Hold)
+    assert [b.reason for b in decision.blocks] == [Reason.NOOP_IMAGE]
+
+
+def test_unknown_booted_image_never_holds() -> None:
+    booted = BootedImage(None, None, "rpm-ostree", "rpm-ostree timed out after 30 s")
+    decision = run({DESIRED_DRAIN: A, DESIRED_IMAGE: f"{IMAGE}@{D1}"}, booted=booted)
+    assert isinstance(decision, Idle)
+    noop = decision.verdicts[1]
+    assert noop.reason is Reason.NOOP_IMAGE
+    assert "rpm-ostree timed out" in noop.detail
+
+
+def test_manual_hold_rechecks_at_its_expiry() -> None:
+    decision = run({DESIRED_DRAIN: A, HOLD_REQUEST: "2026-03-01T12:10:00Z;maintenance"})
+    assert isinstance(decision, Hold)
+    assert decision.recheck_at == NOW + timedelta(minutes=10)
+
+
+def test_release_marker_of_another_request_is_removed_when_holding() -> None:
+    before = {DESIRED_DRAIN: B, RELEASED: A}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Hold)
+    assert RELEASED not in apply(before, decision)
+
+
+# --- held ---------------------------------------------------------------------------------
+
+
+def test_keep_while_still_blocked() -> None:
+    decision = run(held(), pods=(BUILD,))
+    assert isinstance(decision, Keep)
+    assert decision.patch == ()
+    assert decision.recheck_at == NOW - timedelta(minutes=5) + MAX_HOLD
+
+
+def test_update_when_reasons_change() -> None:
+    before = held(extra={DESIRED_IMAGE: f"{IMAGE}@{D1}"})
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, UpdateHold)
+    after = apply(before, decision)
+    assert after[HOLD_REASONS] == "build-pod,noop-image"
+    assert after[HELD_SINCE] == before[HELD_SINCE]
+    assert after[DESIRED_DRAIN] == "hold-" + A
+
+
+def test_release_safe_when_the_build_is_done() -> None:
+    before = held()
+    decision = run(before, pods=(PodInfo(MCO_NS, "build-x-build", "Succeeded", BUILD.labels),))
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.SAFE
+    assert apply(before, decision) == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
+
+
+def test_wait_keeps_a_hold_when_pods_are_unknown() -> None:
+    decision = run(held(), pods=None)
+    assert isinstance(decision, Wait)
+    assert decision.record is not None
+    assert decision.patch == ()
+    assert decision.explain().startswith(f"holding {A} until guards can decide")
+
+
+def test_expired_at_max_hold_even_while_blocked() -> None:
+    before = held(since=NOW - MAX_HOLD)
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.EXPIRED
+    after = apply(before, decision)
+    assert after[DESIRED_DRAIN] == A
+    assert after[RELEASED] == A
+    # ... and the same request is not held again.
+    again = run(after, pods=(BUILD,))
+    assert isinstance(again, Idle)
+    assert "released earlier" in again.why
+
+
+def test_just_below_max_hold_is_kept() -> None:
+    decision = run(held(since=NOW - MAX_HOLD + timedelta(seconds=1)), pods=(BUILD,))
+    assert isinstance(decision, Keep)
+
+
+def test_future_held_since_expires_instead_of_holding_forever() -> None:
+    decision = run(held(since=NOW + timedelta(hours=3)), pods=(BUILD,))
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.EXPIRED
+    assert "in the future" in decision.why
+
+
+def test_small_clock_skew_is_tolerated() -> None:
+    decision = run(held(since=NOW + timedelta(seconds=30)), pods=(BUILD,))
+    assert isinstance(decision, Keep)
+
+
+def test_race_lost_restores_the_completed_request() -> None:
+    """The MCC finished the drain it started before the hold: let the MCD go on."""
+    before = held(extra={LAST_APPLIED_DRAIN: A})
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.RACE_LOST
+    assert apply(before, decision) == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: A}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(HELD_SINCE, "whenever"), (HOLD_REASONS, "build-pod,gremlins")],
+)
+def test_malformed_record_is_released_as_invalid(key: str, value: str) -> None:
+    before = held(extra={key: value})
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.INVALID
+    after = apply(before, decision)
+    assert after[DESIRED_DRAIN] == A
+    assert after[RELEASED] == A
+
+
+def test_held_uncordon_is_restored_not_kept() -> None:
+    before = held("uncordon-rendered-worker-aaa")
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.INVALID
+    assert apply(before, decision)[DESIRED_DRAIN] == "uncordon-rendered-worker-aaa"
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fragment"),
+    [
+        ({DESIRED_DRAIN: "hold-" + A}, "did not write this hold"),
+        ({DESIRED_DRAIN: "hold-" + A, HELD_DRAIN: B}, f"is {B!r}, not {A!r}"),
+    ],
+)
+def test_foreign_holds_are_not_touched(annotations: dict[str, str], fragment: str) -> None:
+    decision = run(annotations, pods=())
+    assert isinstance(decision, Foreign)
+    assert decision.patch == ()
+    assert fragment in decision.explain()
+
+
+# --- superseded and re-written requests ------------------------------------------------------
+
+
+def test_newer_request_supersedes_the_hold_and_is_held() -> None:
+    before = {**held(), DESIRED_DRAIN: B}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Hold)
+    assert decision.supersedes is not None
+    assert decision.supersedes.held_drain == A
+    after = apply(before, decision)
+    assert after[HELD_DRAIN] == B
+    assert after[DESIRED_DRAIN] == "hold-" + B
+    assert after[HELD_SINCE] == format_rfc3339(NOW)
+
+
+def test_newer_request_supersedes_and_cleans_up() -> None:
+    before = {**held(), DESIRED_DRAIN: B}
+    decision = run(before, pods=())
+    assert isinstance(decision, CleanUp)
+    assert decision.outcome is Outcome.SUPERSEDED
+    assert apply(before, decision) == {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: PREV}
+
+
+def test_uncordon_over_stale_keys_cleans_up() -> None:
+    before = {**held(), DESIRED_DRAIN: "uncordon-rendered-worker-bbb"}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, CleanUp)
+    assert set(decision.keys) == set(OWNED_KEYS)
+
+
+def test_mcd_rewrites_the_same_request_while_held_hold_again_same_age() -> None:
+    since = NOW - timedelta(minutes=20)
+    before = {**held(since=since), DESIRED_DRAIN: A}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, Hold)
+    assert decision.resumed
+    assert decision.supersedes is None
+    assert decision.since == since
+    assert apply(before, decision)[HELD_SINCE] == format_rfc3339(since)
+    assert decision.explain().startswith("hold again")
+
+
+def test_rewritten_request_whose_hold_ran_out_is_not_held_again() -> None:
+    before = {**held(since=NOW - MAX_HOLD), DESIRED_DRAIN: A}
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, CleanUp)
+    assert "has run out" in decision.why
+    assert apply(before, decision) == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
+
+
+def test_stale_released_marker_is_cleaned_up() -> None:
+    before = {DESIRED_DRAIN: "uncordon-x", RELEASED: A}
+    decision = run(before)
+    assert isinstance(decision, CleanUp)
+    assert decision.keys == (RELEASED,)
+    assert decision.outcome is None
+    assert apply(before, decision) == {DESIRED_DRAIN: "uncordon-x"}
+
+
+def test_malformed_stale_keys_are_cleaned_up() -> None:
+    before = {DESIRED_DRAIN: B, HOLD_DETAIL: "orphan"}
+    decision = run(before)
+    assert isinstance(decision, CleanUp)
+    assert "unreadable hold record" in decision.why
+    assert apply(before, decision) == {DESIRED_DRAIN: B}
+
+
+# --- forced releases (operator, uninstall) ----------------------------------------------------
+
+
+def test_force_release_manual_marks_released() -> None:
+    before = held()
+    release = force_release(before, "100", Outcome.MANUAL)
+    after = apply(before, release)
+    assert after[DESIRED_DRAIN] == A
+    assert after[RELEASED] == A
+    assert isinstance(run(after, pods=(BUILD,)), Idle)
+
+
+def test_force_release_uninstall_leaves_no_marker() -> None:
+    before = held()
+    after = apply(before, force_release(before, "100", Outcome.UNINSTALL))
+    assert after == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "fragment"),
+    [
+        ({DESIRED_DRAIN: A}, "nothing is held"),
+        ({}, "nothing is held: desiredDrain is 'not set'"),
+        ({DESIRED_DRAIN: "hold-" + A}, "not written by drain-guard"),
+    ],
+)
+def test_force_release_refuses(annotations: dict[str, str], fragment: str) -> None:
+    with pytest.raises(NothingHeldError) as info:
+        force_release(annotations, "1", Outcome.MANUAL)
+    assert fragment in str(info.value)
+
+
+# --- invariants on random nodes ---------------------------------------------------------------
+
+_values = st.sampled_from
+_optional = st.none
+
+annotation_maps = st.fixed_dictionaries(
+    {},
+    optional={
+        DESIRED_DRAIN: _values(
+            ["", A, B, "uncordon-rendered-worker-aaa", "hold-" + A, "hold-" + B, "hold-x", "w-1"]
+        ),
+        LAST_APPLIED_DRAIN: _values([A, B, PREV, "uncordon-rendered-worker-aaa"]),
+        HELD_DRAIN: _values([A, B, "uncordon-rendered-worker-aaa", ""]),
+        HOLD_REASONS: _values(["build-pod", "manual,noop-image", "bogus", ""]),
+        HELD_SINCE: _values(
+            [
+                format_rfc3339(NOW - timedelta(minutes=1)),
+                format_rfc3339(NOW - timedelta(minutes=44)),
+                format_rfc3339(NOW - timedelta(hours=2)),
+                format_rfc3339(NOW + timedelta(hours=1)),
+                "garbage",
+            ]
+        ),
+        HOLD_DETAIL: _values(["x", ""]),
+        RELEASED: _values([A, B]),
+        HOLD_REQUEST: _values(["2026-03-01T13:00:00Z;r", "2026-03-01T11:00:00Z", "bad"]),
+        DESIRED_IMAGE: _values([f"{IMAGE}@{D1}", f"{IMAGE}@{D2}", f"{IMAGE}:latest", "oci:/x"]),
+    },
+)
+pod_sets = st.one_of(
+    st.none(),
+    st.lists(
+        st.builds(
+            PodInfo,
+            st.just(MCO_NS),
+            st.sampled_from(["build-a", "other"]),
+            st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
+            st.sampled_from([dict(BUILD.labels), {"app": "x"}]),
+            st.just(()),
+            st.booleans(),
+        ),
+        max_size=2,
+    ).map(tuple),
+)
+booted_images = st.sampled_from([BOOTED, BootedImage(None, None, "ostree", "no ostree= argument")])
+
+_MCO_OWNED = (LAST_APPLIED_DRAIN, DESIRED_IMAGE)
+_WRITABLE = {annotation_path(k) for k in (DESIRED_DRAIN, *OWNED_KEYS, RELEASED)}
+
+
+@settings(max_examples=400)
+@given(annotation_maps, pod_sets, booted_images)
+def test_invariants_on_random_nodes(
+    before: dict[str, str], pods: tuple[PodInfo, ...] | None, booted: BootedImage
+) -> None:
+    decision = decide(view(before, pods, booted), GUARDS, MAX_HOLD)
+    assert decision.explain()
+    assert "\n" not in decision.explain()
+    # The patch applies to the state it was decided on (its tests hold) ...
+    after = apply(before, decision)
+    # ... and writes only desiredDrain and the agent's own keys (invariant 3).
+    for op in decision.patch:
+        if op["op"] != "test":
+            assert op["path"] in _WRITABLE
+    for key in (*_MCO_OWNED, HOLD_REQUEST):
+        assert after.get(key) == before.get(key)
+    old = before.get(DESIRED_DRAIN)
+    new = after.get(DESIRED_DRAIN)
+    last = before.get(LAST_APPLIED_DRAIN)
+    if new != old:
+        assert new is not None
+        # Invariant 1: never desiredDrain == lastAppliedDrain, except restoring a request the
+        # MCC already completed (a lost race), where no drain is skipped.
+        if new == last:
+            assert isinstance(decision, Release)
+            assert decision.outcome is Outcome.RACE_LOST
+        # Invariant 3: only drain requests are held.
+        if isinstance(decision, Hold):
+            assert parse_drain_request(old).verb is Verb.DRAIN
+            assert new == "hold-" + str(old)
+            # Invariant 2: the request is kept in held-drain.
+            assert after[HELD_DRAIN] == old
+        else:
+            # Invariant 2: a release restores exactly the request that was held.
+            assert isinstance(decision, Release)
+            assert old == "hold-" + new
+            assert before[HELD_DRAIN] == new
+            assert not any(k in after for k in OWNED_KEYS)
+    if isinstance(decision, Foreign):
+        assert decision.patch == ()
+    # Decided again on the state it produced, the agent has nothing more to write.
+    again = decide(view(after, pods, booted), GUARDS, MAX_HOLD)
+    assert again.patch == (), (decision.explain(), again.explain())
+
+
+@settings(max_examples=200)
+@given(annotation_maps, pod_sets, booted_images)
+def test_no_agent_key_without_a_reason(
+    before: dict[str, str], pods: tuple[PodInfo, ...] | None, booted: BootedImage
+) -> None:
+    """After the agent's writes settle, hold keys exist only beside a hold-… desiredDrain."""
+    state = dict(before)
+    for _ in range(3):
+        decision = decide(view(state, pods, booted), GUARDS, MAX_HOLD)
+        state = apply(state, decision)
+    request = parse_drain_request(state.get(DESIRED_DRAIN))
+    has_keys = any(k in state for k in OWNED_KEYS)
+    if isinstance(decision, Wait):
+        return  # waiting for data: a record is kept for the request it may hold again
+    if request.verb is Verb.HOLD and state.get(HELD_DRAIN) != request.target:
+        return  # a foreign hold: left alone
+    assert has_keys == (request.verb is Verb.HOLD), state
+    assert all(
+        not k.startswith(DG_PREFIX) or k in (*OWNED_KEYS, RELEASED, HOLD_REQUEST) for k in state
+    )
