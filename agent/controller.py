@@ -166,6 +166,7 @@ class _Seen:
 
     desired: str | None = None
     seen_at: float = 0.0  # monotonic: when the watch delivered this desiredDrain value
+    observed: bool = False  # False until the first Node was seen
 
 
 class Controller:
@@ -319,9 +320,13 @@ class Controller:
         ann = node.annotations
         desired = ann.get(protocol.DESIRED_DRAIN)
         if desired != self._seen.desired:
-            self._seen = _Seen(desired, self.cache.node_seen_at or time.monotonic())
+            first = not self._seen.observed
+            self._seen = _Seen(desired, self.cache.node_seen_at or time.monotonic(), True)
             verb = protocol.parse_drain_request(desired).verb
-            if verb is not protocol.Verb.NONE:
+            # The value found at start counts only if it still waits for a drain: an old,
+            # applied request is not new to anyone.
+            pending = desired != ann.get(protocol.LAST_APPLIED_DRAIN)
+            if verb is not protocol.Verb.NONE and (pending or not first):
                 self.metrics.count_drain_request(verb.value)
         on_node = _node_hold(ann)
         known = self._hold
@@ -386,7 +391,7 @@ class Controller:
         after_desired = after.annotations.get(protocol.DESIRED_DRAIN)
         if isinstance(decision, guards.Hold):
             reaction = None if decision.resumed else time.monotonic() - self._seen.seen_at
-            self._seen = _Seen(after_desired, self._seen.seen_at)
+            self._seen = _Seen(after_desired, self._seen.seen_at, True)
             record = _node_hold(after.annotations)
             self._hold = record
             reasons = [b.reason.value for b in decision.blocks]
@@ -414,7 +419,7 @@ class Controller:
             )
         elif isinstance(decision, guards.Release):
             # The restored request is the MCD's, already counted when it first appeared.
-            self._seen = _Seen(after_desired, self._seen.seen_at)
+            self._seen = _Seen(after_desired, self._seen.seen_at, True)
             record = decision.record or self._hold
             if record is not None:
                 await self._ended(record, decision.outcome, after.name, after_desired)

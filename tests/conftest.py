@@ -245,3 +245,16 @@ def no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith("DRAIN_GUARD_") or key in ("NODE_NAME", "KUBECONFIG"):
             monkeypatch.delenv(key)
+
+
+async def metric(agent: Agent, name: str, **labels: str) -> float:
+    """One sample from the agent's /metrics (0 if absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, text = await agent.http("/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0

@@ -1,20 +1,36 @@
-"""The agent as a process against the simulator: hold, no hold, release."""
+"""The agent as a process against the simulator: what it holds, what it lets through."""
 
 from __future__ import annotations
+
+import json
 
 from agent import protocol
 from agent.sim.apiserver import SimApiServer
 from tests.conftest import (
+    CONFIG_A,
     CONFIG_B,
+    IMAGE_A,
     IMAGE_B,
+    MCO_NS,
+    NODE,
     StartAgent,
     add_build_pod,
+    agent_writes,
     mcd_request,
+    metric,
     node_annotations,
     wait_annotation,
 )
 
 DRAIN_B = f"drain-{CONFIG_B}"
+CONFIG_C = "rendered-worker-" + "c" * 32
+DRAIN_C = f"drain-{CONFIG_C}"
+
+
+def _finish_pod(api: SimApiServer, name: str = "build-pod") -> None:
+    pod = api.get("pods", name, MCO_NS)
+    pod["status"]["phase"] = "Succeeded"
+    api.update("pods", pod, MCO_NS, subresource="status")
 
 
 async def test_holds_while_a_build_pod_runs_and_releases_when_it_finishes(
@@ -26,12 +42,111 @@ async def test_holds_while_a_build_pod_runs_and_releases_when_it_finishes(
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     assert ann[protocol.HELD_DRAIN] == DRAIN_B
     assert ann[protocol.HOLD_REASONS] == "build-pod"
-    assert "build-pod" in ann[protocol.HOLD_DETAIL]
+    assert f"{MCO_NS}/build-pod" in ann[protocol.HOLD_DETAIL]
+    protocol.parse_rfc3339(ann[protocol.HELD_SINCE])
+    held = await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    assert held["node"] == NODE
+    assert held["request"] == DRAIN_B
+    assert held["reasons"] == ["build-pod"]
 
-    pod = api.get("pods", "build-pod", "openshift-machine-config-operator")
-    pod["status"]["phase"] = "Succeeded"
-    api.update("pods", pod, "openshift-machine-config-operator", subresource="status")
+    _finish_pod(api)
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
-    assert not any(k.startswith(protocol.DG_PREFIX) for k in ann if k != protocol.RELEASED)
+    assert not any(k in ann for k in protocol.OWNED_KEYS)
+    await agent.wait_log(lambda r: r.get("outcome") == "release:safe")
+    assert await metric(agent, "drain_guard_holds_total", reason="build-pod") == 1
+    assert await metric(agent, "drain_guard_releases_total", outcome="safe") == 1
+    assert await metric(agent, "drain_guard_drain_requests_total", verb="drain") == 1
+    assert await metric(agent, "drain_guard_reaction_seconds_count") == 1
     assert await agent.stop() == 0
     assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
+
+
+async def test_holds_a_layered_update_to_the_booted_image(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    # The seed: desiredImage is the image the node booted (IMAGE_A), yet a drain is requested.
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_A})
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert ann[protocol.HOLD_REASONS] == "noop-image"
+    await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    status, body = await agent.http("/status")
+    assert status == 200
+    doc = json.loads(body)
+    assert doc["decision"] in ("hold", "holding")
+    assert doc["heldRequest"] == DRAIN_B
+    assert doc["image"]["bootedDigest"] == "sha256:" + "a" * 64
+    assert await metric(agent, "drain_guard_image_match") == 1
+
+    # The real image arrives: desiredImage now differs from the booted one, so the drain goes.
+    mcd_request(api, DRAIN_C, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_C)
+    await agent.wait_log(lambda r: r.get("outcome") == "pass" and r.get("request") == DRAIN_C)
+    assert await metric(agent, "drain_guard_releases_total", outcome="superseded") == 1
+
+
+async def test_never_holds_an_uncordon(api: SimApiServer, start_agent: StartAgent) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    rv = mcd_request(api, f"uncordon-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_A})
+    record = await agent.wait_log(lambda r: r.get("request") == f"uncordon-{CONFIG_B}")
+    assert record["outcome"] == "idle"
+    assert agent_writes(api, since=rv) == []
+    assert await metric(agent, "drain_guard_drain_requests_total", verb="uncordon") == 1
+
+
+async def test_lets_a_real_update_through(api: SimApiServer, start_agent: StartAgent) -> None:
+    agent = await start_agent()
+    rv = mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    record = await agent.wait_log(lambda r: r.get("request") == DRAIN_B)
+    assert record["outcome"] == "pass"
+    assert agent_writes(api, since=rv) == []
+
+
+async def test_releases_at_max_hold(api: SimApiServer, start_agent: StartAgent) -> None:
+    add_build_pod(api)
+    agent = await start_agent("--max-hold", "2s")
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    # Nothing changes on the Node or its pods: only the agent's own timer can release it.
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    assert ann[protocol.RELEASED] == DRAIN_B  # not held again
+    await agent.wait_log(lambda r: r.get("outcome") == "release:expired")
+    assert await metric(agent, "drain_guard_releases_total", outcome="expired") == 1
+    events = [e for e in api.list("events", "default") if e["reason"] == "DrainHoldExpired"]
+    assert len(events) == 1
+    assert events[0]["involvedObject"]["name"] == NODE
+
+
+async def test_a_newer_mcd_request_supersedes_the_hold(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    # The MCD writes its newer request over the hold (strategic merge, last writer wins).
+    mcd_request(api, DRAIN_C)
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_C)
+    assert ann[protocol.HELD_DRAIN] == DRAIN_C
+    assert await metric(agent, "drain_guard_releases_total", outcome="superseded") == 1
+    assert await metric(agent, "drain_guard_holds_total", reason="build-pod") == 2
+
+    _finish_pod(api)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_C)
+
+
+async def test_manual_hold_request(api: SimApiServer, start_agent: StartAgent) -> None:
+    await start_agent()
+    api.patch(
+        "nodes",
+        NODE,
+        {"metadata": {"annotations": {protocol.HOLD_REQUEST: "2999-01-01T00:00:00Z;maintenance"}}},
+    )
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert ann[protocol.HOLD_REASONS] == "manual"
+    assert "maintenance" in ann[protocol.HOLD_DETAIL]
+    api.patch("nodes", NODE, {"metadata": {"annotations": {protocol.HOLD_REQUEST: None}}})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    assert node_annotations(api)[protocol.LAST_APPLIED_DRAIN] == f"uncordon-{CONFIG_A}"
