@@ -47,6 +47,10 @@ class Timeline:
         self._changed = asyncio.Event()
         return entry
 
+    def since_start(self, clock_value: float) -> float:
+        """A reading of the timeline's clock (``time.monotonic``), as seconds since the start."""
+        return clock_value - self._start
+
     @property
     def entries(self) -> tuple[TimelineEntry, ...]:
         return tuple(self._entries)
