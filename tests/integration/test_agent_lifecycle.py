@@ -1,0 +1,119 @@
+"""Restarts and shutdown: holds live on the Node, uninstall releases, rolling updates keep."""
+
+from __future__ import annotations
+
+import json
+import signal
+from datetime import UTC, datetime, timedelta
+
+from agent import protocol
+from agent.sim.apiserver import SimApiServer
+from tests.conftest import (
+    CONFIG_B,
+    IMAGE_B,
+    NODE,
+    Agent,
+    StartAgent,
+    add_build_pod,
+    agent_writes,
+    mcd_request,
+    metric,
+    node_annotations,
+    wait_annotation,
+)
+
+DRAIN_B = f"drain-{CONFIG_B}"
+DAEMONSET = {
+    "metadata": {"name": "drain-guard", "namespace": "drain-guard"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "drain-guard"}},
+        "template": {
+            "metadata": {"labels": {"app": "drain-guard"}},
+            "spec": {"containers": [{"name": "agent", "image": "drain-guard"}]},
+        },
+    },
+}
+
+
+async def _held(
+    api: SimApiServer, start_agent: StartAgent, *flags: str
+) -> tuple[Agent, dict[str, str]]:
+    add_build_pod(api)
+    agent = await start_agent(*flags)
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    return agent, ann
+
+
+async def test_a_restarted_agent_resumes_the_hold_with_its_age(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    first, ann = await _held(api, start_agent)
+    assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    rv = api.resource_version
+
+    second = await start_agent()
+    resumed = await second.wait_log(lambda r: r.get("message") == "resuming hold found on the node")
+    assert resumed["heldSince"] == ann[protocol.HELD_SINCE]
+    status, body = await second.http("/status")
+    assert status == 200
+    doc = json.loads(body)
+    assert doc["heldRequest"] == DRAIN_B
+    assert doc["since"] == ann[protocol.HELD_SINCE]
+    assert agent_writes(api, since=rv) == []  # resumed as is, not written again
+    assert await metric(second, "drain_guard_hold_active", reason="build-pod") == 1
+    since = protocol.parse_rfc3339(ann[protocol.HELD_SINCE]).timestamp()
+    assert await metric(second, "drain_guard_hold_started_timestamp_seconds") == since
+    assert await second.stop() == 0  # no --daemonset, no --release-on-exit: kept
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+
+
+async def test_the_age_of_a_resumed_hold_counts_from_held_since(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    first, _ = await _held(api, start_agent)
+    assert await first.stop(signal.SIGKILL) == -signal.SIGKILL
+    # The hold began ten minutes ago (as if the agent had been down that long). With a
+    # max-hold of five minutes the new agent must release it at once: had it counted from
+    # its own start, nothing would happen for five minutes and the wait below would fail.
+    old = protocol.format_rfc3339(datetime.now(UTC) - timedelta(minutes=10))
+    api.patch("nodes", NODE, {"metadata": {"annotations": {protocol.HELD_SINCE: old}}})
+    second = await start_agent("--max-hold", "5m")
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    assert ann[protocol.RELEASED] == DRAIN_B
+    await second.wait_log(lambda r: r.get("outcome") == "release:expired")
+
+
+async def test_sigterm_during_a_rolling_update_keeps_the_hold(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    api.create("daemonsets", DAEMONSET, "drain-guard")
+    agent, _ = await _held(api, start_agent, "--daemonset", "drain-guard/drain-guard")
+    rv = api.resource_version
+    assert await agent.stop() == 0
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert [w for w in agent_writes(api, since=rv) if w.resource == "nodes"] == []
+    assert any("rolling update" in line for line in agent.lines)
+
+
+async def test_sigterm_after_the_daemonset_is_deleted_releases(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    api.create("daemonsets", DAEMONSET, "drain-guard")
+    agent, _ = await _held(api, start_agent, "--daemonset", "drain-guard/drain-guard")
+    api.delete("daemonsets", "drain-guard", "drain-guard")
+    assert await agent.stop() == 0
+    ann = node_annotations(api)
+    assert ann[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert not any(k in ann for k in protocol.OWNED_KEYS)
+    released = [r for r in agent.records if r.get("outcome") == "release:uninstall"]
+    assert len(released) == 1
+
+
+async def test_sigint_with_release_on_exit_releases(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent, _ = await _held(api, start_agent, "--release-on-exit")
+    assert await agent.stop(signal.SIGINT) == 0
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
