@@ -25,6 +25,7 @@ from tests.conftest import (
     wait_annotation,
 )
 from tests.observability.prometheus import Prometheus, prometheus
+from tests.observability.tools import require_tool
 
 RULES = Path(__file__).resolve().parents[2] / "daemonset" / "rules" / "drain-guard.rules.yml"
 DRAIN_B = f"drain-{CONFIG_B}"
@@ -46,6 +47,7 @@ async def scraped(prom: Prometheus, promql: str) -> list[dict[str, Any]]:
 async def test_prometheus_scrapes_an_agent_holding_a_drain(
     api: SimApiServer, start_agent: StartAgent, tmp_path: Path
 ) -> None:
+    require_tool("prometheus")  # before starting anything
     add_build_pod(api)
     agent = await start_agent()
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
