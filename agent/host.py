@@ -112,7 +112,10 @@ def deployment_origin_path(host_root: Path, boot_path: str) -> Path:
 
 def parse_origin(text: str) -> str:
     """``[origin] container-image-reference`` from an ostree origin file (key-file syntax)."""
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    # GKeyFile syntax: "=" only, "#" comments, case-sensitive keys, no interpolation.
+    parser = configparser.ConfigParser(
+        interpolation=None, strict=False, delimiters=("=",), comment_prefixes=("#",)
+    )
     parser.optionxform = str  # type: ignore[assignment,method-assign]
     try:
         parser.read_string(text)
