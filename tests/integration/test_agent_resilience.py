@@ -1,0 +1,114 @@
+"""The agent under API trouble: expired watches, lost compare-and-swaps, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent import protocol
+from agent.sim.apiserver import SimApiServer
+from agent.sim.faults import Fault, FaultKind
+from tests.conftest import (
+    AGENT_USER,
+    CONFIG_B,
+    IMAGE_B,
+    StartAgent,
+    add_build_pod,
+    agent_writes,
+    mcd_request,
+    metric,
+    wait_annotation,
+)
+
+DRAIN_B = f"drain-{CONFIG_B}"
+DRAIN_C = "drain-rendered-worker-" + "c" * 32
+
+
+def _expired_window(api: SimApiServer) -> None:
+    """Move the resourceVersion on and forget the event window, then cut every watch: each
+    agent watch resumes from a resourceVersion the server no longer has (410)."""
+    api.create("namespaces", {"metadata": {"name": "bump"}})
+    api.compact()
+    api.cut_watches()
+
+
+async def test_relists_after_410_and_keeps_working(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    mark = len(agent.records)
+    _expired_window(api)
+    for resource in ("node", "pod"):
+        await agent.wait_log(
+            lambda r, res=resource: (
+                r.get("message") == f"watch of {res} expired (410), listing again"
+            ),
+            start=mark,
+        )
+    assert (
+        await metric(agent, "drain_guard_watch_restarts_total", resource="node", reason="expired")
+        >= 1
+    )
+    # Changes after the re-list reach the agent: the watches are alive again.
+    add_build_pod(api)
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+
+
+async def test_relists_after_a_410_error_event(api: SimApiServer, start_agent: StartAgent) -> None:
+    agent = await start_agent()
+    mark = len(agent.records)
+    api.faults.expire_watches(times=1, user=AGENT_USER, resource="nodes")
+    api.cut_watches(resource="nodes")
+    await agent.wait_log(
+        lambda r: r.get("message") == "watch of node expired (410), listing again", start=mark
+    )
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    add_build_pod(api)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+
+
+async def test_a_lost_compare_and_swap_is_decided_again_on_fresh_state(
+    api: SimApiServer, start_agent: StartAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    real_fire = api.faults.fire
+    raced: list[int] = []
+
+    def fire(kind: FaultKind, user: str, verb: str, resource: str) -> list[Fault]:
+        # The agent's first hold patch has been sent; before the server applies it, the MCD
+        # writes a newer request (a real concurrent writer, deterministic here).
+        if (kind, user, verb, resource) == (FaultKind.LATENCY, AGENT_USER, "patch", "nodes"):
+            if not raced:
+                raced.append(mcd_request(api, DRAIN_C))
+        return real_fire(kind, user, verb, resource)
+
+    monkeypatch.setattr(api.faults, "fire", fire)
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_C)
+    assert ann[protocol.HELD_DRAIN] == DRAIN_C
+    await agent.wait_log(lambda r: str(r.get("message", "")).startswith("compare-and-swap lost"))
+    # The stale hold of DRAIN_B never reached the Node: the test operation refused it.
+    held_values = [
+        (w.after or {}).get("metadata", {}).get("annotations", {}).get(protocol.DESIRED_DRAIN)
+        for w in agent_writes(api)
+    ]
+    assert "hold-" + DRAIN_B not in held_values
+    assert held_values == ["hold-" + DRAIN_C]
+
+
+async def test_backs_off_and_retries_when_the_patch_fails(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    api.faults.error(429, retry_after=1, user=AGENT_USER, verb="patch", resource="nodes", times=1)
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert await metric(agent, "drain_guard_api_errors_total", operation="node_patch") == 1
+    retry: dict[str, Any] = await agent.wait_log(
+        lambda r: str(r.get("message", "")).startswith("API call failed")
+    )
+    assert "deciding again in 1.0s" in retry["message"]
