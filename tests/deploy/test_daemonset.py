@@ -139,8 +139,9 @@ def test_resources_are_bounded(objects: list[Obj]) -> None:
         assert {"cpu", "memory"} <= resources["requests"].keys(), c["name"]
         assert "memory" in resources["limits"], c["name"]
     agent = agent_container(objects)["resources"]
-    assert agent["requests"] == {"cpu": "20m", "memory": "64Mi"}
-    assert agent["limits"] == {"memory": "128Mi"}
+    # Sized from the measured footprint (docs/install.md, "Resources"): ~81 MiB resident.
+    assert agent["requests"] == {"cpu": "20m", "memory": "96Mi"}
+    assert agent["limits"] == {"memory": "192Mi"}
 
 
 def _port_number(spec: Obj, port: str | int) -> int:
