@@ -8,6 +8,7 @@ and everything is read back through Prometheus's HTTP API.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,20 @@ async def test_prometheus_scrapes_an_agent_holding_a_drain(
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     since = protocol.parse_rfc3339(ann[protocol.HELD_SINCE])
+
+    # /status tells the same story as the metrics below (once the agent has seen its patch
+    # answered: the Node can show the hold a moment before).
+    async with asyncio.timeout(SCRAPE_WAIT):
+        while True:
+            code, body = await agent.http("/status")
+            assert code == 200
+            status = json.loads(body)
+            if status["decision"] in ("hold", "holding"):
+                break
+            await asyncio.sleep(0.1)
+    assert status["heldRequest"] == DRAIN_B
+    assert [r["reason"] for r in status["holdReasons"]] == ["build-pod"]
+    assert status["since"] == ann[protocol.HELD_SINCE]
 
     target = f"127.0.0.1:{agent.port}"
     async with prometheus(tmp_path, [target], {"node": NODE}, [RULES]) as prom:
