@@ -40,12 +40,12 @@ async def test_relists_after_410_and_keeps_working(
     mark = len(agent.records)
     _expired_window(api)
     for resource in ("node", "pod"):
-        await agent.wait_log(
-            lambda r, res=resource: (
-                r.get("message") == f"watch of {res} expired (410), listing again"
-            ),
-            start=mark,
-        )
+        expected = f"watch of {resource} expired (410), listing again"
+
+        def is_relist(record: dict[str, Any], expected: str = expected) -> bool:
+            return record.get("message") == expected
+
+        await agent.wait_log(is_relist, start=mark)
     assert (
         await metric(agent, "drain_guard_watch_restarts_total", resource="node", reason="expired")
         >= 1
@@ -80,9 +80,9 @@ async def test_a_lost_compare_and_swap_is_decided_again_on_fresh_state(
     def fire(kind: FaultKind, user: str, verb: str, resource: str) -> list[Fault]:
         # The agent's first hold patch has been sent; before the server applies it, the MCD
         # writes a newer request (a real concurrent writer, deterministic here).
-        if (kind, user, verb, resource) == (FaultKind.LATENCY, AGENT_USER, "patch", "nodes"):
-            if not raced:
-                raced.append(mcd_request(api, DRAIN_C))
+        ours = (kind, user, verb, resource) == (FaultKind.LATENCY, AGENT_USER, "patch", "nodes")
+        if ours and not raced:
+            raced.append(mcd_request(api, DRAIN_C))
         return real_fire(kind, user, verb, resource)
 
     monkeypatch.setattr(api.faults, "fire", fire)
