@@ -19,6 +19,7 @@ from tests.deploy.tools import (
     pod_spec,
 )
 
+MEASURED_RSS_MIB = 81  # drain-guard run against the simulator, 110 pods on its node
 HOST_PATHS = {"/sysroot/ostree"}  # all the booted-image reader needs (and /proc/cmdline)
 
 
@@ -139,9 +140,18 @@ def test_resources_are_bounded(objects: list[Obj]) -> None:
         assert {"cpu", "memory"} <= resources["requests"].keys(), c["name"]
         assert "memory" in resources["limits"], c["name"]
     agent = agent_container(objects)["resources"]
-    # Sized from the measured footprint (docs/install.md, "Resources"): ~81 MiB resident.
-    assert agent["requests"] == {"cpu": "20m", "memory": "96Mi"}
-    assert agent["limits"] == {"memory": "192Mi"}
+    # The agent's measured steady-state footprint (docs/install.md, "Resources") fits in the
+    # request, and the limit leaves room above it.
+    request = _mebibytes(agent["requests"]["memory"])
+    assert request >= MEASURED_RSS_MIB
+    assert _mebibytes(agent["limits"]["memory"]) >= 1.5 * request
+
+
+def _mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0}
+    match = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", quantity)
+    assert match, f"unexpected memory quantity {quantity}"
+    return int(match.group(1)) * units[match.group(2)]
 
 
 def _port_number(spec: Obj, port: str | int) -> int:
