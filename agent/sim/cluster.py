@@ -252,7 +252,8 @@ class SimCluster:
     ``time_factor`` scales every MCO duration (0.01: a 10 s poll takes 0.1 s);
     ``build_node`` hosts the build pod and the machine-os-builder and registry pods
     (default: the first worker, the node the rollout targets first, as in the seed);
-    ``wait_for_build=True`` gives the node controller the fixed (post-4.15) behaviour.
+    ``wait_for_build=True`` gives the node controller the fixed (post-4.15) behaviour;
+    ``node_controller=False`` leaves the nodes' desired config and image to the caller.
     """
 
     def __init__(
@@ -264,6 +265,7 @@ class SimCluster:
         timings: Timings | None = None,
         build_node: str | None = None,
         wait_for_build: bool = False,
+        node_controller: bool = True,
         bookmark_interval: float = 1.0,
     ) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -275,6 +277,7 @@ class SimCluster:
         self.timings = (timings or Timings()).scaled(time_factor)
         self.build_node = build_node or self.node_names[0]
         self.wait_for_build = wait_for_build
+        self.with_node_controller = node_controller
         self.api = SimApiServer(bookmark_interval=bookmark_interval)
         self.timeline = Timeline()
         self.hosts: dict[str, HostFS] = {}
@@ -311,8 +314,11 @@ class SimCluster:
             OpenShiftBuildController(kc(BUILD_CONTROLLER_USER), tl, t, lambda _b: self.build_node),
             MachineOSBuilder(kc(BUILDER_USER), tl, t),
             self.drain,
-            NodeController(kc(MCC_USER), tl, t, wait_for_build=self.wait_for_build),
         ]
+        if self.with_node_controller:
+            self.actors.append(
+                NodeController(kc(MCC_USER), tl, t, wait_for_build=self.wait_for_build)
+            )
         for actor in self.actors:
             await actor.start()
         for name in self.node_names:
@@ -524,6 +530,8 @@ class SimCluster:
 
     def _build_pod_node(self, build: str) -> str | None:
         for rec in self.api.writes("pods", name=f"{build}-build", verb="create"):
+            if rec.subresource:
+                continue
             return str((rec.after or {}).get("spec", {}).get("nodeName"))
         return None
 

@@ -228,8 +228,10 @@ class DrainController(Actor):
                 and phase not in ("Succeeded", "Failed")
             ):
                 try:
-                    await self.apps.read_namespaced_daemon_set(
-                        owner["name"], meta["namespace"], _preload_content=False
+                    await read_json(
+                        await self.apps.read_namespaced_daemon_set(
+                            owner["name"], meta["namespace"], _preload_content=False
+                        )
                     )
                 except ApiException as exc:
                     if exc.status != 404:

@@ -153,11 +153,28 @@ async def api_client(kubeconfig: Path) -> k8s.ApiClient:
 
 
 async def read_json(resp: Any) -> Any:
-    """Body of a ``_preload_content=False`` response, then release it."""
+    """Body of a ``_preload_content=False`` response, released; ApiException if not 2xx.
+
+    (kubernetes_asyncio only raises for error statuses when it preloads the content.)
+    """
     try:
-        return json.loads(await resp.read())
+        body = await resp.read()
     finally:
         resp.release()
+    if not 200 <= resp.status <= 299:
+        raise api_exception(resp.status, body)
+    return json.loads(body)
+
+
+def api_exception(status: int, body: bytes) -> ApiException:
+    """An ApiException carrying the Status message as its reason."""
+    try:
+        reason = str(json.loads(body).get("message", ""))
+    except ValueError:
+        reason = body.decode(errors="replace")
+    exc = ApiException(status=status, reason=reason)
+    exc.body = body
+    return exc
 
 
 class WorkQueue:
@@ -308,6 +325,8 @@ class Informer:
             _preload_content=False,
         )
         try:
+            if not 200 <= resp.status <= 299:
+                raise api_exception(resp.status, await resp.read())
             while True:
                 line = await resp.content.readline()
                 if not line:
