@@ -258,3 +258,27 @@ async def metric(agent: Agent, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
     return 0.0
+
+
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``python -m agent ARGS`` as a subprocess (the simulator keeps serving meanwhile)."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DRAIN_GUARD_") and k not in ("NODE_NAME", "KUBECONFIG")
+    }
+    environ.update(env or {})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=environ,
+    )
+    async with asyncio.timeout(WAIT):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

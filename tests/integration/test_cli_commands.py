@@ -1,0 +1,153 @@
+"""``drain-guard status`` and ``release`` end to end, and ``run``'s refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent import protocol
+from agent.sim.apiserver import SimApiServer
+from tests.conftest import (
+    CONFIG_B,
+    IMAGE_B,
+    NODE,
+    Agent,
+    StartAgent,
+    add_build_pod,
+    mcd_request,
+    metric,
+    node_annotations,
+    run_cli,
+    wait_annotation,
+)
+
+DRAIN_B = f"drain-{CONFIG_B}"
+OPERATOR = "kube:admin"
+
+
+async def _hold(api: SimApiServer, start_agent: StartAgent) -> Agent:
+    add_build_pod(api)
+    agent = await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    return agent
+
+
+async def test_status_shows_the_hold_and_the_agent(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    endpoint = f"http://127.0.0.1:{agent.port}"
+
+    code, out, err = await run_cli(
+        "status",
+        "--node-name",
+        NODE,
+        "--kubeconfig",
+        kubeconfig,
+        "-o",
+        "json",
+        "--endpoint",
+        endpoint,
+    )
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert doc["held"] is True
+    assert doc["heldDrain"] == DRAIN_B
+    assert doc["reasons"] == ["build-pod"]
+    assert doc["desiredDrain"] == "hold-" + DRAIN_B
+    assert doc["agent"]["node"] == NODE
+    assert doc["agent"]["heldRequest"] == DRAIN_B
+
+    code, out, err = await run_cli("status", "--kubeconfig", kubeconfig, env={"NODE_NAME": NODE})
+    assert code == 0
+    assert f"node {NODE}:" in out
+    assert "HELD since" in out
+    assert "build-pod" in out
+
+    # Without --node-name: every node with a hold.
+    code, out, _ = await run_cli("status", "--kubeconfig", kubeconfig, "-o", "json")
+    assert code == 0
+    assert [n["node"] for n in json.loads(out)] == [NODE]
+
+
+async def test_release_is_manual_and_sticks(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+
+    code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert f"released {DRAIN_B} (outcome manual)" in out
+    ann = node_annotations(api)
+    assert ann[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert ann[protocol.RELEASED] == DRAIN_B
+    assert not any(k in ann for k in protocol.OWNED_KEYS)
+    released = [w for w in api.writes("nodes") if w.user == OPERATOR]
+    assert len(released) == 1
+
+    # The agent tells the operator's release from a superseding MCD write, and does not hold
+    # the released request again although the build pod still runs.
+    ended = await agent.wait_log(lambda r: r.get("message") == "hold ended")
+    assert ended["outcome"] == "manual"
+    await agent.wait_log(lambda r: r.get("request") == DRAIN_B and r.get("outcome") == "pass")
+    assert await metric(agent, "drain_guard_releases_total", outcome="manual") == 1
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
+
+    code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "nothing is held" in err
+
+
+async def test_release_all_refuses_when_nothing_is_held(api: SimApiServer, tmp_path: Path) -> None:
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli("release", "--all", "--kubeconfig", kubeconfig)
+    assert (code, out) == (1, "")
+    assert err == "drain-guard release: error: no node has a held drain\n"
+
+
+async def test_release_all_releases_every_hold(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    await _hold(api, start_agent)
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli("release", "--all", "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "fragment"),
+    [
+        (("run",), {}, "--node-name (or NODE_NAME) is required"),
+        (("run", "--node-name", "n", "--max-hold", "1h"), {}, "not below 1h"),
+        (("run", "--max-hold", "0s"), {"NODE_NAME": "n"}, "greater than 0"),
+        (("run", "--node-name", "n"), {"DRAIN_GUARD_LISTEN": "nowhere"}, "HOST:PORT"),
+        (("run", "--no-such-flag"), {}, "unrecognized arguments: --no-such-flag"),
+        (("release",), {}, "one of the arguments --node-name --all is required"),
+        (("status", "-o", "yaml"), {}, "invalid choice: 'yaml'"),
+    ],
+)
+async def test_invalid_settings_exit_2_with_one_line(
+    args: tuple[str, ...], env: dict[str, str], fragment: str
+) -> None:
+    code, out, err = await run_cli(*args, env=env)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("drain-guard")
+    assert fragment in err
+    assert "Traceback" not in err
