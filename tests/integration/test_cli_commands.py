@@ -126,6 +126,7 @@ async def test_release_all_releases_every_hold(
     kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
     code, out, err = await run_cli("release", "--all", "--kubeconfig", kubeconfig)
     assert (code, err) == (0, "")
+    assert f"node {NODE}: released {DRAIN_B}" in out
     assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
 
 
