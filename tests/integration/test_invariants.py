@@ -1,0 +1,170 @@
+"""The design's invariants, checked over the simulator's whole write log of a busy scenario.
+
+One agent lives through most of what can happen to a node: a build-pod hold released when
+the build ends, a no-op image hold superseded by the real update, an uncordon, an expiry, a
+drain the MCC finished before the hold landed (race lost), an operator's release, a 410
+re-list. Then every write the agent made is checked against invariants 1, 2 and 3, and every
+request it sent against ``agent.permissions``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agent import permissions, protocol
+from agent.sim.apiserver import SimApiServer
+from agent.sim.store import WriteRecord
+from tests.conftest import (
+    AGENT_USER,
+    IMAGE_A,
+    IMAGE_B,
+    MCO_NS,
+    NODE,
+    Agent,
+    StartAgent,
+    add_build_pod,
+    agent_writes,
+    mcd_request,
+    run_cli,
+    wait_annotation,
+)
+
+MCC = "system:serviceaccount:openshift-machine-config-operator:machine-config-controller"
+
+
+def _config(n: int) -> str:
+    return f"rendered-worker-{n:032d}"
+
+
+def _ann(obj: dict[str, Any] | None) -> dict[str, str]:
+    if obj is None:
+        return {}
+    annotations: dict[str, str] = obj.get("metadata", {}).get("annotations") or {}
+    return annotations
+
+
+async def _held(api: SimApiServer, value: str) -> None:
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + value)
+
+
+async def _restored(api: SimApiServer, value: str) -> None:
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == value)
+
+
+def _mcc_applies(api: SimApiServer, value: str) -> None:
+    api.patch(
+        "nodes",
+        NODE,
+        {"metadata": {"annotations": {protocol.LAST_APPLIED_DRAIN: value}}},
+        user=MCC,
+    )
+
+
+async def _scenario(api: SimApiServer, agent: Agent, tmp_path: Path) -> None:
+    # 1. A build pod: held, released when the build ends; the MCC then drains.
+    add_build_pod(api)
+    drain1 = f"drain-{_config(1)}"
+    mcd_request(api, drain1, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await _held(api, drain1)
+    pod = api.get("pods", "build-pod", MCO_NS)
+    pod["status"]["phase"] = "Succeeded"
+    api.update("pods", pod, MCO_NS, subresource="status")
+    await _restored(api, drain1)
+    _mcc_applies(api, drain1)
+    mcd_request(api, f"uncordon-{_config(1)}")
+    _mcc_applies(api, f"uncordon-{_config(1)}")
+
+    # 2. A layered update to the booted image: held; superseded by the real update.
+    drain2 = f"drain-{_config(2)}"
+    mcd_request(api, drain2, **{protocol.DESIRED_IMAGE: IMAGE_A})
+    await _held(api, drain2)
+    drain3 = f"drain-{_config(3)}"
+    mcd_request(api, drain3, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await agent.wait_log(lambda r: r.get("request") == drain3 and r.get("outcome") == "pass")
+    _mcc_applies(api, drain3)
+
+    # 3. A drain the MCC finished although it was held (it started before the hold).
+    add_build_pod(api, "build-pod-2")
+    drain4 = f"drain-{_config(4)}"
+    mcd_request(api, drain4)
+    await _held(api, drain4)
+    _mcc_applies(api, drain4)
+    await agent.wait_log(lambda r: r.get("outcome") == "release:race-lost")
+
+    # 4. An operator's release, then a 410 re-list, then an expiry of a newer request.
+    drain5 = f"drain-{_config(5)}"
+    mcd_request(api, drain5)
+    await _held(api, drain5)
+    kubeconfig = str(api.kubeconfig("kube:admin", tmp_path / "admin"))
+    code, _, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    await agent.wait_log(
+        lambda r: r.get("message") == "hold ended" and r.get("outcome") == "manual"
+    )
+    _mcc_applies(api, drain5)
+    api.create("namespaces", {"metadata": {"name": "bump"}})
+    api.compact()
+    api.cut_watches()
+    drain6 = f"drain-{_config(6)}"
+    mcd_request(api, drain6)
+    await _held(api, drain6)
+    await agent.wait_log(lambda r: r.get("outcome") == "release:expired")
+
+
+def _drain_changes(writes: list[WriteRecord]) -> Iterator[tuple[WriteRecord, str | None, str]]:
+    for w in writes:
+        before = _ann(w.before).get(protocol.DESIRED_DRAIN)
+        after = _ann(w.after).get(protocol.DESIRED_DRAIN)
+        if w.resource == "nodes" and after is not None and after != before:
+            yield w, before, after
+
+
+async def test_invariants_over_the_write_log(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    agent = await start_agent("--max-hold", "3s")
+    await _scenario(api, agent, tmp_path)
+    writes = agent_writes(api)
+    changes = list(_drain_changes(writes))
+    # holds of 1, 2, 4, 5, 6; releases of 1 (safe), 4 (race lost), 6 (expired)
+    assert len(changes) == 8
+
+    for w, before, after in changes:
+        before_ann, after_ann = _ann(w.before), _ann(w.after)
+        last_applied = after_ann.get(protocol.LAST_APPLIED_DRAIN)
+        # Invariant 1: never desiredDrain == lastAppliedDrain, except restoring a request the
+        # MCC had really finished draining (race lost), which is what the MCD waits for.
+        if after == last_applied:
+            assert before == protocol.HOLD_PREFIX + after, w
+            assert before_ann.get(protocol.LAST_APPLIED_DRAIN) == after, w
+        # Invariant 2: a hold keeps the request in held-drain; a release restores it exactly.
+        if after.startswith(protocol.HOLD_PREFIX):
+            assert before == after.removeprefix(protocol.HOLD_PREFIX), w
+            assert after_ann[protocol.HELD_DRAIN] == before, w
+            # Invariant 3: never an uncordon.
+            assert not before.startswith("uncordon-"), w
+        else:
+            assert before == protocol.HOLD_PREFIX + after, w
+
+    # Invariant 3: only its own Node (and Events about it).
+    for w in writes:
+        assert (w.resource, w.name) == ("nodes", NODE) or w.resource == "events", w
+        if w.resource == "events":
+            assert w.obj["involvedObject"]["name"] == NODE
+
+
+async def test_every_request_the_agent_sent_is_permitted(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    agent = await start_agent("--max-hold", "3s", "--daemonset", "drain-guard/drain-guard")
+    await _scenario(api, agent, tmp_path)
+    assert await agent.stop() == 0  # reads the DaemonSet (absent: uninstall, releases)
+    sent = {(verb, res) for (user, verb, res), n in api.requests.items() if user == AGENT_USER}
+    assert ("get", "daemonsets.apps") in sent
+    assert ("patch", "nodes") in sent
+    for verb, resource in sent:
+        plural, _, group = resource.partition(".")
+        assert "/" not in plural, f"subresource {resource} is not in agent.permissions"
+        assert permissions.allowed(group, plural, verb), (verb, resource)
