@@ -168,7 +168,9 @@ class SimApiServer:
     async def start(self) -> SimApiServer:
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0
+        )
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, self._port)
         await self._site.start()
@@ -889,10 +891,15 @@ class SimApiServer:
         assert watcher is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        next_bookmark = loop.time() + self.bookmark_interval
-        pending_initial_end = send_initial and bookmarks
-        if pending_initial_end:
-            # initial events are already queued; the end-of-initial-events bookmark follows them
+
+        def next_bookmark_at(now: float) -> float | None:
+            # cacheWatcher.nextBookmarkTime: every interval, and 2 s before the deadline.
+            at = min(now + self.bookmark_interval, deadline - 2.0)
+            return at if at > now else None
+
+        next_bookmark = next_bookmark_at(loop.time()) if bookmarks else None
+        if send_initial and bookmarks:
+            # the initial events are queued; the end-of-initial-events bookmark follows them
             watcher.queue.put_nowait(("__INITIAL_END__", {}))
         aborted = False
         try:
@@ -900,15 +907,16 @@ class SimApiServer:
                 now = loop.time()
                 if now >= deadline:
                     break
+                if next_bookmark is not None and now >= next_bookmark and watcher.queue.empty():
+                    await self._send_bookmark(response, rt)
+                    next_bookmark = next_bookmark_at(loop.time())
+                    continue
                 wait = deadline - now
-                if bookmarks:
+                if next_bookmark is not None:
                     wait = min(wait, max(0.0, next_bookmark - now))
                 try:
                     item = await asyncio.wait_for(watcher.queue.get(), wait)
                 except TimeoutError:
-                    if bookmarks and loop.time() >= next_bookmark:
-                        await self._send_bookmark(response, rt)
-                        next_bookmark = loop.time() + self.bookmark_interval
                     continue
                 if item is None:
                     aborted = watcher.abort
@@ -918,9 +926,6 @@ class SimApiServer:
                     await self._send_bookmark(response, rt, initial_end=True)
                     continue
                 await self._send(response, event_type, obj)
-        except (ConnectionResetError, asyncio.CancelledError):
-            self.store.unwatch(watcher)
-            raise
         finally:
             self.store.unwatch(watcher)
         if aborted:

@@ -160,7 +160,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     _rt("v1", "nodes", "Node", False, status=True, short_names=("no",), fields=NODE_FIELDS,
         generation=False),
     _rt("v1", "pods", "Pod", True, status=True, short_names=("po",), categories=("all",),
-        fields=POD_FIELDS, reset_status_on_create=True,
+        fields=POD_FIELDS, reset_status_on_create=True, generation=False,
         subresources=(Subresource("eviction", "Eviction", ("create",), "policy", "v1"),)),
     _rt("v1", "events", "Event", True, short_names=("ev",), fields=EVENT_FIELDS,
         generation=False),

@@ -17,12 +17,11 @@ import asyncio
 import base64
 import builtins
 import copy
-import itertools
 import json
 import math
 import time
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -284,8 +283,6 @@ class Store:
         self.write_log: builtins.list[WriteRecord] = []
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.pdb_controller = pdb_controller
-        self.counts: Counter[tuple[str, str, str]] = Counter()
-        self._gen_counter = itertools.count()
         self._rng_names = _NameGenerator()
 
     # --- basic state ---
