@@ -1,0 +1,86 @@
+"""The CLI's pure parts: one-line usage errors, the status view, lazy imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from agent import protocol
+from agent.cli import build_parser, main, node_state, render_text
+from agent.kube import NodeObj
+
+HELD = {
+    protocol.DESIRED_DRAIN: "hold-drain-rendered-worker-1",
+    protocol.LAST_APPLIED_DRAIN: "uncordon-rendered-worker-0",
+    protocol.HELD_DRAIN: "drain-rendered-worker-1",
+    protocol.HOLD_REASONS: "build-pod,noop-image",
+    protocol.HELD_SINCE: "2026-01-02T03:04:05Z",
+    protocol.HOLD_DETAIL: "build-pod: build pod ns/p",
+}
+
+
+def _node(annotations: dict[str, str], unschedulable: bool = False) -> NodeObj:
+    return NodeObj("n1", "7", annotations, unschedulable)
+
+
+def test_node_state_of_a_held_node() -> None:
+    state = node_state(_node(HELD, unschedulable=True))
+    assert state["held"] is True
+    assert state["heldDrain"] == "drain-rendered-worker-1"
+    assert state["reasons"] == ["build-pod", "noop-image"]
+    assert state["heldSince"] == datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC).isoformat()
+    text = render_text(state)
+    assert "HELD since" in text
+    assert "build-pod, noop-image" in text
+    assert "cordoned" in text
+
+
+def test_node_state_without_a_hold() -> None:
+    state = node_state(_node({protocol.DESIRED_DRAIN: "uncordon-x"}))
+    assert state["held"] is False
+    assert "no hold" in render_text(state)
+
+
+def test_node_state_reports_a_malformed_hold() -> None:
+    bad = {**HELD, protocol.HOLD_REASONS: "sunspots"}
+    state = node_state(_node(bad))
+    assert state["held"] is False
+    assert "sunspots" in state["error"]
+    assert "malformed" in render_text(state)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["bogus"], ["run", "--nope"], ["status", "-o", "xml"], ["release"], []],
+)
+def test_usage_errors_are_one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("drain-guard")
+
+
+def test_invalid_run_settings_are_one_line(
+    capsys: pytest.CaptureFixture[str], no_env: None
+) -> None:
+    assert main(["run", "--node-name", "n", "--max-hold", "61m"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("drain-guard run: error: --max-hold 61m is not below 1h")
+
+
+def test_run_does_not_import_the_simulator_or_the_demo() -> None:
+    code = (
+        "import sys\n"
+        "from agent.cli import build_parser\n"
+        "import agent.controller\n"
+        "build_parser().parse_args(['run', '--node-name', 'n'])\n"
+        "loaded = [m for m in sys.modules if m.startswith(('agent.sim', 'agent.demo'))]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
