@@ -1,0 +1,296 @@
+"""The shield's pure plan: which pods get a budget, which budgets go, what is reported."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agent import shield
+from agent.selectors import (
+    MCO_NAMESPACE,
+    LabelSelector,
+    OwnerRef,
+    default_build_pod_selectors,
+    parse_build_pod_selector,
+)
+from agent.shield import BudgetState, PodState, Role, Want, plan
+
+NODE = "worker-0"
+OTHER = "worker-1"
+SELECTORS = default_build_pod_selectors()
+DEPS = shield.default_dependency_selectors()
+BUILD_LABELS = {"openshift.io/build.name": "build-rendered-worker-b"}
+
+
+def pod(
+    name: str = "build-rendered-worker-b-build",
+    *,
+    labels: Mapping[str, str] = BUILD_LABELS,
+    node: str = NODE,
+    phase: str = "Running",
+    namespace: str = MCO_NAMESPACE,
+    uid: str | None = None,
+    deleting: bool = False,
+    owners: tuple[OwnerRef, ...] = (),
+) -> PodState:
+    return PodState(
+        namespace, name, uid or f"uid-{name}", node, phase, dict(labels), owners, deleting
+    )
+
+
+def ours_for(p: PodState, node: str = NODE, **overrides: object) -> BudgetState:
+    """The budget the plan would create for ``p``, as the API server would return it."""
+    obj = Want(p, Role.BUILD_POD, shield.budget_name(p.name, p.uid)).manifest(node)
+    obj["metadata"]["uid"] = f"pdb-{p.uid}"
+    return _replace(BudgetState.from_dict(obj), **overrides)
+
+
+def _replace(b: BudgetState, **overrides: object) -> BudgetState:
+    return replace(b, **overrides)  # type: ignore[arg-type]
+
+
+def foreign(
+    name: str, match: Mapping[str, str] | None, namespace: str = MCO_NAMESPACE
+) -> BudgetState:
+    selector = LabelSelector.from_dict(None if match is None else {"matchLabels": dict(match)})
+    return BudgetState(namespace, name, f"uid-{name}", {}, selector)
+
+
+def test_a_running_build_pod_gets_a_budget_selecting_exactly_it() -> None:
+    p = pod()
+    result = plan(NODE, [p, pod("other", labels={"app": "x"})], [], SELECTORS)
+    assert [(w.pod, w.role) for w in result.create] == [(p, Role.BUILD_POD)]
+    body = result.create[0].manifest(NODE)
+    assert body["metadata"]["name"] == "drain-guard-build-rendered-worker-b-build"
+    assert body["metadata"]["namespace"] == MCO_NAMESPACE
+    assert body["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "drain-guard",
+        "drain-guard.io/node": NODE,
+        "drain-guard.io/shield": "build-pod",
+    }
+    assert body["metadata"]["ownerReferences"] == [
+        {"apiVersion": "v1", "kind": "Pod", "name": p.name, "uid": p.uid}
+    ]
+    assert body["spec"] == {"minAvailable": 1, "selector": {"matchLabels": BUILD_LABELS}}
+    assert BudgetState.from_dict({**body, "metadata": {**body["metadata"]}}).selects(p)
+    assert result.delete == ()
+    assert result.conflicts == ()
+
+
+def test_pending_build_pods_are_shielded_before_they_run() -> None:
+    assert len(plan(NODE, [pod(phase="Pending")], [], SELECTORS).create) == 1
+
+
+def test_no_budget_for_build_pods_elsewhere_finished_or_deleting() -> None:
+    pods = [
+        pod("a", node=OTHER, labels={"openshift.io/build.name": "a"}),
+        pod("b", phase="Succeeded", labels={"openshift.io/build.name": "b"}),
+        pod("c", phase="Failed", labels={"openshift.io/build.name": "c"}),
+        pod("d", deleting=True, labels={"openshift.io/build.name": "d"}),
+        pod("e", labels={"app": "not-a-build"}),
+    ]
+    result = plan(NODE, pods, [], SELECTORS)
+    assert result == shield.Plan()
+
+
+def test_an_existing_budget_is_kept_not_recreated() -> None:
+    p = pod()
+    budget = ours_for(p)
+    result = plan(NODE, [p], [budget], SELECTORS)
+    assert result.create == ()
+    assert result.delete == ()
+    assert [(h.pod, h.budget) for h in result.held] == [(p, budget.name)]
+
+
+def test_the_budget_goes_when_the_pod_finishes_or_is_gone() -> None:
+    p = pod()
+    budget = ours_for(p)
+    done = pod(phase="Succeeded")
+    assert plan(NODE, [done], [budget], SELECTORS).delete == (budget,)
+    assert plan(NODE, [], [budget], SELECTORS).delete == (budget,)
+
+
+def test_stale_budgets_of_this_node_are_cleaned_but_not_other_nodes() -> None:
+    gone = pod("gone", labels={"openshift.io/build.name": "gone"})
+    mine, theirs = ours_for(gone), ours_for(gone, node=OTHER)
+    result = plan(NODE, [], [mine, theirs], SELECTORS)
+    assert result.delete == (mine,)
+
+
+def test_a_budget_being_deleted_is_not_deleted_again() -> None:
+    budget = ours_for(pod(), deleting=True)
+    assert plan(NODE, [], [budget], SELECTORS).delete == ()
+
+
+def test_a_pod_another_budget_selects_is_left_alone_and_reported() -> None:
+    p = pod()
+    other = foreign("someone-elses", {"openshift.io/build.name": "build-rendered-worker-b"})
+    result = plan(NODE, [p], [other], SELECTORS)
+    assert result.create == ()
+    [conflict] = result.conflicts
+    assert conflict.pod == p
+    assert conflict.budgets == (f"{MCO_NAMESPACE}/someone-elses",)
+    assert conflict.shielded is False
+
+
+def test_a_budget_that_appears_after_ours_is_reported_and_ours_stays() -> None:
+    p = pod()
+    mine = ours_for(p)
+    other = foreign("late", {"openshift.io/build.name": "build-rendered-worker-b"})
+    result = plan(NODE, [p], [mine, other], SELECTORS)
+    assert result.delete == ()
+    assert [c.shielded for c in result.conflicts] == [True]
+    assert [h.budget for h in result.held] == [mine.name]
+
+
+def test_budgets_that_select_nothing_do_not_conflict() -> None:
+    p = pod()
+    others = [
+        foreign("nil-selector", None),
+        foreign("empty-selector", {}),
+        foreign("elsewhere", BUILD_LABELS, namespace="default"),
+        foreign("other-labels", {"app": "x"}),
+    ]
+    result = plan(NODE, [p], others, SELECTORS)
+    assert len(result.create) == 1
+    assert result.conflicts == ()
+
+
+def test_a_pod_whose_labels_select_another_active_pod_is_not_shielded() -> None:
+    p = pod("job-a", labels={"job-name": "build-x"}, owners=(OwnerRef("Job", "build-x"),))
+    twin = pod("job-b", labels={"job-name": "build-x"}, node=OTHER)
+    selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:job-name"),)
+    result = plan(NODE, [p, twin], [], selectors)
+    assert result.create == ()
+    [u] = result.unshieldable
+    assert u.pod == p
+    assert "job-b" in u.why
+    # A finished twin is not selected by the eviction's arithmetic: shielding is fine.
+    done = pod("job-b", labels={"job-name": "build-x"}, node=OTHER, phase="Failed")
+    assert len(plan(NODE, [p, done], [], selectors).create) == 1
+
+
+def test_a_pod_without_labels_cannot_be_selected() -> None:
+    # "!foo" matches a pod without labels, so the rule reaches one: no budget can select it.
+    selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:!foo@Job"),)
+    bare = pod("bare", labels={}, owners=(OwnerRef("Job", "x"),))
+    result = plan(NODE, [bare], [], selectors)
+    assert result.create == ()
+    assert [(u.pod, "no labels" in u.why) for u in result.unshieldable] == [(bare, True)]
+
+
+def test_ours_that_no_longer_selects_the_pod_is_replaced() -> None:
+    p = pod()
+    stale_selector = ours_for(p, selector=LabelSelector.from_dict({"matchLabels": {"x": "y"}}))
+    first = plan(NODE, [p], [stale_selector], SELECTORS)
+    assert first.delete == (stale_selector,)
+    assert first.create == ()  # the name is still taken; created once the old one is gone
+    second = plan(NODE, [p], [], SELECTORS)
+    assert [w.name for w in second.create] == [stale_selector.name]
+
+
+def test_dependencies_only_while_a_build_runs_anywhere() -> None:
+    builder = pod("machine-os-builder-1", labels={"k8s-app": "machine-os-builder"})
+    registry = pod(
+        "image-registry-1",
+        labels={"docker-registry": "default"},
+        namespace=shield.REGISTRY_NAMESPACE,
+    )
+    build_elsewhere = pod(node=OTHER)
+    idle = plan(NODE, [builder, registry], [], SELECTORS, DEPS)
+    assert idle.create == ()
+    busy = plan(NODE, [builder, registry, build_elsewhere], [], SELECTORS, DEPS)
+    assert sorted((w.pod.name, w.role) for w in busy.create) == [
+        ("image-registry-1", Role.DEPENDENCY),
+        ("machine-os-builder-1", Role.DEPENDENCY),
+    ]
+    assert busy.create[0].manifest(NODE)["metadata"]["labels"]["drain-guard.io/shield"] == (
+        "dependency"
+    )
+    # Off by default.
+    assert plan(NODE, [builder, registry, build_elsewhere], [], SELECTORS).create == ()
+
+
+def test_dependency_budgets_go_when_no_build_runs() -> None:
+    builder = pod("machine-os-builder-1", labels={"k8s-app": "machine-os-builder"})
+    budget = ours_for(builder)
+    assert plan(NODE, [builder], [budget], SELECTORS, DEPS).delete == (budget,)
+
+
+def test_replicas_sharing_labels_are_not_shielded() -> None:
+    labels = {"docker-registry": "default", "pod-template-hash": "abc"}
+    ns = shield.REGISTRY_NAMESPACE
+    here = pod("registry-1", labels=labels, namespace=ns)
+    there = pod("registry-2", labels=labels, namespace=ns, node=OTHER)
+    result = plan(NODE, [here, there, pod(node=OTHER)], [], SELECTORS, DEPS)
+    assert result.create == ()
+    assert [u.pod.name for u in result.unshieldable] == ["registry-1"]
+
+
+def test_long_names_and_node_names_fit_kubernetes_limits() -> None:
+    long_pod = "p" * 250
+    name = shield.budget_name(long_pod, "uid-1")
+    assert len(name) <= 253
+    assert name != shield.budget_name(long_pod, "uid-2")
+    assert shield.budget_name("short", "uid") == "drain-guard-short"
+    long_node = "ip-10-0-12-65." + "x" * 60 + ".compute.internal"
+    value = shield.node_label_value(long_node)
+    assert len(value) <= 63
+    assert value != long_node
+    assert shield.node_label_value("worker-0") == "worker-0"
+
+
+def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
+    p = pod()
+    result = plan(
+        NODE, [p], [foreign("x", {"openshift.io/build.name": "build-rendered-worker-b"})], SELECTORS
+    )
+    status = shield.ShieldStatus(
+        enabled=True,
+        namespaces=(MCO_NAMESPACE,),
+        forbidden={"other": "poddisruptionbudget_list forbidden"},
+        conflicts=result.conflicts,
+    ).to_json()
+    assert status["conflicts"] == [
+        {
+            "namespace": MCO_NAMESPACE,
+            "name": p.name,
+            "phase": "Running",
+            "role": "build-pod",
+            "budgets": [f"{MCO_NAMESPACE}/x"],
+            "shielded": False,
+        }
+    ]
+    assert status["forbidden"] == {"other": "poddisruptionbudget_list forbidden"}
+    assert status["budgets"] == []
+
+
+_label = st.sampled_from(["a", "b", "c"])
+_labels = st.dictionaries(_label, st.sampled_from(["1", "2"]), max_size=3)
+
+
+@given(
+    st.lists(
+        st.tuples(_labels, st.sampled_from([NODE, OTHER]), st.sampled_from(["Running", "Failed"])),
+        max_size=6,
+    )
+)
+def test_every_created_budget_selects_exactly_its_pod_among_active_pods(
+    specs: list[tuple[dict[str, str], str, str]],
+) -> None:
+    selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:a"),)
+    pods = [
+        pod(f"p{i}", labels=labels, node=n, phase=ph) for i, (labels, n, ph) in enumerate(specs)
+    ]
+    result = plan(NODE, pods, [], selectors)
+    for want in result.create:
+        budget = BudgetState.from_dict(
+            {**want.manifest(NODE), "metadata": {**want.manifest(NODE)["metadata"], "uid": "u"}}
+        )
+        assert [p for p in pods if p.active and budget.selects(p)] == [want.pod]
+    shielded = {w.pod.uid for w in result.create} | {u.pod.uid for u in result.unshieldable}
+    wanted = {p.uid for p in pods if p.node == NODE and p.active and "a" in p.labels}
+    assert shielded == wanted
