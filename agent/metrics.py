@@ -89,6 +89,13 @@ def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
+def _reasons(reasons: Iterable[str]) -> frozenset[str]:
+    checked = frozenset(_check(reason, REASONS, "reason") for reason in reasons)
+    if not checked:
+        raise ValueError("a hold needs at least one reason")
+    return checked
+
+
 class Metrics:
     """The metric objects of one agent, on one registry."""
 
@@ -227,12 +234,12 @@ class Metrics:
         ``reaction_seconds`` is None when the request was not seen live (e.g. found at start-up),
         so that start-up does not pollute the reaction histogram.
         """
-        reasons = tuple(reasons)
-        for reason in reasons:
-            self.holds_total.labels(reason=_check(reason, REASONS, "reason")).inc()
+        checked = _reasons(reasons)  # validate all before changing anything
+        for reason in checked:
+            self.holds_total.labels(reason=reason).inc()
         if reaction_seconds is not None:
             self.reaction_seconds.observe(reaction_seconds)
-        self.set_hold(reasons, since)
+        self.set_hold(checked, since)
 
     def race_lost(self) -> None:
         """The MCC cordoned the node before the hold could be written."""
@@ -244,9 +251,7 @@ class Metrics:
         Used for a hold found at start-up (its age counts from ``held-since``) and when the
         reasons of a hold change; counters are not touched.
         """
-        active = {_check(reason, REASONS, "reason") for reason in reasons}
-        if not active:
-            raise ValueError("a hold needs at least one reason")
+        active = _reasons(reasons)
         for reason in REASONS:
             self.hold_active.labels(reason=reason).set(1 if reason in active else 0)
         self.hold_started_timestamp_seconds.set(since.timestamp())
