@@ -7,6 +7,7 @@ controller feeds it a ``NodeView`` and applies the patch of the ``Decision`` it 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -234,7 +235,7 @@ def _short(digest: str) -> str:
 def parse_hold_request(text: str) -> tuple[datetime, str]:
     """Parse ``<RFC 3339 expiry>[;<reason text>]`` → (expiry, reason); ValueError if bad."""
     expiry_text, _, reason = text.partition(";")
-    return parse_rfc3339(expiry_text), reason.strip()
+    return parse_rfc3339(expiry_text), " ".join(reason.split())
 
 
 class ManualGuard:
@@ -264,16 +265,27 @@ class ManualGuard:
 
 
 def hold_detail(blocks: Sequence[Block]) -> str:
-    """The ``hold-detail`` text for a set of blocks, within the 1 KiB limit."""
-    return truncate_detail("; ".join(f"{b.reason}: {b.detail}" for b in blocks))
+    """The ``hold-detail`` text for a set of blocks: one line, within the 1 KiB limit."""
+    text = "; ".join(f"{b.reason}: {b.detail}" for b in blocks)
+    return truncate_detail(" ".join(text.split()))
 
 
 def _reasons(blocks: Sequence[Block]) -> str:
     return ",".join(b.reason.value for b in blocks)
 
 
+class _OneLine(ABC):
+    """Every decision explains itself in one line, whatever text its inputs carried."""
+
+    @abstractmethod
+    def _explain(self) -> str: ...
+
+    def explain(self) -> str:
+        return " ".join(self._explain().split())
+
+
 @dataclass(frozen=True)
-class Idle:
+class Idle(_OneLine):
     """Nothing held, nothing to write."""
 
     why: str
@@ -283,12 +295,12 @@ class Idle:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         return f"idle: {self.why}"
 
 
 @dataclass(frozen=True)
-class Hold:
+class Hold(_OneLine):
     """Hold ``original``: rewrite desiredDrain to ``hold-<original>``."""
 
     original: str
@@ -304,7 +316,7 @@ class Hold:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         what = "hold again" if self.resumed else "hold"
         text = f"{what} {self.original}: {hold_detail(self.blocks)}"
         if self.supersedes is not None:
@@ -313,7 +325,7 @@ class Hold:
 
 
 @dataclass(frozen=True)
-class UpdateHold:
+class UpdateHold(_OneLine):
     """Still held, but the reasons or the detail changed: rewrite them."""
 
     record: HoldRecord
@@ -324,12 +336,12 @@ class UpdateHold:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         return f"still holding {self.record.held_drain}, now: {hold_detail(self.blocks)}"
 
 
 @dataclass(frozen=True)
-class Keep:
+class Keep(_OneLine):
     """Still held for the same reasons: nothing to write."""
 
     record: HoldRecord
@@ -340,12 +352,12 @@ class Keep:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         return f"holding {self.record.held_drain}: {hold_detail(self.blocks)}"
 
 
 @dataclass(frozen=True)
-class Wait:
+class Wait(_OneLine):
     """A guard cannot decide yet and none blocks: write nothing, keep any hold in place."""
 
     unknowns: tuple[Unknown, ...]
@@ -357,7 +369,7 @@ class Wait:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         waiting = "; ".join(f"{u.reason}: {u.detail}" for u in self.unknowns)
         if self.record is not None:
             return f"holding {self.record.held_drain} until guards can decide ({waiting})"
@@ -365,7 +377,7 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class Release:
+class Release(_OneLine):
     """Restore ``original`` to desiredDrain and remove the hold record."""
 
     original: str
@@ -378,12 +390,12 @@ class Release:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         return f"release {self.original} ({self.outcome}): {self.why}"
 
 
 @dataclass(frozen=True)
-class CleanUp:
+class CleanUp(_OneLine):
     """Remove agent keys left over from a hold that ended otherwise (e.g. superseded)."""
 
     keys: tuple[str, ...]
@@ -397,12 +409,12 @@ class CleanUp:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         return f"clean up {', '.join(self.keys)}: {self.why}"
 
 
 @dataclass(frozen=True)
-class Foreign:
+class Foreign(_OneLine):
     """desiredDrain says ``hold-…`` but drain-guard did not write it: left alone."""
 
     value: str
@@ -413,7 +425,7 @@ class Foreign:
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    def explain(self) -> str:
+    def _explain(self) -> str:
         return f"not touching {self.value}: {self.why}"
 
 
@@ -591,10 +603,13 @@ def _decide_unheld(
 
     why = _not_holdable(request.verb, desired, last_applied, released)
     same = record is not None and record.held_drain == desired
+    ran_out = False
     if why is None and record is not None and same:
         age = record.age(view.now)
         if age < -CLOCK_SKEW or age >= max_hold:
+            # Marked released below, so that the request is not held afresh afterwards.
             why = f"its earlier hold (since {format_rfc3339(record.since)}) has run out"
+            ran_out = True
     if why is None:
         assert desired is not None
         verdicts, blocks, unknowns = _verdicts(view, guards)
@@ -617,20 +632,23 @@ def _decide_unheld(
         why = "no guard blocks"
 
     stale_keys = tuple(k for k in OWNED_KEYS if k in annotations)
-    if released is not None and released != desired:
+    if released is not None and released != desired and not ran_out:
         stale_keys += (RELEASED,)
     if not stale_keys:
         return Idle(why, verdicts)
+    outcome: Outcome | None
     if record is None:
         outcome = None
         ended = f"unreadable hold record ({malformed})" if malformed else "stale keys"
     elif same:
-        outcome, ended = Outcome.SAFE, f"hold of {record.held_drain} ended"
+        outcome = Outcome.EXPIRED if ran_out else Outcome.SAFE
+        ended = f"hold of {record.held_drain} ended"
     else:
         outcome, ended = Outcome.SUPERSEDED, f"hold of {record.held_drain} superseded"
     if not any(k in OWNED_KEYS for k in stale_keys):
         outcome, ended = None, f"{desired or 'no request'} replaced the released request"
-    patch = cleanup_patch(desired, annotations, stale_keys)
+    mark = desired if ran_out else None
+    patch = cleanup_patch(desired, annotations, stale_keys, mark_released=mark)
     return CleanUp(stale_keys, f"{ended}; {why}", tuple(patch), record, outcome, verdicts)
 
 

@@ -375,9 +375,16 @@ def release_patch(
 
 
 def cleanup_patch(
-    desired: str | None, annotations: Mapping[str, str], keys: Iterable[str]
+    desired: str | None,
+    annotations: Mapping[str, str],
+    keys: Iterable[str],
+    *,
+    mark_released: str | None = None,
 ) -> list[JsonPatchOp]:
-    """Remove stale agent keys; tests ``desiredDrain`` and each key's value as seen."""
+    """Remove stale agent keys; tests ``desiredDrain`` and each key's value as seen.
+
+    ``mark_released`` records a request whose hold has run out as released.
+    """
     ops: list[JsonPatchOp] = []
     if desired is not None:
         ops.append(_test(DESIRED_DRAIN, desired))
@@ -386,4 +393,6 @@ def cleanup_patch(
         raise ProtocolError("nothing to clean up")
     ops.extend(_test(key, annotations[key]) for key in stale)
     ops.extend(_remove(key) for key in stale)
+    if mark_released is not None:
+        ops.append(_set(RELEASED, mark_released))
     return ops

@@ -345,8 +345,11 @@ def test_rewritten_request_whose_hold_ran_out_is_not_held_again() -> None:
     before = {**held(since=NOW - MAX_HOLD), DESIRED_DRAIN: A}
     decision = run(before, pods=(BUILD,))
     assert isinstance(decision, CleanUp)
+    assert decision.outcome is Outcome.EXPIRED
     assert "has run out" in decision.why
-    assert apply(before, decision) == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
+    after = apply(before, decision)
+    assert after == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV, RELEASED: A}
+    assert isinstance(run(after, pods=(BUILD,)), Idle)
 
 
 def test_stale_released_marker_is_cleaned_up() -> None:
@@ -407,10 +410,10 @@ annotation_maps = st.fixed_dictionaries(
     {},
     optional={
         DESIRED_DRAIN: _values(
-            ["", A, B, "uncordon-rendered-worker-aaa", "hold-" + A, "hold-" + B, "hold-x", "w-1"]
+            ["", A, B, "uncordon-x", "hold-" + A, "hold-" + B, "hold-x\ny", "w-1", "drain-a\nb"]
         ),
-        LAST_APPLIED_DRAIN: _values([A, B, PREV, "uncordon-rendered-worker-aaa"]),
-        HELD_DRAIN: _values([A, B, "uncordon-rendered-worker-aaa", ""]),
+        LAST_APPLIED_DRAIN: _values([A, B, PREV, "uncordon-x"]),
+        HELD_DRAIN: _values([A, B, "uncordon-x", "x\ny", ""]),
         HOLD_REASONS: _values(["build-pod", "manual,noop-image", "bogus", ""]),
         HELD_SINCE: _values(
             [
@@ -423,7 +426,9 @@ annotation_maps = st.fixed_dictionaries(
         ),
         HOLD_DETAIL: _values(["x", ""]),
         RELEASED: _values([A, B]),
-        HOLD_REQUEST: _values(["2026-03-01T13:00:00Z;r", "2026-03-01T11:00:00Z", "bad"]),
+        HOLD_REQUEST: _values(
+            ["2026-03-01T13:00:00Z;two\nlines", "2026-03-01T11:00:00Z", "bad\nvalue"]
+        ),
         DESIRED_IMAGE: _values([f"{IMAGE}@{D1}", f"{IMAGE}@{D2}", f"{IMAGE}:latest", "oci:/x"]),
     },
 )

@@ -375,5 +375,7 @@ def test_cleanup_patch() -> None:
     assert apply(node(before), patch) == {DESIRED_DRAIN: "drain-new"}
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         apply(node({**before, HELD_DRAIN: "drain-other"}), patch)
+    marked = cleanup_patch("drain-new", before, (HELD_DRAIN,), mark_released="drain-new")
+    assert apply(node(before), marked)[RELEASED] == "drain-new"
     with pytest.raises(ProtocolError, match="nothing to clean up"):
         cleanup_patch("drain-new", {DESIRED_DRAIN: "drain-new"}, OWNED_KEYS)
