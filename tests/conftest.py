@@ -159,6 +159,14 @@ class Agent:
                 self._new_line.clear()
                 await self._new_line.wait()
 
+    async def wait_ready(self) -> None:
+        """Until it listens (port known) and has made its first decision (watches synced)."""
+        listening = await self.wait_log(
+            lambda r: str(r.get("message", "")).startswith("listening on http://")
+        )
+        self.port = int(str(listening["message"]).rsplit(":", 1)[1])
+        await self.wait_log(lambda r: r.get("message") == "decision")
+
     def log_text(self) -> str:
         return "\n".join(self.lines[-60:])
 
@@ -183,60 +191,78 @@ class Agent:
 StartAgent = Callable[..., Awaitable[Agent]]
 
 
-@pytest.fixture
-async def start_agent(api: SimApiServer, host: HostFS, tmp_path: Path) -> AsyncIterator[StartAgent]:
-    """Start ``drain-guard run`` for NODE; waits until it listens and both watches synced."""
-    kubeconfig = api.kubeconfig(AGENT_USER, tmp_path / "agent-kubeconfig")
-    started: list[Agent] = []
+async def spawn_agent(
+    node: str,
+    kubeconfig: Path,
+    host: HostFS,
+    *extra: str,
+    ready: bool = True,
+    env: dict[str, str] | None = None,
+    on_start: Callable[[Agent], None] | None = None,
+) -> Agent:
+    """Start ``drain-guard run`` for ``node`` (JSON logs, ephemeral port); with ``ready``,
+    return once it listens and has made its first decision (both watches synced)."""
+    argv: Sequence[str] = (
+        sys.executable,
+        "-m",
+        "agent",
+        "run",
+        "--node-name",
+        node,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--listen",
+        "127.0.0.1:0",
+        "--host-root",
+        str(host.root),
+        "--cmdline-file",
+        str(host.cmdline_file),
+        "--log-format",
+        "json",
+        *extra,
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
+    environ.pop("NODE_NAME", None)
+    environ.update(env or {})
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=environ,
+    )
+    agent = Agent(proc)
+    agent._reader = asyncio.create_task(agent._read())
+    if on_start is not None:
+        on_start(agent)  # registered for clean-up before anything can fail
+    if ready:
+        await agent.wait_ready()
+    return agent
 
-    async def start(*extra: str, ready: bool = True, env: dict[str, str] | None = None) -> Agent:
-        argv: Sequence[str] = (
-            sys.executable,
-            "-m",
-            "agent",
-            "run",
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--listen",
-            "127.0.0.1:0",
-            "--host-root",
-            str(host.root),
-            "--cmdline-file",
-            str(host.cmdline_file),
-            "--log-format",
-            "json",
-            *extra,
-        )
-        environ = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
-        environ.pop("NODE_NAME", None)
-        environ.update(env or {})
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=environ,
-        )
-        agent = Agent(proc)
-        agent._reader = asyncio.create_task(agent._read())
-        started.append(agent)
-        if ready:
-            listening = await agent.wait_log(
-                lambda r: str(r.get("message", "")).startswith("listening on http://")
-            )
-            agent.port = int(str(listening["message"]).rsplit(":", 1)[1])
-            await agent.wait_log(lambda r: r.get("message") == "decision")
-        return agent
 
-    yield start
-    for agent in started:
+async def reap(agents: Sequence[Agent]) -> None:
+    """Kill what is still running (a test that failed midway) and collect the readers."""
+    for agent in agents:
         if agent.proc.returncode is None:
             agent.proc.kill()
             await agent.proc.wait()
         if agent._reader is not None:
             await agent._reader
+
+
+@pytest.fixture
+async def start_agent(api: SimApiServer, host: HostFS, tmp_path: Path) -> AsyncIterator[StartAgent]:
+    """Start agents for NODE (as the test asks), and make sure they are gone afterwards."""
+    kubeconfig = api.kubeconfig(AGENT_USER, tmp_path / "agent-kubeconfig")
+    started: list[Agent] = []
+
+    async def start(*extra: str, ready: bool = True, env: dict[str, str] | None = None) -> Agent:
+        return await spawn_agent(
+            NODE, kubeconfig, host, *extra, ready=ready, env=env, on_start=started.append
+        )
+
+    yield start
+    await reap(started)
 
 
 @pytest.fixture
