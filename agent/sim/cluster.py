@@ -326,6 +326,10 @@ class SimCluster:
             machine.on_reboot.append(self._run_reboot_hooks)
             self.machines[name] = machine
             await machine.start()
+        # The daemons' startup writes (uncordon-<config>, state Done) happen before any test
+        # or demo step, as on a cluster that has been running for a while.
+        for machine in self.machines.values():
+            await machine.wait_daemon_synced()
 
     async def stop(self) -> None:
         for machine in self.machines.values():

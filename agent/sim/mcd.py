@@ -114,7 +114,7 @@ class MachineConfigDaemon(Actor):
         self.informer: Informer | None = None
         self.reboot_requested: asyncio.Future[_Reboot] | None = None
         self._changed = asyncio.Event()
-        self._snapshot: JsonObj = {}
+        self.first_sync_done = asyncio.Event()
         self._last_message: str | None = None
 
     async def started(self) -> None:
@@ -148,8 +148,8 @@ class MachineConfigDaemon(Actor):
             self._changed.clear()
             try:
                 if booting:
-                    await self._check_state_on_first_run()
                     booting = False
+                    await self._check_state_on_first_run()
                 else:
                     await self._sync_node()
             except _RebootNow as reboot:
@@ -157,6 +157,7 @@ class MachineConfigDaemon(Actor):
                 return
             except (UpdateError, ApiException) as exc:
                 await self._set_degraded(str(exc))
+            self.first_sync_done.set()
             await self._changed.wait()
 
     # -- daemon.go -------------------------------------------------------------------------
@@ -373,8 +374,9 @@ class NodeMachine:
     updates: list[UpdateRecord] = field(default_factory=list)
     reboots: int = 0
     daemon: MachineConfigDaemon | None = None
-    _task: asyncio.Task[None] | None = None
-    _restart: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _restart: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _daemon_created: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"machine-{self.name}")
@@ -385,6 +387,12 @@ class NodeMachine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def wait_daemon_synced(self) -> None:
+        """Until the current daemon has finished its first sync (startup writes done)."""
+        await self._daemon_created.wait()
+        assert self.daemon is not None
+        await self.daemon.first_sync_done.wait()
 
     def restart_daemon(self) -> None:
         """Kill the daemon pod and start a new one (it re-runs checkStateOnFirstRun)."""
@@ -397,6 +405,7 @@ class NodeMachine:
                 self.kubeconfig, self.timeline, self.timings, self.name, self.host, self.updates
             )
             self.daemon = daemon
+            self._daemon_created.set()
             try:
                 await daemon.start()
                 assert daemon.reboot_requested is not None
@@ -407,6 +416,7 @@ class NodeMachine:
             finally:
                 await daemon.stop()
                 self.daemon = None
+                self._daemon_created.clear()
             if daemon.reboot_requested in done:
                 await self._reboot(daemon.reboot_requested.result())
             else:
