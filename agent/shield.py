@@ -547,6 +547,7 @@ class Shield:
         self._cordon_counted = False
         self._blocked = 0
         self._last_error: str | None = None
+        self._updated = asyncio.Event()  # replaced by a fresh one each time it is set
 
     # What the controller calls ----------------------------------------------------------
 
@@ -557,6 +558,7 @@ class Shield:
             self._cordon_counted = False
         self._cordoned = unschedulable
         self._count_blocked()
+        self._status_changed()
 
     def ready(self) -> tuple[bool, str]:
         waiting = [ns.name for ns in self._ns.values() if not ns.synced and not ns.forbidden]
@@ -578,6 +580,22 @@ class Shield:
             blocked_drains=self._blocked,
             last_error=self._last_error,
         )
+
+    async def wait_status(self, predicate: Callable[[ShieldStatus], bool]) -> ShieldStatus:
+        """The first status (now or after a later pass) satisfying ``predicate``; no polling.
+
+        Callers bound the wait with ``asyncio.timeout``.
+        """
+        while True:
+            updated = self._updated
+            status = self.status()
+            if predicate(status):
+                return status
+            await updated.wait()
+
+    def _status_changed(self) -> None:
+        self._updated.set()
+        self._updated = asyncio.Event()
 
     # The loop ---------------------------------------------------------------------------
 
@@ -611,12 +629,14 @@ class Shield:
                 self._changed.clear()
                 try:
                     await self._pass()
+                    self._last_error = None
                     retry.reset()
                     delay = None
                 except KubeError as exc:
                     self._last_error = str(exc)
                     delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
                     log.warning("shield: API call failed (%s); again in %.1fs", exc, delay)
+                self._status_changed()
         finally:
             for task in tasks:
                 task.cancel()
@@ -692,6 +712,7 @@ class Shield:
         if ns.forbidden is None:
             log.warning("shield: not shielding in namespace %s: %s", ns.name, why)
         ns.forbidden = why
+        self._status_changed()
 
     async def _pass(self) -> None:
         """Plan over the namespaces whose pods and budgets have both listed, then write."""

@@ -1,0 +1,338 @@
+"""The shield against the simulator through the real client, with the MCC drain controller.
+
+The shield runs in-process (``Shield.run`` as a task, with the agent's identity); "stopping"
+or "killing" the agent is cancelling that task, which leaves the budgets on the server exactly
+as a killed process would. The drain is the simulator's MCC drain controller (evictions through
+the eviction API); the garbage collector is ``agent.sim.gc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import protocol
+from agent.selectors import MCO_NAMESPACE, default_build_pod_selectors
+from agent.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
+from agent.sim.apiserver import SimApiServer
+from agent.sim.drain import DrainController
+from agent.sim.gc import GC_USER, GarbageCollector
+from agent.sim.mco import MCC_USER, Timings
+from agent.sim.timeline import Timeline, TimelineEntry
+from tests.conftest import AGENT_USER, CONFIG_B, NODE, WAIT, mcd_request, node_annotations
+
+BUILD = f"build-{CONFIG_B}"
+POD = f"{BUILD}-build"
+DRAIN_B = f"drain-{CONFIG_B}"
+PDBS = "poddisruptionbudgets"
+OURS = f"{MANAGED_BY_KEY}={MANAGED_BY}"
+READY = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
+# MCO seconds x 0.01: the eviction retry is 50 ms, a drain attempt 0.9 s.
+TIMINGS = Timings().scaled(0.01)
+
+
+@dataclass
+class RecordingMetrics:
+    budgets: list[int] = field(default_factory=list)
+    conflicts: list[int] = field(default_factory=list)
+    blocked: int = 0
+    api_errors: list[str] = field(default_factory=list)
+
+    def set_budgets(self, count: int) -> None:
+        self.budgets.append(count)
+
+    def set_conflicts(self, count: int) -> None:
+        self.conflicts.append(count)
+
+    def count_blocked_drain(self) -> None:
+        self.blocked += 1
+
+    def count_api_error(self, operation: str) -> None:
+        self.api_errors.append(operation)
+
+    def count_watch_restart(self, resource: str, reason: str) -> None:
+        return None
+
+
+@dataclass
+class Running:
+    shield: Shield
+    task: asyncio.Task[None]
+    metrics: RecordingMetrics
+
+
+def add_build_pod(api: SimApiServer, name: str = POD) -> dict[str, Any]:
+    """The 4.15 build pod, Running and Ready on NODE (as the kubelet reports it)."""
+    pod: dict[str, Any] = api.create(
+        "pods",
+        {
+            "metadata": {
+                "name": name,
+                "namespace": MCO_NAMESPACE,
+                "labels": {"openshift.io/build.name": BUILD},
+            },
+            "spec": {"nodeName": NODE, "containers": [{"name": "docker-build", "image": "b"}]},
+            "status": {"phase": "Running", "conditions": READY},
+        },
+        MCO_NAMESPACE,
+    )
+    return pod
+
+
+def finish_pod(api: SimApiServer, name: str = POD) -> None:
+    pod = api.get("pods", name, MCO_NAMESPACE)
+    pod["status"] = {"phase": "Succeeded", "conditions": []}
+    api.update("pods", pod, MCO_NAMESPACE, subresource="status")
+
+
+def our_budgets(api: SimApiServer) -> list[dict[str, Any]]:
+    return api.list(PDBS, MCO_NAMESPACE, label_selector=OURS)
+
+
+def protecting_budget(api: SimApiServer) -> dict[str, Any] | None:
+    """Our budget once the disruption controller has computed it (a 429 for the pod)."""
+    for pdb in our_budgets(api):
+        status = pdb.get("status") or {}
+        if status.get("observedGeneration") == pdb["metadata"]["generation"]:
+            return pdb
+    return None
+
+
+async def protected(api: SimApiServer) -> dict[str, Any]:
+    pdb = await api.wait_for(lambda: protecting_budget(api), timeout=WAIT)
+    assert pdb is not None
+    return pdb
+
+
+@pytest.fixture
+async def start_shield(api: SimApiServer) -> AsyncIterator[Callable[..., Any]]:
+    clients: list[Any] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start(**kwargs: Any) -> Running:
+        client = api.api_client(AGENT_USER)
+        clients.append(client)
+        metrics = RecordingMetrics()
+        shield = Shield(client, NODE, default_build_pod_selectors(), metrics=metrics, **kwargs)
+        task = asyncio.create_task(shield.run())
+        tasks.append(task)
+        async with asyncio.timeout(WAIT):
+            await shield.wait_status(lambda _: shield.ready()[0])
+        return Running(shield, task, metrics)
+
+    yield start
+    for task in tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for client in clients:
+        await client.close()
+
+
+async def kill(running: Running) -> None:
+    """The agent dies: no clean-up of any kind."""
+    running.task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await running.task
+
+
+@pytest.fixture
+async def timeline() -> Timeline:
+    return Timeline()
+
+
+@pytest.fixture
+async def drain(api: SimApiServer, tmp_path: Path, timeline: Timeline) -> AsyncIterator[None]:
+    """The MCC drain controller, started (it acts once a drain is requested)."""
+    controller = DrainController(api.kubeconfig(MCC_USER, tmp_path / "mcc"), timeline, TIMINGS)
+    await controller.start()
+    yield
+    await controller.stop()
+
+
+@pytest.fixture
+async def gc(api: SimApiServer, tmp_path: Path, timeline: Timeline) -> AsyncIterator[None]:
+    collector = GarbageCollector(api.kubeconfig(GC_USER, tmp_path / "gc"), timeline, TIMINGS)
+    await collector.start()
+    yield
+    await collector.stop()
+
+
+async def refused_evictions(timeline: Timeline, count: int) -> list[TimelineEntry]:
+    """Wait for ``count`` evictions of the build pod refused with 429 (kubectl: "will retry")."""
+    seen: list[TimelineEntry] = []
+
+    def refused(entry: TimelineEntry) -> bool:
+        message = entry.message
+        if f'evicting pods/"{POD}"' in message and "will retry" in message and entry not in seen:
+            seen.append(entry)
+        return len(seen) >= count
+
+    async with asyncio.timeout(WAIT):
+        await timeline.wait_for(refused)
+    return seen
+
+
+def evictions_of_pod(api: SimApiServer, status: int) -> int:
+    return sum(
+        1
+        for _t, user, verb, resource, path, code in api.request_log
+        if user == MCC_USER
+        and verb == "create"
+        and resource == "pods/eviction"
+        and path.endswith(f"/pods/{POD}/eviction")
+        and code == status
+    )
+
+
+def drain_done(api: SimApiServer) -> bool:
+    return node_annotations(api).get(protocol.LAST_APPLIED_DRAIN) == DRAIN_B
+
+
+async def test_budget_refuses_the_drain_while_the_agent_is_down_and_goes_with_the_pod(
+    api: SimApiServer,
+    start_shield: Callable[..., Any],
+    timeline: Timeline,
+    drain: None,
+    gc: None,
+) -> None:
+    add_build_pod(api)
+    running = await start_shield()
+    pdb = await protected(api)
+    assert pdb["metadata"]["ownerReferences"][0]["name"] == POD
+    assert pdb["spec"]["selector"] == {"matchLabels": {"openshift.io/build.name": BUILD}}
+    assert pdb["status"]["disruptionsAllowed"] == 0
+    await kill(running)
+
+    mcd_request(api, DRAIN_B)  # no agent: nothing holds the request; the MCC drains
+    await refused_evictions(timeline, 2)
+    assert evictions_of_pod(api, 429) >= 2
+    assert api.get("nodes", NODE)["spec"].get("unschedulable") is True
+    assert not drain_done(api)
+
+    # The build finishes in its pod, which was never evicted; then the drain completes.
+    finish_pod(api)
+    await api.wait_for(lambda: drain_done(api), timeout=WAIT)
+    pod_writes = api.writes("pods", name=POD)
+    deleted = [w for w in pod_writes if w.after is None]
+    assert len(deleted) == 1
+    succeeded = [
+        w for w in pod_writes if (w.after or {}).get("status", {}).get("phase") == "Succeeded"
+    ]
+    assert succeeded[0].rv < deleted[0].rv  # evicted only once it had succeeded
+    # The agent is still dead: the garbage collector removed the budget with its pod.
+    await api.wait_for(lambda: not our_budgets(api), timeout=WAIT)
+    removal = api.writes(PDBS, name=pdb["metadata"]["name"])[-1]
+    assert removal.after is None
+    assert removal.user == GC_USER
+
+
+async def test_the_agent_deletes_the_budget_when_the_build_pod_finishes(
+    api: SimApiServer, start_shield: Callable[..., Any], timeline: Timeline, drain: None
+) -> None:
+    add_build_pod(api)
+    running = await start_shield()
+    pdb = await protected(api)
+    async with asyncio.timeout(WAIT):
+        await running.shield.wait_status(lambda s: len(s.held) == 1)
+    assert running.metrics.budgets[-1] == 1
+    status = running.shield.status().to_json()
+    assert status["budgets"] == [
+        {
+            "namespace": MCO_NAMESPACE,
+            "name": POD,
+            "phase": "Running",
+            "role": "build-pod",
+            "budget": pdb["metadata"]["name"],
+        }
+    ]
+
+    mcd_request(api, DRAIN_B)
+    await refused_evictions(timeline, 1)
+    running.shield.node_seen(unschedulable=True)
+    running.shield.node_seen(unschedulable=True)  # the same cordon, seen again
+    assert running.metrics.blocked == 1
+    assert running.shield.status().blocked_drains == 1
+    assert running.shield.status().node_cordoned is True
+
+    finish_pod(api)
+    await api.wait_for(lambda: not our_budgets(api), timeout=WAIT)
+    removal = api.writes(PDBS, name=pdb["metadata"]["name"])[-1]
+    assert removal.user == AGENT_USER
+    await api.wait_for(lambda: drain_done(api), timeout=WAIT)
+    async with asyncio.timeout(WAIT):
+        await running.shield.wait_status(lambda s: not s.held)
+    assert running.metrics.budgets[-1] == 0
+
+
+async def test_a_pod_with_another_budget_is_left_alone_and_reported(
+    api: SimApiServer, start_shield: Callable[..., Any], timeline: Timeline, drain: None
+) -> None:
+    api.create(
+        PDBS,
+        {
+            "metadata": {"name": "builds", "namespace": MCO_NAMESPACE},
+            "spec": {"maxUnavailable": 1, "selector": {"matchExpressions": [
+                {"key": "openshift.io/build.name", "operator": "Exists"}]}},
+        },
+        MCO_NAMESPACE,
+    )  # fmt: skip
+    add_build_pod(api)
+    running = await start_shield()
+    async with asyncio.timeout(WAIT):
+        await running.shield.wait_status(lambda s: len(s.conflicts) == 1)
+    assert running.metrics.conflicts[-1] == 1
+    [conflict] = running.shield.status().to_json()["conflicts"]
+    assert conflict["name"] == POD
+    assert conflict["budgets"] == [f"{MCO_NAMESPACE}/builds"]
+    assert conflict["shielded"] is False
+    assert our_budgets(api) == []
+    # Only the other budget governs the pod: no 500 ("more than one PodDisruptionBudget").
+    mcd_request(api, DRAIN_B)
+    await api.wait_for(lambda: drain_done(api), timeout=WAIT)
+    assert evictions_of_pod(api, 500) == 0
+    assert our_budgets(api) == []
+    assert not [w for w in api.writes(PDBS) if w.user == AGENT_USER]
+
+
+async def test_stale_budgets_of_this_node_are_removed_at_start(
+    api: SimApiServer, start_shield: Callable[..., Any]
+) -> None:
+    def leftover(name: str, node: str) -> None:
+        api.create(
+            PDBS,
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": MCO_NAMESPACE,
+                    "labels": {MANAGED_BY_KEY: MANAGED_BY, "drain-guard.io/node": node},
+                },
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"gone": name}}},
+            },
+            MCO_NAMESPACE,
+        )
+
+    leftover("drain-guard-old-build", NODE)
+    leftover("drain-guard-theirs", "worker-1")
+    await start_shield()
+    await api.wait_for(lambda: len(our_budgets(api)) == 1, timeout=WAIT)
+    assert [b["metadata"]["name"] for b in our_budgets(api)] == ["drain-guard-theirs"]
+
+
+async def test_a_namespace_without_rights_is_reported_and_left_alone(
+    api: SimApiServer, start_shield: Callable[..., Any]
+) -> None:
+    api.faults.error(403, user=AGENT_USER, verb="list", resource="poddisruptionbudgets.policy")
+    add_build_pod(api)
+    running = await start_shield()  # ready: a forbidden namespace is not waited for
+    status = running.shield.status().to_json()
+    assert list(status["forbidden"]) == [MCO_NAMESPACE]
+    assert status["synced"] == {MCO_NAMESPACE: False}
+    assert "poddisruptionbudget_list" in running.metrics.api_errors
+    assert our_budgets(api) == []  # nothing created without seeing the namespace's budgets
