@@ -1,0 +1,54 @@
+"""The seed report's scenario in the simulated cluster, with one agent process per node.
+
+Without agents (the demo shows it), MCO 4.15 drains the build node for a layered update from
+image X to the same X while the build pod runs there, and the build fails (BuildPodDeleted).
+With agents: the build succeeds, the build node is not cordoned while the build runs, and no
+node is drained for a desired image equal to its booted one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.sim.cluster import SimCluster
+from tests.conftest import Agent, reap, spawn_agent
+
+TIME_FACTOR = 0.05  # MCO's seconds → simulated seconds (a 120 s build takes 6 s)
+
+
+@pytest.mark.timeout(240)
+async def test_seed_scenario_with_agents(tmp_path: Path) -> None:
+    agents: list[Agent] = []
+    async with SimCluster(tmp_path / "cluster", nodes=2, time_factor=TIME_FACTOR) as cluster:
+        try:
+            for node in cluster.node_names:
+                await spawn_agent(
+                    node,
+                    cluster.agent_kubeconfig(node),
+                    cluster.hosts[node],
+                    on_start=agents.append,
+                )
+            await cluster.create_machine_config("99-worker-seed")
+            build = await cluster.wait_build_done(timeout=120)
+            await cluster.wait_rollout_done(timeout=180)
+        finally:
+            for agent in agents:
+                if agent.proc.returncode is None:
+                    assert await agent.stop() == 0
+            await reap(agents)
+        outcome = cluster.outcome()
+
+    assert build.succeeded, build
+    assert not outcome.build_pod_evicted()
+    assert [c for c in outcome.during_build() if c.node == build.node] == []
+    assert outcome.unchanged_image_cordons() == []
+    # What was held, and why: the stale X→X update on the build node, while the build ran.
+    holds = [r for a in agents for r in a.records if r.get("outcome") == "hold"]
+    assert holds
+    assert all("noop-image" in r["reasons"] for r in holds)
+    assert any("build-pod" in r["reasons"] and r["node"] == build.node for r in holds)
+    # The drains that did happen came after the build, each for a new image.
+    assert outcome.cordons
+    assert all(c.t > build.finished for c in outcome.cordons)
