@@ -1,0 +1,84 @@
+"""The seed scenario with the shield alone (no hold): the MCC drains the build node, the budget
+refuses the build pod's eviction, the build succeeds, and the budget is gone afterwards.
+
+``tests/sim/test_seed.py`` shows the same cluster without drain-guard: the build pod is evicted
+and the build ends ``Error (BuildPodDeleted)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from agent.kube import load_api_client
+from agent.selectors import MCO_NAMESPACE, default_build_pod_selectors
+from agent.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
+from agent.sim.cluster import SimCluster
+from agent.sim.gc import GC_USER, GarbageCollector
+from agent.sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, annotations_of
+
+OURS = f"{MANAGED_BY_KEY}={MANAGED_BY}"
+WAIT = 30.0
+
+
+async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path: Path) -> None:
+    # The eviction API ignores budgets for Pending pods (as Kubernetes does), so the build pod
+    # must be Running before the first eviction: 3 MCO seconds after its creation, against
+    # the 5 s + 5 s of the node controller and the MCC; 0.02 keeps that margin on a busy box.
+    async with SimCluster(tmp_path, time_factor=0.02) as cluster:
+        api = cluster.api
+        node = cluster.build_node
+        collector = GarbageCollector(cluster.kubeconfig(GC_USER), cluster.timeline, cluster.timings)
+        await collector.start()
+        client = await load_api_client(str(cluster.agent_kubeconfig(node)))
+        shield = Shield(client, node, default_build_pod_selectors())
+        task = asyncio.create_task(shield.run())
+        try:
+            rendered = await cluster.create_machine_config("99-worker-seed")
+            pod = f"build-{rendered}-build"
+            # The budget is in force (computed by the disruption controller) for the running pod.
+            await api.wait_for(
+                lambda: any(
+                    (b.get("status") or {}).get("observedGeneration")
+                    and (b.get("status") or {}).get("currentHealthy") == 1
+                    for b in api.list("poddisruptionbudgets", MCO_NAMESPACE, label_selector=OURS)
+                ),
+                timeout=WAIT,
+            )
+            task.cancel()  # the agent is killed: its budget stays
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+            build = await cluster.wait_build_done(timeout=WAIT)
+            assert build.name == f"build-{rendered}"
+            assert build.node == node
+            assert build.succeeded, build
+            refused = cluster.timeline.select(
+                actor="machine-config-controller", contains=f'evicting pods/"{pod}"'
+            )
+            assert any("will retry" in e.message for e in refused)
+            assert not cluster.outcome().build_pod_evicted()
+            # The drain of the build node completes once the build pod is gone, and the
+            # garbage collector has removed the dead agent's budget with the pod.
+            await api.wait_for(
+                lambda: (
+                    annotations_of(api.get("nodes", node)).get(LAST_APPLIED_DRAIN)
+                    == f"drain-{rendered}"
+                ),
+                timeout=WAIT,
+            )
+            assert annotations_of(api.get("nodes", node)).get(DESIRED_DRAIN) in (
+                f"drain-{rendered}",
+                f"uncordon-{rendered}",
+            )
+            await api.wait_for(
+                lambda: not api.list("poddisruptionbudgets", label_selector=OURS), timeout=WAIT
+            )
+            assert collector.collected
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await client.close()
+            await collector.stop()
