@@ -19,7 +19,7 @@ import pytest
 
 from agent import protocol
 from agent.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from agent.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
+from agent.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, Shield
 from agent.sim.apiserver import SimApiServer
 from agent.sim.drain import DrainController
 from agent.sim.gc import GC_USER, GarbageCollector
@@ -336,3 +336,38 @@ async def test_a_namespace_without_rights_is_reported_and_left_alone(
     assert status["synced"] == {MCO_NAMESPACE: False}
     assert "poddisruptionbudget_list" in running.metrics.api_errors
     assert our_budgets(api) == []  # nothing created without seeing the namespace's budgets
+
+
+async def test_dependencies_are_shielded_only_while_a_build_runs(
+    api: SimApiServer, start_shield: Callable[..., Any]
+) -> None:
+    api.create("namespaces", {"metadata": {"name": REGISTRY_NAMESPACE}})
+    for ns, name, labels in (
+        (MCO_NAMESPACE, "machine-os-builder-7d9f-x2x", {"k8s-app": "machine-os-builder"}),
+        (REGISTRY_NAMESPACE, "image-registry-5b86-scml4", {"docker-registry": "default"}),
+    ):
+        api.create(
+            "pods",
+            {
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+                "status": {"phase": "Running", "conditions": READY},
+            },
+            ns,
+        )
+    running = await start_shield(dependencies=True)
+    assert running.shield.status().namespaces == (MCO_NAMESPACE, REGISTRY_NAMESPACE)
+    assert api.list(PDBS, label_selector=OURS) == []  # no build: nothing to protect them for
+
+    add_build_pod(api)
+    async with asyncio.timeout(WAIT):
+        status = await running.shield.wait_status(lambda s: len(s.held) == 3)
+    assert sorted((h.pod.name, h.role.value) for h in status.held) == [
+        (POD, "build-pod"),
+        ("image-registry-5b86-scml4", "dependency"),
+        ("machine-os-builder-7d9f-x2x", "dependency"),
+    ]
+    assert len(api.list(PDBS, label_selector=OURS)) == 3
+
+    finish_pod(api)
+    await api.wait_for(lambda: not api.list(PDBS, label_selector=OURS), timeout=WAIT)
