@@ -159,6 +159,20 @@ class Agent:
                 self._new_line.clear()
                 await self._new_line.wait()
 
+    async def wait_line(self, fragment: str) -> str:
+        """Wait for a raw log line containing ``fragment`` (for ``--log-format text``)."""
+        async with asyncio.timeout(WAIT):
+            index = 0
+            while True:
+                for line in self.lines[index:]:
+                    if fragment in line:
+                        return line
+                index = len(self.lines)
+                if self.proc.returncode is not None:
+                    raise AssertionError(f"agent exited:\n{self.log_text()}")
+                self._new_line.clear()
+                await self._new_line.wait()
+
     async def wait_ready(self) -> None:
         """Until it listens (port known) and has made its first decision (watches synced)."""
         listening = await self.wait_log(

@@ -1,0 +1,70 @@
+"""What the agent logs: one structured line per decision, in text or JSON."""
+
+from __future__ import annotations
+
+import json
+
+from agent import protocol
+from agent.sim.apiserver import SimApiServer
+from tests.conftest import (
+    CONFIG_B,
+    IMAGE_B,
+    MCO_NS,
+    NODE,
+    StartAgent,
+    add_build_pod,
+    mcd_request,
+    wait_annotation,
+)
+
+DRAIN_B = f"drain-{CONFIG_B}"
+
+
+async def test_text_log_has_one_line_per_decision(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent("--log-format", "text", ready=False)
+    await agent.wait_line("listening on http://127.0.0.1:")
+    await agent.wait_line(f"decision node={NODE} ")
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    line = await agent.wait_line("outcome=hold ")
+    assert f"node={NODE} request={DRAIN_B} reasons=build-pod outcome=hold" in line
+    # Further pod events do not repeat the decision.
+    api.create(
+        "pods",
+        {
+            "metadata": {"name": "other", "namespace": MCO_NS},
+            "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "i"}]},
+        },
+        MCO_NS,
+    )
+    api.delete("pods", "build-pod", MCO_NS)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    await agent.wait_line("outcome=release:safe ")
+    assert sum("outcome=hold " in line for line in agent.lines) == 1
+    assert not any(line.lstrip().startswith("{") for line in agent.lines)
+
+
+async def test_json_log_lines_are_objects(api: SimApiServer, start_agent: StartAgent) -> None:
+    agent = await start_agent()
+    await agent.stop()
+    assert agent.lines
+    for line in agent.lines:
+        record = json.loads(line)
+        assert {"time", "level", "logger", "message"} <= record.keys()
+    decisions = [r for r in agent.records if r["message"] == "decision"]
+    assert decisions
+    assert {"node", "request", "reasons", "outcome"} <= decisions[0].keys()
+
+
+async def test_a_pod_bigger_than_a_stream_buffer_line(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    big = {"metadata": {"annotations": {"blob": "x" * 200_000}}}
+    add_build_pod(api)
+    api.patch("pods", "build-pod", big, MCO_NS)
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert not any(r.get("message", "").startswith("watch of pod failed") for r in agent.records)
