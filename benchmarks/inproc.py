@@ -36,6 +36,7 @@ from agent.events import EventRecorder
 from agent.kube import Kube
 from agent.metrics import Metrics
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
 AGENT_WATCH_TIMEOUT = 300  # seconds: agent.kube's default timeoutSeconds
 
 
@@ -162,6 +163,7 @@ async def start_hosts(
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log_file,
+                cwd=REPO_ROOT,  # benchmarks/ is not installed; -m finds it from here
             )
         hosts.append(AgentHost(proc, len(group)))
     async with asyncio.timeout(timeout):

@@ -1,0 +1,82 @@
+"""Each benchmark runs end to end with minimal parameters and writes its result file.
+
+These keep the benchmarks from rotting as the agent and the simulator change. They check
+what was counted (requests, trials, samples), never how long anything took.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks import __main__ as bench_main
+from benchmarks import apiload, fleet, footprint, reaction
+
+
+def _result(out: Path, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((out / f"{name}.json").read_text())
+    assert doc["benchmark"] == name
+    assert doc["machine"]["nproc"] >= 1
+    return doc
+
+
+def test_reaction(tmp_path: Path) -> None:
+    argv = ["--requests", "3", "--runs", "1", "--race-trials", "2", "--race-delays", "0.1"]
+    argv += ["--baseline-trials", "1", "--poll-interval", "0.1", "--out", str(tmp_path)]
+    assert reaction.main(argv) == 0
+    doc = _result(tmp_path, "reaction")
+    assert doc["latency"]["pooled"]["n"] == 3
+    (race,) = doc["races"]
+    assert race["won"] + race["lost"] == 2
+    assert race["reaction"]["n"] == 2
+    assert doc["baseline"]["agent"]["reaction"]["n"] == 1
+    assert doc["baseline"]["poller"]["reaction"]["n"] == 1
+    # The agent watches: it never reads the Node while waiting for a request; the script polls.
+    assert "get nodes" not in doc["baseline"]["agent"]["requests"]
+    assert doc["baseline"]["poller"]["requests"]["get nodes"] >= 1
+
+
+def test_footprint(tmp_path: Path) -> None:
+    argv = ["--starts", "1", "--rest-seconds", "0.2", "--rest-runs", "1", "--rounds", "1"]
+    argv += ["--pod-changes", "8", "--node-updates", "8", "--imports", "1", "--out", str(tmp_path)]
+    assert footprint.main(argv) == 0
+    doc = _result(tmp_path, "footprint")
+    assert len(doc["start_to_ready_s"]["runs"]) == 1
+    assert [w["mode"] for w in doc["rest"]] == ["bare", "deployed"]
+    assert doc["churn"][0]["changes"] == 16
+    cost = doc["import_cost"]
+    assert cost["kubernetes_asyncio_rss_mib"] >= cost["aiohttp_rss_mib"] > 0
+
+
+def test_apiload(tmp_path: Path) -> None:
+    # A very short "hour": bookmarks do not fit into 1 s watches, so only counts are checked.
+    argv = ["--agents", "1", "--time-scale", "1200", "--poll-interval", "0.5"]
+    assert apiload.main([*argv, "--out", str(tmp_path)]) == 0
+    doc = _result(tmp_path, "apiload")
+    assert doc["start_requests_per_node"] == {
+        "list nodes": 1.0,
+        "list pods": 1.0,
+        "watch nodes": 1.0,
+        "watch pods": 1.0,
+    }
+    # The forced 410: each watch lists again.
+    assert doc["after_410_requests_per_node"]["list nodes"] >= 1
+    # One update of the node: the hold and the release, each one PATCH.
+    assert doc["rollout_requests_per_node"]["patch nodes"] == 2
+    assert doc["poller"]["requests_per_hour"]["get nodes"] > 0
+
+
+def test_fleet(tmp_path: Path) -> None:
+    argv = ["--sizes", "2", "--processes", "1", "--rest-seconds", "0.1", "--out", str(tmp_path)]
+    assert fleet.main(argv) == 0
+    doc = _result(tmp_path, "fleet")
+    (size,) = doc["sizes"]
+    assert size["nodes"] == 2
+    assert size["hold_reaction"]["n"] == 2
+    assert size["release_reaction"]["n"] == 2
+    assert size["start_requests_per_node"] == 4
+
+
+def test_runner_rejects_unknown_names() -> None:
+    assert bench_main.main(["no-such-benchmark"]) == 2
