@@ -25,7 +25,7 @@ makes it fail its sync ("found no controllers for pod") and fall back to its fai
 API::
 
     shield = Shield(api_client, node_name, build_pod_selectors,
-                    dependencies=False, metrics=ShieldMetrics-like or None)
+                    dependencies=False, metrics=Metrics() or any ShieldMetrics, or None)
     await shield.run()              # until cancelled; budgets stay (they guard a dead agent)
     shield.node_seen(unschedulable) # from the controller's Node watch: counts blocked drains
     shield.status() -> ShieldStatus # .to_json() for /status; shield.ready() for /readyz
@@ -434,13 +434,14 @@ class ShieldStatus:
 
 
 class ShieldMetrics(Protocol):
-    """Where the shield reports (the controller maps these onto ``agent.metrics.Metrics``)."""
+    """Where the shield reports; ``agent.metrics.Metrics`` has these methods (its label sets
+    include ``API_OPERATIONS`` and ``WATCH_RESOURCES`` below)."""
 
-    def set_budgets(self, count: int) -> None: ...
+    def set_shield_budgets(self, count: int) -> None: ...
 
-    def set_conflicts(self, count: int) -> None: ...
+    def set_shield_conflicts(self, count: int) -> None: ...
 
-    def count_blocked_drain(self) -> None: ...
+    def count_shield_blocked_drain(self) -> None: ...
 
     def count_api_error(self, operation: str) -> None: ...
 
@@ -450,13 +451,13 @@ class ShieldMetrics(Protocol):
 class NullShieldMetrics:
     """ShieldMetrics for callers without metrics."""
 
-    def set_budgets(self, count: int) -> None:
+    def set_shield_budgets(self, count: int) -> None:
         return None
 
-    def set_conflicts(self, count: int) -> None:
+    def set_shield_conflicts(self, count: int) -> None:
         return None
 
-    def count_blocked_drain(self) -> None:
+    def count_shield_blocked_drain(self) -> None:
         return None
 
     def count_api_error(self, operation: str) -> None:
@@ -732,8 +733,8 @@ class Shield:
     def _report(self, new: Plan) -> None:
         old = self._plan
         self._plan = new
-        self.metrics.set_budgets(len(new.held))
-        self.metrics.set_conflicts(len(new.conflicts))
+        self.metrics.set_shield_budgets(len(new.held))
+        self.metrics.set_shield_conflicts(len(new.conflicts))
         self._count_blocked()
         for c in new.conflicts:
             if c.pod.uid not in {o.pod.uid for o in old.conflicts}:
@@ -753,7 +754,7 @@ class Shield:
         if self._cordoned and not self._cordon_counted and self._plan.held:
             self._cordon_counted = True
             self._blocked += 1
-            self.metrics.count_blocked_drain()
+            self.metrics.count_shield_blocked_drain()
             log.warning(
                 "shield: node %s cordoned while budgets shield %s",
                 self.node,

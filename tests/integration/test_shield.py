@@ -44,13 +44,13 @@ class RecordingMetrics:
     blocked: int = 0
     api_errors: list[str] = field(default_factory=list)
 
-    def set_budgets(self, count: int) -> None:
+    def set_shield_budgets(self, count: int) -> None:
         self.budgets.append(count)
 
-    def set_conflicts(self, count: int) -> None:
+    def set_shield_conflicts(self, count: int) -> None:
         self.conflicts.append(count)
 
-    def count_blocked_drain(self) -> None:
+    def count_shield_blocked_drain(self) -> None:
         self.blocked += 1
 
     def count_api_error(self, operation: str) -> None:
