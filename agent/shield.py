@@ -762,6 +762,10 @@ class Shield:
             )
 
     async def _create(self, want: Want, ns: _Namespace) -> None:
+        # Marked in flight before the request: the watch may deliver the new budget before
+        # the response, and its event is what ends the mark.
+        key = f"{want.pod.namespace}/{want.name}"
+        self._inflight.add(key)
         try:
             await self._request(
                 "poddisruptionbudget_create",
@@ -770,22 +774,19 @@ class Shield:
                 want.manifest(self.node),
             )
         except KubeError as exc:
+            self._inflight.discard(key)
             if exc.status == 409:
                 return  # already there: the watch brings it
             if exc.status == 403:
                 self._forbid(ns, f"creating budgets forbidden: {exc.reason}")
                 return
             raise
-        self._inflight.add(f"{want.pod.namespace}/{want.name}")
-        log.info(
-            "shield: budget %s/%s created for %s pod %s",
-            want.pod.namespace,
-            want.name,
-            want.role.value,
-            want.pod.name,
-        )
+        ns.forbidden = None
+        log.info("shield: budget %s created for %s pod %s", key, want.role.value, want.pod.name)
 
-    async def _delete(self, budget: BudgetState) -> None:
+    async def _delete(self, budget: BudgetState) -> bool:
+        """Delete ``budget`` if it is still that object (uid precondition); True if deleted."""
+        self._inflight.add(budget.key)
         try:
             await self._request(
                 "poddisruptionbudget_delete",
@@ -795,16 +796,17 @@ class Shield:
                 body={"preconditions": {"uid": budget.uid}},
             )
         except KubeError as exc:
+            self._inflight.discard(budget.key)
             if exc.status in (404, 409):
-                return  # gone, or replaced meanwhile: the watch tells
+                return False  # gone, or replaced meanwhile: the watch tells
             if exc.status == 403:
                 self._forbid(
                     self._ns[budget.namespace], f"deleting budgets forbidden: {exc.reason}"
                 )
-                return
+                return False
             raise
-        self._inflight.add(budget.key)
         log.info("shield: budget %s deleted", budget.key)
+        return True
 
     async def remove_all(self) -> int:
         """Delete this node's budgets (on uninstall; a rolling update keeps them). Returns how
@@ -820,8 +822,7 @@ class Shield:
                     label_selector=label,
                 )
                 for item in body.get("items") or ():
-                    await self._delete(BudgetState.from_dict(item))
-                    deleted += 1
+                    deleted += await self._delete(BudgetState.from_dict(item))
             except KubeError as exc:
                 log.warning("shield: could not remove budgets in %s: %s", ns.name, exc)
         return deleted
@@ -839,7 +840,7 @@ class Shield:
             body: JsonObj = json.loads(text) if text else {}
             return body
         except KubeError as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409):  # gone, or already there: the watch catches up
                 self.metrics.count_api_error(operation)
             raise
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:

@@ -371,3 +371,15 @@ async def test_dependencies_are_shielded_only_while_a_build_runs(
 
     finish_pod(api)
     await api.wait_for(lambda: not api.list(PDBS, label_selector=OURS), timeout=WAIT)
+
+
+async def test_uninstall_removes_this_nodes_budgets(
+    api: SimApiServer, start_shield: Callable[..., Any]
+) -> None:
+    add_build_pod(api)
+    running = await start_shield()
+    await protected(api)
+    await kill(running)
+    assert await running.shield.remove_all() == 1
+    assert our_budgets(api) == []
+    assert await running.shield.remove_all() == 0
