@@ -447,6 +447,8 @@ class ShieldMetrics(Protocol):
 
     def count_watch_restart(self, resource: str, reason: str) -> None: ...
 
+    def set_synced(self, resource: str, synced: bool) -> None: ...
+
 
 class NullShieldMetrics:
     """ShieldMetrics for callers without metrics."""
@@ -464,6 +466,9 @@ class NullShieldMetrics:
         return None
 
     def count_watch_restart(self, resource: str, reason: str) -> None:
+        return None
+
+    def set_synced(self, resource: str, synced: bool) -> None:
         return None
 
 
@@ -595,6 +600,9 @@ class Shield:
             await updated.wait()
 
     def _status_changed(self) -> None:
+        # One gauge for the shield's watches: 0 while a namespace has not listed, including
+        # one the agent may not read (that is an alert: the shield is not working there).
+        self.metrics.set_synced("poddisruptionbudget", all(ns.synced for ns in self._ns.values()))
         self._updated.set()
         self._updated = asyncio.Event()
 

@@ -43,6 +43,7 @@ class RecordingMetrics:
     conflicts: list[int] = field(default_factory=list)
     blocked: int = 0
     api_errors: list[str] = field(default_factory=list)
+    synced: dict[str, bool] = field(default_factory=dict)
 
     def set_shield_budgets(self, count: int) -> None:
         self.budgets.append(count)
@@ -58,6 +59,9 @@ class RecordingMetrics:
 
     def count_watch_restart(self, resource: str, reason: str) -> None:
         return None
+
+    def set_synced(self, resource: str, synced: bool) -> None:
+        self.synced[resource] = synced
 
 
 @dataclass
@@ -242,6 +246,7 @@ async def test_the_agent_deletes_the_budget_when_the_build_pod_finishes(
     async with asyncio.timeout(WAIT):
         await running.shield.wait_status(lambda s: len(s.held) == 1)
     assert running.metrics.budgets[-1] == 1
+    assert running.metrics.synced == {"poddisruptionbudget": True}
     status = running.shield.status().to_json()
     assert status["budgets"] == [
         {
@@ -335,6 +340,7 @@ async def test_a_namespace_without_rights_is_reported_and_left_alone(
     assert list(status["forbidden"]) == [MCO_NAMESPACE]
     assert status["synced"] == {MCO_NAMESPACE: False}
     assert "poddisruptionbudget_list" in running.metrics.api_errors
+    assert running.metrics.synced == {"poddisruptionbudget": False}
     assert our_budgets(api) == []  # nothing created without seeing the namespace's budgets
 
 
