@@ -67,12 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--node-name", help="node whose hold to release")
     target.add_argument("--all", action="store_true", help="release every node's hold")
 
-    # The demo's own flags are parsed by its own parser (see main), so that building this
-    # parser, as ``run`` does, never imports the simulator.
-    demo = sub.add_parser(
-        "demo", help="run the seed scenario in a simulated cluster", add_help=False
-    )
-    demo.add_argument("demo_args", nargs=argparse.REMAINDER)
+    # Listed for --help only: main() hands ``demo ...`` to the demo's own parser, so that
+    # building this parser, as ``run`` does, never imports the simulator.
+    sub.add_parser("demo", help="run the seed scenario in a simulated cluster (see demo --help)")
     return parser
 
 
@@ -85,6 +82,9 @@ def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:
+        return _demo(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "run":
         try:
@@ -97,13 +97,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_agent(settings)
     if args.command == "status":
         return asyncio.run(_status(args))
-    if args.command == "release":
-        return asyncio.run(_release(args))
+    assert args.command == "release", args.command  # "demo" never reaches the parser
+    return asyncio.run(_release(args))
+
+
+def _demo(argv: Sequence[str]) -> int:
     from agent import demo  # lazily: the simulator is the demo's alone
 
-    demo_parser = OneLineParser(prog="drain-guard demo", description="the seed scenario")
-    demo.configure_parser(demo_parser)
-    return demo.run(demo_parser.parse_args(args.demo_args))
+    parser = OneLineParser(
+        prog="drain-guard demo",
+        description="The seed scenario in a simulated cluster, without and with agents.",
+    )
+    demo.configure_parser(parser)
+    code: int = demo.run(parser.parse_args(argv))
+    return code
 
 
 # --- status -----------------------------------------------------------------------------
