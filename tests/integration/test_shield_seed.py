@@ -75,7 +75,8 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
             await api.wait_for(
                 lambda: not api.list("poddisruptionbudgets", label_selector=OURS), timeout=WAIT
             )
-            assert collector.collected
+            [removal] = [w for w in api.writes("poddisruptionbudgets") if w.after is None]
+            assert removal.user == GC_USER
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
