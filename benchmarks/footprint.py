@@ -61,6 +61,7 @@ import kubernetes_asyncio.client, kubernetes_asyncio.config
 out["kubernetes_asyncio"] = rss()
 import agent.controller, agent.cli
 out["agent"] = rss()
+out["kubernetes_validate_loaded"] = int("kubernetes_validate" in sys.modules)
 json.dump(out, sys.stdout)
 """
 
@@ -103,6 +104,9 @@ async def _import_cost(runs: int) -> dict[str, Any]:
             check=True,
         )
         samples.append(json.loads(out.stdout))
+    # In a development venv kubernetes_asyncio also imports kubernetes_validate (a test
+    # dependency it picks up when present); the production image does not have it.
+    validate_loaded = any(s.pop("kubernetes_validate_loaded") for s in samples)
     stages = list(samples[0])
     medians = {s: statistics.median(x[s] for x in samples) for s in stages}
     result: dict[str, Any] = {f"{s}_rss_mib": round(medians[s] / MIB, 2) for s in stages}
@@ -111,6 +115,7 @@ async def _import_cost(runs: int) -> dict[str, Any]:
         if previous is not None:
             result[f"{s}_adds_mib"] = round((medians[s] - medians[previous]) / MIB, 2)
         previous = s
+    result["kubernetes_validate_loaded"] = validate_loaded
     return result
 
 

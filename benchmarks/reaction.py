@@ -64,7 +64,7 @@ class Params:
     requests: int = 1000
     runs: int = 3
     race_trials: int = 100
-    race_delays: tuple[float, ...] = (0.5, 0.1)
+    race_delays: tuple[float, ...] = (0.5, 0.1, 0.02)
     baseline_trials: int = 40
     poll_interval: float = 2.0
 

@@ -1,0 +1,147 @@
+"""Where the agent's start-up time goes: imports (``-X importtime``) and cProfile to ready.
+
+Runs ``python -X importtime -m cProfile -o PROFILE -m agent run ...`` against the simulator,
+waits for the first ``/readyz`` 200, stops the agent with SIGTERM (a clean exit writes the
+profile), and reports the slowest top-level imports and the functions with the largest
+cumulative time.
+
+``python -m benchmarks.startup_profile [--top N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pstats
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from agent.sim.apiserver import SimApiServer
+from agent.sim.hostfs import HostFS
+from benchmarks.common import IMAGE_A, WAIT, agent_user, seed_api, write_result
+
+NODE = "worker-0"
+
+
+def parse_importtime(lines: Sequence[str]) -> dict[str, float]:
+    """Cumulative import time in ms of each package, where it was first imported.
+
+    A package's figure includes what it imported first itself (kubernetes_asyncio's includes
+    its models), so the figures overlap; ``agent.cli`` is the agent's whole import.
+    """
+    out: dict[str, float] = {}
+    for line in lines:
+        if not line.startswith("import time:"):
+            continue
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue  # the header line
+        name = parts[2].strip()
+        if ("." not in name or name.startswith("agent.")) and name not in out:
+            out[name] = int(parts[1]) / 1000.0
+    return out
+
+
+async def measure(top: int, workdir: Path) -> dict[str, Any]:
+    profile = workdir / "agent.prof"
+    async with SimApiServer() as api:
+        seed_api(api, [NODE])
+        host = HostFS(workdir / "host", IMAGE_A)
+        kubeconfig = api.kubeconfig(agent_user(NODE), workdir / "kubeconfig")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
+        env.pop("NODE_NAME", None)
+        spawned = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "cProfile",
+            "-o",
+            str(profile),
+            "-m",
+            "agent",
+            "run",
+            "--node-name",
+            NODE,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--listen",
+            "127.0.0.1:0",
+            "--host-root",
+            str(host.root),
+            "--cmdline-file",
+            str(host.cmdline_file),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        assert proc.stderr is not None
+        lines: list[str] = []
+        port = None
+        async with asyncio.timeout(WAIT):
+            while port is None:
+                raw = await proc.stderr.readline()
+                if not raw:
+                    raise RuntimeError("agent exited before listening")
+                line = raw.decode(errors="replace").rstrip("\n")
+                lines.append(line)
+                if "listening on http://" in line:
+                    port = int(line.rsplit(":", 1)[1].split()[0])
+            async with aiohttp.ClientSession() as session:
+                while True:
+                    async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
+                        if resp.status == 200:
+                            break
+                    await asyncio.sleep(0.005)
+        ready = time.monotonic() - spawned
+        proc.terminate()
+        rest = await proc.stderr.read()
+        lines += rest.decode(errors="replace").splitlines()
+        await proc.wait()
+    imports = parse_importtime(lines)
+    stats = pstats.Stats(str(profile))
+    rows = []
+    for (filename, lineno, func), (_, ncalls, _tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]
+        # Past the imports: the import machinery and module bodies are in top_imports_ms.
+        if filename.startswith("<") or filename == "~" or func == "<module>":
+            continue
+        rows.append(
+            (ct, f"{Path(filename).parent.name}/{Path(filename).name}:{lineno}({func})", ncalls)
+        )
+    rows.sort(reverse=True)
+    return {
+        "start_to_ready_s_under_profiler": round(ready, 3),
+        "top_imports_ms": dict(sorted(imports.items(), key=lambda kv: -kv[1])[:top]),
+        "all_imports_ms": round(sum(imports.values()), 1),
+        "top_cumulative_outside_imports": [
+            {"function": name, "cumulative_s": round(ct, 3), "calls": n}
+            for ct, name, n in rows[:top]
+        ],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.startup_profile", description=__doc__)
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--out", type=Path, default=None, help="results directory")
+    a = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        result = asyncio.run(measure(a.top, Path(tmp)))
+    with contextlib.suppress(BrokenPipeError):
+        print(result)
+    print(f"wrote {write_result('startup_profile', result, a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
