@@ -25,6 +25,7 @@ import builtins
 import contextlib
 import json
 import logging
+import random
 import secrets
 import tempfile
 import time
@@ -152,6 +153,7 @@ class SimApiServer:
         self.watch_timeout = watch_timeout
         self.store = Store(resources, history=history, clock=clock)
         self.faults = Faults(seed)
+        self._rng = random.Random(seed)  # watch timeouts; separate from the faults' draws
         self.requests: Counter[tuple[str, str, str]] = Counter()
         self.request_log: builtins.list[tuple[float, str, str, str, str, int]] = []
         self._users_by_token: dict[str, User] = {}
@@ -632,6 +634,10 @@ class SimApiServer:
         store = self.store
         query = request.query
         dry_run = query.get("dryRun") == "All"
+        if target.subresource == "eviction" and verb != "create":
+            raise errors.method_not_allowed(request.method)
+        if target.subresource == "status" and verb not in ("get", "update", "patch"):
+            raise errors.method_not_allowed(request.method)
         if verb == "watch":
             return await self._watch(request, target, user)
         if verb == "list":
@@ -853,7 +859,7 @@ class SimApiServer:
         elif self.watch_timeout is not None:
             timeout = self.watch_timeout
         else:
-            timeout = 1800.0 * (1.0 + self.faults.rng.random())
+            timeout = 1800.0 * (1.0 + self._rng.random())
         labels: LabelSelector = parse_labels(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector", ""), rt)
         resource = self._resource_label(target)

@@ -408,3 +408,18 @@ async def test_in_process_api_shares_the_store_with_http(
         sim.get("nodes", "x")
     assert info.value.code == 404
     assert info.value.status["message"] == 'nodes "x" not found'
+
+
+async def test_subresources_accept_only_their_verbs(
+    sim: SimApiServer, http: aiohttp.ClientSession
+) -> None:
+    sim.create("pods", pod("p"))
+    async with http.get(f"/api/v1/namespaces/{NS}/pods/p/eviction") as resp:
+        assert resp.status == 405
+    async with http.post(f"/api/v1/namespaces/{NS}/pods/p/status", json={}) as resp:
+        assert resp.status == 405
+    async with http.get(f"/api/v1/namespaces/{NS}/pods/p/status") as resp:
+        assert resp.status == 200
+        assert (await resp.json())["metadata"]["name"] == "p"
+    async with http.get(f"/api/v1/namespaces/{NS}/pods/p/logs") as resp:
+        assert resp.status == 404
