@@ -124,8 +124,9 @@ class MetricCounters:
 class BootedImageReader:
     """The booted image, re-read only when the boot (boot time + kernel cmdline) changes."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings = settings
+        self.metrics = metrics
         self._key: tuple[float, str] | None = None
         self._value: guards.BootedImage | None = None
 
@@ -151,6 +152,7 @@ class BootedImageReader:
             self._value = await asyncio.to_thread(self._read)
             self._key = key
             if self._value.error:
+                self.metrics.count_invalid_input("host_file")
                 log.warning("booted image unknown: %s", self._value.error)
             else:
                 log.info("booted image %s (from %s)", self._value.digest, self._value.source)
@@ -186,7 +188,7 @@ class Controller:
         self.counters = counters
         self.events = events
         self.cache = WatchCache()
-        self.booted = BootedImageReader(settings)
+        self.booted = BootedImageReader(settings, metrics)
         self.guards = guards.default_guards(settings.build_pod_selectors)
         self.started_at = datetime.now(UTC)
         self._seen = _Seen()
@@ -203,6 +205,8 @@ class Controller:
         self._pass_started: float | None = None
         self._running = False
         self._last_logged: tuple[str, ...] | None = None
+        # Malformed inputs of the last decision: each is counted once, when it appears.
+        self._invalid: frozenset[tuple[str, str]] = frozenset()
         # After our own patch the watch lags behind: the Node as the patch returned it, used
         # until the watch delivers a version other than the one the patch was based on.
         self._written: tuple[str, NodeObj] | None = None
@@ -436,9 +440,13 @@ class Controller:
     # Status and the decision log ---------------------------------------------------------
 
     def _settle(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
+        invalid = _invalid_inputs(decision)
+        for kind, _ in invalid - self._invalid:
+            self.metrics.count_invalid_input(kind)
+        self._invalid = invalid
         name = _status_name(decision, node)
         self._set_status(name, decision.explain(), node, decision, view)
-        key = _log_key(decision)
+        key = _log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
         if decision.patch or key != self._last_logged:
             self._last_logged = key
             log.info("decision", extra={"fields": _decision_fields(node, decision, name)})
@@ -566,6 +574,30 @@ def _digest(image: str | None) -> str | None:
         return None
 
 
+_INVALID_KIND = {
+    protocol.Reason.MANUAL: "hold_request",
+    protocol.Reason.NOOP_IMAGE: "image_ref",
+}
+
+
+def _invalid_inputs(decision: guards.Decision) -> frozenset[tuple[str, str]]:
+    """(metric kind, what) of every malformed input behind this decision."""
+    found = {
+        (_INVALID_KIND.get(v.reason, "annotation"), v.detail)
+        for v in decision.verdicts
+        if isinstance(v, guards.Clear) and v.invalid
+    }
+    if isinstance(decision, guards.Release) and decision.outcome is protocol.Outcome.INVALID:
+        found.add(("annotation", decision.why))
+    if (
+        isinstance(decision, guards.CleanUp)
+        and decision.ended is None  # hold keys without a readable record: malformed
+        and any(k in protocol.OWNED_KEYS for k in decision.keys)
+    ):
+        found.add(("annotation", decision.why))
+    return frozenset(found)
+
+
 def _status_name(decision: guards.Decision, node: NodeObj) -> str:
     if isinstance(decision, guards.Hold):
         return "hold"
@@ -584,13 +616,13 @@ def _status_name(decision: guards.Decision, node: NodeObj) -> str:
     return "pass" if request.verb is protocol.Verb.DRAIN and pending else "idle"
 
 
-def _log_key(decision: guards.Decision) -> tuple[str, ...]:
+def _log_key(decision: guards.Decision, request: str | None) -> tuple[str, ...]:
     """Decisions with the same key are logged once: a hold is not re-logged on every pod event."""
     if isinstance(decision, guards.Hold):
         return ("held", decision.original, guards.hold_detail(decision.blocks))
     if isinstance(decision, guards.Keep | guards.UpdateHold):
         return ("held", decision.record.held_drain, guards.hold_detail(decision.blocks))
-    return (type(decision).__name__, decision.explain())
+    return (type(decision).__name__, request or "", decision.explain())
 
 
 def _decision_fields(node: NodeObj, decision: guards.Decision, name: str) -> dict[str, Any]:

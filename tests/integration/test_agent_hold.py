@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from agent import protocol
 from agent.sim.apiserver import SimApiServer
@@ -150,3 +151,48 @@ async def test_manual_hold_request(api: SimApiServer, start_agent: StartAgent) -
     api.patch("nodes", NODE, {"metadata": {"annotations": {protocol.HOLD_REQUEST: None}}})
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
     assert node_annotations(api)[protocol.LAST_APPLIED_DRAIN] == f"uncordon-{CONFIG_A}"
+
+
+async def test_malformed_inputs_are_counted_once_and_never_held_on(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    # The booted image cannot be read: the no-op guard abstains (never holds on a guess).
+    agent = await start_agent("--cmdline-file", str(tmp_path / "missing"))
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="host_file") == 1
+    api.patch("nodes", NODE, {"metadata": {"annotations": {protocol.HOLD_REQUEST: "tomorrow"}}})
+    rv = mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_A})
+    record = await agent.wait_log(lambda r: r.get("request") == DRAIN_B)
+    assert record["outcome"] == "pass"
+    assert agent_writes(api, since=rv) == []
+    # Another decision with the same malformed hold-request: not counted again.
+    mcd_request(api, DRAIN_C, **{protocol.DESIRED_IMAGE: IMAGE_A})
+    await agent.wait_log(lambda r: r.get("request") == DRAIN_C)
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="hold_request") == 1
+    _, body = await agent.http("/status")
+    doc = json.loads(body)
+    assert doc["image"]["bootedDigest"] is None
+    assert doc["image"]["bootedError"]
+
+
+async def test_a_malformed_hold_record_is_restored_not_kept(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    api.patch(
+        "nodes",
+        NODE,
+        {
+            "metadata": {
+                "annotations": {
+                    protocol.DESIRED_DRAIN: "hold-" + DRAIN_B,
+                    protocol.HELD_DRAIN: DRAIN_B,
+                    protocol.HOLD_REASONS: "sunspots",
+                    protocol.HELD_SINCE: "2026-01-01T00:00:00Z",
+                }
+            }
+        },
+    )
+    agent = await start_agent()
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    assert not any(k in ann for k in protocol.OWNED_KEYS)
+    await agent.wait_log(lambda r: r.get("outcome") == "release:invalid")
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="annotation") == 1
