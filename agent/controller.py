@@ -207,8 +207,9 @@ class Controller:
         self._last_logged: tuple[str, ...] | None = None
         # Malformed inputs of the last decision: each is counted once, when it appears.
         self._invalid: frozenset[tuple[str, str]] = frozenset()
-        # After our own patch the watch lags behind: the Node as the patch returned it, used
-        # until the watch delivers a version other than the one the patch was based on.
+        # The watch lags behind our own patches (and GETs after a lost compare-and-swap):
+        # (the watch's resourceVersion then, the Node as the API returned it), used until
+        # the watch delivers something newer.
         self._written: tuple[str, NodeObj] | None = None
 
     # StatusSource -------------------------------------------------------------------------
@@ -314,6 +315,9 @@ class Controller:
                 result.message,
             )
             node = await self.kube.get_node(self.settings.node_name)
+            if node is not None and self.cache.node is not None:
+                # Newer than the watch for now, like our own writes: use it until caught up.
+                self._written = (self.cache.node.resource_version, node)
         log.warning("node kept changing under %d attempts; waiting for the watch", CAS_ATTEMPTS)
         return None
 
