@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agent.sim.cluster import Cordon, Outcome, SimCluster
+from agent.sim.mco import Timings
 from agent.sim.timeline import Timeline, TimelineEntry
 
 __all__ = ["configure_parser", "run"]
@@ -55,8 +57,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--time-factor",
         type=float,
-        default=0.02,
-        help="simulated seconds per MCO second (default: 0.02: a 120 s build takes 2.4 s)",
+        default=0.04,
+        help="simulated seconds per MCO second (default: 0.04: a 120 s build takes 4.8 s)",
     )
     parser.add_argument(
         "--timeline",
@@ -222,13 +224,19 @@ class RunResult:
     holds: dict[str, set[str]] | None
     rollout_done: bool
     start: float  # timeline seconds when the MachineConfig was created
+    gave_up: bool = False
 
 
 async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) -> RunResult:
     title = "with drain-guard" if with_agents else "without drain-guard"
-    async with SimCluster(workdir, nodes=args.nodes, time_factor=args.time_factor) as cluster:
+    # A node reboots in 20 s here (a real one takes a minute or two): it shortens the demo
+    # without changing the story. Every other duration is MCO's own.
+    timings = Timings(reboot=20.0)
+    async with SimCluster(
+        workdir, nodes=args.nodes, time_factor=args.time_factor, timings=timings
+    ) as cluster:
         agents: Agents | None = None
-        rollout_done = False
+        rollout_done = gave_up = False
         try:
             if with_agents:
                 agents = Agents(cluster, workdir)
@@ -248,6 +256,7 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
                         lambda: cluster.machines[node].reboots > 0, timeout=args.timeout
                     )
             except TimeoutError:
+                gave_up = True
                 cluster.timeline.add("demo", None, f"gave up after {args.timeout:g}s")
         finally:
             if agents is not None:
@@ -262,6 +271,7 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
             holds=agents.holds() if agents is not None else None,
             rollout_done=rollout_done,
             start=next((e.t for e in cluster.timeline.entries if e.actor == "user"), 0.0),
+            gave_up=gave_up,
         )
 
 
@@ -269,9 +279,12 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
 
 
 def _short(text: str) -> str:
-    return text.replace(
+    """Shorter registry paths, digests and rendered-config hashes, for 100-column terminals."""
+    text = text.replace(
         "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/", ""
     )
+    text = re.sub(r"sha256:([0-9a-f]{12})[0-9a-f]{52}", r"sha256:\1…", text)
+    return re.sub(r"(rendered-[a-z0-9-]+?-[0-9a-f]{8})[0-9a-f]{24}", r"\1…", text)
 
 
 def _key(entry: TimelineEntry) -> bool:
@@ -302,6 +315,11 @@ def print_timeline(result: RunResult, mode: str, out: TextIO) -> None:
         moved = TimelineEntry(entry.t - t0, entry.actor, entry.node, entry.message)
         repeat = f"  (x{count})" if count > 1 else ""
         out.write(_short(moved.format(result.time_factor)) + repeat + "\n")
+    if result.gave_up and mode != "full":
+        out.write("\n(the run did not finish; its last steps:)\n")
+        for entry in result.timeline.entries[-30:]:
+            moved = TimelineEntry(entry.t - t0, entry.actor, entry.node, entry.message)
+            out.write(_short(moved.format(result.time_factor)) + "\n")
 
 
 def _digest(image: str) -> str:

@@ -1,0 +1,60 @@
+"""``drain-guard demo`` end to end, and its verdict rules on made-up outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from agent.demo import RunResult, verdict
+from agent.sim.cluster import BuildResult, Cordon, Outcome
+from agent.sim.timeline import Timeline
+
+X = "registry/ocb-image@sha256:" + "a" * 64
+Y = "registry/ocb-image@sha256:" + "b" * 64
+
+
+def result(
+    *, phase: str = "Complete", cordons: tuple[Cordon, ...] = (), rollout: bool = True
+) -> RunResult:
+    build = BuildResult("build-r", phase, "", "worker-0", started=1.0, finished=5.0)
+    outcome = Outcome(build, list(cordons), [], [], {})
+    return RunResult("with drain-guard", outcome, Timeline(), 0.01, X, {}, rollout, 0.0)
+
+
+def cordon(t: float, desired: str) -> Cordon:
+    return Cordon("worker-0", t, "drain-r", desired, X, None)
+
+
+def test_verdict_passes_only_when_every_goal_is_met() -> None:
+    baseline = result(phase="Error", cordons=(cordon(2.0, X),), rollout=False)
+    assert verdict(baseline, result(cordons=(cordon(6.0, Y),)))[1]
+    assert not verdict(baseline, result(phase="Error"))[1]
+    assert not verdict(baseline, result(cordons=(cordon(3.0, Y),)))[1]  # during the build
+    assert not verdict(baseline, result(cordons=(cordon(6.0, X),)))[1]  # unchanged image
+    assert not verdict(baseline, result(rollout=False))[1]
+    rows, _ = verdict(baseline, result())
+    assert rows[1] == ("build outcome", "Error on worker-0", "Complete on worker-0")
+
+
+@pytest.mark.timeout(240)
+async def test_demo_passes_and_explains() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agent",
+        "demo",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    async with asyncio.timeout(220):
+        out, _ = await proc.communicate()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert "Error (BuildPodDeleted) on worker-0" in text  # the seed, without agents
+    assert "Complete on worker-0" in text
+    assert "worker-0: build-pod, noop-image" in text
+    assert "PASS: no drain during the build" in text
+    assert "Image pullspecs equal, skipping rpm-ostree rebase" in text
+    assert "drain is already completed on this node" in text
