@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 from datetime import UTC, datetime, timedelta
+from typing import cast
+
+import pytest
 
 from agent import protocol
+from agent.config import add_run_arguments, settings_from
+from agent.controller import shutdown_releases
+from agent.kube import DaemonSetState, Kube, KubeError
 from agent.sim.apiserver import SimApiServer
 from tests.conftest import (
     CONFIG_B,
@@ -117,3 +124,39 @@ async def test_sigint_with_release_on_exit_releases(
     agent, _ = await _held(api, start_agent, "--release-on-exit")
     assert await agent.stop(signal.SIGINT) == 0
     assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
+
+
+class _DaemonSetReader:
+    """Stands in for Kube where the simulator cannot go: it has no finalizers, so a
+    DaemonSet is never seen with a deletionTimestamp there."""
+
+    def __init__(self, state: DaemonSetState | KubeError) -> None:
+        self.state = state
+
+    async def daemonset_state(self, namespace: str, name: str) -> DaemonSetState:
+        assert (namespace, name) == ("drain-guard", "drain-guard")
+        if isinstance(self.state, KubeError):
+            raise self.state
+        return self.state
+
+
+@pytest.mark.parametrize(
+    ("state", "release"),
+    [
+        (DaemonSetState.PRESENT, False),
+        (DaemonSetState.DELETING, True),
+        (DaemonSetState.ABSENT, True),
+        (KubeError(403, "forbidden"), False),
+    ],
+)
+async def test_shutdown_tells_uninstall_from_rolling_update(
+    state: DaemonSetState | KubeError, release: bool
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    settings = settings_from(
+        parser.parse_args(["--daemonset", "drain-guard/drain-guard"]), {"NODE_NAME": NODE}
+    )
+    decided, why = await shutdown_releases(settings, cast(Kube, _DaemonSetReader(state)))
+    assert decided is release
+    assert why
