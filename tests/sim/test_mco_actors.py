@@ -319,3 +319,31 @@ async def test_restarted_mcd_requests_its_drain_again(tmp_path: Path) -> None:
         await cluster.api.wait_for(
             lambda: ann(cluster, "worker-0").get(LAST_APPLIED_DRAIN) == f"drain-{CFG}", timeout=20
         )
+
+
+async def test_drain_in_flight_is_not_stopped_by_a_new_request(tmp_path: Path) -> None:
+    """A hold written after the MCC started draining loses the race: the MCC completes the
+    drain it read and writes lastAppliedDrain = that value (what an agent must detect)."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, node_controller=False) as cluster:
+        api = cluster.api
+        api.create(
+            "poddisruptionbudgets",
+            {
+                "metadata": {"name": "image-registry", "namespace": REGISTRY_NAMESPACE},
+                "spec": {
+                    "minAvailable": 1,
+                    "selector": {"matchLabels": {"docker-registry": "default"}},
+                },
+            },
+        )
+        set_ann(cluster, "worker-0", desired_drain="drain-" + CFG)
+        async with asyncio.timeout(20):
+            await cluster.timeline.wait_for(lambda e: "(will retry after 5s)" in e.message)
+        set_ann(cluster, "worker-0", desired_drain="hold-drain-" + CFG)
+        api.delete("poddisruptionbudgets", "image-registry", REGISTRY_NAMESPACE)
+        await api.wait_for(
+            lambda: ann(cluster, "worker-0").get(LAST_APPLIED_DRAIN) == "drain-" + CFG, timeout=20
+        )
+        assert ann(cluster, "worker-0")[DESIRED_DRAIN] == "hold-drain-" + CFG
+        assert api.get("nodes", "worker-0")["spec"].get("unschedulable")
+        assert not cluster.pods_on("worker-0", "docker-registry=default")
