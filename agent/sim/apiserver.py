@@ -8,6 +8,15 @@ merge patch / strategic merge patch, 409 on stale resourceVersions, ``Status`` e
 the eviction subresource honouring PodDisruptionBudgets (whose status the simulator computes
 itself), bearer-token users, a write log, request counters and fault injection.
 
+Known differences from a real server (deliberate, for tests): deletion is immediate (no
+finalizers, no graceful pod deletion); namespaces need not exist; no admission, defaulting or
+schema validation beyond what is listed; LIST ignores ``resourceVersion``/``resourceVersionMatch``
+and pages over the current state; a watch from a resourceVersion newer than the current one
+just waits (a real server answers 504 after 3 s); ``kubectl get -w`` (Table watch) is not
+served; PDB ``expectedPods`` counts the selected pods instead of asking their controllers'
+scale; no server-side apply. client-go (kubectl) sends no credentials to an ``http://``
+server, so requests without credentials are ``system:anonymous`` and may only read.
+
 Use::
 
     async with SimApiServer() as api:
@@ -652,7 +661,7 @@ class SimApiServer:
         if verb == "create":
             if target.subresource == "eviction":
                 return self._evict(target, body, user, dry_run)
-            if target.name is not None:
+            if target.name is not None or (rt.namespaced and target.namespace is None):
                 raise errors.method_not_allowed("POST")
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request must be an object")
