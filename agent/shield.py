@@ -389,7 +389,6 @@ def _not_unique(pod: PodState, pods: Sequence[PodState]) -> str:
 class ShieldStatus:
     """What ``/status`` shows of the shield (``to_json``: camelCase, JSON-ready)."""
 
-    enabled: bool
     namespaces: tuple[str, ...] = ()
     synced: Mapping[str, bool] = field(default_factory=dict)
     forbidden: Mapping[str, str] = field(default_factory=dict)  # namespace → the API's answer
@@ -405,7 +404,6 @@ class ShieldStatus:
             return {"namespace": p.namespace, "name": p.name, "phase": p.phase}
 
         return {
-            "enabled": self.enabled,
             "namespaces": list(self.namespaces),
             "synced": dict(self.synced),
             "forbidden": dict(self.forbidden),
@@ -575,7 +573,6 @@ class Shield:
     def status(self) -> ShieldStatus:
         p = self._plan
         return ShieldStatus(
-            enabled=True,
             namespaces=tuple(self._ns),
             synced={ns.name: ns.synced for ns in self._ns.values()},
             forbidden={ns.name: ns.forbidden for ns in self._ns.values() if ns.forbidden},

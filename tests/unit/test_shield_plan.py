@@ -249,7 +249,6 @@ def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
         NODE, [p], [foreign("x", {"openshift.io/build.name": "build-rendered-worker-b"})], SELECTORS
     )
     status = shield.ShieldStatus(
-        enabled=True,
         namespaces=(MCO_NAMESPACE,),
         forbidden={"other": "poddisruptionbudget_list forbidden"},
         conflicts=result.conflicts,
@@ -294,3 +293,37 @@ def test_every_created_budget_selects_exactly_its_pod_among_active_pods(
     shielded = {w.pod.uid for w in result.create} | {u.pod.uid for u in result.unshieldable}
     wanted = {p.uid for p in pods if p.node == NODE and p.active and "a" in p.labels}
     assert shielded == wanted
+
+
+_budget_labels = st.sampled_from([None, {}, {"a": "1"}, {"a": "2"}, {"b": "1"}])
+
+
+@given(
+    st.lists(
+        st.tuples(_labels, st.sampled_from([NODE, OTHER]), st.sampled_from(["Running", "Failed"])),
+        max_size=5,
+    ),
+    st.lists(st.tuples(_budget_labels, st.booleans()), max_size=4),
+)
+def test_no_created_budget_makes_a_second_one_over_an_active_pod(
+    specs: list[tuple[dict[str, str], str, str]],
+    budget_specs: list[tuple[dict[str, str] | None, bool]],
+) -> None:
+    selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:a"),)
+    pods = [
+        pod(f"p{i}", labels=labels, node=n, phase=ph) for i, (labels, n, ph) in enumerate(specs)
+    ]
+    budgets = []
+    for i, (match, mine) in enumerate(budget_specs):
+        b = foreign(f"b{i}", match)
+        budgets.append(_replace(b, labels=ours_for(pod()).labels) if mine else b)
+    result = plan(NODE, pods, budgets, selectors)
+    created = [BudgetState.from_dict(w.manifest(NODE)) for w in result.create]
+    kept = [b for b in budgets if b not in result.delete]
+    for p in pods:
+        if not p.active:
+            continue
+        new = [b for b in created if b.selects(p)]
+        assert len(new) <= 1
+        if new:
+            assert not [b for b in kept if b.selects(p)]
