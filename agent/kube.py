@@ -447,11 +447,12 @@ class ListWatch:
                 raise _GoneError()
             if not 200 <= resp.status <= 299:
                 raise await _error_from(resp)
+            # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
+            # one Pod with large annotations can be longer than that.
             buffer = b""
             async for chunk in resp.content.iter_any():
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
                     if line.strip():
                         self._handle_line(line)
             if buffer.strip():
