@@ -30,6 +30,7 @@ from agent.sim.timeline import Timeline, TimelineEntry
 __all__ = ["configure_parser", "run"]
 
 AGENT_ACTOR = "drain-guard"
+START_TIMEOUT = 30.0  # seconds for an agent to start and make its first decision
 # Timeline lines worth showing a newcomer (actor, text); the full timeline has every step.
 KEY_LINES = (
     ("user", ""),
@@ -79,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.time_factor <= 1:
         print("drain-guard demo: --time-factor must be in (0, 1]", file=sys.stderr)
         return 2
-    return asyncio.run(_demo(args, sys.stdout))
+    try:
+        return asyncio.run(_demo(args, sys.stdout))
+    except RuntimeError as exc:
+        print(f"drain-guard demo: {exc}", file=sys.stderr)
+        return 1
 
 
 # -- the agents ------------------------------------------------------------------------------
@@ -144,11 +149,15 @@ class Agents:
         self.procs[node] = agent
         agent.reader = asyncio.create_task(self._read(agent))
         waiter = asyncio.create_task(agent.ready.wait())
-        await asyncio.wait({waiter, agent.reader}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            {waiter, agent.reader}, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
         waiter.cancel()
         if not agent.ready.is_set():
+            if agent.proc.returncode is None:
+                agent.proc.kill()
             tail = "\n".join(agent.log_lines[-20:])
-            raise RuntimeError(f"the agent for {node} exited before it was ready:\n{tail}")
+            raise RuntimeError(f"the agent for {node} was not ready in time:\n{tail}")
 
     async def _read(self, agent: AgentProcess) -> None:
         assert agent.proc.stderr is not None

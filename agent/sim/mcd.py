@@ -423,9 +423,10 @@ class NodeMachine:
                 self.timeline.add("machine-config-daemon", self.name, "daemon pod restarted")
 
     async def _reboot(self, reboot: _Reboot) -> None:
+        # The node is down for the reboot's duration, then comes up in the new deployment.
+        await asyncio.sleep(self.timings.s(self.timings.reboot))
         self.host.reboot_into(reboot.image)
         self.reboots += 1
-        await asyncio.sleep(self.timings.s(self.timings.reboot))
         self.timeline.add("node", self.name, f"rebooted into {reboot.image}")
         for hook in self.on_reboot:
             await hook(self.name)
