@@ -110,6 +110,7 @@ class Agents:
         self.procs: dict[str, AgentProcess] = {}
         self.decisions: list[tuple[str, dict[str, Any]]] = []
         self._last: dict[str, tuple[str, str]] = {}
+        self._closed = False
 
     async def start(self, node: str) -> None:
         cluster = self.cluster
@@ -190,7 +191,8 @@ class Agents:
 
     async def restart(self, node: str) -> None:
         await self.stop(node)
-        await self.start(node)
+        if not self._closed:  # a reboot finishing while the demo shuts down starts nothing
+            await self.start(node)
 
     async def stop(self, node: str) -> None:
         agent = self.procs.pop(node, None)
@@ -208,6 +210,7 @@ class Agents:
             await agent.reader
 
     async def stop_all(self) -> None:
+        self._closed = True
         for node in list(self.procs):
             await self.stop(node)
 
