@@ -196,3 +196,28 @@ async def test_a_malformed_hold_record_is_restored_not_kept(
     assert not any(k in ann for k in protocol.OWNED_KEYS)
     await agent.wait_log(lambda r: r.get("outcome") == "release:invalid")
     assert await metric(agent, "drain_guard_invalid_input_total", kind="annotation") == 1
+
+
+async def test_a_hold_after_the_cordon_is_counted_as_a_lost_race(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    # The MCC cordoned first (the request and the cordon land in one watch event here).
+    api.patch(
+        "nodes",
+        NODE,
+        {
+            "metadata": {
+                "annotations": {protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B}
+            },
+            "spec": {"unschedulable": True},
+        },
+    )
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    warning = await agent.wait_log(lambda r: "race lost" in str(r.get("message")))
+    assert warning["level"] == "WARNING"
+    assert await metric(agent, "drain_guard_race_lost_total") == 1
+    held = [e for e in api.list("events", "default") if e["reason"] == "DrainHeld"]
+    assert len(held) == 1
+    assert DRAIN_B in held[0]["message"]
