@@ -203,6 +203,7 @@ class Controller:
             generated_at=self.started_at,
         )
         self._pass_started: float | None = None
+        self._synced_logged: set[str] = set()
         self._running = False
         self._last_logged: tuple[str, ...] | None = None
         # Malformed inputs of the last decision: each is counted once, when it appears.
@@ -247,8 +248,7 @@ class Controller:
         try:
             while True:
                 await self._wait(recheck)
-                self.metrics.set_synced("node", self.cache.node_synced)
-                self.metrics.set_synced("pod", self.cache.pods_synced)
+                self._report_synced()
                 if not self.cache.synced:
                     continue  # invariant 7: no decision before both watches listed
                 self._pass_started = time.monotonic()
@@ -263,6 +263,13 @@ class Controller:
                     self._pass_started = None
         finally:
             self._running = False
+
+    def _report_synced(self) -> None:
+        for resource, synced in (("node", self.cache.node_synced), ("pod", self.cache.pods_synced)):
+            if synced and resource not in self._synced_logged:
+                self._synced_logged.add(resource)
+                log.info("%s watch synced", resource)
+            self.metrics.set_synced(resource, synced)
 
     async def _wait(self, recheck: datetime | None) -> None:
         if recheck is None:

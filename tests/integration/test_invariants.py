@@ -168,3 +168,28 @@ async def test_every_request_the_agent_sent_is_permitted(
         plural, _, group = resource.partition(".")
         assert "/" not in plural, f"subresource {resource} is not in agent.permissions"
         assert permissions.allowed(group, plural, verb), (verb, resource)
+
+
+async def test_nothing_is_decided_before_the_pods_are_known(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Invariant 7: with the pod list failing, the agent neither holds nor lets anything go
+    on a guess; /readyz says why; once the pods are known, it decides."""
+    add_build_pod(api)
+    drain = f"drain-{_config(1)}"
+    rv = mcd_request(api, drain, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    fault = api.faults.error(500, user=AGENT_USER, verb="list", resource="pods")
+    agent = await start_agent(ready=False)
+    listening = await agent.wait_log(lambda r: str(r.get("message", "")).startswith("listening"))
+    agent.port = int(str(listening["message"]).rsplit(":", 1)[1])
+    await agent.wait_log(lambda r: r.get("message") == "node watch synced")
+    await agent.wait_log(lambda r: str(r.get("message", "")).startswith("watch of pod failed"))
+    status, body = await agent.http("/readyz")
+    assert (status, body.strip()) == (503, "pod watch not synced")
+    assert not any(r.get("message") == "decision" for r in agent.records)
+    assert agent_writes(api, since=rv) == []
+
+    api.faults.remove(fault)
+    await _held(api, drain)
+    status, _ = await agent.http("/readyz")
+    assert status == 200
