@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agent import protocol
 from agent.sim.apiserver import SimApiServer
+from agent.sim.hostfs import HostFS
 from tests.conftest import (
     CONFIG_A,
     CONFIG_B,
@@ -221,3 +222,15 @@ async def test_a_hold_after_the_cordon_is_counted_as_a_lost_race(
     held = [e for e in api.list("events", "default") if e["reason"] == "DrainHeld"]
     assert len(held) == 1
     assert DRAIN_B in held[0]["message"]
+
+
+async def test_a_reboot_into_another_image_is_noticed(
+    api: SimApiServer, start_agent: StartAgent, host: HostFS
+) -> None:
+    agent = await start_agent()
+    await agent.wait_log(lambda r: str(r.get("message", "")).startswith("booted image sha256:aaaa"))
+    host.reboot_into(IMAGE_B)  # a new deployment: the kernel command line changes
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert ann[protocol.HOLD_REASONS] == "noop-image"
+    await agent.wait_log(lambda r: str(r.get("message", "")).startswith("booted image sha256:bbbb"))
