@@ -333,6 +333,7 @@ class Controller:
     async def _observe(self, node: NodeObj) -> None:
         """Count new requests; notice holds that ended by someone else's write; resume holds."""
         ann = node.annotations
+        self.events.node_uid = node.uid or None
         desired = ann.get(protocol.DESIRED_DRAIN)
         if desired != self._seen.desired:
             first = not self._seen.observed
@@ -402,7 +403,6 @@ class Controller:
         after: NodeObj,
         view: guards.NodeView,
     ) -> None:
-        self.events.node_uid = after.uid or None
         after_desired = after.annotations.get(protocol.DESIRED_DRAIN)
         if isinstance(decision, guards.Hold):
             reaction = None if decision.resumed else time.monotonic() - self._seen.seen_at
