@@ -131,6 +131,8 @@ async def test_a_newer_mcd_request_supersedes_the_hold(
     mcd_request(api, DRAIN_C)
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_C)
     assert ann[protocol.HELD_DRAIN] == DRAIN_C
+    # The agent has seen its write come back before its metrics are read.
+    await agent.wait_log(lambda r: r.get("outcome") == "hold" and r.get("request") == DRAIN_C)
     assert await metric(agent, "drain_guard_releases_total", outcome="superseded") == 1
     assert await metric(agent, "drain_guard_holds_total", reason="build-pod") == 2
 
@@ -219,7 +221,10 @@ async def test_a_hold_after_the_cordon_is_counted_as_a_lost_race(
     warning = await agent.wait_log(lambda r: "race lost" in str(r.get("message")))
     assert warning["level"] == "WARNING"
     assert await metric(agent, "drain_guard_race_lost_total") == 1
-    held = [e for e in api.list("events", "default") if e["reason"] == "DrainHeld"]
+    # The Event follows the hold (and the warning); wait for it on the write log.
+    held = await api.wait_for(
+        lambda: [e for e in api.list("events", "default") if e["reason"] == "DrainHeld"]
+    )
     assert len(held) == 1
     assert DRAIN_B in held[0]["message"]
 

@@ -63,6 +63,7 @@ async def test_a_restarted_agent_resumes_the_hold_with_its_age(
     second = await start_agent()
     resumed = await second.wait_log(lambda r: r.get("message") == "resuming hold found on the node")
     assert resumed["heldSince"] == ann[protocol.HELD_SINCE]
+    await second.wait_log(lambda r: r.get("outcome") == "holding")
     status, body = await second.http("/status")
     assert status == 200
     doc = json.loads(body)
