@@ -244,11 +244,19 @@ async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
     """An ApiClient from ``kubeconfig``, else the in-cluster config, else ~/.kube/config."""
     cfg = k8s.Configuration()
     if kubeconfig is not None:
+        # The library reports a missing file as a missing current-context: say it plainly.
+        if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat at start-up)
+            raise ConfigException(f"kubeconfig {kubeconfig} not found")
         await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         try:
             k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except ConfigException:
+        except ConfigException as in_cluster:
+            if not os.path.isfile(DEFAULT_KUBECONFIG):  # noqa: ASYNC240
+                raise ConfigException(
+                    f"not in a cluster ({in_cluster}) and no {DEFAULT_KUBECONFIG};"
+                    " give --kubeconfig or KUBECONFIG"
+                ) from None
             await k8s_config.load_kube_config(
                 config_file=DEFAULT_KUBECONFIG, client_configuration=cfg
             )

@@ -152,3 +152,21 @@ async def test_invalid_settings_exit_2_with_one_line(
     assert err.startswith("drain-guard")
     assert fragment in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("status", "--node-name", NODE),
+        ("release", "--all"),
+        ("run", "--node-name", NODE, "--listen", "127.0.0.1:0"),
+    ],
+)
+async def test_a_missing_kubeconfig_is_one_line_exit_1(
+    args: tuple[str, ...], tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "nope")
+    code, out, err = await run_cli(*args, "--kubeconfig", missing)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert f"cannot load Kubernetes config: kubeconfig {missing} not found" in err
