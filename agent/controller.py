@@ -405,14 +405,17 @@ class Controller:
     ) -> None:
         after_desired = after.annotations.get(protocol.DESIRED_DRAIN)
         if isinstance(decision, guards.Hold):
-            reaction = None if decision.resumed else time.monotonic() - self._seen.seen_at
             self._seen = _Seen(after_desired, self._seen.seen_at, True)
             record = _node_hold(after.annotations)
             self._hold = record
             reasons = [b.reason.value for b in decision.blocks]
-            self.metrics.hold_committed(
-                reasons, record.since if record else decision.since, reaction
-            )
+            since = record.since if record else decision.since
+            if decision.resumed:
+                # The MCD wrote the held request again: the same hold, same age, not a new one.
+                self.metrics.set_hold(reasons, since)
+            else:
+                reaction = time.monotonic() - self._seen.seen_at
+                self.metrics.hold_committed(reasons, since, reaction)
             if before.unschedulable:
                 # The MCC cordoned before the hold landed. Held anyway: an eviction already
                 # running is not stopped, but a failed or retried drain attempt will see the

@@ -239,3 +239,23 @@ async def test_a_reboot_into_another_image_is_noticed(
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     assert ann[protocol.HOLD_REASONS] == "noop-image"
     await agent.wait_log(lambda r: str(r.get("message", "")).startswith("booted image sha256:bbbb"))
+
+
+async def test_the_mcd_writing_the_held_request_again_keeps_the_same_hold(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    first = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    await agent.wait_log(lambda r: r.get("outcome") == "hold")
+    mark = len(agent.records)
+    # A restarted MCD asks for the same drain again, over the hold.
+    rv = mcd_request(api, DRAIN_B)
+    again = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert again[protocol.HELD_SINCE] == first[protocol.HELD_SINCE]
+    assert len(agent_writes(api, since=rv)) == 1
+    await agent.wait_log(lambda r: r.get("outcome") == "hold", start=mark)
+    assert await metric(agent, "drain_guard_holds_total", reason="build-pod") == 1
+    for outcome in ("safe", "superseded", "manual"):
+        assert await metric(agent, "drain_guard_releases_total", outcome=outcome) == 0
