@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agent import protocol
@@ -259,3 +260,19 @@ async def test_the_mcd_writing_the_held_request_again_keeps_the_same_hold(
     assert await metric(agent, "drain_guard_holds_total", reason="build-pod") == 1
     for outcome in ("safe", "superseded", "manual"):
         assert await metric(agent, "drain_guard_releases_total", outcome=outcome) == 0
+
+
+async def test_a_hold_request_ends_at_its_expiry_without_any_other_event(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    expiry = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=3)
+    request = f"{protocol.format_rfc3339(expiry)};short window"
+    api.patch("nodes", NODE, {"metadata": {"annotations": {protocol.HOLD_REQUEST: request}}})
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    # Only the agent's timer for the hold-request's expiry can release it now.
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    released = await agent.wait_log(lambda r: r.get("outcome") == "release:safe")
+    assert released["reasons"] == ["manual"]
+    assert datetime.now(UTC) >= expiry
