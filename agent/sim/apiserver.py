@@ -230,14 +230,24 @@ class SimApiServer:
         self._users_by_token[user.token] = user
         return user.token
 
+    def add_token(self, name: str, extra: Mapping[str, Any]) -> str:
+        """Another bearer token for ``name`` with its own extra claims, as node-bound
+        ServiceAccount tokens are: one ServiceAccount, one token per node."""
+        user = User(name, secrets.token_urlsafe(24), dict(extra))
+        self._users_by_token[user.token] = user
+        return user.token
+
     def token(self, user: str = ADMIN) -> str:
         if user not in self._users:
             self.add_user(user)
         return self._users[user].token
 
-    def kubeconfig(self, user: str = ADMIN, path: str | Path | None = None) -> Path:
-        """Write a kubeconfig for ``user`` (registered on the fly if new); returns its path."""
-        token = self.token(user)
+    def kubeconfig(
+        self, user: str = ADMIN, path: str | Path | None = None, token: str | None = None
+    ) -> Path:
+        """Write a kubeconfig for ``user`` (registered on the fly if new), with its token or
+        the given one (from ``add_token``); returns its path."""
+        token = token or self.token(user)
         if path is None:
             if self._tmpdir is None:
                 self._tmpdir = tempfile.TemporaryDirectory(prefix="simapi-")

@@ -21,14 +21,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import secrets
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from agent.sim.apiserver import SimApiServer, User, WriteRecord
+from agent.sim.apiserver import SimApiServer, WriteRecord
 from agent.sim.build import MachineOSBuilder, OpenShiftBuildController
 from agent.sim.drain import DrainController
 from agent.sim.hostfs import HostFS
@@ -361,12 +360,8 @@ class SimCluster:
         path = self._agent_kubeconfigs.get(node)
         if path is None:
             path = self.workdir / "kubeconfigs" / f"drain-guard-{node}"
-            # One ServiceAccount, one token per node: SimApiServer.add_user keeps one token
-            # per user name, so the extra tokens are registered next to it.
-            token = secrets.token_urlsafe(24)
-            self.api._users_by_token[token] = User(AGENT_USER, token, {NODE_NAME_EXTRA: [node]})
-            self.api.kubeconfig(AGENT_USER, path)
-            path.write_text(path.read_text().replace(self.api.token(AGENT_USER), token))
+            token = self.api.add_token(AGENT_USER, {NODE_NAME_EXTRA: [node]})
+            self.api.kubeconfig(AGENT_USER, path, token=token)
             self._agent_kubeconfigs[node] = path
         return path
 
