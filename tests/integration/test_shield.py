@@ -44,6 +44,7 @@ class RecordingMetrics:
     blocked: int = 0
     api_errors: list[str] = field(default_factory=list)
     synced: dict[str, bool] = field(default_factory=dict)
+    restarts: list[tuple[str, str]] = field(default_factory=list)
 
     def set_shield_budgets(self, count: int) -> None:
         self.budgets.append(count)
@@ -58,7 +59,7 @@ class RecordingMetrics:
         self.api_errors.append(operation)
 
     def count_watch_restart(self, resource: str, reason: str) -> None:
-        return None
+        self.restarts.append((resource, reason))
 
     def set_synced(self, resource: str, synced: bool) -> None:
         self.synced[resource] = synced
@@ -389,3 +390,24 @@ async def test_uninstall_removes_this_nodes_budgets(
     assert await running.shield.remove_all() == 1
     assert our_budgets(api) == []
     assert await running.shield.remove_all() == 0
+
+
+async def test_a_relisted_watch_neither_duplicates_nor_drops_the_budget(
+    api: SimApiServer, start_shield: Callable[..., Any]
+) -> None:
+    add_build_pod(api)
+    running = await start_shield()
+    await protected(api)
+    # Both watches end, and their resourceVersion is refused (410): each lists afresh.
+    api.faults.expire_watches(2, user=AGENT_USER)
+    api.cut_watches(user=AGENT_USER)
+    relisted = {("pod", "expired"), ("poddisruptionbudget", "expired")}
+    async with asyncio.timeout(WAIT):
+        await running.shield.wait_status(
+            lambda s: relisted <= set(running.metrics.restarts) and bool(s.held)
+        )
+    # And it still acts on what it re-listed: the finished pod's budget goes.
+    finish_pod(api)
+    await api.wait_for(lambda: not our_budgets(api), timeout=WAIT)
+    agent_writes = [(w.verb, w.name) for w in api.writes(PDBS) if w.user == AGENT_USER]
+    assert agent_writes == [("create", f"drain-guard-{POD}"), ("delete", f"drain-guard-{POD}")]
