@@ -121,6 +121,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
         )
         churn = asyncio.create_task(_churn(api, bystanders, params.churn))
         try:
+            await asyncio.sleep(2.0)  # ready means listed; the watch requests follow
             start = _counts(api, nodes)
             await poller.start()
             poll_before = requests_by_verb(api, POLLER_USER)
@@ -140,7 +141,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
             after_410 = _counts(api, nodes)
 
             config = config_name(1)
-            rollout = await roll(api, nodes, hosts, config, batch=len(nodes))
+            rollout = await roll(api, nodes, config, batch=len(nodes))
             after_rollout = _counts(api, nodes)
         finally:
             churn.cancel()

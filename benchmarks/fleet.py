@@ -38,6 +38,7 @@ from benchmarks.inproc import AgentSpec, start_hosts
 from benchmarks.rollout import roll
 
 MIB = 2**20
+STARTUP_SETTLE = 2.0  # seconds after the last agent is ready, before the rest window
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Params:
     processes: int = 2
     wave_fraction: float = 0.1
     rest_seconds: float = 10.0
+    profile: bool = False  # profile this process (simulator + driver) during the rollout
 
 
 def _agent_requests(api: SimApiServer, users: set[str]) -> Counter[str]:
@@ -60,16 +62,46 @@ def _cpu(procs: Sequence[psutil.Process]) -> float:
     return sum(float(p.cpu_times().user + p.cpu_times().system) for p in procs)
 
 
+def _profile_summary(profiler: Any, n: int) -> dict[str, Any]:
+    """From a pyinstrument session: the functions with the most time of their own, and the
+    simulator's own functions (``agent/sim``) with the most time including their callees."""
+    root = profiler.last_session.root_frame()
+    total = float(root.time) if root is not None else 0.0
+    own: dict[str, float] = {}
+    inclusive: dict[str, float] = {}
+    stack = [(root, frozenset[str]())] if root is not None else []
+    while stack:
+        frame, outer = stack.pop()
+        key = f"{frame.file_path_short}:{frame.line_no}({frame.function})"
+        if not frame.is_synthetic and frame.file_path_short:
+            if frame.total_self_time > 0:
+                own[key] = own.get(key, 0.0) + frame.total_self_time
+            if "agent/sim/" in frame.file_path_short and key not in outer:
+                inclusive[key] = inclusive.get(key, 0.0) + frame.time  # recursion counted once
+        stack.extend((child, outer | {key}) for child in frame.children)
+
+    def rows(values: dict[str, float]) -> list[dict[str, Any]]:
+        top = sorted(values.items(), key=lambda kv: -kv[1])[:n]
+        return [
+            {"function": k, "seconds": round(v, 3), "share": round(v / total, 3) if total else 0.0}
+            for k, v in top
+        ]
+
+    return {
+        "sampled_s": round(total, 2),
+        "self_time": rows(own),
+        "simulator_inclusive": rows(inclusive),
+    }
+
+
 async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
     nodes = [f"worker-{i:04d}" for i in range(size)]
     users = {agent_user(n) for n in nodes}
     async with SimApiServer(bookmark_interval=60.0) as api:
         seed_api(api, nodes)
-        hosts: dict[str, HostFS] = {}
         specs = []
         for node in nodes:
             host = HostFS(workdir / "hosts" / node, IMAGE_A)
-            hosts[node] = host
             kubeconfig = api.kubeconfig(agent_user(node), workdir / "kubeconfigs" / node)
             specs.append(AgentSpec(node, str(kubeconfig), str(host.root), str(host.cmdline_file)))
         groups = [specs[i :: params.processes] for i in range(params.processes)]
@@ -80,6 +112,8 @@ async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
         all_ready = time.monotonic() - started
         procs = [psutil.Process(h.pid) for h in agent_hosts]
         try:
+            # Ready means listed; each watch request follows its list within moments.
+            await asyncio.sleep(STARTUP_SETTLE)
             start_requests = _agent_requests(api, users)
             cpu0 = _cpu(procs)
             await asyncio.sleep(params.rest_seconds)
@@ -90,7 +124,17 @@ async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
             total_before = sum(api.requests.values())
             cpu0, sim_cpu0 = _cpu(procs), float(sum(me.cpu_times()[:2]))
             batch = max(1, round(size * params.wave_fraction))
-            result = await roll(api, nodes, hosts, config_name(size), batch, timeout=120.0)
+            profiler: Any = None
+            if params.profile:
+                # Sampling, so that the simulator keeps its pace and the agents' 10 s request
+                # timeouts hold (cProfile slows it several-fold and breaks the run).
+                from pyinstrument import Profiler
+
+                profiler = Profiler(interval=0.001, async_mode="disabled")
+                profiler.start()
+            result = await roll(api, nodes, config_name(size), batch, timeout=120.0)
+            if profiler is not None:
+                profiler.stop()
             rollout_cpu = _cpu(procs) - cpu0
             sim_cpu = float(sum(me.cpu_times()[:2])) - sim_cpu0
             rollout_requests = _agent_requests(api, users) - before
@@ -121,6 +165,8 @@ async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
         "hold_reaction": summary_ms(holds),
         "release_reaction": summary_ms(releases),
     }
+    if profiler is not None:
+        out["simulator_profile"] = _profile_summary(profiler, 12)
     print(f"fleet {size}: {out}", flush=True)
     return out
 
@@ -147,16 +193,24 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
     p.add_argument("--processes", type=int, default=d.processes)
     p.add_argument("--wave-fraction", type=float, default=d.wave_fraction)
     p.add_argument("--rest-seconds", type=float, default=d.rest_seconds)
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the simulator's process during the rollout with pyinstrument (extra"
+        " 'bench'; results: fleet_profile.json)",
+    )
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
-    return Params(tuple(a.sizes), a.processes, a.wave_fraction, a.rest_seconds), a.out
+    params = Params(tuple(a.sizes), a.processes, a.wave_fraction, a.rest_seconds, a.profile)
+    return params, a.out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     params, out = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         result = asyncio.run(measure(params, Path(tmp)))
-    print(f"wrote {write_result('fleet', result, out)}")
+    name = "fleet_profile" if params.profile else "fleet"
+    print(f"wrote {write_result(name, result, out)}")
     return 0
 
 

@@ -12,19 +12,25 @@ the simulator's HTTP request counters hold the agents' requests alone):
 5. MCD after the reboot into the new image: current config/image, ``uncordon-<config>``;
 6. MCC: uncordon, ``lastAppliedDrain = uncordon-<config>``.
 
+The reboot itself is not played on the host tree: on a real node it restarts the agent, which
+then lists afresh (the start-up requests, counted apart). Flipping the host's booted image
+under a running agent, as no real reboot can, lets an agent still working through older Node
+versions decide on a Node the MCO has moved past; its compare-and-swap refuses that write, at
+the cost of a PATCH and a GET that no real node would see.
+
 Nodes go in waves of ``batch`` (MCO's ``maxUnavailable``), each step for the whole wave, the
 next step once every agent of the wave has reacted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agent import protocol
 from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
 from agent.sim.mco import MCC_USER
 from agent.sim.store import WriteRecord
 from benchmarks.common import IMAGE_B, MCD_USER, WAIT, is_hold_of
@@ -90,7 +96,6 @@ def _annotate(api: SimApiServer, node: str, user: str, **values: str | None) -> 
 async def roll(
     api: SimApiServer,
     nodes: Sequence[str],
-    hosts: Mapping[str, HostFS],
     config: str,
     batch: int,
     timeout: float = WAIT,  # noqa: ASYNC109
@@ -125,10 +130,7 @@ async def roll(
             )
             api.patch("nodes", node, {"spec": {"unschedulable": None}}, user=MCC_USER)
             _annotate(api, node, MCC_USER, LAST_APPLIED_DRAIN=f"uncordon-{config}")
-            # The host flips to the new image last: on a real node the reboot also restarts
-            # the agent, which then lists afresh. Flipping it earlier would let the agent,
-            # still working through older Node versions, decide on a Node the MCO has moved
-            # past (its compare-and-swap refuses that write, at the cost of a PATCH and a GET).
-            hosts[node].reboot_into(IMAGE_B)
     result.seconds = time.monotonic() - began
+    # The agents' Events follow their patches: let the last wave's land before counting.
+    await asyncio.sleep(1.0)
     return result
