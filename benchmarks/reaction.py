@@ -9,7 +9,11 @@ Three phases in one run, each against ``SimApiServer`` with the agent as its own
 2. races: the simulated MCC drain controller (``agent.sim.drain``) with its ``UpdateDelay``
    cut to each ``--race-delays`` value; a race is lost when the MCC starts cordoning for the
    request (its "cordoning" line) instead of failing on the ``hold`` verb.
-3. baseline: the agent (node worker-0) and a polling script (``benchmarks.baseline``, node
+3. supersede: a newer MCD request lands on a node whose older request is held (the MCD
+   restarted, or rendered again); the agent records the old hold's end and holds the new one.
+   Measured with the API's Event writes answering at once and after ``--event-latency`` s,
+   because the agent writes the old hold's DrainReleased Event before the new hold;
+4. baseline: the agent (node worker-0) and a polling script (``benchmarks.baseline``, node
    worker-1) receive the same requests at the same instant; reaction and API requests of both.
 
 ``python -m benchmarks.reaction [--requests N] [--runs R] ...``
@@ -67,6 +71,8 @@ class Params:
     race_delays: tuple[float, ...] = (0.5, 0.1, 0.02)
     baseline_trials: int = 40
     poll_interval: float = 2.0
+    supersede_trials: int = 20
+    event_latency: float = 1.0
 
 
 class Mcd:
@@ -220,6 +226,40 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
     return result
 
 
+async def _supersede(params: Params, workdir: Path, event_latency: float) -> dict[str, Any]:
+    """Newer requests over an active hold, with Event writes slowed by ``event_latency``."""
+    async with SimApiServer() as api:
+        seed_api(api, [AGENT_NODE])
+        user = agent_user(AGENT_NODE)
+        agent = await start_agent(api, AGENT_NODE, workdir / f"supersede-{event_latency}")
+        mcd = Mcd(api)
+        reactions: list[float] = []
+        try:
+            await agent.wait_ready()
+            first = f"drain-{config_name(30_000_000)}"
+            start = len(api.write_log)
+            await mcd.request(AGENT_NODE, first)
+            await wait_write(api, _hold_on(AGENT_NODE, first), start)
+            await wait_write(api, _event_by(user, AGENT_NODE), start)
+            if event_latency > 0:
+                api.faults.latency(event_latency, user=user, resource="events")
+            for i in range(params.supersede_trials):
+                request = f"drain-{config_name(30_000_001 + i)}"
+                start = len(api.write_log)
+                landed = await mcd.request(AGENT_NODE, request)
+                held = await wait_write(api, _hold_on(AGENT_NODE, request), start)
+                reactions.append(held.time - landed.time)
+                # The DrainHeld Event follows the hold; let it land before the next request.
+                after_hold = api.write_log.index(held) + 1
+                await wait_write(api, _event_by(user, AGENT_NODE), after_hold)
+        finally:
+            await mcd.close()
+            await agent.stop()
+    result = {"event_latency_s": event_latency, "reaction": summary_ms(reactions)}
+    print(f"supersede: {result}", flush=True)
+    return result
+
+
 async def _baseline(params: Params, workdir: Path) -> dict[str, Any]:
     """Agent and polling script side by side on two nodes, same requests, same instants."""
     async with SimApiServer() as api:
@@ -296,12 +336,14 @@ async def _baseline(params: Params, workdir: Path) -> dict[str, Any]:
 async def measure(params: Params, workdir: Path) -> dict[str, Any]:
     latency = await _latency_runs(params, workdir)
     races = [await _race(params, workdir, d) for d in params.race_delays]
+    supersede = [await _supersede(params, workdir, lat) for lat in (0.0, params.event_latency)]
     baseline = await _baseline(params, workdir)
     p99 = latency["median_of_run_p99s_ms"]
     return {
         "params": asdict(params),
         "latency": latency,
         "races": races,
+        "supersede": supersede,
         "baseline": baseline,
         "targets": {
             "p99_under_50ms": {"value_ms": p99, "met": p99 < 50.0},
@@ -323,10 +365,19 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
     p.add_argument("--race-delays", type=float, nargs="*", default=list(Params.race_delays))
     p.add_argument("--baseline-trials", type=int, default=Params.baseline_trials)
     p.add_argument("--poll-interval", type=float, default=Params.poll_interval)
+    p.add_argument("--supersede-trials", type=int, default=Params.supersede_trials)
+    p.add_argument("--event-latency", type=float, default=Params.event_latency)
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
     params = Params(
-        a.requests, a.runs, a.race_trials, tuple(a.race_delays), a.baseline_trials, a.poll_interval
+        a.requests,
+        a.runs,
+        a.race_trials,
+        tuple(a.race_delays),
+        a.baseline_trials,
+        a.poll_interval,
+        a.supersede_trials,
+        a.event_latency,
     )
     return params, a.out
 
