@@ -32,6 +32,7 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from agent import protocol
 from agent.sim.apiserver import ADMIN, SimApiServer
 from agent.sim.drain import DrainController
 from agent.sim.hostfs import HostFS
@@ -106,6 +107,19 @@ class Mcd:
 def _hold_on(node: str, request: str) -> Callable[[WriteRecord], bool]:
     is_hold = is_hold_of(request)
     return lambda rec: rec.name == node and is_hold(rec)
+
+
+def _held_or_applied(request: str) -> Callable[[WriteRecord], bool]:
+    """The agent's hold of ``request``, or the MCC marking it drained, whichever is first."""
+    is_hold = is_hold_of(request)
+
+    def match(rec: WriteRecord) -> bool:
+        if rec.name != AGENT_NODE or rec.after is None:
+            return False
+        ann = rec.after["metadata"].get("annotations") or {}
+        return is_hold(rec) or ann.get(protocol.LAST_APPLIED_DRAIN) == request
+
+    return match
 
 
 def _mcc_sync_after(t0: float) -> Callable[[TimelineEntry], bool]:
@@ -188,7 +202,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         mcc = DrainController(kubeconfig, timeline, Timings(mcc_update_delay=delay))
         agent = await start_agent(api, AGENT_NODE, workdir / f"race-{delay}")
         mcd = Mcd(api)
-        won = lost = 0
+        won = lost = not_held = 0
         reactions: list[float] = []
         try:
             await agent.wait_ready()
@@ -205,8 +219,13 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
                     lost += 1
                 else:
                     won += 1
-                held = await wait_write(api, _hold_on(AGENT_NODE, request), start)
-                reactions.append(held.time - landed.time)
+                # After a lost race the drain may complete (lastAppliedDrain = the request)
+                # before the agent acts; then it rightly holds nothing.
+                ended = await wait_write(api, _held_or_applied(request), start)
+                if is_hold_of(request)(ended):
+                    reactions.append(ended.time - landed.time)
+                else:
+                    not_held += 1
                 api.patch("nodes", AGENT_NODE, reset_patch(config_name(i)), user=ADMIN)
                 # Let the MCC's delayed syncs of this trial's writes run before the next one.
                 await asyncio.sleep(2 * delay + 0.2)
@@ -220,6 +239,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         "won": won,
         "lost": lost,
         "won_share": round(won / max(1, won + lost), 4),
+        "drained_before_any_hold": not_held,
         "reaction": summary_ms(reactions),
     }
     print(f"races at {delay}s: {result}", flush=True)
