@@ -129,15 +129,26 @@ class Agent:
     _reader: asyncio.Task[None] | None = None
 
     async def _read(self) -> None:
+        # Chunks, not readline(): a log line can exceed the stream's 64 KiB line limit (a
+        # huge annotation in a decision line), and a reader that dies on it would leave the
+        # agent blocked on a full stderr pipe.
         assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            line = raw.decode(errors="replace").rstrip("\n")
-            self.lines.append(line)
-            with contextlib.suppress(ValueError):
-                record = json.loads(line)
-                if isinstance(record, dict):
-                    self.records.append(record)
-            self._new_line.set()
+        pending = b""
+        while chunk := await self.proc.stderr.read(1 << 16):
+            *complete, pending = (pending + chunk).split(b"\n")
+            for raw in complete:
+                self._add(raw)
+        if pending:
+            self._add(pending)
+        self._new_line.set()
+
+    def _add(self, raw: bytes) -> None:
+        line = raw.decode(errors="replace")
+        self.lines.append(line)
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                self.records.append(record)
         self._new_line.set()
 
     async def wait_log(
