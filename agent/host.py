@@ -41,7 +41,9 @@ MAX_SYMLINKS = 40
 MAX_READ_BYTES = 1 << 20
 
 _OSTREE_ARG_RE = re.compile(r"^/ostree/boot\.[^/]+/[^/]+/[^/]+/[0-9]+$")
-_DEPLOY_RE = re.compile(r"^ostree/deploy/[^/]+/deploy/[0-9a-f]+\.[0-9]+$")
+#: RHCOS's ``/ostree`` is a link to ``sysroot/ostree`` (the physical root), so a deployment
+#: may resolve under ``sysroot/`` inside the host root.
+_DEPLOY_RE = re.compile(r"^(?:sysroot/)?ostree/deploy/[^/]+/deploy/[0-9a-f]+\.[0-9]+$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
