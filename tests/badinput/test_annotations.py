@@ -1,0 +1,192 @@
+"""Bad annotation values on the Node, fed to a running agent process.
+
+For each: the agent writes nothing it should not (no hold on a value it cannot read, no
+release of a hold it cannot account for without saying so), logs the decision in one line
+that names the problem, counts malformed input in ``drain_guard_invalid_input_total{kind}``,
+and keeps running. A build pod runs on the node throughout, so a guess would show as a hold.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from agent import protocol
+from agent.sim.apiserver import SimApiServer
+from tests.conftest import (
+    CONFIG_B,
+    IMAGE_B,
+    Agent,
+    StartAgent,
+    add_build_pod,
+    agent_writes,
+    mcd_request,
+    metric,
+    node_annotations,
+    wait_annotation,
+)
+
+DRAIN_B = f"drain-{CONFIG_B}"
+ADMIN = "system:admin"
+
+
+def _admin(api: SimApiServer, values: dict[str, str | None]) -> int:
+    node = api.patch(
+        "nodes",
+        "worker-0",
+        {"metadata": {"annotations": values}},
+        patch_type="merge",
+        user=ADMIN,
+    )
+    return int(node["metadata"]["resourceVersion"])
+
+
+async def _decision(agent: Agent, start: int, request: str) -> dict[str, Any]:
+    record = await agent.wait_log(
+        lambda r: r.get("message") == "decision" and r.get("request") == request, start
+    )
+    assert "\n" not in str(record.get("why")), record
+    return record
+
+
+def _drain_writes(api: SimApiServer, since: int) -> list[tuple[str | None, str | None]]:
+    out = []
+    for w in agent_writes(api, since):
+        before = ((w.before or {}).get("metadata") or {}).get("annotations") or {}
+        after = ((w.after or {}).get("metadata") or {}).get("annotations") or {}
+        if before.get(protocol.DESIRED_DRAIN) != after.get(protocol.DESIRED_DRAIN):
+            out.append((before.get(protocol.DESIRED_DRAIN), after.get(protocol.DESIRED_DRAIN)))
+    return out
+
+
+@pytest.fixture
+async def agent(api: SimApiServer, start_agent: StartAgent) -> Agent:
+    add_build_pod(api)
+    return await start_agent("--max-hold", "30m")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "frobnicate-rendered-worker-x",  # unknown verb: the MCC refuses it too
+        "Drain-rendered-worker-x",  # verbs are case-sensitive in the MCC
+        "-drain-rendered-worker-x",
+        " drain-rendered-worker-x",
+        "none-rendered-worker-x",
+    ],
+)
+async def test_malformed_or_unknown_desired_drain_is_never_held(
+    api: SimApiServer, agent: Agent, value: str
+) -> None:
+    start = len(agent.records)
+    since = mcd_request(api, value)
+    record = await _decision(agent, start, value)
+    assert record["outcome"] in ("idle", "pass"), record
+    assert _drain_writes(api, since) == []
+    assert agent.proc.returncode is None
+
+
+async def test_empty_desired_drain_is_no_request(api: SimApiServer, agent: Agent) -> None:
+    start = len(agent.records)
+    since = mcd_request(api, "")
+    await agent.wait_log(lambda r: r.get("message") == "decision", start)
+    assert _drain_writes(api, since) == []
+    # The agent still holds the next real request: it kept running and reading.
+    mcd_request(api, DRAIN_B)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+
+
+async def test_oversized_request_is_held_and_restored_exactly(
+    api: SimApiServer, agent: Agent
+) -> None:
+    """A 64 KiB drain request is odd but well formed: held, and restored byte for byte."""
+    value = "drain-rendered-worker-" + "x" * 65536
+    mcd_request(api, value, **{protocol.DESIRED_IMAGE: IMAGE_B})  # a real update
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + value)
+    assert ann[protocol.HELD_DRAIN] == value
+    assert len(ann[protocol.HOLD_DETAIL].encode()) <= protocol.MAX_DETAIL_BYTES
+    pod = api.get("pods", "build-pod", "openshift-machine-config-operator")
+    pod["status"]["phase"] = "Succeeded"
+    api.update("pods", pod, "openshift-machine-config-operator", subresource="status")
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == value)
+
+
+async def test_a_hold_drain_guard_did_not_write_is_left_alone(
+    api: SimApiServer, agent: Agent
+) -> None:
+    foreign = f"hold-{DRAIN_B}"
+    start = len(agent.records)
+    since = mcd_request(api, foreign)
+    record = await _decision(agent, start, foreign)
+    assert "not touching" in record["why"]
+    # With a held-drain that does not match either: still not ours.
+    start = len(agent.records)
+    _admin(api, {protocol.HELD_DRAIN: "drain-rendered-worker-other"})
+    await agent.wait_log(lambda r: "not touching" in str(r.get("why")), start)
+    assert _drain_writes(api, since) == []
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == foreign
+
+
+@pytest.mark.parametrize(
+    ("since_text", "outcome"),
+    [
+        ("yesterday", "release:invalid"),
+        ("2024-13-45T99:00:00Z", "release:invalid"),
+        ("", "release:invalid"),
+        ((datetime.now(UTC) + timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%SZ"), "release:expired"),
+    ],
+)
+async def test_held_since_unreadable_or_in_the_future_releases_and_says_so(
+    api: SimApiServer, agent: Agent, since_text: str, outcome: str
+) -> None:
+    mcd_request(api, DRAIN_B)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    before = await metric(agent, "drain_guard_invalid_input_total", kind="annotation")
+    start = len(agent.records)
+    since = _admin(api, {protocol.HELD_SINCE: since_text})
+    record = await agent.wait_log(lambda r: r.get("outcome") == outcome, start)
+    assert protocol.HELD_SINCE in record["why"] or "future" in record["why"], record
+    # The request is restored exactly, once, and marked released: not held again blind.
+    assert _drain_writes(api, since) == [("hold-" + DRAIN_B, DRAIN_B)]
+    ann = node_annotations(api)
+    assert ann[protocol.RELEASED] == DRAIN_B
+    after = await metric(agent, "drain_guard_invalid_input_total", kind="annotation")
+    assert after == before + (1 if outcome == "release:invalid" else 0)
+
+
+@pytest.mark.parametrize("reasons", ["", "build-pod,,manual", "gremlins", "build-pod;manual"])
+async def test_hold_reasons_unreadable_release_as_invalid(
+    api: SimApiServer, agent: Agent, reasons: str
+) -> None:
+    mcd_request(api, DRAIN_B)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    start = len(agent.records)
+    _admin(api, {protocol.HOLD_REASONS: reasons})
+    await agent.wait_log(lambda r: r.get("outcome") == "release:invalid", start)
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="annotation") == 1
+
+
+@pytest.mark.parametrize(
+    ("image", "kind"),
+    [
+        ("image-registry.example:5000/os/ocb-image:latest", None),  # no digest: abstain
+        ("weird-transport:quay.io/os@sha256:" + "a" * 64, "image_ref"),
+        ("quay.io/os@sha256:abc", "image_ref"),
+        ("", None),
+    ],
+)
+async def test_desired_image_without_digest_or_unreadable_never_holds_noop(
+    api: SimApiServer, start_agent: StartAgent, image: str, kind: str | None
+) -> None:
+    """No build pod here: only the no-op guard could hold, and it must abstain."""
+    agent = await start_agent()
+    start = len(agent.records)
+    since = mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: image})
+    record = await _decision(agent, start, DRAIN_B)
+    assert record["outcome"] == "pass", record
+    assert _drain_writes(api, since) == []
+    for k in ("image_ref", "annotation", "hold_request"):
+        expected = 1 if k == kind else 0
+        assert await metric(agent, "drain_guard_invalid_input_total", kind=k) == expected, k
