@@ -432,7 +432,12 @@ class ListWatch:
                 raise await _error_from(resp)
             body = await resp.json(content_type=None)
         self.counters.api_contact()
-        self.replace(body.get("items") or [])
+        if not isinstance(body, dict):
+            raise ValueError(f"malformed {self.resource} list: not an object")
+        try:
+            self.replace(body.get("items") or [])
+        except (AttributeError, TypeError) as exc:
+            raise ValueError(f"malformed {self.resource} in list: {exc}") from None
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion", ""))
         self.backoff.reset()
 
@@ -468,8 +473,13 @@ class ListWatch:
 
     def _handle_line(self, line: bytes) -> None:
         event = json.loads(line)
+        obj = event.get("object") or {} if isinstance(event, dict) else None
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
+            # A garbled stream: fail this watch (counted, logged, retried) rather than the
+            # task, which would take the agent down with it. Re-list from scratch.
+            self.resource_version = None
+            raise ValueError(f"malformed watch event on {self.resource}: not an object")
         kind = str(event.get("type", ""))
-        obj = event.get("object") or {}
         if kind == "ERROR" or "type" not in event:
             status = obj if kind == "ERROR" else event
             code = int(status.get("code") or 0)
@@ -484,7 +494,11 @@ class ListWatch:
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             log.warning("ignoring watch event of type %r on %s", kind, self.resource)
             return
-        self.apply(kind, obj)
+        try:
+            self.apply(kind, obj)
+        except (AttributeError, TypeError) as exc:
+            self.resource_version = None
+            raise ValueError(f"malformed {self.resource} in watch event: {exc}") from None
         if rv:
             self.resource_version = str(rv)
         self.backoff.reset()
