@@ -127,13 +127,23 @@ class ChaosConfig:
     time_factor: float = 0.01
     #: The MCC's update delay, in MCO seconds, set so that the MCC acts about 0.6 s after a
     #: request: longer than ``grace``, so that "the agent was up and did not hold" shows.
+    #: Every third seed uses MCO's own 5 s instead (``racing_mcc``).
     mcc_update_delay: float = 60.0
     max_hold: float = 5.0
     grace: float = 0.3
     reconcile_interval: float = 1.0
-    settle_timeout: float = 90.0
+    settle_timeout: float = 45.0
     #: Extra ``drain-guard run`` flags (the checker's own tests cripple the agent with them).
     agent_args: tuple[str, ...] = ()
+
+    @property
+    def racing_mcc(self) -> bool:
+        """The MCC acts 0.05 s after a request, racing the agent: the race-lost path runs."""
+        return self.seed % 3 == 0
+
+    @property
+    def mcc_delay(self) -> float:
+        return Timings.mcc_update_delay if self.racing_mcc else self.mcc_update_delay
 
 
 @dataclass
@@ -218,7 +228,10 @@ def make_schedule(config: ChaosConfig) -> list[Action]:
         node = rng.choice(nodes)
         params: dict[str, Any] = {}
         if kind in ("latency", "error"):
-            params["target"] = rng.choice(("agent", "agents", "everyone"))
+            # Error replies hit agents only: the simulated MCO actors do not retry every
+            # call as real controllers do, so errors sent to them stall the rollout itself.
+            targets = ("agent", "agents", "everyone") if kind == "latency" else ("agent", "agents")
+            params["target"] = rng.choice(targets)
             params["seconds"] = round(rng.uniform(0.3, 1.5), 2)
             params["probability"] = round(rng.uniform(0.3, 0.9), 2)
             if kind == "latency":
@@ -245,7 +258,7 @@ class _Run:
     def __init__(self, config: ChaosConfig, workdir: Path) -> None:
         self.config = config
         self.workdir = workdir
-        timings = Timings(mcc_update_delay=config.mcc_update_delay)
+        timings = Timings(mcc_update_delay=config.mcc_delay)
         self.cluster = SimCluster(
             workdir, nodes=config.nodes, time_factor=config.time_factor, timings=timings
         )
@@ -547,6 +560,8 @@ class _Run:
             seconds=time.monotonic() - began,
         )
         if not report.ok:
+            if not settled:
+                report.timelines["the pool"] = "  " + self.pool_state()
             nodes = {v.node for v in checked.violations} or set(self.nodes)
             for node in sorted(nodes):
                 report.timelines[node] = self.timeline(node, checked.violations)
@@ -555,9 +570,13 @@ class _Run:
     async def settle(self) -> bool:
         """Faults off, every agent up, tasks done; then one last rollout must complete."""
         self.cluster.api.faults.clear()
+        self.cluster.reboot_hooks.remove(self.on_reboot)  # no more agent restarts either
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for node in self.nodes:
             await self.ensure_agent(node)
+        async with asyncio.timeout(60):
+            for agent in list(self.agents.values()):
+                await agent.synced.wait()
         self.rollouts += 1
         config = await self.cluster.create_machine_config(f"99-chaos-{self.rollouts}")
         self.note(None, f"final rollout: MachineConfig renders {config}")
@@ -568,6 +587,21 @@ class _Run:
             return False
         self.note(None, "final rollout complete")
         return True
+
+    def pool_state(self) -> str:
+        """The worker pool and the builds, for a run that did not come to rest."""
+        pool = self.cluster.api.get("machineconfigpools", "worker")
+        status = pool.get("status") or {}
+        conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        builds = [
+            (b["metadata"]["name"][-12:], (b.get("status") or {}).get("phase"))
+            for b in self.cluster.api.list("builds", MCO_NAMESPACE)
+        ]
+        return (
+            f"pool spec {pool['spec']['configuration']['name'][-12:]} "
+            f"status {(status.get('configuration') or {}).get('name', '')[-12:]} "
+            f"conditions {conditions} builds {builds}"
+        )
 
     def clean(self, end: float) -> dict[str, list[Interval]]:
         """Per node: when its agent was up and synced, minus the impaired windows."""
@@ -635,9 +669,13 @@ class _Run:
             if changes:
                 entries.append((w.time, f"{_who(w.user):<9} rv={w.rv} " + " ".join(changes)))
         entries.sort()
-        window = [e for e in entries if last - 15.0 <= e[0] <= last + 0.001][-40:]
+        window = [e for e in entries if e[0] <= last + 0.001][-30:]
         since = self.cluster.timeline.since_start
-        return "\n".join(f"  {since(t):8.3f}s {text}" for t, text in window)
+        lines = [f"  {since(t):8.3f}s {text}" for t, text in window]
+        state = annotations_of(self.cluster.api.get("nodes", node))
+        shown = {k.rsplit("/", 1)[1]: v for k, v in sorted(state.items()) if "Image" not in k}
+        lines.append(f"  at the end: {shown}")
+        return "\n".join(lines)
 
 
 def _who(user: str) -> str:
