@@ -384,7 +384,7 @@ def verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str, str, 
     rows = [
         ("drains (cordons) during the build", during(without), during(with_)),
         ("build outcome", build(without), build(with_)),
-        ("drains for an unchanged image", unchanged(without), unchanged(with_)),
+        ("drains while desired image = booted", unchanged(without), unchanged(with_)),
         ("holds (reasons)", holds(without), holds(with_)),
         ("drains after the build", after(without), after(with_)),
         ("rollout of the new image", rollout(without), rollout(with_)),
@@ -421,7 +421,8 @@ def print_verdict(without: RunResult, with_: RunResult, out: TextIO) -> bool:
         "  nodes then updated one at a time, each with one drain for a real image change.\n"
     )
     out.write(
-        "\nPASS: no drain during the build, the build succeeded, no drain for an unchanged image.\n"
+        "\nPASS: no drain during the build, the build succeeded, no drain while the desired image\n"
+        "was the booted one.\n"
         if ok
         else "\nFAIL: see the verdict above.\n"
     )
