@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -732,6 +732,8 @@ class SoakReport:
     events: int
     samples: list[tuple[int, int, int]]  # (events so far, rss, fds)
     seconds: float
+    #: The agent's own writes meanwhile (holds and releases): it was processing the events.
+    agent_writes: int
 
     def summary(self) -> str:
         first, last = self.samples[0], self.samples[-1]
@@ -739,7 +741,8 @@ class SoakReport:
         return (
             f"{self.events} events in {self.seconds:.1f}s: RSS {first[1] / 2**20:.1f} MiB → "
             f"{last[1] / 2**20:.1f} MiB (peak {peak / 2**20:.1f} MiB), "
-            f"fds {first[2]} → {last[2]} (max {max(s[2] for s in self.samples)})"
+            f"fds {first[2]} → {last[2]} (max {max(s[2] for s in self.samples)}); "
+            f"the agent wrote {self.agent_writes} holds and releases meanwhile"
         )
 
 
@@ -783,24 +786,30 @@ async def run_soak(
             )
             try:
                 probe = psutil.Process(proc.pid)
-                await asyncio.sleep(3.0)  # imports and the first list: not what is measured
+                # Warm-up, not measured: imports, the first lists, one hold and release.
+                await api.wait_for(_soak_event(api, -4) or (lambda: True), 60.0)
+                await api.wait_for(_soak_event(api, -2) or (lambda: True), 10.0)
                 out: list[tuple[int, int, int]] = []
                 every = max(1, events // samples)
                 for i in range(events):
-                    _soak_event(api, i)
-                    if i % 50 == 49:
-                        await asyncio.sleep(0.05)  # let the watch deliver, as a cluster would
+                    awaited = _soak_event(api, i)
+                    if awaited is not None:
+                        # The agent holds the request, or releases it once the build pod
+                        # is gone: each cycle goes through it, or the soak stops here.
+                        await api.wait_for(awaited, 10.0)
                     if i % every == 0 or i == events - 1:
                         await asyncio.sleep(0.2)
                         out.append((i + 1, probe.memory_info().rss, probe.num_fds()))
             finally:
                 proc.terminate()
                 await proc.wait()
-    return SoakReport(events, out, time.monotonic() - began)
+            written = len(api.writes("nodes", user=agent_user("worker-0")))
+    return SoakReport(events, out, time.monotonic() - began, written)
 
 
-def _soak_event(api: Any, i: int) -> None:
-    """One event of a churning node: pods come and go, requests are held and released."""
+def _soak_event(api: Any, i: int) -> Callable[[], bool] | None:
+    """One event of a churning node: pods come and go, requests are held and released.
+    Returns what the agent must have done before the next event, if anything."""
     name = f"pod-{i % 40}"
     step = i % 10
     if step < 6:
@@ -833,10 +842,18 @@ def _soak_event(api: Any, i: int) -> None:
             {"metadata": {"annotations": {DESIRED_DRAIN: f"drain-rendered-{i}"}}},
             user=MCD_USER,
         )
+        return lambda: _desired(api) == f"hold-drain-rendered-{i}"
     elif step == 8:
         api.delete("pods", f"build-{i - 2}", MCO_NAMESPACE)
+        return lambda: _desired(api) == f"drain-rendered-{i - 2}"
     else:
         api.patch("nodes", "worker-0", {"metadata": {"labels": {"churn": str(i)}}}, user=ADMIN_USER)
+    return None
+
+
+def _desired(api: Any) -> str | None:
+    desired: str | None = annotations_of(api.get("nodes", "worker-0")).get(DESIRED_DRAIN)
+    return desired
 
 
 # --- command line ---------------------------------------------------------------------------
@@ -872,11 +889,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=None, help="one seed, schedule printed")
     soak = sub.add_parser("soak", help="agent RSS and fds over many events")
     soak.add_argument("--events", type=int, default=5000)
+    soak.add_argument("--samples", type=int, default=20)
     args = parser.parse_args(argv)
     # The simulator's server logs every watch a cut or a stop breaks; that is the chaos.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     if args.command == "soak":
-        soaked = asyncio.run(run_soak(args.events))
+        soaked = asyncio.run(run_soak(args.events, args.samples))
         print(soaked.summary())
         for n, rss, fds in soaked.samples:
             print(f"  {n:6d} events  rss {rss / 2**20:6.1f} MiB  fds {fds}")
