@@ -203,6 +203,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         agent = await start_agent(api, AGENT_NODE, workdir / f"race-{delay}")
         mcd = Mcd(api)
         won = lost = not_held = 0
+        lost_trials: list[int] = []
         reactions: list[float] = []
         try:
             await agent.wait_ready()
@@ -217,6 +218,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
                     verdict = await timeline.wait_for(_mcc_sync_after(t0))
                 if verdict.message == "cordoning":
                     lost += 1
+                    lost_trials.append(i)
                 else:
                     won += 1
                 # After a lost race the drain may complete (lastAppliedDrain = the request)
@@ -240,6 +242,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         "lost": lost,
         "won_share": round(won / max(1, won + lost), 4),
         "drained_before_any_hold": not_held,
+        "lost_trials": lost_trials,
         "reaction": summary_ms(reactions),
     }
     print(f"races at {delay}s: {result}", flush=True)
