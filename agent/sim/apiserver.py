@@ -936,13 +936,18 @@ class SimApiServer:
                     await self._send_bookmark(response, rt)
                     next_bookmark = next_bookmark_at(loop.time())
                     continue
-                wait = deadline - now
-                if next_bookmark is not None:
-                    wait = min(wait, max(0.0, next_bookmark - now))
-                try:
-                    item = await asyncio.wait_for(watcher.queue.get(), wait)
-                except TimeoutError:
-                    continue
+                if not watcher.queue.empty():
+                    # Queued events first: with a bookmark due the wait below would be 0,
+                    # and wait_for(get(), 0) cancels the get before it runs (a livelock).
+                    item = watcher.queue.get_nowait()
+                else:
+                    wait = deadline - now
+                    if next_bookmark is not None:
+                        wait = min(wait, max(0.0, next_bookmark - now))
+                    try:
+                        item = await asyncio.wait_for(watcher.queue.get(), wait)
+                    except TimeoutError:
+                        continue
                 if item is None:
                     aborted = watcher.abort
                     break
