@@ -7,16 +7,25 @@ long one. A failure prints the seed, its schedule and the timeline of the node c
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
-from agent.sim.chaos import Action, ChaosConfig, make_schedule, run_chaos
+from agent.sim.chaos import Action, ChaosConfig, ChaosReport, make_schedule, run_chaos
+
+
+def _judge(report: ChaosReport) -> None:
+    assert report.ok, report.failure_text()
+    if report.stalled:
+        # The simulated MCO did not finish the last rollout, with no hold of the agents in
+        # the way (that would be a violation): shown, not failed (docs/reliability.md).
+        warnings.warn(report.failure_text(), stacklevel=2)
 
 
 async def test_chaos(chaos_seed: int, tmp_path: Path) -> None:
     report = await run_chaos(ChaosConfig(seed=chaos_seed), tmp_path)
-    assert report.ok, report.failure_text()
+    _judge(report)
     # The run did what it is for: requests came, and agents held and released some.
     assert report.checked.requests > 0
     assert report.checked.holds > 0
@@ -24,8 +33,7 @@ async def test_chaos(chaos_seed: int, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_chaos_long(chaos_seed: int, tmp_path: Path) -> None:
-    report = await run_chaos(ChaosConfig(seed=chaos_seed), tmp_path)
-    assert report.ok, report.failure_text()
+    _judge(await run_chaos(ChaosConfig(seed=chaos_seed), tmp_path))
 
 
 def test_the_schedule_is_a_function_of_the_seed() -> None:
