@@ -47,7 +47,9 @@ async def test_the_checker_catches_an_agent_that_does_not_guard(tmp_path: Path) 
     """An agent blind to build pods, on hosts whose booted image cannot be read, lets the
     seed's drain evict the build pod while it is up and synced: the run must fail."""
     config = ChaosConfig(
-        seed=0, agent_args=("--build-pod-selector", "drain-guard-chaos/never=match")
+        seed=0,
+        agent_args=("--build-pod-selector", "drain-guard-chaos/never=match"),
+        settle_timeout=3.0,  # the build fails: the last rollout cannot complete
     )
     schedule = [
         Action(0.0, "corrupt-host", "worker-0", (("how", "cmdline"),)),
