@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import tempfile
 import time
 from collections import Counter
@@ -128,9 +129,10 @@ async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
             if params.profile:
                 # Sampling, so that the simulator keeps its pace and the agents' 10 s request
                 # timeouts hold (cProfile slows it several-fold and breaks the run).
-                from pyinstrument import Profiler
-
-                profiler = Profiler(interval=0.001, async_mode="disabled")
+                # pyinstrument is the optional extra 'bench': imported by name, so that type
+                # checks pass where it is not installed.
+                pyinstrument = importlib.import_module("pyinstrument")
+                profiler = pyinstrument.Profiler(interval=0.001, async_mode="disabled")
                 profiler.start()
             result = await roll(api, nodes, config_name(size), batch, timeout=120.0)
             if profiler is not None:
