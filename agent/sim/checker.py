@@ -27,6 +27,7 @@ schedule). Times are ``time.monotonic()`` values of the simulator's process.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -109,6 +110,9 @@ class Checked:
     race_lost_releases: int = 0
     supersedes: int = 0
     build_pod_evictions: int = 0
+    #: Why the evictions that are not violations are not: the agent was down or impaired,
+    #: or the request was never un-held long enough (held, released on purpose, a race).
+    evictions_excused: Counter[str] = field(default_factory=Counter)
     requests: int = 0
 
     @property
@@ -465,11 +469,14 @@ class _Replay:
         key = (w.namespace, w.name)
         alive = list(self.pod_alive.get(key, []))
         alive.append((self.pod_since.get(key, w.time), w.time))
-        exposed = intersect(
-            intersect(intersect(window, _normalise(pending)), self.clean(node)),
-            _normalise(alive),
-        )
-        if longest(exposed) >= self.config.grace:
+        unheld = intersect(intersect(window, _normalise(pending)), _normalise(alive))
+        exposed = intersect(unheld, self.clean(node))
+        if longest(exposed) < self.config.grace:
+            why = "agent down or impaired"
+            if longest(unheld) < self.config.grace:
+                why = "held, released on purpose, or raced"
+            self.result.evictions_excused[why] += 1
+        else:
             self.fail(
                 "evicted",
                 node,

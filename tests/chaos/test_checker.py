@@ -222,14 +222,18 @@ def test_a_build_pod_evicted_while_the_agent_was_up(api: SimApiServer) -> None:
     assert rules(result) == ["evicted"]
     assert result.build_pod_evictions == 1
     # Agent down (or impaired by faults) meanwhile: not its failure.
-    assert run(api, clean=[(0.0, 4.5)]).ok
+    down = run(api, clean=[(0.0, 4.5)])
+    assert down.ok
+    assert down.evictions_excused == {"agent down or impaired": 1}
     # The MCC came within the agent's reaction grace.
     assert run(api, grace=3.5).ok
 
 
 def test_a_build_pod_evicted_after_a_marked_release_is_allowed(api: SimApiServer) -> None:
     _evicting_drain(api, agent_holds=True, **{RELEASED: X})
-    assert run(api).ok
+    result = run(api)
+    assert result.ok
+    assert result.evictions_excused == {"held, released on purpose, or raced": 1}
 
 
 def test_a_build_pod_evicted_after_an_unmarked_release(api: SimApiServer) -> None:
