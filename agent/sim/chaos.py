@@ -57,6 +57,7 @@ from agent.sim.mco import (
     MCC_USER,
     MCD_USER,
     MCO_NAMESPACE,
+    STATE,
     JsonObj,
     Timings,
     annotations_of,
@@ -588,6 +589,11 @@ class _Run:
         async with asyncio.timeout(60):
             for agent in list(self.agents.values()):
                 await agent.synced.wait()
+        # Let drains in flight finish (say, one an operator's release let through just
+        # now): the simulated build controller would place the last build on a node being
+        # drained, which a real scheduler would not.
+        with contextlib.suppress(TimeoutError):
+            await self.cluster.api.wait_for(self._quiet, 30.0)
         self.rollouts += 1
         config = await self.cluster.create_machine_config(f"99-chaos-{self.rollouts}")
         self.note(None, f"final rollout: MachineConfig renders {config}")
@@ -597,6 +603,16 @@ class _Run:
             self.note(None, "the final rollout did not complete")
             return False
         self.note(None, "final rollout complete")
+        return True
+
+    def _quiet(self) -> bool:
+        for node in self.nodes:
+            obj = self.cluster.api.get("nodes", node)
+            ann = annotations_of(obj)
+            if ann.get(DESIRED_DRAIN) != ann.get(LAST_APPLIED_DRAIN):
+                return False
+            if (obj.get("spec") or {}).get("unschedulable") or ann.get(STATE) != "Done":
+                return False
         return True
 
     def pool_state(self) -> str:
