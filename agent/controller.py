@@ -26,7 +26,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 
 from agent import __version__, guards, host, protocol
 from agent.config import DaemonSetRef, LogFormat, Settings
-from agent.events import EventRecorder
+from agent.events import EventQueue, EventRecorder
 from agent.imageref import ImageRefError, digest_of
 from agent.kube import (
     Applied,
@@ -49,6 +49,8 @@ log = logging.getLogger("agent.controller")
 CAS_ATTEMPTS = 5
 #: The loop counts as stuck (``/healthz`` fails) when one pass takes longer than this.
 STUCK_AFTER = 120.0
+#: On exit, how long to wait for queued Events (the uninstall's DrainReleased) to be written.
+EVENT_FLUSH_TIMEOUT = 5.0
 
 
 # --- logging ----------------------------------------------------------------------------
@@ -180,7 +182,7 @@ class Controller:
         kube: Kube,
         metrics: Metrics,
         counters: MetricCounters,
-        events: EventRecorder,
+        events: EventQueue,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -379,7 +381,7 @@ class Controller:
         held_for = datetime.now(UTC) - record.since
         self._hold = None
         self.metrics.hold_released(outcome.value, held_for.total_seconds())
-        await self.events.drain_released(record.held_drain, outcome.value, held_for)
+        self.events.drain_released(record.held_drain, outcome.value, held_for)
         log.info(
             "hold ended",
             extra={
@@ -425,14 +427,12 @@ class Controller:
                     "node was already cordoned when the hold was written (race lost)",
                     extra={"fields": {"node": after.name, "request": decision.original}},
                 )
-            await self.events.drain_held(
-                decision.original, reasons, guards.hold_detail(decision.blocks)
-            )
+            self.events.drain_held(decision.original, reasons, guards.hold_detail(decision.blocks))
         elif isinstance(decision, guards.UpdateHold):
             self._hold = _node_hold(after.annotations)
             reasons = [b.reason.value for b in decision.blocks]
             self.metrics.set_hold(reasons, decision.record.since)
-            await self.events.drain_held(
+            self.events.drain_held(
                 decision.record.held_drain, reasons, guards.hold_detail(decision.blocks)
             )
         elif isinstance(decision, guards.Release):
@@ -707,7 +707,7 @@ async def _main(settings: Settings) -> int:
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
         return 1
-    events = EventRecorder(kube.api, settings.node_name, metrics=metrics)
+    events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
     controller = Controller(settings, kube, metrics, counters, events)
     if settings.daemonset is None and not settings.release_on_exit:
         log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
@@ -732,6 +732,7 @@ async def _main(settings: Settings) -> int:
         asyncio.create_task(kube.watch_pods(settings.node_name, controller.cache), name="pods"),
         asyncio.create_task(controller.run(), name="controller"),
     ]
+    sender = asyncio.create_task(events.run(), name="events")
     stopper = asyncio.create_task(stop.wait(), name="stop")
     code = 0
     try:
@@ -753,6 +754,13 @@ async def _main(settings: Settings) -> int:
         except KubeError as exc:
             log.error("could not release on exit: %s", exc)
             code = 1
+        try:
+            async with asyncio.timeout(EVENT_FLUSH_TIMEOUT):
+                await events.flush()
+        except TimeoutError:
+            log.warning("exiting with Events not yet written")
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
         await runner.cleanup()
         await kube.close()
     return code

@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -85,6 +86,10 @@ class EventError(Exception):
     def __init__(self, status: int, text: str) -> None:
         super().__init__(f"{status} {text}")
         self.status = status
+
+
+#: Events waiting to be written; beyond this the API has long been unreachable.
+QUEUE_SIZE = 256
 
 
 class EventRecorder:
@@ -234,3 +239,55 @@ class EventRecorder:
                     raise EventError(resp.status, (await resp.text())[:200])
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise EventError(0, f"{type(exc).__name__}: {exc}") from exc
+
+
+class EventQueue:
+    """Writes a recorder's Events in order from a background task.
+
+    A hold must land before the drain controller acts (5 s after the request); an Event
+    write can take up to its request timeout. Queueing keeps Event writes off that path:
+    the controller posts and moves on, and ``run()`` writes them one by one, in order.
+    """
+
+    def __init__(self, recorder: EventRecorder, maxsize: int = QUEUE_SIZE) -> None:
+        self.recorder = recorder
+        self._queue: asyncio.Queue[Callable[[], Awaitable[None]]] = asyncio.Queue(maxsize)
+
+    @property
+    def node_uid(self) -> str | None:
+        return self.recorder.node_uid
+
+    @node_uid.setter
+    def node_uid(self, uid: str | None) -> None:
+        self.recorder.node_uid = uid
+
+    def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
+        """Queue ``EventRecorder.drain_held``."""
+        self._post(partial(self.recorder.drain_held, held_drain, list(reasons), detail))
+
+    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
+        """Queue ``EventRecorder.drain_released``."""
+        self._post(partial(self.recorder.drain_released, held_drain, outcome, held_for))
+
+    def _post(self, write: Callable[[], Awaitable[None]]) -> None:
+        try:
+            self._queue.put_nowait(write)
+        except asyncio.QueueFull:
+            # The API has been unreachable for a long while: Events are informative, the
+            # hold protocol is not; drop this one rather than grow without bound.
+            log.warning("event queue full on node %s: Event dropped", self.recorder.node_name)
+            if self.recorder.metrics is not None:
+                self.recorder.metrics.count_api_error("event_create")
+
+    async def run(self) -> None:
+        """Write queued Events until cancelled (``EventRecorder`` never raises)."""
+        while True:
+            write = await self._queue.get()
+            try:
+                await write()
+            finally:
+                self._queue.task_done()
+
+    async def flush(self) -> None:
+        """Wait until every queued Event is written (``run()`` must be running)."""
+        await self._queue.join()

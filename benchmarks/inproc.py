@@ -32,7 +32,7 @@ from typing import Any
 from agent.cli import build_parser
 from agent.config import LogFormat, settings_from
 from agent.controller import Controller, MetricCounters, configure_logging
-from agent.events import EventRecorder
+from agent.events import EventQueue, EventRecorder
 from agent.kube import Kube
 from agent.metrics import Metrics
 
@@ -76,13 +76,14 @@ class InProcessAgent:
         metrics = Metrics()
         counters = MetricCounters(metrics)
         self.kube = kube = await Kube.connect(self.settings.kubeconfig, counters)
-        events = EventRecorder(kube.api, self.settings.node_name, metrics=metrics)
+        events = EventQueue(EventRecorder(kube.api, self.settings.node_name, metrics=metrics))
         self.controller = c = Controller(self.settings, kube, metrics, counters, events)
         node = self.settings.node_name
         self.tasks = [
             asyncio.create_task(kube.watch_node(node, c.cache, self.watch_timeout)),
             asyncio.create_task(kube.watch_pods(node, c.cache, self.watch_timeout)),
             asyncio.create_task(c.run()),
+            asyncio.create_task(events.run()),
         ]
 
     def ready(self) -> bool:

@@ -1,0 +1,55 @@
+"""Node Events are written off the hold path: a slow events endpoint never delays a hold."""
+
+from __future__ import annotations
+
+from agent import protocol
+from agent.sim.apiserver import SimApiServer, WriteRecord
+from tests.conftest import (
+    AGENT_USER,
+    CONFIG_B,
+    IMAGE_B,
+    StartAgent,
+    add_build_pod,
+    mcd_request,
+    wait_annotation,
+)
+
+DRAIN_B = f"drain-{CONFIG_B}"
+DRAIN_C = f"drain-rendered-worker-{'c' * 32}"
+
+
+def _event_writes(api: SimApiServer, reason: str) -> list[WriteRecord]:
+    return [
+        w
+        for w in api.writes("events", user=AGENT_USER)
+        if w.verb == "create" and (w.after or {}).get("reason") == reason
+    ]
+
+
+async def test_a_slow_events_endpoint_does_not_delay_the_next_hold(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    await api.wait_for(lambda: _event_writes(api, "DrainHeld"), timeout=15)
+
+    # From now on every Event write of the agent takes seconds (an overloaded API server).
+    api.faults.latency(2.0, user=AGENT_USER, resource="events")
+    mcd_request(api, DRAIN_C)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_C)
+    released = await api.wait_for(lambda: _event_writes(api, "DrainReleased"), timeout=15)
+
+    hold_c = [
+        w
+        for w in api.writes("nodes", user=AGENT_USER)
+        if ((w.after or {}).get("metadata", {}).get("annotations") or {}).get(
+            protocol.DESIRED_DRAIN
+        )
+        == "hold-" + DRAIN_C
+    ]
+    # The superseded hold's DrainReleased was posted before the new hold was decided, yet the
+    # new hold reached the API first: the controller did not wait for the Event.
+    assert hold_c
+    assert hold_c[0].rv < released[0].rv
