@@ -93,6 +93,8 @@ class Settings:
     release_on_exit: bool
     log_format: LogFormat
     log_level: str
+    shield_build_pods: bool = True
+    shield_dependencies: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,22 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         _env_name("--release-on-exit"),
         None,
         "release holds on SIGTERM/SIGINT (for systemd, where there is no DaemonSet)",
+        boolean=True,
+    ),
+    _Option(
+        "--shield-build-pods",
+        _env_name("--shield-build-pods"),
+        "true",
+        "keep a PodDisruptionBudget on each build pod running on the node, so that a drain"
+        " that gets past the hold cannot evict it (docs/shield.md)",
+        choices=("true", "false"),
+    ),
+    _Option(
+        "--shield-dependencies",
+        _env_name("--shield-dependencies"),
+        None,
+        "while a build runs, also shield the machine-os-builder and image registry pods on the"
+        " node (off: their budgets outlive a dead agent; docs/shield.md)",
         boolean=True,
     ),
     _Option(
@@ -327,6 +345,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         raise SettingsError(
             "--daemonset and --release-on-exit exclude each other (DaemonSet or systemd)"
         )
+    shield_build_pods = raw["shield_build_pods"] == "true"
+    shield_dependencies = bool(raw["shield_dependencies"])
+    if shield_dependencies and not shield_build_pods:
+        raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
     kubeconfig = raw["kubeconfig"]
     return Settings(
         node_name=node_name,
@@ -342,6 +364,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         release_on_exit=release_on_exit,
         log_format=LogFormat(str(raw["log_format"])),
         log_level=str(raw["log_level"]),
+        shield_build_pods=shield_build_pods,
+        shield_dependencies=shield_dependencies,
     )
 
 

@@ -41,6 +41,7 @@ from agent.kube import (
 from agent.metrics import Metrics
 from agent.selectors import OwnerRef
 from agent.server import make_app, serve
+from agent.shield import Shield
 from agent.status import AgentStatus, BootedImageStatus, HoldReasonStatus, PodStatus
 
 log = logging.getLogger("agent.controller")
@@ -183,8 +184,10 @@ class Controller:
         metrics: Metrics,
         counters: MetricCounters,
         events: EventQueue,
+        shield: Shield | None = None,
     ) -> None:
         self.settings = settings
+        self.shield = shield
         self.kube = kube
         self.metrics = metrics
         self.counters = counters
@@ -223,6 +226,7 @@ class Controller:
             generated_at=datetime.now(UTC),
             synced={"node": self.cache.node_synced, "pod": self.cache.pods_synced},
             last_api_contact=self.counters.last_contact,
+            shield=None if self.shield is None else self.shield.status().to_json(),
         )
 
     def alive(self) -> bool:
@@ -334,6 +338,8 @@ class Controller:
 
     async def _observe(self, node: NodeObj) -> None:
         """Count new requests; notice holds that ended by someone else's write; resume holds."""
+        if self.shield is not None:
+            self.shield.node_seen(node.unschedulable)
         ann = node.annotations
         self.events.node_uid = node.uid or None
         desired = ann.get(protocol.DESIRED_DRAIN)
@@ -708,7 +714,19 @@ async def _main(settings: Settings) -> int:
         log.error("cannot load Kubernetes config: %s", exc)
         return 1
     events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
-    controller = Controller(settings, kube, metrics, counters, events)
+    shield = None
+    if settings.shield_build_pods:
+        shield = Shield(
+            kube.api,
+            settings.node_name,
+            settings.build_pod_selectors,
+            dependencies=settings.shield_dependencies,
+            metrics=metrics,
+        )
+    else:
+        # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
+        metrics.synced.remove("poddisruptionbudget")
+    controller = Controller(settings, kube, metrics, counters, events, shield)
     if settings.daemonset is None and not settings.release_on_exit:
         log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
     try:
@@ -732,6 +750,8 @@ async def _main(settings: Settings) -> int:
         asyncio.create_task(kube.watch_pods(settings.node_name, controller.cache), name="pods"),
         asyncio.create_task(controller.run(), name="controller"),
     ]
+    if shield is not None:
+        tasks.append(asyncio.create_task(shield.run(), name="shield"))
     sender = asyncio.create_task(events.run(), name="events")
     stopper = asyncio.create_task(stop.wait(), name="stop")
     code = 0
@@ -751,6 +771,9 @@ async def _main(settings: Settings) -> int:
             log.info("on exit: %s", why)
             if release:
                 await controller.release_on_exit()
+                if shield is not None:
+                    # Uninstalled: leave no budgets behind (a rolling update keeps them).
+                    log.info("on exit: removed %d shield budgets", await shield.remove_all())
         except KubeError as exc:
             log.error("could not release on exit: %s", exc)
             code = 1

@@ -24,6 +24,7 @@ API (used by ``agent/controller.py``, ``agent/events.py``, ``agent/server.py``):
     m.set_synced(resource, bool); m.count_watch_restart(resource, reason)
     m.count_api_error(operation); m.api_contact(when)
     m.count_invalid_input(kind); m.count_event(reason)
+    m.set_shield_budgets(n); m.set_shield_conflicts(n); m.count_shield_blocked_drain()
 
 An unknown label value raises ``ValueError``: it is a programming error, and an unbounded
 label would be worse than a crash in a test.
@@ -65,9 +66,14 @@ API_OPERATIONS: tuple[str, ...] = (
     "event_create",
     "event_patch",
     "daemonset_get",
+    # The shield (agent/shield.py): budgets in the shielded namespaces.
+    "poddisruptionbudget_list",
+    "poddisruptionbudget_watch",
+    "poddisruptionbudget_create",
+    "poddisruptionbudget_delete",
 )
 #: Resources the agent watches.
-WATCH_RESOURCES: tuple[str, ...] = ("node", "pod")
+WATCH_RESOURCES: tuple[str, ...] = ("node", "pod", "poddisruptionbudget")
 #: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
 WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
 #: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
@@ -196,6 +202,21 @@ class Metrics:
             "Unix time of the last successful Kubernetes API response; 0 before the first.",
             registry=r,
         )
+        self.shield_budgets = Gauge(
+            PREFIX + "shield_budgets",
+            "PodDisruptionBudgets this agent keeps on build pods (and dependencies) of its node.",
+            registry=r,
+        )
+        self.shield_conflicts = Gauge(
+            PREFIX + "shield_conflicts",
+            "Pods to shield that another PodDisruptionBudget already selects (left alone).",
+            registry=r,
+        )
+        self.shield_blocked_drains_total = Counter(
+            PREFIX + "shield_blocked_drains",
+            "Cordons of the node while shield budgets held: drains the budgets refuse.",
+            registry=r,
+        )
         self.build_info = Info(
             PREFIX + "build",
             "Agent version and Python version; the value is always 1.",
@@ -300,6 +321,18 @@ class Metrics:
     def count_invalid_input(self, kind: str) -> None:
         """Some input was rejected as malformed."""
         self.invalid_input_total.labels(kind=_check(kind, INVALID_INPUT_KINDS, "input kind")).inc()
+
+    def set_shield_budgets(self, count: int) -> None:
+        """Budgets the shield holds now."""
+        self.shield_budgets.set(count)
+
+    def set_shield_conflicts(self, count: int) -> None:
+        """Pods the shield leaves alone because another budget selects them."""
+        self.shield_conflicts.set(count)
+
+    def count_shield_blocked_drain(self) -> None:
+        """The node was cordoned while shield budgets held."""
+        self.shield_blocked_drains_total.inc()
 
     def count_event(self, reason: str) -> None:
         """An Event was written (or its count bumped) on the Node."""

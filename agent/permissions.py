@@ -17,11 +17,19 @@ class Scope(StrEnum):
 
     ``CLUSTER`` goes into the ClusterRole; ``OWN_DAEMONSET`` into a namespaced Role limited
     (``resourceNames``) to the agent's own DaemonSet, which it reads on SIGTERM to tell an
-    uninstall from a rolling update.
+    uninstall from a rolling update; ``SHIELD`` into a Role in each of ``SHIELD_NAMESPACES``,
+    where the shield keeps PodDisruptionBudgets on build pods ("only where build pods run").
     """
 
     CLUSTER = "cluster"
     OWN_DAEMONSET = "own-daemonset"
+    SHIELD = "shield"
+
+
+#: Where the shield may write budgets: MCO's namespace, where its build pods run. (With
+#: ``--shield-dependencies`` the agent also looks in openshift-image-registry; without a Role
+#: there it reports that namespace as forbidden and shields the rest.)
+SHIELD_NAMESPACES: tuple[str, ...] = ("openshift-machine-config-operator",)
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,13 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("", "events", frozenset({"create", "patch"})),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_DAEMONSET),
+    # The shield: budgets on the build pods of its node, in SHIELD_NAMESPACES only.
+    Permission(
+        "policy",
+        "poddisruptionbudgets",
+        frozenset({"list", "watch", "create", "delete"}),
+        Scope.SHIELD,
+    ),
 )
 
 

@@ -89,6 +89,8 @@ class AgentStatus:
     booted: BootedImageStatus = field(default_factory=BootedImageStatus)
     synced: dict[str, bool] = field(default_factory=dict)  # watch resource → synced
     last_api_contact: datetime | None = None
+    # The shield's own JSON (agent.shield.ShieldStatus.to_json()); None when it is off.
+    shield: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -135,6 +137,7 @@ class AgentStatus:
             },
             "synced": dict(sorted(self.synced.items())),
             "lastApiContact": _rfc3339(self.last_api_contact),
+            "shield": self.shield,
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -171,6 +174,7 @@ class AgentStatus:
             ),
             synced={str(k): bool(v) for k, v in data["synced"].items()},
             last_api_contact=_parse(data["lastApiContact"]),
+            shield=data.get("shield"),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -208,6 +212,8 @@ class AgentStatus:
             lines.append(f"  booted image:  {self.booted.digest} (from {self.booted.source})")
         elif self.booted.error is not None:
             lines.append(f"  booted image:  unknown: {self.booted.error}")
+        if self.shield is not None:
+            lines.append(f"  shield:        {_shield_text(self.shield)}")
         watches = ", ".join(
             f"{name} {'synced' if ok else 'NOT synced'}" for name, ok in sorted(self.synced.items())
         )
@@ -221,6 +227,19 @@ class AgentStatus:
             f"  agent:         {self.version}, up {format_duration(now - self.started_at)}"
         )
         return "\n".join(lines) + "\n"
+
+
+def _shield_text(shield: dict[str, Any]) -> str:
+    """One line: the budgets held, and what keeps other pods unshielded."""
+    budgets = [f"{b['namespace']}/{b['name']}" for b in shield.get("budgets") or ()]
+    parts = [f"budgets on {', '.join(budgets)}" if budgets else "no budgets"]
+    for c in shield.get("conflicts") or ():
+        parts.append(f"{c['namespace']}/{c['name']} also under {', '.join(c['budgets'])}")
+    for u in shield.get("unshieldable") or ():
+        parts.append(f"{u['namespace']}/{u['name']} not shielded: {u['why']}")
+    for namespace, why in sorted((shield.get("forbidden") or {}).items()):
+        parts.append(f"{namespace} forbidden ({why})")
+    return "; ".join(parts)
 
 
 def _rfc3339(value: datetime | None) -> str | None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agent.shield import NODE_KEY, node_label_value
 from agent.sim.store import WriteRecord
 
 __all__ = [
@@ -252,6 +253,12 @@ class _Replay:
             self.pod_write(w)
 
     def agent_scope(self, w: WriteRecord, node: str) -> None:
+        if w.resource == "poddisruptionbudgets":
+            # The shield's budgets: created and deleted, labelled with the agent's own node.
+            labels = (w.obj.get("metadata") or {}).get("labels") or {}
+            if w.verb not in ("create", "delete") or labels.get(NODE_KEY) != node_label_value(node):
+                self.fail("scope", node, w.time, f"{w.verb} budget {w.namespace}/{w.name}", w.rv)
+            return
         if w.resource == "events":
             involved = w.obj.get("involvedObject") or {}
             if (involved.get("kind"), involved.get("name")) != ("Node", node):

@@ -30,6 +30,7 @@ from types import TracebackType
 from agent.sim.apiserver import SimApiServer, WriteRecord
 from agent.sim.build import MachineOSBuilder, OpenShiftBuildController
 from agent.sim.drain import DrainController
+from agent.sim.gc import GC_USER, GarbageCollector
 from agent.sim.hostfs import HostFS
 from agent.sim.mcd import NodeMachine, UpdateRecord
 from agent.sim.mco import (
@@ -313,6 +314,8 @@ class SimCluster:
             OpenShiftBuildController(kc(BUILD_CONTROLLER_USER), tl, t, lambda _b: self.build_node),
             MachineOSBuilder(kc(BUILDER_USER), tl, t),
             self.drain,
+            # Deletes the shield's budgets with their pods, as kube-controller-manager does.
+            GarbageCollector(kc(GC_USER), tl, t),
         ]
         if self.with_node_controller:
             self.actors.append(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
+from agent.permissions import SHIELD_NAMESPACES
 from tests.deploy.tools import (
     MIN_KUBERNETES,
     WITH_ADMISSION_POLICY,
@@ -122,6 +123,10 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in CLUSTER_SCOPED:
             assert namespace is None, f"{key(obj)} is cluster-scoped"
+        elif obj["metadata"]["name"] == "drain-guard-shield":
+            # The shield's Role and RoleBinding live where build pods run (agent/permissions.py).
+            assert obj["kind"] in ("Role", "RoleBinding"), key(obj)
+            assert namespace in SHIELD_NAMESPACES, f"{key(obj)} is not where build pods run"
         else:
             assert namespace == NAMESPACE, f"{key(obj)} is not in {NAMESPACE}"
 

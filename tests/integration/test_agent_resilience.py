@@ -94,6 +94,7 @@ async def test_a_lost_compare_and_swap_is_decided_again_on_fresh_state(
     held_values = [
         (w.after or {}).get("metadata", {}).get("annotations", {}).get(protocol.DESIRED_DRAIN)
         for w in agent_writes(api)
+        if w.resource == "nodes"  # not the shield's budget on the build pod
     ]
     assert "hold-" + DRAIN_B not in held_values
     assert held_values == ["hold-" + DRAIN_C]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent import permissions, protocol
+from agent import permissions, protocol, shield
 from agent.sim.apiserver import SimApiServer
 from agent.sim.store import WriteRecord
 from tests.conftest import (
@@ -148,8 +148,15 @@ async def test_invariants_over_the_write_log(
         else:
             assert before == protocol.HOLD_PREFIX + after, w
 
-    # Invariant 3: only its own Node (and Events about it).
+    # Invariant 3: only its own Node (and Events about it, and the shield's budgets on the
+    # build pods of its node, labelled with its node, where build pods run).
     for w in writes:
+        if w.resource == "poddisruptionbudgets":
+            labels = w.obj["metadata"].get("labels") or {}
+            assert labels.get(shield.MANAGED_BY_KEY) == shield.MANAGED_BY, w
+            assert labels.get(shield.NODE_KEY) == NODE, w
+            assert w.namespace in permissions.SHIELD_NAMESPACES, w
+            continue
         assert (w.resource, w.name) == ("nodes", NODE) or w.resource == "events", w
         if w.resource == "events":
             assert w.obj["involvedObject"]["name"] == NODE

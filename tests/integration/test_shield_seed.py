@@ -15,7 +15,7 @@ from agent.kube import load_api_client
 from agent.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from agent.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
 from agent.sim.cluster import SimCluster
-from agent.sim.gc import GC_USER, GarbageCollector
+from agent.sim.gc import GC_USER
 from agent.sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, annotations_of
 
 OURS = f"{MANAGED_BY_KEY}={MANAGED_BY}"
@@ -29,8 +29,6 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
     async with SimCluster(tmp_path, time_factor=0.02) as cluster:
         api = cluster.api
         node = cluster.build_node
-        collector = GarbageCollector(cluster.kubeconfig(GC_USER), cluster.timeline, cluster.timings)
-        await collector.start()
         client = await load_api_client(str(cluster.agent_kubeconfig(node)))
         shield = Shield(client, node, default_build_pod_selectors())
         task = asyncio.create_task(shield.run())
@@ -89,4 +87,3 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await client.close()
-            await collector.stop()

@@ -91,7 +91,11 @@ async def test_prometheus_scrapes_an_agent_holding_a_drain(
         assert set(releases.values()) == {0}
         [reactions] = await prom.query("drain_guard_reaction_seconds_count")
         assert float(reactions["value"][1]) == 1
-        assert values(await prom.query("drain_guard_synced"), "resource") == {"node": 1, "pod": 1}
+        assert values(await prom.query("drain_guard_synced"), "resource") == {
+            "node": 1,
+            "pod": 1,
+            "poddisruptionbudget": 1,
+        }
         assert values(await prom.query("drain_guard_build_pods"), "node") == {NODE: 1}
         assert values(
             await prom.query('drain_guard_drain_requests_total{verb="drain"}'), "verb"

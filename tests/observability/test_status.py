@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def test_json_keys_and_times() -> None:
         "image",
         "synced",
         "lastApiContact",
+        "shield",
         "version",
         "startedAt",
         "generatedAt",
@@ -246,3 +248,19 @@ def test_docs_explain_every_key_and_decision() -> None:
     keys = [k for k in doc if k != "image"] + [f"image.{k}" for k in doc["image"]]
     assert [k for k in keys if f"`{k}`" not in docs] == []
     assert [d for d in DECISIONS if f"`{d}`" not in docs] == []
+
+
+def test_shield_section_round_trips_and_shows_in_text() -> None:
+    shield = {
+        "budgets": [{"namespace": "ns", "name": "build-x", "phase": "Running"}],
+        "conflicts": [{"namespace": "ns", "name": "build-y", "budgets": ["ns/theirs"]}],
+        "unshieldable": [],
+        "forbidden": {"openshift-image-registry": "poddisruptionbudget_list forbidden"},
+    }
+    status = replace(held(), shield=shield)
+    assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+    line = next(x for x in status.to_text().splitlines() if x.strip().startswith("shield:"))
+    assert "budgets on ns/build-x" in line
+    assert "ns/build-y also under ns/theirs" in line
+    assert "openshift-image-registry forbidden" in line
+    assert "shield:" not in held().to_text()
