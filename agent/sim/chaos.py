@@ -143,6 +143,12 @@ class ChaosConfig:
         return self.seed % 3 == 0
 
     @property
+    def shield(self) -> bool:
+        """Even seeds run the agents' default PodDisruptionBudget shield; odd seeds turn it
+        off, so that only the hold stands between a drain and a build pod there."""
+        return self.seed % 2 == 0
+
+    @property
     def mcc_delay(self) -> float:
         return Timings.mcc_update_delay if self.racing_mcc else self.mcc_update_delay
 
@@ -344,6 +350,7 @@ class _Run:
             "json",
             "--max-hold",
             f"{self.config.max_hold:g}s",
+            *(() if self.config.shield else ("--shield-build-pods", "false")),
             *self.config.agent_args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
