@@ -95,6 +95,7 @@ class Settings:
     log_level: str
     shield_build_pods: bool = True
     shield_dependencies: bool = False
+    api_stale_after: timedelta = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,13 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         _env_name("--max-hold"),
         "45m",
         "longest hold, e.g. 90s, 30m, 50m; must be below 1h (the MCD's drain timeout)",
+    ),
+    _Option(
+        "--api-stale-after",
+        _env_name("--api-stale-after"),
+        "10m",
+        "/readyz fails when the API server has not answered for this long (watch events and"
+        " bookmarks count)",
     ),
     _Option(
         "--build-pod-selector",
@@ -330,6 +338,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
             " after waiting 1h for a drain"
         )
 
+    api_stale_after = parse_duration(str(raw["api_stale_after"]))
+    if api_stale_after <= timedelta(0):
+        raise SettingsError("--api-stale-after must be greater than 0")
+
     selectors_raw = raw["build_pod_selector"]
     selectors = default_build_pod_selectors()
     if selectors_raw is not None:
@@ -366,6 +378,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         log_level=str(raw["log_level"]),
         shield_build_pods=shield_build_pods,
         shield_dependencies=shield_dependencies,
+        api_stale_after=api_stale_after,
     )
 
 

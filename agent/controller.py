@@ -236,13 +236,15 @@ class Controller:
         return started is None or time.monotonic() - started < STUCK_AFTER
 
     def ready(self) -> tuple[bool, str]:
-        if not self.cache.node_synced:
-            return False, "node watch not synced"
-        if not self.cache.pods_synced:
-            return False, "pod watch not synced"
-        if self.cache.node is None:
-            return False, f"node {self.settings.node_name} not found"
-        return True, ""
+        return readiness(
+            node_synced=self.cache.node_synced,
+            pods_synced=self.cache.pods_synced,
+            node_found=self.cache.node is not None,
+            node_name=self.settings.node_name,
+            last_contact=self.counters.last_contact,
+            now=datetime.now(UTC),
+            stale_after=self.settings.api_stale_after,
+        )
 
     # The loop ---------------------------------------------------------------------------
 
@@ -550,6 +552,32 @@ class Controller:
                 )
                 return
         log.warning("could not release on exit: the node kept changing")
+
+
+def readiness(
+    *,
+    node_synced: bool,
+    pods_synced: bool,
+    node_found: bool,
+    node_name: str,
+    last_contact: datetime | None,
+    now: datetime,
+    stale_after: timedelta,
+) -> tuple[bool, str]:
+    """``/readyz``: the watches listed, the Node exists, and the API answered recently
+    (an agent cut off from the API cannot hold anything; it should say so)."""
+    if not node_synced:
+        return False, "node watch not synced"
+    if not pods_synced:
+        return False, "pod watch not synced"
+    if not node_found:
+        return False, f"node {node_name} not found"
+    if last_contact is None or now - last_contact > stale_after:
+        since = (
+            "never" if last_contact is None else f"since {protocol.format_rfc3339(last_contact)}"
+        )
+        return False, f"API server not reached {since} (--api-stale-after {stale_after})"
+    return True, ""
 
 
 def _older(node: NodeObj, than: NodeObj) -> bool:

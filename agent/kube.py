@@ -460,6 +460,7 @@ class ListWatch:
                 raise _GoneError()
             if not 200 <= resp.status <= 299:
                 raise await _error_from(resp)
+            self.counters.api_contact()
             # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
             # one Pod with large annotations can be longer than that.
             buffer = b""
@@ -486,6 +487,8 @@ class ListWatch:
             if code == 410:
                 raise _GoneError()
             raise _StreamError(code, str(status.get("message", "")))
+        # Events and bookmarks (about one a minute from a real server) show the API alive.
+        self.counters.api_contact()
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if kind == "BOOKMARK":
             if rv:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -113,3 +114,20 @@ async def test_backs_off_and_retries_when_the_patch_fails(
         lambda r: str(r.get("message", "")).startswith("API call failed")
     )
     assert "deciding again in 1.0s" in retry["message"]
+
+
+async def test_readyz_fails_while_the_api_does_not_answer(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent("--api-stale-after", "1s")
+    api.faults.error(503, user=AGENT_USER)
+    api.cut_watches()
+    # No event marks the moment the last contact turns stale: ask the endpoint until it says so.
+    async with asyncio.timeout(15):
+        while True:
+            status, body = await agent.http("/readyz")
+            if status == 503:
+                break
+            await asyncio.sleep(0.2)
+    assert "API server not reached since" in body
+    api.faults.clear()

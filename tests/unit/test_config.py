@@ -139,3 +139,12 @@ def test_parse_listen_ipv6() -> None:
     assert str(Listen("::1", 8080)) == "[::1]:8080"
     with pytest.raises(SettingsError):
         parse_listen("::1:80")
+
+
+def test_api_stale_after_is_a_positive_duration() -> None:
+    assert _parse(["--node-name", "n1"]).api_stale_after == timedelta(minutes=10)
+    assert _parse(["--node-name", "n1", "--api-stale-after", "90s"]).api_stale_after == (
+        timedelta(seconds=90)
+    )
+    with pytest.raises(SettingsError, match="--api-stale-after must be greater than 0"):
+        _parse(["--node-name", "n1", "--api-stale-after", "0s"])
