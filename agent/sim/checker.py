@@ -33,8 +33,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agent.shield import NODE_KEY, node_label_value
 from agent.sim.store import WriteRecord
+
+#: The label the shield puts on its budgets (docs/shield.md), restated, not imported:
+#: the checker judges the agent from the outside.
+SHIELD_NODE_LABEL = "drain-guard.io/node"
 
 __all__ = [
     "Checked",
@@ -255,8 +258,9 @@ class _Replay:
     def agent_scope(self, w: WriteRecord, node: str) -> None:
         if w.resource == "poddisruptionbudgets":
             # The shield's budgets: created and deleted, labelled with the agent's own node.
+            # (The simulated nodes' names are valid label values as they are.)
             labels = (w.obj.get("metadata") or {}).get("labels") or {}
-            if w.verb not in ("create", "delete") or labels.get(NODE_KEY) != node_label_value(node):
+            if w.verb not in ("create", "delete") or labels.get(SHIELD_NODE_LABEL) != node:
                 self.fail("scope", node, w.time, f"{w.verb} budget {w.namespace}/{w.name}", w.rv)
             return
         if w.resource == "events":
