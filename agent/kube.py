@@ -34,6 +34,12 @@ from agent import __version__
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT = 10.0  # seconds, for every non-watch request
+#: ``timeoutSeconds`` asked for on watches (±10 %): client-go's reflector asks 5 to 10 minutes.
+#: Each renewal is one request; at rest they are nearly all the agent sends.
+WATCH_TIMEOUT = 600
+#: A watch stream silent this long is taken for dead (a half-open connection) and renewed:
+#: a real API server sends a bookmark about once a minute on an idle watch.
+WATCH_READ_TIMEOUT = 180.0
 JSON_PATCH = "application/json-patch+json"
 DEFAULT_KUBECONFIG = os.path.expanduser("~/.kube/config")
 JsonObj = dict[str, Any]
@@ -344,7 +350,9 @@ class Kube:
             return DaemonSetState.DELETING
         return DaemonSetState.PRESENT
 
-    async def watch_node(self, name: str, cache: WatchCache, watch_timeout: int = 300) -> None:
+    async def watch_node(
+        self, name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
+    ) -> None:
         """Keep ``cache.node`` current until cancelled."""
         await ListWatch(
             resource="node",
@@ -356,7 +364,9 @@ class Kube:
             watch_timeout=watch_timeout,
         ).run()
 
-    async def watch_pods(self, node_name: str, cache: WatchCache, watch_timeout: int = 300) -> None:
+    async def watch_pods(
+        self, node_name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
+    ) -> None:
         """Keep ``cache.pods`` (every pod bound to ``node_name``) current until cancelled."""
         await ListWatch(
             resource="pod",
@@ -391,7 +401,7 @@ class ListWatch:
     replace: Callable[[Sequence[JsonObj]], None]
     apply: Callable[[str, JsonObj], None]
     counters: Counters
-    watch_timeout: int = 300
+    watch_timeout: int = WATCH_TIMEOUT
     resource_version: str | None = None
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
@@ -452,7 +462,9 @@ class ListWatch:
             timeout_seconds=server_timeout,
             _preload_content=False,
             _request_timeout=aiohttp.ClientTimeout(
-                total=server_timeout + 30, sock_connect=REQUEST_TIMEOUT
+                total=server_timeout + 30,
+                sock_connect=REQUEST_TIMEOUT,
+                sock_read=WATCH_READ_TIMEOUT,
             ),
         )
         async with resp:

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import aiohttp
 from kubernetes_asyncio import client as k8s
 
-from agent.kube import REQUEST_TIMEOUT, Backoff, JsonObj, KubeError, ListWatch
+from agent.kube import REQUEST_TIMEOUT, WATCH_TIMEOUT, Backoff, JsonObj, KubeError, ListWatch
 from agent.selectors import (
     MCO_NAMESPACE,
     BuildPodSelector,
@@ -530,7 +530,7 @@ class Shield:
         namespaces: Sequence[str] = DEFAULT_NAMESPACES,
         dependencies: bool = False,
         metrics: ShieldMetrics | None = None,
-        watch_timeout: int = 300,
+        watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
         self.node = node
         self.build_selectors = tuple(build_selectors)

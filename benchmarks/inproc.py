@@ -33,11 +33,12 @@ from agent.cli import build_parser
 from agent.config import LogFormat, settings_from
 from agent.controller import Controller, MetricCounters, configure_logging
 from agent.events import EventQueue, EventRecorder
-from agent.kube import Kube
+from agent.kube import WATCH_TIMEOUT, Kube
 from agent.metrics import Metrics
+from agent.shield import Shield
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-AGENT_WATCH_TIMEOUT = 300  # seconds: agent.kube's default timeoutSeconds
+AGENT_WATCH_TIMEOUT = WATCH_TIMEOUT  # seconds: the timeoutSeconds the agent asks for
 
 
 @dataclass(frozen=True)
@@ -77,14 +78,29 @@ class InProcessAgent:
         counters = MetricCounters(metrics)
         self.kube = kube = await Kube.connect(self.settings.kubeconfig, counters)
         events = EventQueue(EventRecorder(kube.api, self.settings.node_name, metrics=metrics))
-        self.controller = c = Controller(self.settings, kube, metrics, counters, events)
         node = self.settings.node_name
+        # The shield as ``drain-guard run`` starts it (on by default): its watches are load too.
+        shield = (
+            Shield(
+                kube.api,
+                node,
+                self.settings.build_pod_selectors,
+                dependencies=self.settings.shield_dependencies,
+                metrics=metrics,
+                watch_timeout=self.watch_timeout,
+            )
+            if self.settings.shield_build_pods
+            else None
+        )
+        self.controller = c = Controller(self.settings, kube, metrics, counters, events, shield)
         self.tasks = [
             asyncio.create_task(kube.watch_node(node, c.cache, self.watch_timeout)),
             asyncio.create_task(kube.watch_pods(node, c.cache, self.watch_timeout)),
             asyncio.create_task(c.run()),
             asyncio.create_task(events.run()),
         ]
+        if shield is not None:
+            self.tasks.append(asyncio.create_task(shield.run()))
 
     def ready(self) -> bool:
         return self.controller is not None and self.controller.ready()[0]

@@ -57,8 +57,10 @@ def test_apiload(tmp_path: Path) -> None:
     assert apiload.main([*argv, "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "apiload")
     start = doc["start_requests_per_node"]
-    # One list per watch; with 1 s watches the settling time also sees a few renewals.
-    assert (start["list nodes"], start["list pods"]) == (1.0, 1.0)
+    # One list per watch; with 1 s watches the settling time also sees a few renewals. Pods
+    # are listed twice: the agent's own node, and the shield's MCO namespace.
+    assert (start["list nodes"], start["list pods"]) == (1.0, 2.0)
+    assert start["list poddisruptionbudgets.policy"] == 1.0
     assert start["watch nodes"] >= 1
     # The forced 410: each watch lists again.
     assert doc["after_410_requests_per_node"]["list nodes"] >= 1
@@ -75,7 +77,8 @@ def test_fleet(tmp_path: Path) -> None:
     assert size["nodes"] == 2
     assert size["hold_reaction"]["n"] == 2
     assert size["release_reaction"]["n"] == 2
-    assert size["start_requests_per_node"] == 4
+    # A list and a watch each: the Node, its pods, and the shield's pods and budgets.
+    assert size["start_requests_per_node"] == 8
 
 
 def test_runner_rejects_unknown_names() -> None:

@@ -116,7 +116,10 @@ async def test_releases_at_max_hold(api: SimApiServer, start_agent: StartAgent) 
     assert ann[protocol.RELEASED] == DRAIN_B  # not held again
     await agent.wait_log(lambda r: r.get("outcome") == "release:expired")
     assert await metric(agent, "drain_guard_releases_total", outcome="expired") == 1
-    events = [e for e in api.list("events", "default") if e["reason"] == "DrainHoldExpired"]
+    # Events are written after the hold decisions, from a queue: wait for it on the write log.
+    events = await api.wait_for(
+        lambda: [e for e in api.list("events", "default") if e["reason"] == "DrainHoldExpired"]
+    )
     assert len(events) == 1
     assert events[0]["involvedObject"]["name"] == NODE
 
