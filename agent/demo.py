@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import signal
 import sys
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from agent.sim.agentproc import agent_command, clean_environment
 from agent.sim.cluster import Cordon, Outcome, SimCluster
 from agent.sim.mco import Timings
 from agent.sim.timeline import Timeline, TimelineEntry
@@ -116,29 +116,16 @@ class Agents:
         cluster = self.cluster
         host = cluster.hosts[node]
         max_hold = max(1, round(45 * 60 * cluster.timings.time_factor))
-        argv = [
-            sys.executable,
-            "-m",
-            "agent",
-            "run",
-            "--node-name",
+        argv = agent_command(
             node,
-            "--kubeconfig",
-            str(cluster.agent_kubeconfig(node)),
-            "--host-root",
-            str(host.root),
-            "--cmdline-file",
-            str(host.cmdline_file),
-            "--listen",
-            "127.0.0.1:0",
+            cluster.agent_kubeconfig(node),
+            host,
             "--max-hold",
             f"{max_hold}s",
             "--log-format",
             "json",
-        ]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
-        env.pop("NODE_NAME", None)
-        env.pop("KUBECONFIG", None)
+        )
+        env = clean_environment()
         proc = await asyncio.create_subprocess_exec(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,

@@ -17,7 +17,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ import aiohttp
 import psutil
 
 from agent import protocol
+from agent.sim.agentproc import agent_command, clean_environment
 from agent.sim.apiserver import SimApiServer
 from agent.sim.hostfs import HostFS
 from agent.sim.store import WriteRecord
@@ -264,28 +264,8 @@ async def start_agent(
     """Spawn the agent for ``node`` with its own identity and a host tree booted into ``image``."""
     host = HostFS(workdir / "hosts" / node, image)
     kubeconfig = api.kubeconfig(agent_user(node), workdir / "kubeconfigs" / node)
-    argv = [
-        sys.executable,
-        "-m",
-        "agent",
-        "run",
-        "--node-name",
-        node,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--listen",
-        "127.0.0.1:0",
-        "--host-root",
-        str(host.root),
-        "--cmdline-file",
-        str(host.cmdline_file),
-        "--log-format",
-        "json",
-        *extra,
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
-    env.pop("NODE_NAME", None)
-    env.pop("KUBECONFIG", None)
+    argv = agent_command(node, kubeconfig, host, "--log-format", "json", *extra)
+    env = clean_environment()
     spawned = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import pstats
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from agent.sim.agentproc import clean_environment, run_args
 from agent.sim.apiserver import SimApiServer
 from agent.sim.hostfs import HostFS
 from benchmarks.common import IMAGE_A, WAIT, agent_user, seed_api, write_result
@@ -56,8 +56,7 @@ async def measure(top: int, workdir: Path) -> dict[str, Any]:
         seed_api(api, [NODE])
         host = HostFS(workdir / "host", IMAGE_A)
         kubeconfig = api.kubeconfig(agent_user(NODE), workdir / "kubeconfig")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
-        env.pop("NODE_NAME", None)
+        env = clean_environment()
         spawned = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -69,17 +68,7 @@ async def measure(top: int, workdir: Path) -> dict[str, Any]:
             str(profile),
             "-m",
             "agent",
-            "run",
-            "--node-name",
-            NODE,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--listen",
-            "127.0.0.1:0",
-            "--host-root",
-            str(host.root),
-            "--cmdline-file",
-            str(host.cmdline_file),
+            *run_args(NODE, kubeconfig, host),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,

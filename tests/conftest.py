@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 
 from agent import protocol
+from agent.sim.agentproc import agent_command, clean_environment
 from agent.sim.apiserver import SimApiServer
 from agent.sim.hostfs import HostFS
 from agent.sim.store import WriteRecord
@@ -101,8 +102,12 @@ def add_build_pod(api: SimApiServer, name: str = "build-pod", node: str = NODE) 
     )
 
 
-def agent_writes(api: SimApiServer, since: int = 0) -> list[WriteRecord]:
-    return [w for w in api.writes() if w.user == AGENT_USER and w.rv > since]
+def agent_writes(
+    api: SimApiServer, since: int = 0, resource: str | None = None
+) -> list[WriteRecord]:
+    """The agent's writes after ``since``, to ``resource`` only if given (``"nodes"``: its
+    decisions, without the Events and shield budgets it writes in the background)."""
+    return [w for w in api.writes(resource) if w.user == AGENT_USER and w.rv > since]
 
 
 async def wait_annotation(
@@ -227,27 +232,8 @@ async def spawn_agent(
 ) -> Agent:
     """Start ``drain-guard run`` for ``node`` (JSON logs, ephemeral port); with ``ready``,
     return once it listens and has made its first decision (both watches synced)."""
-    argv: Sequence[str] = (
-        sys.executable,
-        "-m",
-        "agent",
-        "run",
-        "--node-name",
-        node,
-        "--kubeconfig",
-        str(kubeconfig),
-        "--listen",
-        "127.0.0.1:0",
-        "--host-root",
-        str(host.root),
-        "--cmdline-file",
-        str(host.cmdline_file),
-        "--log-format",
-        "json",
-        *extra,
-    )
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
-    environ.pop("NODE_NAME", None)
+    argv = agent_command(node, kubeconfig, host, "--log-format", "json", *extra)
+    environ = clean_environment()
     environ.update(env or {})
     proc = await asyncio.create_subprocess_exec(
         *argv,

@@ -33,7 +33,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import random
 import signal
 import sys
@@ -47,6 +46,7 @@ from typing import Any
 
 import psutil
 
+from agent.sim.agentproc import agent_command, clean_environment
 from agent.sim.checker import Checked, CheckerConfig, Interval, Violation, check
 from agent.sim.cluster import SimCluster
 from agent.sim.mco import (
@@ -328,34 +328,22 @@ class _Run:
         kubeconfig = self.cluster.api.kubeconfig(
             agent_user(node), self.workdir / "kubeconfigs" / f"agent-{node}"
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DRAIN_GUARD_")}
-        env.pop("NODE_NAME", None)
-        env.pop("KUBECONFIG", None)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "agent",
-            "run",
-            "--node-name",
-            node,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--listen",
-            "127.0.0.1:0",
-            "--host-root",
-            str(host.root),
-            "--cmdline-file",
-            str(host.cmdline_file),
-            "--log-format",
-            "json",
-            "--max-hold",
-            f"{self.config.max_hold:g}s",
-            *(() if self.config.shield else ("--shield-build-pods", "false")),
-            *self.config.agent_args,
+            *agent_command(
+                node,
+                kubeconfig,
+                host,
+                "--log-format",
+                "json",
+                "--max-hold",
+                f"{self.config.max_hold:g}s",
+                *(() if self.config.shield else ("--shield-build-pods", "false")),
+                *self.config.agent_args,
+            ),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=env,
+            env=clean_environment(),
         )
         agent = _AgentProc(node, proc, time.monotonic())
         agent.reader = asyncio.create_task(agent.read())
@@ -800,22 +788,8 @@ async def run_soak(
             log = root / "agent.log"
             log_out = log.open("wb")
             proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "agent",
-                "run",
-                "--node-name",
-                "worker-0",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--listen",
-                "127.0.0.1:0",
-                "--host-root",
-                str(host.root),
-                "--cmdline-file",
-                str(host.cmdline_file),
-                "--log-level",
-                "WARNING",
+                *agent_command("worker-0", kubeconfig, host, "--log-level", "WARNING"),
+                env=clean_environment(),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log_out,

@@ -94,7 +94,7 @@ async def test_never_holds_an_uncordon(api: SimApiServer, start_agent: StartAgen
     rv = mcd_request(api, f"uncordon-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_A})
     record = await agent.wait_log(lambda r: r.get("request") == f"uncordon-{CONFIG_B}")
     assert record["outcome"] == "idle"
-    assert agent_writes(api, since=rv) == []
+    assert agent_writes(api, since=rv, resource="nodes") == []
     assert await metric(agent, "drain_guard_drain_requests_total", verb="uncordon") == 1
 
 
@@ -103,7 +103,7 @@ async def test_lets_a_real_update_through(api: SimApiServer, start_agent: StartA
     rv = mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     record = await agent.wait_log(lambda r: r.get("request") == DRAIN_B)
     assert record["outcome"] == "pass"
-    assert agent_writes(api, since=rv) == []
+    assert agent_writes(api, since=rv, resource="nodes") == []
 
 
 async def test_releases_at_max_hold(api: SimApiServer, start_agent: StartAgent) -> None:
@@ -170,7 +170,7 @@ async def test_malformed_inputs_are_counted_once_and_never_held_on(
     rv = mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_A})
     record = await agent.wait_log(lambda r: r.get("request") == DRAIN_B)
     assert record["outcome"] == "pass"
-    assert agent_writes(api, since=rv) == []
+    assert agent_writes(api, since=rv, resource="nodes") == []
     # Another decision with the same malformed hold-request: not counted again.
     mcd_request(api, DRAIN_C, **{protocol.DESIRED_IMAGE: IMAGE_A})
     await agent.wait_log(lambda r: r.get("request") == DRAIN_C)
@@ -259,7 +259,7 @@ async def test_the_mcd_writing_the_held_request_again_keeps_the_same_hold(
     again = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     assert again[protocol.HELD_SINCE] == first[protocol.HELD_SINCE]
     # One Node write re-holds it (Events are written in the background, not counted here).
-    assert len([w for w in agent_writes(api, since=rv) if w.resource == "nodes"]) == 1
+    assert len(agent_writes(api, since=rv, resource="nodes")) == 1
     await agent.wait_log(lambda r: r.get("outcome") == "hold", start=mark)
     assert await metric(agent, "drain_guard_holds_total", reason="build-pod") == 1
     for outcome in ("safe", "superseded", "manual"):

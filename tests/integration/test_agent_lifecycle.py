@@ -69,7 +69,7 @@ async def test_a_restarted_agent_resumes_the_hold_with_its_age(
     doc = json.loads(body)
     assert doc["heldRequest"] == DRAIN_B
     assert doc["since"] == ann[protocol.HELD_SINCE]
-    assert agent_writes(api, since=rv) == []  # resumed as is, not written again
+    assert agent_writes(api, since=rv, resource="nodes") == []  # resumed as is, not written again
     assert await metric(second, "drain_guard_hold_active", reason="build-pod") == 1
     since = protocol.parse_rfc3339(ann[protocol.HELD_SINCE]).timestamp()
     assert await metric(second, "drain_guard_hold_started_timestamp_seconds") == since
@@ -101,7 +101,7 @@ async def test_sigterm_during_a_rolling_update_keeps_the_hold(
     rv = api.resource_version
     assert await agent.stop() == 0
     assert node_annotations(api)[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
-    assert [w for w in agent_writes(api, since=rv) if w.resource == "nodes"] == []
+    assert agent_writes(api, since=rv, resource="nodes") == []
     assert any("rolling update" in line for line in agent.lines)
 
 

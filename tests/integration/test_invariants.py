@@ -194,7 +194,7 @@ async def test_nothing_is_decided_before_the_pods_are_known(
     status, body = await agent.http("/readyz")
     assert (status, body.strip()) == (503, "pod watch not synced")
     assert not any(r.get("message") == "decision" for r in agent.records)
-    assert agent_writes(api, since=rv) == []
+    assert agent_writes(api, since=rv, resource="nodes") == []
 
     api.faults.remove(fault)
     await _held(api, drain)
