@@ -284,8 +284,11 @@ class Controller:
             await self.cache.changed.wait()
         else:
             timeout = max(0.0, (recheck - datetime.now(UTC)).total_seconds())
+            # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a cancellation
+            # that lands as the event fires, and the loop would then never stop (SIGTERM hung).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.cache.changed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.cache.changed.wait()
         self.cache.changed.clear()
 
     def _current_node(self) -> NodeObj | None:

@@ -630,8 +630,10 @@ class Shield:
                 if delay is None:
                     await self._changed.wait()
                 else:
+                    # asyncio.timeout, not wait_for (see Controller._wait).
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._changed.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await self._changed.wait()
                 self._changed.clear()
                 try:
                     await self._pass()

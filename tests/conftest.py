@@ -211,10 +211,15 @@ class Agent:
     async def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.returncode is None:
             self.proc.send_signal(sig)
-        async with asyncio.timeout(WAIT):
-            code = await self.proc.wait()
-            if self._reader is not None:
-                await self._reader
+        try:
+            async with asyncio.timeout(WAIT):
+                code = await self.proc.wait()
+                if self._reader is not None:
+                    await self._reader
+        except TimeoutError:
+            raise AssertionError(
+                f"agent did not exit after signal {sig}:\n{self.log_text()}"
+            ) from None
         return code
 
 
