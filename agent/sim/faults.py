@@ -25,6 +25,14 @@ class FaultKind(StrEnum):
     WATCH_EXPIRED = "watch-410"
 
 
+#: The replies a real server gives with these codes: (reason, message).
+_RETRYABLE_REPLIES = {
+    429: ("TooManyRequests", "Too many requests, please try again later."),
+    503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
+    504: ("Timeout", "Timeout: request did not complete within the allotted timeout"),
+}
+
+
 @dataclass(eq=False)
 class Fault:
     kind: FaultKind
@@ -51,30 +59,13 @@ class Fault:
         """The reply a real server (or the load balancer in front of it) would give."""
         code = self.status
         retry = self.retry_after
-        if code == 429:
+        if code in _RETRYABLE_REPLIES:
+            reason, default = _RETRYABLE_REPLIES[code]
             err = errors.ApiError(
                 errors.status_obj(
-                    429,
-                    "TooManyRequests",
-                    self.message or "Too many requests, please try again later.",
-                    {"retryAfterSeconds": retry} if retry else {},
-                )
-            )
-        elif code == 503:
-            err = errors.ApiError(
-                errors.status_obj(
-                    503,
-                    "ServiceUnavailable",
-                    self.message or "The server is currently unable to handle the request",
-                    {"retryAfterSeconds": retry} if retry else {},
-                )
-            )
-        elif code == 504:
-            err = errors.ApiError(
-                errors.status_obj(
-                    504,
-                    "Timeout",
-                    self.message or "Timeout: request did not complete within the allotted timeout",
+                    code,
+                    reason,
+                    self.message or default,
                     {"retryAfterSeconds": retry} if retry else {},
                 )
             )
