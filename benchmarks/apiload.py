@@ -33,12 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.sim.agentproc import agent_user
 from agent.sim.apiserver import ADMIN, SimApiServer
 from agent.sim.hostfs import HostFS
 from benchmarks.baseline import Poller
 from benchmarks.common import (
     IMAGE_A,
-    agent_user,
     config_name,
     diff_counts,
     requests_by_verb,

@@ -28,7 +28,7 @@ import aiohttp
 import psutil
 
 from agent import protocol
-from agent.sim.agentproc import agent_command, clean_environment
+from agent.sim.agentproc import agent_command, agent_user, clean_environment
 from agent.sim.apiserver import SimApiServer
 from agent.sim.hostfs import HostFS
 from agent.sim.store import WriteRecord
@@ -41,11 +41,6 @@ IMAGE_A = f"{REGISTRY}/ocb-image@sha256:{'a' * 64}"
 IMAGE_B = f"{REGISTRY}/ocb-image@sha256:{'b' * 64}"
 CONFIG_A = "rendered-worker-" + "a" * 32
 WAIT = 30.0  # seconds: upper bound of one event-driven wait on a loaded machine
-
-
-def agent_user(node: str) -> str:
-    """One identity per agent, so the simulator counts each agent's requests apart."""
-    return f"system:serviceaccount:drain-guard:drain-guard:{node}"
 
 
 def config_name(i: int) -> str:

@@ -25,11 +25,11 @@ from typing import Any
 
 import psutil
 
+from agent.sim.agentproc import agent_user
 from agent.sim.apiserver import SimApiServer
 from agent.sim.hostfs import HostFS
 from benchmarks.common import (
     IMAGE_A,
-    agent_user,
     config_name,
     seed_api,
     summary_ms,

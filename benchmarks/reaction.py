@@ -33,6 +33,7 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 
 from agent import protocol
+from agent.sim.agentproc import agent_user
 from agent.sim.apiserver import ADMIN, SimApiServer
 from agent.sim.drain import DrainController
 from agent.sim.hostfs import HostFS
@@ -44,7 +45,6 @@ from benchmarks.common import (
     IMAGE_A,
     MCD_USER,
     WAIT,
-    agent_user,
     config_name,
     diff_counts,
     is_hold_of,

@@ -23,10 +23,10 @@ from typing import Any
 
 import aiohttp
 
-from agent.sim.agentproc import clean_environment, run_args
+from agent.sim.agentproc import agent_user, clean_environment, run_args
 from agent.sim.apiserver import SimApiServer
 from agent.sim.hostfs import HostFS
-from benchmarks.common import IMAGE_A, WAIT, agent_user, seed_api, write_result
+from benchmarks.common import IMAGE_A, WAIT, seed_api, write_result
 
 NODE = "worker-0"
 

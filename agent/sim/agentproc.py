@@ -9,7 +9,13 @@ from pathlib import Path
 
 from agent.sim.hostfs import HostFS
 
-__all__ = ["agent_command", "clean_environment", "run_args"]
+__all__ = ["agent_command", "agent_user", "clean_environment", "run_args"]
+
+
+def agent_user(node: str) -> str:
+    """Each node's agent has its own ServiceAccount name here, so its requests and writes are
+    attributable in the simulator's counters and write log."""
+    return f"system:serviceaccount:drain-guard:drain-guard-{node}"
 
 
 def run_args(node: str, kubeconfig: Path | str, host: HostFS, *extra: str) -> list[str]:

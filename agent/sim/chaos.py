@@ -46,7 +46,7 @@ from typing import Any
 
 import psutil
 
-from agent.sim.agentproc import agent_command, clean_environment
+from agent.sim.agentproc import agent_command, agent_user, clean_environment
 from agent.sim.checker import Checked, CheckerConfig, Interval, Violation, check
 from agent.sim.cluster import SimCluster
 from agent.sim.mco import (
@@ -68,7 +68,6 @@ __all__ = [
     "ChaosConfig",
     "ChaosReport",
     "SoakReport",
-    "agent_user",
     "main",
     "make_schedule",
     "run_chaos",
@@ -90,11 +89,6 @@ FAULT_KINDS = (
 #: After a fault that hit an agent, how long it may take to be current again: a watch's
 #: backoff after a few failed attempts (``agent.kube.Backoff``: 0.5 s doubling, jittered).
 RECOVERY = 4.0
-
-
-def agent_user(node: str) -> str:
-    """Each node's agent has its own ServiceAccount name here, so its writes are attributable."""
-    return f"system:serviceaccount:drain-guard:drain-guard-{node}"
 
 
 @dataclass(frozen=True)
