@@ -1,6 +1,7 @@
 # drain-guard agent image. Build from the repository root:
 #   docker build -t <registry>/drain-guard:<version> .
-# Two stages: the builder installs this project (pyproject.toml, agent/) and its dependencies
+# Two stages: the builder installs the agent (pyproject.toml, agent/drain_guard; never the
+# simulator, a separate distribution in simulator/) and its dependencies
 # into a virtual environment; the runtime stage copies only that environment onto the same
 # slim Python base, so no compiler, build cache or source tree ends up in the image.
 

@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint chaos bench system-deps clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	$(BIN)/pip install --quiet -e '.[test,lint]' -e ./simulator
 	touch $(STAMP)
 
 system-deps:

@@ -1,7 +1,7 @@
 """API load: requests per node per hour at rest and during a rollout, per verb.
 
 How an hour is measured in minutes. The agent renews its watches itself: it asks for
-``timeoutSeconds`` = 600 s ±10 % (``agent.kube``), which a real API server honours (its own
+``timeoutSeconds`` = 600 s ±10 % (``drain_guard.kube``), which a real API server honours (its own
 ``--min-request-timeout`` default, 1800 s → 30-60 min, applies only to watches that give
 none), and a real server sends a bookmark about every 60 s. So at rest the hourly load is set
 by those two clocks. This benchmark divides both by ``--time-scale`` k (watch timeout 600/k s,
@@ -33,9 +33,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.sim.agentproc import agent_user
-from agent.sim.apiserver import ADMIN, SimApiServer
-from agent.sim.hostfs import HostFS
 from benchmarks.baseline import Poller
 from benchmarks.common import (
     IMAGE_A,
@@ -47,6 +44,9 @@ from benchmarks.common import (
 )
 from benchmarks.inproc import AGENT_WATCH_TIMEOUT, AgentSpec, start_hosts
 from benchmarks.rollout import roll
+from drain_guard_sim.agentproc import agent_user
+from drain_guard_sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.hostfs import HostFS
 
 POLLER_NODE = "poll-0"
 POLLER_USER = "system:serviceaccount:drain-guard:poll-script"

@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agent import guards, host, protocol
-from agent.kube import Applied, Kube, KubeError, PodObj, load_api_client
-from agent.selectors import OwnerRef, default_build_pod_selectors
+from drain_guard import guards, host, protocol
+from drain_guard.kube import Applied, Kube, KubeError, PodObj, load_api_client
+from drain_guard.selectors import OwnerRef, default_build_pod_selectors
 
 MAX_HOLD = timedelta(minutes=45)
 

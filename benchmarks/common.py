@@ -1,6 +1,6 @@
 """Shared pieces of the benchmarks: the simulated node, the agent process, statistics, results.
 
-Every benchmark drives the real agent (``python -m agent run``, or the same components in
+Every benchmark drives the real agent (``python -m drain_guard run``, or the same components in
 process for the fleet) through the real kubernetes_asyncio client over loopback HTTP against
 ``SimApiServer``. Timings come from the simulator's write log (``WriteRecord.time``, monotonic
 in the simulator's process), so the client, the network stack and the agent's own loop are all
@@ -27,11 +27,11 @@ from typing import Any
 import aiohttp
 import psutil
 
-from agent import protocol
-from agent.sim.agentproc import agent_command, agent_user, clean_environment
-from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
-from agent.sim.store import WriteRecord
+from drain_guard import protocol
+from drain_guard_sim.agentproc import agent_command, agent_user, clean_environment
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.store import WriteRecord
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MCD_USER = "system:serviceaccount:openshift-machine-config-operator:machine-config-daemon"
@@ -194,7 +194,7 @@ def git_commit() -> str:
 
 @dataclass
 class AgentProcess:
-    """``python -m agent run`` for one node; its JSON log is read continuously from stderr."""
+    """``python -m drain_guard run`` for one node; its JSON log is read continuously from stderr."""
 
     node: str
     proc: asyncio.subprocess.Process

@@ -25,9 +25,6 @@ from typing import Any
 
 import psutil
 
-from agent.sim.agentproc import agent_user
-from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
 from benchmarks.common import (
     IMAGE_A,
     config_name,
@@ -37,6 +34,9 @@ from benchmarks.common import (
 )
 from benchmarks.inproc import AgentSpec, start_hosts
 from benchmarks.rollout import roll
+from drain_guard_sim.agentproc import agent_user
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
 
 MIB = 2**20
 STARTUP_SETTLE = 2.0  # seconds after the last agent is ready, before the rest window
@@ -65,7 +65,7 @@ def _cpu(procs: Sequence[psutil.Process]) -> float:
 
 def _profile_summary(profiler: Any, n: int) -> dict[str, Any]:
     """From a pyinstrument session: the functions with the most time of their own, and the
-    simulator's own functions (``agent/sim``) with the most time including their callees."""
+    simulator's own functions (``drain_guard_sim``) with the most time including their callees."""
     root = profiler.last_session.root_frame()
     total = float(root.time) if root is not None else 0.0
     own: dict[str, float] = {}
@@ -77,7 +77,7 @@ def _profile_summary(profiler: Any, n: int) -> dict[str, Any]:
         if not frame.is_synthetic and frame.file_path_short:
             if frame.total_self_time > 0:
                 own[key] = own.get(key, 0.0) + frame.total_self_time
-            if "agent/sim/" in frame.file_path_short and key not in outer:
+            if "simulator/drain_guard_sim/" in frame.file_path_short and key not in outer:
                 inclusive[key] = inclusive.get(key, 0.0) + frame.time  # recursion counted once
         stack.extend((child, outer | {key}) for child in frame.children)
 

@@ -1,6 +1,6 @@
 """Footprint of one agent process: start to ready, memory, CPU, descriptors, at rest and churn.
 
-- start to ready: spawn of ``python -m agent run`` → first ``/readyz`` 200 (both watches
+- start to ready: spawn of ``python -m drain_guard run`` → first ``/readyz`` 200 (both watches
   listed), over ``--starts`` fresh processes;
 - at rest: CPU seconds over ``--rest-seconds`` windows, per hour and as a share of one core,
   bare (nobody talks to the agent) and as deployed (kubelet probes ``/healthz`` every 10 s and
@@ -34,7 +34,6 @@ from typing import Any
 import aiohttp
 import psutil
 
-from agent.sim.apiserver import ADMIN, SimApiServer
 from benchmarks.common import (
     MCO_NS,
     AgentProcess,
@@ -42,6 +41,7 @@ from benchmarks.common import (
     start_agent,
     write_result,
 )
+from drain_guard_sim.apiserver import ADMIN, SimApiServer
 
 NODE = "worker-0"
 MIB = 2**20
@@ -59,7 +59,7 @@ import aiohttp
 out["aiohttp"] = rss()
 import kubernetes_asyncio.client, kubernetes_asyncio.config
 out["kubernetes_asyncio"] = rss()
-import agent.controller, agent.cli
+import drain_guard.controller, drain_guard.cli
 out["agent"] = rss()
 out["kubernetes_validate_loaded"] = int("kubernetes_validate" in sys.modules)
 json.dump(out, sys.stdout)

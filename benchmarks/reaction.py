@@ -6,7 +6,7 @@ Three phases in one run, each against ``SimApiServer`` with the agent as its own
    every request meets an idle node whose desired image is the booted one (the seed's no-op
    update), so the agent holds it. Reaction = write-log time of the hold minus write-log time of
    the MCD's strategic-merge patch, both monotonic in the simulator's process.
-2. races: the simulated MCC drain controller (``agent.sim.drain``) with its ``UpdateDelay``
+2. races: the simulated MCC drain controller (``drain_guard_sim.drain``) with its ``UpdateDelay``
    cut to each ``--race-delays`` value; a race is lost when the MCC starts cordoning for the
    request (its "cordoning" line) instead of failing on the ``hold`` verb.
 3. supersede: a newer MCD request lands on a node whose older request is held (the MCD
@@ -32,14 +32,6 @@ from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
-from agent import protocol
-from agent.sim.agentproc import agent_user
-from agent.sim.apiserver import ADMIN, SimApiServer
-from agent.sim.drain import DrainController
-from agent.sim.hostfs import HostFS
-from agent.sim.mco import MCC_USER, Timings, read_json
-from agent.sim.store import WriteRecord
-from agent.sim.timeline import Timeline, TimelineEntry
 from benchmarks.baseline import Poller
 from benchmarks.common import (
     IMAGE_A,
@@ -58,6 +50,14 @@ from benchmarks.common import (
     wait_write,
     write_result,
 )
+from drain_guard import protocol
+from drain_guard_sim.agentproc import agent_user
+from drain_guard_sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.drain import DrainController
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.mco import MCC_USER, Timings, read_json
+from drain_guard_sim.store import WriteRecord
+from drain_guard_sim.timeline import Timeline, TimelineEntry
 
 AGENT_NODE = "worker-0"
 POLLER_NODE = "worker-1"

@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agent import protocol
-from agent.sim.apiserver import SimApiServer
-from agent.sim.mco import MCC_USER
-from agent.sim.store import WriteRecord
 from benchmarks.common import IMAGE_B, MCD_USER, WAIT, is_hold_of
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.mco import MCC_USER
+from drain_guard_sim.store import WriteRecord
 
 NodeMatcher = Callable[[WriteRecord], bool]
 

@@ -1,6 +1,6 @@
 """Where the agent's start-up time goes: imports (``-X importtime``) and cProfile to ready.
 
-Runs ``python -X importtime -m cProfile -o PROFILE -m agent run ...`` against the simulator,
+Runs ``python -X importtime -m cProfile -o PROFILE -m drain_guard run ...`` against the simulator,
 waits for the first ``/readyz`` 200, stops the agent with SIGTERM (a clean exit writes the
 profile), and reports the slowest top-level imports and the functions with the largest
 cumulative time.
@@ -23,10 +23,10 @@ from typing import Any
 
 import aiohttp
 
-from agent.sim.agentproc import agent_user, clean_environment, run_args
-from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
 from benchmarks.common import IMAGE_A, WAIT, seed_api, write_result
+from drain_guard_sim.agentproc import agent_user, clean_environment, run_args
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
 
 NODE = "worker-0"
 
@@ -35,7 +35,7 @@ def parse_importtime(lines: Sequence[str]) -> dict[str, float]:
     """Cumulative import time in ms of each package, where it was first imported.
 
     A package's figure includes what it imported first itself (kubernetes_asyncio's includes
-    its models), so the figures overlap; ``agent.cli`` is the agent's whole import.
+    its models), so the figures overlap; ``drain_guard.cli`` is the agent's whole import.
     """
     out: dict[str, float] = {}
     for line in lines:
@@ -67,7 +67,7 @@ async def measure(top: int, workdir: Path) -> dict[str, Any]:
             "-o",
             str(profile),
             "-m",
-            "agent",
+            "drain_guard",
             *run_args(NODE, kubeconfig, host),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
@@ -111,8 +111,10 @@ async def measure(top: int, workdir: Path) -> dict[str, Any]:
     return {
         "start_to_ready_s_under_profiler": round(ready, 3),
         "top_imports_ms": dict(sorted(imports.items(), key=lambda kv: -kv[1])[:top]),
-        # agent.cli imports the whole agent: its cumulative import time against the total.
-        "agent_import_share_of_start": round(imports.get("agent.cli", 0.0) / 1000.0 / ready, 3),
+        # drain_guard.cli imports the whole agent: its cumulative import time against the total.
+        "agent_import_share_of_start": round(
+            imports.get("drain_guard.cli", 0.0) / 1000.0 / ready, 3
+        ),
         "top_cumulative_outside_imports": [
             {"function": name, "cumulative_s": round(ct, 3), "calls": n}
             for ct, name, n in rows[:top]

@@ -1,6 +1,6 @@
 """Shared fixtures: the API simulator with one worker Node, and the agent as a subprocess.
 
-The agent always runs as its own process (``python -m agent run``), talking to the simulator
+The agent always runs as its own process (``python -m drain_guard run``), talking to the simulator
 through the real kubernetes_asyncio client with its own identity, so what is tested is what
 ships. Waits are event-driven: on the simulator's write log, or on the agent's log lines.
 """
@@ -21,11 +21,11 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agent import protocol
-from agent.sim.agentproc import agent_command, clean_environment
-from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
-from agent.sim.store import WriteRecord
+from drain_guard import protocol
+from drain_guard_sim.agentproc import agent_command, clean_environment
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.store import WriteRecord
 
 NODE = "worker-0"
 AGENT_USER = "system:serviceaccount:drain-guard:drain-guard"
@@ -303,7 +303,7 @@ async def metric(agent: Agent, name: str, **labels: str) -> float:
 
 
 async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """``python -m agent ARGS`` as a subprocess (the simulator keeps serving meanwhile)."""
+    """``python -m drain_guard ARGS`` as a subprocess (the simulator keeps serving meanwhile)."""
     environ = {
         k: v
         for k, v in os.environ.items()
@@ -313,7 +313,7 @@ async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, s
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "agent",
+        "drain_guard",
         *args,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,

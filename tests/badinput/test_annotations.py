@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agent import protocol
-from agent.sim.apiserver import SimApiServer
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer
 from tests.conftest import (
     CONFIG_B,
     IMAGE_B,

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import protocol
-from agent.host import read_booted_image
-from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
+from drain_guard import protocol
+from drain_guard.host import read_booted_image
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
 from tests.conftest import CONFIG_B, IMAGE_A, StartAgent, agent_writes, mcd_request, metric
 
 DIGEST = "sha256:" + "6" * 64

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from agent.kube import ListWatch, WatchCache
+from drain_guard.kube import ListWatch, WatchCache
 
 MCO_NS = "openshift-machine-config-operator"
 BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sim.chaos import Action, ChaosConfig, ChaosReport, make_schedule, run_chaos
+from drain_guard_sim.chaos import Action, ChaosConfig, ChaosReport, make_schedule, run_chaos
 
 
 def _judge(report: ChaosReport) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from agent.sim.apiserver import SimApiServer
-from agent.sim.checker import Checked, CheckerConfig, Interval, check, intersect, longest
-from agent.sim.store import WriteRecord
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.checker import Checked, CheckerConfig, Interval, check, intersect, longest
+from drain_guard_sim.store import WriteRecord
 
 MCO = "machineconfiguration.openshift.io/"
 DD, LA = MCO + "desiredDrain", MCO + "lastAppliedDrain"

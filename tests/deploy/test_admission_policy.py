@@ -1,7 +1,7 @@
 """The ValidatingAdmissionPolicy, evaluated with a CEL interpreter (cel-python).
 
 The policy's own expressions, as rendered, run against admission requests built from the
-agent's real patches (``agent.protocol`` applied with ``jsonpatch``) and from the writes a
+agent's real patches (``drain_guard.protocol`` applied with ``jsonpatch``) and from the writes a
 compromised or buggy agent could try. cel-python implements standard CEL; the policy uses
 only standard CEL (``has``, ``in``, ``all``, ``startsWith``, ``+``, the conditional), not the
 Kubernetes CEL libraries, so the interpreter sees what the API server would. Evaluation
@@ -27,8 +27,8 @@ from celpy.evaluation import CELEvalError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent import protocol
-from agent.protocol import Reason
+from drain_guard import protocol
+from drain_guard.protocol import Reason
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
 
 AGENT = "system:serviceaccount:drain-guard:drain-guard"

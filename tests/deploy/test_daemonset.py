@@ -8,7 +8,7 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
-from agent.config import Settings, add_run_arguments, settings_from
+from drain_guard.config import Settings, add_run_arguments, settings_from
 from tests.deploy.tools import (
     REPO,
     Obj,

@@ -109,11 +109,11 @@ def test_two_stages_on_the_projects_python(stages: list[Stage], project: dict[st
 def test_builder_installs_this_project(stages: list[Stage], project: dict[str, Any]) -> None:
     builder = stages[0]
     copied = {src for args in builder.all("COPY") for src in shlex.split(args)[:-1]}
-    packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    source_roots = project["tool"]["setuptools"]["packages"]["find"]["where"]
     assert "pyproject.toml" in copied
     assert project["project"]["readme"] in copied
-    for pattern in packages:
-        assert pattern.rstrip("*") in copied, f"package {pattern} is not copied"
+    for root in source_roots:
+        assert root in copied, f"source root {root} is not copied"
     (workdir,) = builder.all("WORKDIR")
     (run,) = builder.all("RUN")
     install = [c for c in run.split("&&") if " install " in c]
@@ -185,12 +185,19 @@ def test_dockerignore_sends_what_the_build_needs_and_no_more() -> None:
         for line in (REPO / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    for needed in ("pyproject.toml", "README.md", "agent/__init__.py", "agent/cli.py"):
-        assert not _dockerignored(needed, patterns), needed
+    needed = (
+        "pyproject.toml",
+        "README.md",
+        "agent/drain_guard/__init__.py",
+        "agent/drain_guard/cli.py",
+    )
+    for path in needed:
+        assert not _dockerignored(path, patterns), path
     for unwanted in (
         ".venv/bin/python",
         ".git/HEAD",
         "tests/conftest.py",
-        "agent/__pycache__/x.pyc",
+        "agent/drain_guard/__pycache__/x.pyc",
+        "simulator/drain_guard_sim/apiserver.py",
     ):
         assert _dockerignored(unwanted, patterns), unwanted

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from agent.permissions import SHIELD_NAMESPACES
+from drain_guard.permissions import SHIELD_NAMESPACES
 from tests.deploy.tools import (
     MIN_KUBERNETES,
     WITH_ADMISSION_POLICY,
@@ -124,7 +124,7 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
         if obj["kind"] in CLUSTER_SCOPED:
             assert namespace is None, f"{key(obj)} is cluster-scoped"
         elif obj["metadata"]["name"] == "drain-guard-shield":
-            # The shield's Role and RoleBinding live where build pods run (agent/permissions.py).
+            # The shield's Role and RoleBinding live where build pods run (drain_guard.permissions).
             assert obj["kind"] in ("Role", "RoleBinding"), key(obj)
             assert namespace in SHIELD_NAMESPACES, f"{key(obj)} is not where build pods run"
         else:

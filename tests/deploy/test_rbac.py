@@ -1,4 +1,4 @@
-"""The rendered RBAC grants the agent exactly ``agent.permissions.PERMISSIONS``.
+"""The rendered RBAC grants the agent exactly ``drain_guard.permissions.PERMISSIONS``.
 
 Exactly: the test fails when a role lacks a verb the code uses and when a role grants one the
 list does not have. Only the roles bound to the agent's service account count. The OpenShift
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.permissions import PERMISSIONS, SHIELD_NAMESPACES, Permission, Scope
+from drain_guard.permissions import PERMISSIONS, SHIELD_NAMESPACES, Permission, Scope
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one
 
 SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)

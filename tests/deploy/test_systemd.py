@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import RUN_OPTIONS, add_run_arguments, settings_from
+from drain_guard.config import RUN_OPTIONS, add_run_arguments, settings_from
 from tests.deploy.tools import REPO, require_tool
 
 UNIT = REPO / "systemd" / "drain-guard.service"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent import protocol
-from agent.sim.apiserver import SimApiServer, WriteRecord
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer, WriteRecord
 from tests.conftest import (
     AGENT_USER,
     CONFIG_B,

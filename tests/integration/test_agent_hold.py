@@ -6,9 +6,9 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agent import protocol
-from agent.sim.apiserver import SimApiServer
-from agent.sim.hostfs import HostFS
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
 from tests.conftest import (
     CONFIG_A,
     CONFIG_B,

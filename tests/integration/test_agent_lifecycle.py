@@ -10,11 +10,11 @@ from typing import cast
 
 import pytest
 
-from agent import protocol
-from agent.config import add_run_arguments, settings_from
-from agent.controller import shutdown_releases
-from agent.kube import DaemonSetState, Kube, KubeError
-from agent.sim.apiserver import SimApiServer
+from drain_guard import protocol
+from drain_guard.config import add_run_arguments, settings_from
+from drain_guard.controller import shutdown_releases
+from drain_guard.kube import DaemonSetState, Kube, KubeError
+from drain_guard_sim.apiserver import SimApiServer
 from tests.conftest import (
     CONFIG_B,
     IMAGE_B,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from agent import protocol
-from agent.sim.apiserver import SimApiServer
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer
 from tests.conftest import (
     CONFIG_B,
     IMAGE_B,

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agent import protocol
-from agent.sim.apiserver import SimApiServer
-from agent.sim.faults import Fault, FaultKind
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.faults import Fault, FaultKind
 from tests.conftest import (
     AGENT_USER,
     CONFIG_B,

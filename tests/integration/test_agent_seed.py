@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sim.cluster import SimCluster
+from drain_guard_sim.cluster import SimCluster
 from tests.conftest import Agent, reap, spawn_agent
 
 # MCO's seconds → simulated seconds (a 120 s build takes 6 s). The MCC may cordon 5 s (here

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from agent.demo import RunResult, verdict
-from agent.sim.cluster import BuildResult, Cordon, Outcome
-from agent.sim.timeline import Timeline
+from drain_guard_sim.cluster import BuildResult, Cordon, Outcome
+from drain_guard_sim.demo import RunResult, verdict
+from drain_guard_sim.timeline import Timeline
 
 X = "registry/ocb-image@sha256:" + "a" * 64
 Y = "registry/ocb-image@sha256:" + "b" * 64
@@ -43,7 +43,7 @@ async def test_demo_passes_and_explains() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "agent",
+        "drain_guard",
         "demo",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -4,7 +4,7 @@ One agent lives through most of what can happen to a node: a build-pod hold rele
 the build ends, a no-op image hold superseded by the real update, an uncordon, an expiry, a
 drain the MCC finished before the hold landed (race lost), an operator's release, a 410
 re-list. Then every write the agent made is checked against invariants 1, 2 and 3, and every
-request it sent against ``agent.permissions``.
+request it sent against ``drain_guard.permissions``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent import permissions, protocol, shield
-from agent.sim.apiserver import SimApiServer
-from agent.sim.store import WriteRecord
+from drain_guard import permissions, protocol, shield
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.store import WriteRecord
 from tests.conftest import (
     AGENT_USER,
     IMAGE_A,
@@ -173,7 +173,7 @@ async def test_every_request_the_agent_sent_is_permitted(
     assert ("patch", "nodes") in sent
     for verb, resource in sent:
         plural, _, group = resource.partition(".")
-        assert "/" not in plural, f"subresource {resource} is not in agent.permissions"
+        assert "/" not in plural, f"subresource {resource} is not in drain_guard.permissions"
         assert permissions.allowed(group, plural, verb), (verb, resource)
 
 

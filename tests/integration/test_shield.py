@@ -3,7 +3,7 @@
 The shield runs in-process (``Shield.run`` as a task, with the agent's identity); "stopping"
 or "killing" the agent is cancelling that task, which leaves the budgets on the server exactly
 as a killed process would. The drain is the simulator's MCC drain controller (evictions through
-the eviction API); the garbage collector is ``agent.sim.gc``.
+the eviction API); the garbage collector is ``drain_guard_sim.gc``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from agent import protocol
-from agent.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from agent.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, Shield
-from agent.sim.apiserver import SimApiServer
-from agent.sim.drain import DrainController
-from agent.sim.gc import GC_USER, GarbageCollector
-from agent.sim.mco import MCC_USER, Timings
-from agent.sim.timeline import Timeline, TimelineEntry
+from drain_guard import protocol
+from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
+from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, Shield
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.drain import DrainController
+from drain_guard_sim.gc import GC_USER, GarbageCollector
+from drain_guard_sim.mco import MCC_USER, Timings
+from drain_guard_sim.timeline import Timeline, TimelineEntry
 from tests.conftest import AGENT_USER, CONFIG_B, NODE, WAIT, mcd_request, node_annotations
 
 BUILD = f"build-{CONFIG_B}"

@@ -11,12 +11,12 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from agent.kube import load_api_client
-from agent.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from agent.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
-from agent.sim.cluster import SimCluster
-from agent.sim.gc import GC_USER
-from agent.sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, annotations_of
+from drain_guard.kube import load_api_client
+from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
+from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
+from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.gc import GC_USER
+from drain_guard_sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, annotations_of
 
 OURS = f"{MANAGED_BY_KEY}={MANAGED_BY}"
 WAIT = 30.0

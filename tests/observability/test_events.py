@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agent.events import (
+from drain_guard.events import (
     DRAIN_HELD,
     DRAIN_HOLD_EXPIRED,
     DRAIN_RELEASED,
@@ -19,8 +19,8 @@ from agent.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
-from agent.metrics import Metrics
-from agent.sim.apiserver import SimApiServer
+from drain_guard.metrics import Metrics
+from drain_guard_sim.apiserver import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NODE = "worker-0"
@@ -170,7 +170,7 @@ async def test_create_failure_is_logged_and_counted_not_raised(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     env.api.faults.error(500, verb="create", resource="events", times=1)
-    with caplog.at_level(logging.WARNING, logger="agent.events"):
+    with caplog.at_level(logging.WARNING, logger="drain_guard.events"):
         await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
     assert env.events() == []
     assert env.errors("event_create") == 1

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from agent import __version__
-from agent.metrics import (
+from drain_guard import __version__
+from drain_guard.metrics import (
     API_OPERATIONS,
     EVENT_REASONS,
     INVALID_INPUT_KINDS,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent import __version__, protocol
-from agent.sim.apiserver import SimApiServer
+from drain_guard import __version__, protocol
+from drain_guard_sim.apiserver import SimApiServer
 from tests.conftest import (
     CONFIG_B,
     IMAGE_B,

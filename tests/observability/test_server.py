@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.metrics import Metrics
-from agent.server import make_app, parse_listen, serve
-from agent.status import AgentStatus, HoldReasonStatus
+from drain_guard.metrics import Metrics
+from drain_guard.server import make_app, parse_listen, serve
+from drain_guard.status import AgentStatus, HoldReasonStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -139,7 +139,7 @@ async def test_head_is_allowed_and_writes_are_not(served: Served) -> None:
 
 
 async def test_serve_logs_the_bound_address(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="agent.server")
+    caplog.set_level(logging.INFO, logger="drain_guard.server")
     runner, port = await serve(make_app(FakeSource(), Metrics()), "127.0.0.1:0")
     try:
         assert port > 0

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.status import (
+from drain_guard.status import (
     DECISIONS,
     AgentStatus,
     BootedImageStatus,

@@ -18,7 +18,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent.guards import (
+from drain_guard.guards import (
     BootedImage,
     NodeView,
     NothingHeldError,
@@ -27,7 +27,7 @@ from agent.guards import (
     default_guards,
     force_release,
 )
-from agent.protocol import (
+from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
     DG_PREFIX,
@@ -37,7 +37,7 @@ from agent.protocol import (
     LAST_APPLIED_DRAIN,
     Outcome,
 )
-from agent.selectors import default_build_pod_selectors
+from drain_guard.selectors import default_build_pod_selectors
 
 MAX_HOLD = timedelta(minutes=45)
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

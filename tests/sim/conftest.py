@@ -15,7 +15,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.apiserver import ADMIN, SimApiServer
 
 NS = "default"
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.sim.apiserver import ApiError, SimApiServer
+from drain_guard_sim.apiserver import ApiError, SimApiServer
 from tests.sim.conftest import NS, node, pdb, pod, status_body
 
 

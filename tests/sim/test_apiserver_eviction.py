@@ -10,8 +10,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from agent.sim.apiserver import SimApiServer
-from agent.sim.store import DISRUPTION_CONTROLLER
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.store import DISRUPTION_CONTROLLER
 from tests.sim.conftest import NS, pdb, pod, status_body
 
 

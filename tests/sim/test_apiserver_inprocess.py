@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from agent.sim.apiserver import SimApiServer, sim_apiserver
+from drain_guard_sim.apiserver import SimApiServer, sim_apiserver
 from tests.sim.conftest import NS, node, pod
 
 

@@ -13,7 +13,7 @@ import shutil
 import pytest
 import yaml
 
-from agent.sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver import SimApiServer
 from tests.sim.conftest import pod
 
 KUBECTL = shutil.which("kubectl")

@@ -10,9 +10,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agent.sim.apiserver import WriteRecord
-from agent.sim.cluster import SimCluster
-from agent.sim.mco import (
+from drain_guard_sim.apiserver import WriteRecord
+from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.mco import (
     CURRENT_CONFIG,
     DESIRED_CONFIG,
     DESIRED_DRAIN,

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.sim.hostfs import HostFS
-from agent.sim.mco import Timings, WorkQueue, annotation_patch
-from agent.sim.nodecontroller import rendered_name
-from agent.sim.timeline import Timeline
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.mco import Timings, WorkQueue, annotation_patch
+from drain_guard_sim.nodecontroller import rendered_name
+from drain_guard_sim.timeline import Timeline
 
 X = "registry.example/ocb-image@sha256:" + "a" * 64
 Y = "registry.example/ocb-image@sha256:" + "b" * 64

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.sim.cluster import SimCluster
-from agent.sim.mco import (
+from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -20,7 +20,7 @@ from agent.sim.mco import (
     MCO_NAMESPACE,
     annotations_of,
 )
-from agent.sim.timeline import Timeline
+from drain_guard_sim.timeline import Timeline
 
 
 async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> None:

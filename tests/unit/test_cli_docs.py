@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import build_parser
-from agent.config import RUN_OPTIONS
+from drain_guard.cli import build_parser
+from drain_guard.config import RUN_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 DOCUMENTED_COMMANDS = ("run", "status", "release")

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent import protocol
-from agent.cli import build_parser, main, node_state, render_text
-from agent.kube import NodeObj
+from drain_guard import protocol
+from drain_guard.cli import build_parser, main, node_state, render_text
+from drain_guard.kube import NodeObj
 
 HELD = {
     protocol.DESIRED_DRAIN: "hold-drain-rendered-worker-1",
@@ -77,10 +77,10 @@ def test_invalid_run_settings_are_one_line(
 def test_run_does_not_import_the_simulator_or_the_demo() -> None:
     code = (
         "import sys\n"
-        "from agent.cli import build_parser\n"
-        "import agent.controller\n"
+        "from drain_guard.cli import build_parser\n"
+        "import drain_guard.controller\n"
         "build_parser().parse_args(['run', '--node-name', 'n'])\n"
-        "loaded = [m for m in sys.modules if m.startswith(('agent.sim', 'agent.demo'))]\n"
+        "loaded = [m for m in sys.modules if m.startswith('drain_guard_sim')]\n"
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

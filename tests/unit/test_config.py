@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.config import (
+from drain_guard.config import (
     BootedImageSource,
     DaemonSetRef,
     Listen,
@@ -22,7 +22,7 @@ from agent.config import (
     parse_listen,
     settings_from,
 )
-from agent.selectors import DEFAULT_BUILD_POD_SELECTORS
+from drain_guard.selectors import DEFAULT_BUILD_POD_SELECTORS
 
 
 def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:

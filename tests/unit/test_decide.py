@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.guards import (
+from drain_guard.guards import (
     BootedImage,
     CleanUp,
     Decision,
@@ -30,7 +30,7 @@ from agent.guards import (
     default_guards,
     force_release,
 )
-from agent.protocol import (
+from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
     DG_PREFIX,
@@ -49,7 +49,7 @@ from agent.protocol import (
     format_rfc3339,
     parse_drain_request,
 )
-from agent.selectors import default_build_pod_selectors
+from drain_guard.selectors import default_build_pod_selectors
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MAX_HOLD = timedelta(minutes=45)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agent.guards import (
+from drain_guard.guards import (
     Block,
     BootedImage,
     BuildPodGuard,
@@ -20,8 +20,8 @@ from agent.guards import (
     default_guards,
     parse_hold_request,
 )
-from agent.protocol import DESIRED_IMAGE, HOLD_REQUEST, Reason
-from agent.selectors import OwnerRef, default_build_pod_selectors
+from drain_guard.protocol import DESIRED_IMAGE, HOLD_REQUEST, Reason
+from drain_guard.selectors import OwnerRef, default_build_pod_selectors
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MCO_NS = "openshift-machine-config-operator"

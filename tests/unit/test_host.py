@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.guards import BootedImage
-from agent.host import (
+from drain_guard.guards import BootedImage
+from drain_guard.host import (
     HostError,
     parse_cmdline,
     parse_origin,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.protocol import (
+from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,
     HELD_SINCE,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.selectors import (
+from drain_guard.selectors import (
     DEFAULT_BUILD_POD_SELECTORS,
     LabelSelector,
     Op,
@@ -78,7 +78,7 @@ def test_parse_and_match(text: str, labels: dict[str, str], expected: bool) -> N
         ("/a", "prefix before '/' is empty"),
         ("ex.com/", "name part is empty"),
         ("a=(b)", "expected a value"),
-        ("in=a", "expected a label key, found 'in'"),
+        ("a in=b", "expected '(' after in/notin"),
     ],
 )
 def test_parse_errors_are_clear(text: str, fragment: str) -> None:
@@ -308,3 +308,9 @@ def test_any_text_parses_to_a_stable_selector_or_fails_cleanly(text: str) -> Non
     except SelectorError:
         return
     assert parse_label_selector(str(selector)) == selector
+
+
+def test_in_and_notin_are_label_keys_where_no_operator_is_due() -> None:
+    """apimachinery reads keys in its values mode: ``in=a`` selects label ``in``."""
+    assert parse_label_selector("in=a").matches({"in": "a"})
+    assert parse_label_selector("!notin").matches({})

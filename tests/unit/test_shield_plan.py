@@ -8,15 +8,15 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent import shield
-from agent.selectors import (
+from drain_guard import shield
+from drain_guard.selectors import (
     MCO_NAMESPACE,
     LabelSelector,
     OwnerRef,
     default_build_pod_selectors,
     parse_build_pod_selector,
 )
-from agent.shield import BudgetState, PodState, Role, Want, plan
+from drain_guard.shield import BudgetState, PodState, Role, Want, plan
 
 NODE = "worker-0"
 OTHER = "worker-1"

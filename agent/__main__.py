@@ -1,5 +1,0 @@
-"""Allow ``python -m agent``."""
-
-from agent.cli import main
-
-raise SystemExit(main())

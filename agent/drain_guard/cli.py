@@ -1,0 +1,303 @@
+"""``drain-guard run | status | release | demo``.
+
+``run`` is the agent. ``status`` and ``release`` are operator tools that talk to the API with
+the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides
+who may release a hold. ``demo`` is imported lazily: the agent never loads the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import aiohttp
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from drain_guard import __version__, guards, protocol
+from drain_guard.config import SettingsError, add_run_arguments, settings_from
+from drain_guard.kube import Applied, Kube, KubeError, NodeObj
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+DEFAULT_ENDPOINT = "http://127.0.0.1:9797"
+ENDPOINT_TIMEOUT = 2.0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line on stderr (exit 2), no usage dump.
+
+    The agent's log is what an operator sees of a bad manifest; one line reads best there.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="drain-guard",
+        description="Hold OpenShift MCO drain requests while a drain would be harmful or useless.",
+    )
+    parser.add_argument("--version", action="version", version=f"drain-guard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+
+    run = sub.add_parser("run", help="run the agent for one node")
+    add_run_arguments(run)
+
+    status = sub.add_parser("status", help="show a node's hold state")
+    _add_client_arguments(status)
+    status.add_argument(
+        "--node-name", help="node to show (default: NODE_NAME, else every node with a hold)"
+    )
+    status.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    status.add_argument(
+        "--endpoint",
+        help=f"the agent's HTTP endpoint to include (default: try {DEFAULT_ENDPOINT})",
+    )
+
+    release = sub.add_parser("release", help="release a held drain now (outcome manual)")
+    _add_client_arguments(release)
+    target = release.add_mutually_exclusive_group(required=True)
+    target.add_argument("--node-name", help="node whose hold to release")
+    target.add_argument("--all", action="store_true", help="release every node's hold")
+
+    # Listed for --help only: main() hands ``demo ...`` to the demo's own parser, so that
+    # building this parser, as ``run`` does, never imports the simulator.
+    sub.add_parser("demo", help="run the seed scenario in a simulated cluster (see demo --help)")
+    return parser
+
+
+def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kubeconfig",
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: KUBECONFIG, else in-cluster, else ~/.kube/config)",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:
+        return _demo(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        try:
+            settings = settings_from(args, os.environ)
+        except SettingsError as exc:
+            print(f"drain-guard run: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        from drain_guard.controller import run_agent  # lazily: status/release need none of it
+
+        return run_agent(settings)
+    if args.command == "status":
+        return asyncio.run(_status(args))
+    assert args.command == "release", args.command  # "demo" never reaches the parser
+    return asyncio.run(_release(args))
+
+
+def _demo(argv: Sequence[str]) -> int:
+    """Hand over to the simulator's own command: a process boundary, so the agent never
+    imports the simulator (a separate distribution, absent from the image)."""
+    if importlib.util.find_spec("drain_guard_sim") is None:
+        print(
+            "drain-guard demo: error: the simulated cluster is not installed"
+            " (pip install ./simulator from a drain-guard checkout, or run make demo)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    os.execv(sys.executable, [sys.executable, "-m", "drain_guard_sim", "demo", *argv])
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+def node_state(node: NodeObj) -> dict[str, Any]:
+    """What ``status`` shows of one Node, from its annotations alone."""
+    ann = node.annotations
+    state: dict[str, Any] = {
+        "node": node.name,
+        "desiredDrain": ann.get(protocol.DESIRED_DRAIN),
+        "lastAppliedDrain": ann.get(protocol.LAST_APPLIED_DRAIN),
+        "unschedulable": node.unschedulable,
+        "held": False,
+        "holdRequest": ann.get(protocol.HOLD_REQUEST),
+    }
+    try:
+        record = protocol.read_hold(ann)
+    except protocol.MalformedHold as exc:
+        state["error"] = f"malformed hold annotations: {exc}"
+        return state
+    if record is not None:
+        state.update(
+            held=True,
+            heldDrain=record.held_drain,
+            reasons=[str(r) for r in record.reasons],
+            heldSince=record.since.isoformat(),
+            detail=record.detail,
+        )
+    return state
+
+
+async def _fetch_endpoint(url: str) -> dict[str, Any]:
+    timeout = aiohttp.ClientTimeout(total=ENDPOINT_TIMEOUT)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(url.rstrip("/") + "/status") as resp,
+    ):
+        resp.raise_for_status()
+        body: dict[str, Any] = await resp.json()
+        return body
+
+
+async def _status(args: argparse.Namespace) -> int:
+    node_name = args.node_name or os.environ.get("NODE_NAME")
+    kube = await _connect(args.kubeconfig, "status")
+    if kube is None:
+        return EXIT_FAILURE
+    try:
+        if node_name:
+            node = await kube.get_node(node_name)
+            if node is None:
+                print(f"drain-guard status: error: node {node_name} not found", file=sys.stderr)
+                return EXIT_FAILURE
+            nodes = [node]
+        else:
+            nodes = [n for n in await kube.list_nodes() if _is_held(n.annotations)]
+    except KubeError as exc:
+        print(f"drain-guard status: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await kube.close()
+    states = [node_state(n) for n in nodes]
+    if node_name:
+        await _add_endpoint(states[0], args.endpoint)
+    if args.output == "json":
+        print(json.dumps(states[0] if node_name else states, indent=2, sort_keys=True))
+    else:
+        if not states:
+            print("no node has a held drain")
+        for state in states:
+            print(render_text(state))
+    return EXIT_OK
+
+
+async def _add_endpoint(state: dict[str, Any], endpoint: str | None) -> None:
+    """Add the agent's own /status when it answers (always tried with ``--endpoint``)."""
+    url = endpoint or DEFAULT_ENDPOINT
+    try:
+        agent_status = await _fetch_endpoint(url)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        if endpoint is not None:
+            state["agentError"] = f"{url}: {exc}"
+        return
+    # The default endpoint may belong to another node's agent (or none): show it only if it
+    # speaks for this node.
+    if endpoint is not None or agent_status.get("node") == state["node"]:
+        state["agent"] = agent_status
+
+
+async def _connect(kubeconfig: str | None, command: str) -> Kube | None:
+    try:
+        return await Kube.connect(kubeconfig)
+    except (ConfigException, OSError, ValueError) as exc:
+        print(
+            f"drain-guard {command}: error: cannot load Kubernetes config: {exc}", file=sys.stderr
+        )
+        return None
+
+
+def render_text(state: Mapping[str, Any]) -> str:
+    lines = [f"node {state['node']}:"]
+    if state.get("error"):
+        lines.append(f"  {state['error']}")
+    if state["held"]:
+        lines.append(
+            f"  HELD since {state['heldSince']} for {', '.join(state['reasons'])}:"
+            f" {state['heldDrain']}"
+        )
+        if state.get("detail"):
+            lines.append(f"  detail: {state['detail']}")
+    else:
+        lines.append("  no hold")
+    lines.append(f"  desiredDrain: {state['desiredDrain'] or '-'}")
+    lines.append(f"  lastAppliedDrain: {state['lastAppliedDrain'] or '-'}")
+    if state["unschedulable"]:
+        lines.append("  node is cordoned (SchedulingDisabled)")
+    if state.get("holdRequest"):
+        lines.append(f"  hold request: {state['holdRequest']}")
+    if "agent" in state:
+        agent = state["agent"]
+        lines.append(f"  agent: {json.dumps(agent, sort_keys=True)}")
+    if "agentError" in state:
+        lines.append(f"  agent endpoint unreachable: {state['agentError']}")
+    return "\n".join(lines)
+
+
+def _is_held(annotations: Mapping[str, str]) -> bool:
+    return protocol.HELD_DRAIN in annotations or annotations.get(
+        protocol.DESIRED_DRAIN, ""
+    ).startswith("hold-")
+
+
+# --- release ----------------------------------------------------------------------------
+
+
+async def _release(args: argparse.Namespace) -> int:
+    kube = await _connect(args.kubeconfig, "release")
+    if kube is None:
+        return EXIT_FAILURE
+    try:
+        if args.all:
+            nodes = [n for n in await kube.list_nodes() if _is_held(n.annotations)]
+            if not nodes:
+                print("drain-guard release: error: no node has a held drain", file=sys.stderr)
+                return EXIT_FAILURE
+            results = [await release_node(kube, n.name) for n in nodes]
+            return EXIT_OK if all(results) else EXIT_FAILURE
+        return EXIT_OK if await release_node(kube, args.node_name) else EXIT_FAILURE
+    except KubeError as exc:
+        print(f"drain-guard release: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await kube.close()
+
+
+RELEASE_ATTEMPTS = 5
+
+
+async def release_node(kube: Kube, name: str) -> bool:
+    """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success.
+
+    The patch also records the request in ``drain-guard.io/released``: the agent does not
+    hold that request again, and counts the release as ``manual``.
+    """
+    for _ in range(RELEASE_ATTEMPTS):
+        node = await kube.get_node(name)
+        if node is None:
+            print(f"drain-guard release: error: node {name} not found", file=sys.stderr)
+            return False
+        try:
+            release = guards.force_release(
+                node.annotations, node.resource_version, protocol.Outcome.MANUAL
+            )
+        except (guards.NothingHeldError, protocol.ProtocolError) as exc:
+            print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
+            return False
+        result = await kube.patch_node_json(name, release.patch)
+        if isinstance(result, Applied):
+            print(f"node {name}: released {release.original} (outcome manual)")
+            if protocol.HOLD_REQUEST in node.annotations:
+                print(
+                    f"node {name}: note: {protocol.HOLD_REQUEST} is still set and will hold"
+                    " later drain requests until it expires or is removed"
+                )
+            return True
+    print(f"drain-guard release: error: node {name} kept changing; try again", file=sys.stderr)
+    return False

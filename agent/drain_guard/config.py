@@ -1,0 +1,397 @@
+"""Settings of ``drain-guard run`` from flags and the environment, validated.
+
+Flags win over environment variables, which win over defaults. Every flag ``--some-flag`` has
+the variable ``DRAIN_GUARD_SOME_FLAG``, except ``--node-name`` (``NODE_NAME``, what a DaemonSet
+gets from the downward API) and ``--kubeconfig`` (``KUBECONFIG``, as kubectl). Validation
+raises :class:`SettingsError` with one human sentence; the CLI prints it on one line and
+exits 2, so a bad manifest shows up as one readable log line rather than a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import ipaddress
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from drain_guard.selectors import (
+    BuildPodSelector,
+    SelectorError,
+    default_build_pod_selectors,
+    parse_build_pod_selector,
+)
+
+ENV_PREFIX = "DRAIN_GUARD_"
+DEFAULT_LISTEN = "127.0.0.1:9797"
+DEFAULT_MAX_HOLD = timedelta(minutes=45)
+# The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
+# long would turn "drain later" into "node degraded", and the drain itself needs time after
+# the release, so holds of an hour or more are refused outright rather than merely warned.
+MCD_DRAIN_TIMEOUT = timedelta(hours=1)
+# Environment lists of selectors are split on ";" because a selector itself contains commas.
+SELECTOR_ENV_SEPARATOR = ";"
+
+
+class SettingsError(ValueError):
+    """An invalid setting; the message is one line meant for the operator."""
+
+
+class LogFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+class BootedImageSource(enum.StrEnum):
+    OSTREE = "ostree"
+    RPM_OSTREE = "rpm-ostree"
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Listen:
+    """The HTTP listen address; port 0 asks the kernel for an ephemeral port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class DaemonSetRef:
+    """The agent's own DaemonSet, looked up on SIGTERM to tell uninstall from rolling update."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``drain-guard run`` needs, already validated."""
+
+    node_name: str
+    kubeconfig: str | None
+    host_root: str
+    cmdline_file: str
+    booted_image_source: BootedImageSource
+    rpm_ostree_command: tuple[str, ...]
+    listen: Listen
+    max_hold: timedelta
+    build_pod_selectors: tuple[BuildPodSelector, ...]
+    daemonset: DaemonSetRef | None
+    release_on_exit: bool
+    log_format: LogFormat
+    log_level: str
+    shield_build_pods: bool = True
+    shield_dependencies: bool = False
+    api_stale_after: timedelta = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One flag: its environment variable and default; the single table the docs test reads."""
+
+    flag: str
+    env: str
+    default: str | None
+    help: str
+    choices: tuple[str, ...] | None = None
+    repeatable: bool = False
+    boolean: bool = False
+
+
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.removeprefix("--").replace("-", "_").upper()
+
+
+RUN_OPTIONS: tuple[_Option, ...] = (
+    _Option("--node-name", "NODE_NAME", None, "name of the Node this agent guards (required)"),
+    _Option(
+        "--kubeconfig",
+        "KUBECONFIG",
+        None,
+        "kubeconfig file; without it the in-cluster config, else ~/.kube/config",
+    ),
+    _Option("--host-root", _env_name("--host-root"), "/", "where the host's / is mounted"),
+    _Option(
+        "--cmdline-file",
+        _env_name("--cmdline-file"),
+        "/proc/cmdline",
+        "kernel command line naming the booted ostree deployment (read as is, not under"
+        " --host-root)",
+    ),
+    _Option(
+        "--booted-image-source",
+        _env_name("--booted-image-source"),
+        BootedImageSource.OSTREE.value,
+        "where the booted image comes from",
+        choices=tuple(s.value for s in BootedImageSource),
+    ),
+    _Option(
+        "--rpm-ostree-command",
+        _env_name("--rpm-ostree-command"),
+        "rpm-ostree",
+        "command (shell words) for --booted-image-source rpm-ostree",
+    ),
+    _Option(
+        "--listen",
+        _env_name("--listen"),
+        DEFAULT_LISTEN,
+        "HOST:PORT of the status/metrics endpoint (port 0: any free port)",
+    ),
+    _Option(
+        "--max-hold",
+        _env_name("--max-hold"),
+        "45m",
+        "longest hold, e.g. 90s, 30m, 50m; must be below 1h (the MCD's drain timeout)",
+    ),
+    _Option(
+        "--api-stale-after",
+        _env_name("--api-stale-after"),
+        "10m",
+        "/readyz fails when the API server has not answered for this long (watch events and"
+        " bookmarks count)",
+    ),
+    _Option(
+        "--build-pod-selector",
+        _env_name("--build-pod-selector"),
+        None,
+        "build pods: [NAMESPACE:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; replaces the"
+        " defaults; in the environment separate selectors with ';')",
+        repeatable=True,
+    ),
+    _Option(
+        "--daemonset",
+        _env_name("--daemonset"),
+        None,
+        "NAMESPACE/NAME of the agent's DaemonSet: on SIGTERM holds are released only if it is"
+        " gone or being deleted",
+    ),
+    _Option(
+        "--release-on-exit",
+        _env_name("--release-on-exit"),
+        None,
+        "release holds on SIGTERM/SIGINT (for systemd, where there is no DaemonSet)",
+        boolean=True,
+    ),
+    _Option(
+        "--shield-build-pods",
+        _env_name("--shield-build-pods"),
+        "true",
+        "keep a PodDisruptionBudget on each build pod running on the node, so that a drain"
+        " that gets past the hold cannot evict it (docs/shield.md)",
+        choices=("true", "false"),
+    ),
+    _Option(
+        "--shield-dependencies",
+        _env_name("--shield-dependencies"),
+        None,
+        "while a build runs, also shield the machine-os-builder and image registry pods on the"
+        " node (off: their budgets outlive a dead agent; docs/shield.md)",
+        boolean=True,
+    ),
+    _Option(
+        "--log-format",
+        _env_name("--log-format"),
+        LogFormat.TEXT.value,
+        "log line format",
+        choices=tuple(f.value for f in LogFormat),
+    ),
+    _Option(
+        "--log-level",
+        _env_name("--log-level"),
+        "INFO",
+        "log level",
+        choices=LOG_LEVELS,
+    ),
+)
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``run`` flags; defaults stay ``None`` so the environment can fill them."""
+    for opt in RUN_OPTIONS:
+        dest = opt.flag.removeprefix("--").replace("-", "_")
+        default_text = f" (default: {opt.default})" if opt.default is not None else ""
+        helptext = f"{opt.help}{default_text} [env {opt.env}]"
+        if opt.boolean:
+            parser.add_argument(
+                opt.flag, dest=dest, action="store_true", default=None, help=helptext
+            )
+        elif opt.repeatable:
+            parser.add_argument(opt.flag, dest=dest, action="append", default=None, help=helptext)
+        else:
+            metavar = None if opt.choices is None else "{" + ",".join(opt.choices) + "}"
+            parser.add_argument(opt.flag, dest=dest, default=None, metavar=metavar, help=helptext)
+
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a Go-style duration such as ``90s``, ``45m``, ``1h30m`` or ``1.5s``."""
+    text = text.strip()
+    if not text:
+        raise SettingsError("empty duration")
+    pos = 0
+    total = 0.0
+    for match in _DURATION_RE.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text):
+        raise SettingsError(f"invalid duration {text!r} (expected e.g. 90s, 45m, 1h30m)")
+    return timedelta(seconds=total)
+
+
+def parse_listen(text: str) -> Listen:
+    """Parse ``HOST:PORT`` or ``[IPv6]:PORT``."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise SettingsError(f"invalid listen address {text!r} (expected HOST:PORT)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise SettingsError(f"invalid IPv6 address in listen address {text!r}") from None
+    elif ":" in host:
+        raise SettingsError(f"invalid listen address {text!r} (write IPv6 hosts as [::1]:PORT)")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise SettingsError(f"invalid port in listen address {text!r} (0-65535)")
+    return Listen(host, int(port_text))
+
+
+def parse_daemonset(text: str) -> DaemonSetRef:
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise SettingsError(f"invalid --daemonset {text!r} (expected NAMESPACE/NAME)")
+    return DaemonSetRef(namespace, name)
+
+
+def _parse_selector(text: str) -> BuildPodSelector:
+    try:
+        return parse_build_pod_selector(text)
+    except SelectorError as exc:
+        raise SettingsError(f"invalid --build-pod-selector: {exc}") from None
+
+
+def _parse_bool(env: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise SettingsError(f"invalid {env}={text!r} (expected true or false)")
+
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """Merge flags (``args``), environment and defaults into validated :class:`Settings`."""
+    raw: dict[str, object] = {}
+    for opt in RUN_OPTIONS:
+        dest = opt.flag.removeprefix("--").replace("-", "_")
+        value: object = getattr(args, dest, None)
+        if value is None and environ.get(opt.env) is not None:
+            env_text = environ[opt.env]
+            if opt.boolean:
+                value = _parse_bool(opt.env, env_text)
+            elif opt.repeatable:
+                value = [s.strip() for s in env_text.split(SELECTOR_ENV_SEPARATOR) if s.strip()]
+            elif env_text != "":
+                value = env_text
+        if value is None:
+            value = opt.default
+        if opt.choices is not None and value is not None:
+            wanted = str(value).upper() if opt.flag == "--log-level" else str(value)
+            if wanted not in opt.choices:
+                raise SettingsError(
+                    f"invalid {opt.flag} {value!r} (choose from {', '.join(opt.choices)})"
+                )
+            value = wanted
+        raw[dest] = value
+
+    node_name = str(raw["node_name"] or "").strip()
+    if not node_name:
+        raise SettingsError("--node-name (or NODE_NAME) is required")
+
+    max_hold = parse_duration(str(raw["max_hold"]))
+    if max_hold <= timedelta(0):
+        raise SettingsError("--max-hold must be greater than 0")
+    if max_hold >= MCD_DRAIN_TIMEOUT:
+        raise SettingsError(
+            f"--max-hold {raw['max_hold']} is not below 1h: the MCD marks the node Degraded"
+            " after waiting 1h for a drain"
+        )
+
+    api_stale_after = parse_duration(str(raw["api_stale_after"]))
+    if api_stale_after <= timedelta(0):
+        raise SettingsError("--api-stale-after must be greater than 0")
+
+    selectors_raw = raw["build_pod_selector"]
+    selectors = default_build_pod_selectors()
+    if selectors_raw is not None:
+        assert isinstance(selectors_raw, list)
+        selectors = tuple(_parse_selector(str(s)) for s in selectors_raw)
+        if not selectors:
+            raise SettingsError("--build-pod-selector given but empty")
+
+    command = _split_command(str(raw["rpm_ostree_command"]))
+    daemonset = None if raw["daemonset"] is None else parse_daemonset(str(raw["daemonset"]))
+    release_on_exit = bool(raw["release_on_exit"])
+    if daemonset is not None and release_on_exit:
+        raise SettingsError(
+            "--daemonset and --release-on-exit exclude each other (DaemonSet or systemd)"
+        )
+    shield_build_pods = raw["shield_build_pods"] == "true"
+    shield_dependencies = bool(raw["shield_dependencies"])
+    if shield_dependencies and not shield_build_pods:
+        raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
+    kubeconfig = raw["kubeconfig"]
+    return Settings(
+        node_name=node_name,
+        kubeconfig=None if kubeconfig is None else str(kubeconfig),
+        host_root=str(raw["host_root"]),
+        cmdline_file=str(raw["cmdline_file"]),
+        booted_image_source=BootedImageSource(str(raw["booted_image_source"])),
+        rpm_ostree_command=command,
+        listen=parse_listen(str(raw["listen"])),
+        max_hold=max_hold,
+        build_pod_selectors=selectors,
+        daemonset=daemonset,
+        release_on_exit=release_on_exit,
+        log_format=LogFormat(str(raw["log_format"])),
+        log_level=str(raw["log_level"]),
+        shield_build_pods=shield_build_pods,
+        shield_dependencies=shield_dependencies,
+        api_stale_after=api_stale_after,
+    )
+
+
+def _split_command(text: str) -> tuple[str, ...]:
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise SettingsError(f"invalid --rpm-ostree-command {text!r}: {exc}") from None
+    if not words:
+        raise SettingsError("--rpm-ostree-command is empty")
+    return tuple(words)
+
+
+def documented_names(options: Sequence[_Option] = RUN_OPTIONS) -> list[tuple[str, str]]:
+    """(flag, env) pairs, for the test that keeps docs/configuration.md in step."""
+    return [(o.flag, o.env) for o in options]

@@ -1,0 +1,826 @@
+"""The agent's loop: watch state in, ``decide()``, compare-and-swap patch out.
+
+The loop wakes on a change of the Node or of its pods (the watch cache's event) and at the
+few instants the decision itself names (a hold's expiry, a manual hold request's expiry);
+it never polls the API. It does nothing until both watches have listed (invariant 7).
+Every write is a JSON Patch whose ``test`` operations pin the values it was decided on; a
+lost race (409/422) is answered by reading the Node again and deciding again (invariant 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psutil
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from drain_guard import __version__, guards, host, protocol
+from drain_guard.config import DaemonSetRef, LogFormat, Settings
+from drain_guard.events import EventQueue, EventRecorder
+from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.kube import (
+    Applied,
+    Backoff,
+    DaemonSetState,
+    Kube,
+    KubeError,
+    NodeObj,
+    PodObj,
+    WatchCache,
+)
+from drain_guard.metrics import Metrics
+from drain_guard.selectors import OwnerRef
+from drain_guard.server import make_app, serve
+from drain_guard.shield import Shield
+from drain_guard.status import AgentStatus, BootedImageStatus, HoldReasonStatus, PodStatus
+
+log = logging.getLogger("drain_guard.controller")
+
+#: Re-decisions after a lost compare-and-swap before waiting for the watch to move on.
+CAS_ATTEMPTS = 5
+#: The loop counts as stuck (``/healthz`` fails) when one pass takes longer than this.
+STUCK_AFTER = 120.0
+#: On exit, how long to wait for queued Events (the uninstall's DrainReleased) to be written.
+EVENT_FLUSH_TIMEOUT = 5.0
+
+
+# --- logging ----------------------------------------------------------------------------
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, and the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            doc.update(fields)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+class _TextFormatter(logging.Formatter):
+    """``TIME LEVEL logger: message key=value ...``; values with spaces are quoted."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            parts = []
+            for key, value in fields.items():
+                text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+                parts.append(f"{key}={json.dumps(text) if ' ' in text or not text else text}")
+            line += " " + " ".join(parts)
+        return line
+
+
+def configure_logging(fmt: LogFormat, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt is LogFormat.JSON else _TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # kubernetes_asyncio logs request bodies at DEBUG; keep them out of the agent's log.
+    logging.getLogger("kubernetes_asyncio").setLevel(max(logging.INFO, root.level))
+
+
+# --- adapters -----------------------------------------------------------------------------
+
+
+class MetricCounters:
+    """kube.Counters onto Metrics, remembering the last successful API contact."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.last_contact: datetime | None = None
+
+    def api_error(self, operation: str, status: int) -> None:
+        self.metrics.count_api_error(operation)
+
+    def api_contact(self) -> None:
+        self.last_contact = datetime.now(UTC)
+        self.metrics.api_contact(self.last_contact)
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        self.metrics.count_watch_restart(resource, reason)
+
+
+class BootedImageReader:
+    """The booted image, re-read only when the boot (boot time + kernel cmdline) changes."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._key: tuple[float, str] | None = None
+        self._value: guards.BootedImage | None = None
+
+    def _boot_key(self) -> tuple[float, str]:
+        try:
+            with open(self.settings.cmdline_file, encoding="utf-8", errors="replace") as f:
+                cmdline = f.read()
+        except OSError as exc:
+            cmdline = f"<unreadable: {exc}>"
+        return psutil.boot_time(), cmdline
+
+    def _read(self) -> guards.BootedImage:
+        return host.read_booted_image(
+            host_root=self.settings.host_root,
+            cmdline_file=self.settings.cmdline_file,
+            source=self.settings.booted_image_source.value,
+            rpm_ostree_command=(*self.settings.rpm_ostree_command, "status", "--json"),
+        )
+
+    async def get(self) -> guards.BootedImage:
+        key = await asyncio.to_thread(self._boot_key)
+        if key != self._key or self._value is None:
+            self._value = await asyncio.to_thread(self._read)
+            self._key = key
+            if self._value.error:
+                self.metrics.count_invalid_input("host_file")
+                log.warning("booted image unknown: %s", self._value.error)
+            else:
+                log.info("booted image %s (from %s)", self._value.digest, self._value.source)
+        return self._value
+
+
+# --- the controller -------------------------------------------------------------------------
+
+
+@dataclass
+class _Seen:
+    """What the loop last saw of the request, to count new requests and time reactions."""
+
+    desired: str | None = None
+    seen_at: float = 0.0  # monotonic: when the watch delivered this desiredDrain value
+    observed: bool = False  # False until the first Node was seen
+
+
+class Controller:
+    """One node's loop; also the server's StatusSource."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        kube: Kube,
+        metrics: Metrics,
+        counters: MetricCounters,
+        events: EventQueue,
+        shield: Shield | None = None,
+    ) -> None:
+        self.settings = settings
+        self.shield = shield
+        self.kube = kube
+        self.metrics = metrics
+        self.counters = counters
+        self.events = events
+        self.cache = WatchCache()
+        self.booted = BootedImageReader(settings, metrics)
+        self.guards = guards.default_guards(settings.build_pod_selectors)
+        self.started_at = datetime.now(UTC)
+        self._seen = _Seen()
+        # The hold as this agent last knew it on the Node (written, resumed, or seen).
+        self._hold: protocol.HoldRecord | None = None
+        self._status = AgentStatus(
+            node=settings.node_name,
+            decision="starting",
+            explanation="waiting for the Node and pod watches to list",
+            version=__version__,
+            started_at=self.started_at,
+            generated_at=self.started_at,
+        )
+        self._pass_started: float | None = None
+        self._synced_logged: set[str] = set()
+        self._running = False
+        self._last_logged: tuple[str, ...] | None = None
+        # Malformed inputs of the last decision: each is counted once, when it appears.
+        self._invalid: frozenset[tuple[str, str]] = frozenset()
+        # The watch lags behind our own patches (and GETs after a lost compare-and-swap):
+        # (the watch's resourceVersion then, the Node as the API returned it), used until
+        # the watch delivers something newer.
+        self._written: tuple[str, NodeObj] | None = None
+
+    # StatusSource -------------------------------------------------------------------------
+
+    def status(self) -> AgentStatus:
+        return replace(
+            self._status,
+            generated_at=datetime.now(UTC),
+            synced={"node": self.cache.node_synced, "pod": self.cache.pods_synced},
+            last_api_contact=self.counters.last_contact,
+            shield=None if self.shield is None else self.shield.status().to_json(),
+        )
+
+    def alive(self) -> bool:
+        if not self._running:
+            return False
+        started = self._pass_started
+        return started is None or time.monotonic() - started < STUCK_AFTER
+
+    def ready(self) -> tuple[bool, str]:
+        return readiness(
+            node_synced=self.cache.node_synced,
+            pods_synced=self.cache.pods_synced,
+            node_found=self.cache.node is not None,
+            node_name=self.settings.node_name,
+            last_contact=self.counters.last_contact,
+            now=datetime.now(UTC),
+            stale_after=self.settings.api_stale_after,
+        )
+
+    # The loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Decide on every change and at the decision's own recheck time, until cancelled."""
+        self._running = True
+        recheck: datetime | None = None
+        retry = Backoff()
+        try:
+            while True:
+                await self._wait(recheck)
+                self._report_synced()
+                if not self.cache.synced:
+                    continue  # invariant 7: no decision before both watches listed
+                self._pass_started = time.monotonic()
+                try:
+                    recheck = await self._pass()
+                    retry.reset()
+                except KubeError as exc:
+                    delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
+                    log.warning("API call failed (%s); deciding again in %.1fs", exc, delay)
+                    recheck = datetime.now(UTC) + timedelta(seconds=delay)
+                finally:
+                    self._pass_started = None
+        finally:
+            self._running = False
+
+    def _report_synced(self) -> None:
+        for resource, synced in (("node", self.cache.node_synced), ("pod", self.cache.pods_synced)):
+            if synced and resource not in self._synced_logged:
+                self._synced_logged.add(resource)
+                log.info("%s watch synced", resource)
+            self.metrics.set_synced(resource, synced)
+
+    async def _wait(self, recheck: datetime | None) -> None:
+        if recheck is None:
+            await self.cache.changed.wait()
+        else:
+            timeout = max(0.0, (recheck - datetime.now(UTC)).total_seconds())
+            # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a cancellation
+            # that lands as the event fires, and the loop would then never stop (SIGTERM hung).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self.cache.changed.wait()
+        self.cache.changed.clear()
+
+    def _current_node(self) -> NodeObj | None:
+        """The newest Node known: the watch's, or the one our last patch returned."""
+        node = self.cache.node
+        if self._written is None or node is None:
+            return node
+        based_on, written = self._written
+        if node.resource_version == based_on or _older(node, written):
+            return written
+        self._written = None
+        return node
+
+    async def _pass(self) -> datetime | None:
+        """Decide and apply, re-deciding on fresh state after a lost compare-and-swap."""
+        node = self._current_node()
+        for _ in range(CAS_ATTEMPTS):
+            if node is None:
+                self._set_status("idle", f"node {self.settings.node_name} not found", None)
+                return None
+            await self._observe(node)
+            view = guards.NodeView(
+                name=node.name,
+                annotations=node.annotations,
+                pods=tuple(_pod_info(p) for p in self.cache.pods.values()),
+                booted=await self.booted.get(),
+                now=datetime.now(UTC),
+                resource_version=node.resource_version,
+            )
+            decision = guards.decide(view, self.guards, self.settings.max_hold)
+            if not decision.patch:
+                self._settle(decision, node, view)
+                return decision.recheck_at
+            result = await self.kube.patch_node_json(node.name, decision.patch)
+            if isinstance(result, Applied):
+                self._written = (node.resource_version, result.node)
+                await self._committed(decision, node, result.node, view)
+                return decision.recheck_at
+            log.info(
+                "compare-and-swap lost (%s %s); deciding again on the current Node",
+                result.status,
+                result.message,
+            )
+            node = await self.kube.get_node(self.settings.node_name)
+            if node is not None and self.cache.node is not None:
+                # Newer than the watch for now, like our own writes: use it until caught up.
+                self._written = (self.cache.node.resource_version, node)
+        log.warning("node kept changing under %d attempts; waiting for the watch", CAS_ATTEMPTS)
+        return None
+
+    # What happened on the Node without us ---------------------------------------------------
+
+    async def _observe(self, node: NodeObj) -> None:
+        """Count new requests; notice holds that ended by someone else's write; resume holds."""
+        if self.shield is not None:
+            self.shield.node_seen(node.unschedulable)
+        ann = node.annotations
+        self.events.node_uid = node.uid or None
+        desired = ann.get(protocol.DESIRED_DRAIN)
+        if desired != self._seen.desired:
+            first = not self._seen.observed
+            self._seen = _Seen(desired, self.cache.node_seen_at or time.monotonic(), True)
+            verb = protocol.parse_drain_request(desired).verb
+            # The value found at start counts only if it still waits for a drain: an old,
+            # applied request is not new to anyone.
+            pending = desired != ann.get(protocol.LAST_APPLIED_DRAIN)
+            if verb is not protocol.Verb.NONE and (pending or not first):
+                self.metrics.count_drain_request(verb.value)
+        on_node = _node_hold(ann)
+        known = self._hold
+        if known is not None and (on_node is None or on_node.held_drain != known.held_drain):
+            if desired == known.held_drain and protocol.HELD_DRAIN in ann:
+                # The MCD wrote the held request again over the hold (it restarted): not an
+                # end; decide() holds it again with the same age, or cleans up and we count.
+                return
+            # Someone else restored the request (drain-guard release, or by hand): manual.
+            # Any other value is the MCD's newer request replacing the held one.
+            verb = protocol.parse_drain_request(desired).verb
+            outcome = (
+                protocol.Outcome.SUPERSEDED
+                if desired != known.held_drain
+                and verb in (protocol.Verb.DRAIN, protocol.Verb.UNCORDON)
+                else protocol.Outcome.MANUAL
+            )
+            await self._ended(known, outcome, node.name, desired)
+        if self._hold is None and on_node is not None:
+            self._hold = on_node
+            self.metrics.set_hold([r.value for r in on_node.reasons], on_node.since)
+            log.info(
+                "resuming hold found on the node",
+                extra={"fields": _hold_fields(node.name, on_node, self.settings)},
+            )
+
+    async def _ended(
+        self,
+        record: protocol.HoldRecord,
+        outcome: protocol.Outcome,
+        node: str,
+        now_value: str | None,
+    ) -> None:
+        held_for = datetime.now(UTC) - record.since
+        self._hold = None
+        self.metrics.hold_released(outcome.value, held_for.total_seconds())
+        self.events.drain_released(record.held_drain, outcome.value, held_for)
+        log.info(
+            "hold ended",
+            extra={
+                "fields": {
+                    "node": node,
+                    "request": record.held_drain,
+                    "reasons": [r.value for r in record.reasons],
+                    "outcome": outcome.value,
+                    "desiredDrain": now_value or "",
+                    "heldSeconds": round(held_for.total_seconds(), 3),
+                }
+            },
+        )
+
+    # Our own writes -----------------------------------------------------------------------
+
+    async def _committed(
+        self,
+        decision: guards.Decision,
+        before: NodeObj,
+        after: NodeObj,
+        view: guards.NodeView,
+    ) -> None:
+        after_desired = after.annotations.get(protocol.DESIRED_DRAIN)
+        if isinstance(decision, guards.Hold):
+            self._seen = _Seen(after_desired, self._seen.seen_at, True)
+            record = _node_hold(after.annotations)
+            self._hold = record
+            reasons = [b.reason.value for b in decision.blocks]
+            since = record.since if record else decision.since
+            if decision.resumed:
+                # The MCD wrote the held request again: the same hold, same age, not a new one.
+                self.metrics.set_hold(reasons, since)
+            else:
+                reaction = time.monotonic() - self._seen.seen_at
+                self.metrics.hold_committed(reasons, since, reaction)
+            if before.unschedulable:
+                # The MCC cordoned before the hold landed. Held anyway: an eviction already
+                # running is not stopped, but a failed or retried drain attempt will see the
+                # hold verb and stop, and the MCD cannot proceed (docs/troubleshooting.md).
+                self.metrics.race_lost()
+                log.warning(
+                    "node was already cordoned when the hold was written (race lost)",
+                    extra={"fields": {"node": after.name, "request": decision.original}},
+                )
+            self.events.drain_held(decision.original, reasons, guards.hold_detail(decision.blocks))
+        elif isinstance(decision, guards.UpdateHold):
+            self._hold = _node_hold(after.annotations)
+            reasons = [b.reason.value for b in decision.blocks]
+            self.metrics.set_hold(reasons, decision.record.since)
+            self.events.drain_held(
+                decision.record.held_drain, reasons, guards.hold_detail(decision.blocks)
+            )
+        elif isinstance(decision, guards.Release):
+            # The restored request is the MCD's, already counted when it first appeared.
+            self._seen = _Seen(after_desired, self._seen.seen_at, True)
+            record = decision.record or self._hold
+            if record is not None:
+                await self._ended(record, decision.outcome, after.name, after_desired)
+            self._hold = None
+        elif isinstance(decision, guards.CleanUp) and self._hold is not None:
+            await self._ended(
+                self._hold,
+                decision.outcome or protocol.Outcome.SUPERSEDED,
+                after.name,
+                after_desired,
+            )
+        self._settle(decision, after, view)
+
+    # Status and the decision log ---------------------------------------------------------
+
+    def _settle(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
+        invalid = _invalid_inputs(decision)
+        for kind, _ in invalid - self._invalid:
+            self.metrics.count_invalid_input(kind)
+        self._invalid = invalid
+        name = _status_name(decision, node)
+        self._set_status(name, decision.explain(), node, decision, view)
+        key = _log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
+        if decision.patch or key != self._last_logged:
+            self._last_logged = key
+            log.info("decision", extra={"fields": _decision_fields(node, decision, name)})
+
+    def _set_status(
+        self,
+        name: str,
+        explanation: str,
+        node: NodeObj | None,
+        decision: guards.Decision | None = None,
+        view: guards.NodeView | None = None,
+    ) -> None:
+        ann: Mapping[str, str] = node.annotations if node is not None else {}
+        record = self._hold
+        blocks: tuple[guards.Block, ...] = ()
+        if isinstance(decision, guards.Hold | guards.UpdateHold | guards.Keep):
+            blocks = decision.blocks
+        build_pods: tuple[PodStatus, ...] | None = None
+        booted = BootedImageStatus()
+        desired_digest: str | None = None
+        if view is not None:
+            for guard in self.guards:
+                if isinstance(guard, guards.BuildPodGuard) and view.pods is not None:
+                    found = guard.build_pods(view.pods)
+                    build_pods = tuple(PodStatus(p.namespace, p.name, p.phase) for p in found)
+                    self.metrics.set_build_pods(len(found))
+                if isinstance(guard, guards.NoopImageGuard):
+                    equal, _, _ = guard.compare(view)
+                    self.metrics.set_image_match(equal)
+            booted = BootedImageStatus(
+                view.booted.digest, view.booted.reference, view.booted.source, view.booted.error
+            )
+            desired_digest = _digest(ann.get(protocol.DESIRED_IMAGE))
+        self._status = AgentStatus(
+            node=self.settings.node_name,
+            decision=name,
+            explanation=explanation,
+            version=__version__,
+            started_at=self.started_at,
+            generated_at=datetime.now(UTC),
+            desired_drain=ann.get(protocol.DESIRED_DRAIN),
+            last_applied_drain=ann.get(protocol.LAST_APPLIED_DRAIN),
+            held_request=record.held_drain if record else None,
+            hold_reasons=tuple(HoldReasonStatus(b.reason.value, b.detail) for b in blocks),
+            since=record.since if record else None,
+            expires_at=record.since + self.settings.max_hold if record else None,
+            build_pods=build_pods,
+            desired_image=ann.get(protocol.DESIRED_IMAGE),
+            desired_digest=desired_digest,
+            booted=booted,
+        )
+
+    # Shutdown -----------------------------------------------------------------------------
+
+    async def release_on_exit(self) -> None:
+        """Release this node's hold with outcome ``uninstall`` (CAS, re-read on conflict)."""
+        for _ in range(CAS_ATTEMPTS):
+            node = await self.kube.get_node(self.settings.node_name)
+            if node is None:
+                return
+            try:
+                decision = guards.force_release(
+                    node.annotations, node.resource_version, protocol.Outcome.UNINSTALL
+                )
+            except guards.NothingHeldError as exc:
+                log.info("nothing to release on exit: %s", exc)
+                return
+            except protocol.ProtocolError as exc:
+                log.warning("not releasing on exit: %s", exc)
+                return
+            result = await self.kube.patch_node_json(node.name, decision.patch)
+            if isinstance(result, Applied):
+                record = decision.record or _node_hold(node.annotations)
+                if record is not None:
+                    await self._ended(
+                        record, protocol.Outcome.UNINSTALL, node.name, decision.original
+                    )
+                log.info(
+                    "decision",
+                    extra={"fields": _decision_fields(result.node, decision, "release")},
+                )
+                return
+        log.warning("could not release on exit: the node kept changing")
+
+
+def readiness(
+    *,
+    node_synced: bool,
+    pods_synced: bool,
+    node_found: bool,
+    node_name: str,
+    last_contact: datetime | None,
+    now: datetime,
+    stale_after: timedelta,
+) -> tuple[bool, str]:
+    """``/readyz``: the watches listed, the Node exists, and the API answered recently
+    (an agent cut off from the API cannot hold anything; it should say so)."""
+    if not node_synced:
+        return False, "node watch not synced"
+    if not pods_synced:
+        return False, "pod watch not synced"
+    if not node_found:
+        return False, f"node {node_name} not found"
+    if last_contact is None or now - last_contact > stale_after:
+        since = (
+            "never" if last_contact is None else f"since {protocol.format_rfc3339(last_contact)}"
+        )
+        return False, f"API server not reached {since} (--api-stale-after {stale_after})"
+    return True, ""
+
+
+def _older(node: NodeObj, than: NodeObj) -> bool:
+    """Whether ``node`` is an older version than ``than`` (resourceVersions as integers when
+    they are; Kubernetes calls them opaque, so otherwise assume the watch is newer)."""
+    try:
+        return int(node.resource_version) < int(than.resource_version)
+    except ValueError:
+        return False
+
+
+def _node_hold(annotations: Mapping[str, str]) -> protocol.HoldRecord | None:
+    """The hold on the Node if it is drain-guard's and in force (desiredDrain = hold-<held>)."""
+    try:
+        record = protocol.read_hold(annotations)
+    except protocol.MalformedHold:
+        return None
+    if record is None:
+        return None
+    if annotations.get(protocol.DESIRED_DRAIN) != protocol.HOLD_PREFIX + record.held_drain:
+        return None
+    return record
+
+
+def _pod_info(pod: PodObj) -> guards.PodInfo:
+    return guards.PodInfo(
+        namespace=pod.namespace,
+        name=pod.name,
+        phase=pod.phase,
+        labels=pod.labels,
+        owners=tuple(OwnerRef(kind, name) for kind, name in pod.owners),
+        deleting=pod.deleting,
+    )
+
+
+def _digest(image: str | None) -> str | None:
+    if not image:
+        return None
+    try:
+        return digest_of(image)
+    except ImageRefError:
+        return None
+
+
+_INVALID_KIND = {
+    protocol.Reason.MANUAL: "hold_request",
+    protocol.Reason.NOOP_IMAGE: "image_ref",
+}
+
+
+def _invalid_inputs(decision: guards.Decision) -> frozenset[tuple[str, str]]:
+    """(metric kind, what) of every malformed input behind this decision."""
+    found = {
+        (_INVALID_KIND.get(v.reason, "annotation"), v.detail)
+        for v in decision.verdicts
+        if isinstance(v, guards.Clear) and v.invalid
+    }
+    if isinstance(decision, guards.Release) and decision.outcome is protocol.Outcome.INVALID:
+        found.add(("annotation", decision.why))
+    if (
+        isinstance(decision, guards.CleanUp)
+        and decision.ended is None  # hold keys without a readable record: malformed
+        and any(k in protocol.OWNED_KEYS for k in decision.keys)
+    ):
+        found.add(("annotation", decision.why))
+    return frozenset(found)
+
+
+def _status_name(decision: guards.Decision, node: NodeObj) -> str:
+    if isinstance(decision, guards.Hold):
+        return "hold"
+    if isinstance(decision, guards.Keep):
+        return "holding"
+    if isinstance(decision, guards.UpdateHold):
+        return "update-hold"
+    if isinstance(decision, guards.Release):
+        return "release"
+    if isinstance(decision, guards.Wait):
+        return "wait"
+    request = protocol.parse_drain_request(node.annotations.get(protocol.DESIRED_DRAIN))
+    pending = node.annotations.get(protocol.DESIRED_DRAIN) != node.annotations.get(
+        protocol.LAST_APPLIED_DRAIN
+    )
+    return "pass" if request.verb is protocol.Verb.DRAIN and pending else "idle"
+
+
+def _log_key(decision: guards.Decision, request: str | None) -> tuple[str, ...]:
+    """Decisions with the same key are logged once: a hold is not re-logged on every pod event."""
+    if isinstance(decision, guards.Hold):
+        return ("held", decision.original, guards.hold_detail(decision.blocks))
+    if isinstance(decision, guards.Keep | guards.UpdateHold):
+        return ("held", decision.record.held_drain, guards.hold_detail(decision.blocks))
+    return (type(decision).__name__, request or "", decision.explain())
+
+
+def _decision_fields(node: NodeObj, decision: guards.Decision, name: str) -> dict[str, Any]:
+    """The one structured line per decision: node, request, reasons, outcome."""
+    request: str | None
+    reasons: list[str] = []
+    outcome = name
+    if isinstance(decision, guards.Hold):
+        request = decision.original
+        reasons = [b.reason.value for b in decision.blocks]
+    elif isinstance(decision, guards.Keep | guards.UpdateHold):
+        request = decision.record.held_drain
+        reasons = [b.reason.value for b in decision.blocks]
+    elif isinstance(decision, guards.Release):
+        request = decision.original
+        reasons = [r.value for r in decision.record.reasons] if decision.record else []
+        outcome = f"release:{decision.outcome.value}"
+    elif isinstance(decision, guards.Wait):
+        request = decision.request
+        reasons = [u.reason.value for u in decision.unknowns]
+    else:
+        request = node.annotations.get(protocol.DESIRED_DRAIN)
+    return {
+        "node": node.name,
+        "request": request or "",
+        "reasons": reasons,
+        "outcome": outcome,
+        "why": decision.explain(),
+    }
+
+
+def _hold_fields(node: str, record: protocol.HoldRecord, settings: Settings) -> dict[str, Any]:
+    return {
+        "node": node,
+        "request": record.held_drain,
+        "reasons": [r.value for r in record.reasons],
+        "heldSince": protocol.format_rfc3339(record.since),
+        "expiresAt": protocol.format_rfc3339(record.since + settings.max_hold),
+    }
+
+
+# --- the process ------------------------------------------------------------------------
+
+
+async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
+    """Whether to release holds on exit, and why (uninstall vs rolling update)."""
+    if settings.release_on_exit:
+        return True, "--release-on-exit"
+    ref: DaemonSetRef | None = settings.daemonset
+    if ref is None:
+        return False, "no --daemonset and no --release-on-exit: holds are kept"
+    try:
+        state = await kube.daemonset_state(ref.namespace, ref.name)
+    except KubeError as exc:
+        # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
+        # undoable. So when in doubt, keep.
+        return False, f"cannot read DaemonSet {ref} ({exc}): holds are kept"
+    if state is DaemonSetState.PRESENT:
+        return False, f"DaemonSet {ref} exists (rolling update): holds are kept"
+    return True, f"DaemonSet {ref} is {state.value} (uninstall)"
+
+
+async def _main(settings: Settings) -> int:
+    metrics = Metrics()
+    counters = MetricCounters(metrics)
+    try:
+        kube = await Kube.connect(settings.kubeconfig, counters)
+    except (ConfigException, OSError, ValueError) as exc:
+        log.error("cannot load Kubernetes config: %s", exc)
+        return 1
+    events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
+    shield = None
+    if settings.shield_build_pods:
+        shield = Shield(
+            kube.api,
+            settings.node_name,
+            settings.build_pod_selectors,
+            dependencies=settings.shield_dependencies,
+            metrics=metrics,
+        )
+    else:
+        # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
+        metrics.synced.remove("poddisruptionbudget")
+    controller = Controller(settings, kube, metrics, counters, events, shield)
+    if settings.daemonset is None and not settings.release_on_exit:
+        log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
+    try:
+        runner, _ = await serve(make_app(controller, metrics), str(settings.listen))
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc)
+        await kube.close()
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "drain-guard %s guarding node %s (max-hold %s)",
+        __version__,
+        settings.node_name,
+        settings.max_hold,
+    )
+    tasks = [
+        asyncio.create_task(kube.watch_node(settings.node_name, controller.cache), name="node"),
+        asyncio.create_task(kube.watch_pods(settings.node_name, controller.cache), name="pods"),
+        asyncio.create_task(controller.run(), name="controller"),
+    ]
+    if shield is not None:
+        tasks.append(asyncio.create_task(shield.run(), name="shield"))
+    sender = asyncio.create_task(events.run(), name="events")
+    stopper = asyncio.create_task(stop.wait(), name="stop")
+    code = 0
+    try:
+        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stopper and task.exception() is not None:
+                log.error("%s task failed", task.get_name(), exc_info=task.exception())
+                code = 1
+        log.info("stopping")
+    finally:
+        for task in [*tasks, stopper]:
+            task.cancel()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+        try:
+            release, why = await shutdown_releases(settings, kube)
+            log.info("on exit: %s", why)
+            if release:
+                await controller.release_on_exit()
+                if shield is not None:
+                    # Uninstalled: leave no budgets behind (a rolling update keeps them).
+                    log.info("on exit: removed %d shield budgets", await shield.remove_all())
+        except KubeError as exc:
+            log.error("could not release on exit: %s", exc)
+            code = 1
+        try:
+            async with asyncio.timeout(EVENT_FLUSH_TIMEOUT):
+                await events.flush()
+        except TimeoutError:
+            log.warning("exiting with Events not yet written")
+        sender.cancel()
+        await asyncio.gather(sender, return_exceptions=True)
+        await runner.cleanup()
+        await kube.close()
+    return code
+
+
+def run_agent(settings: Settings) -> int:
+    """``drain-guard run``: the agent until SIGTERM/SIGINT; 0 after a clean shutdown."""
+    configure_logging(settings.log_format, settings.log_level)
+    return asyncio.run(_main(settings))

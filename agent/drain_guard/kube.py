@@ -1,0 +1,519 @@
+"""Kubernetes I/O over kubernetes_asyncio: client set-up, list-then-watch, compare-and-swap.
+
+The watch stream is read here rather than through ``kubernetes_asyncio.watch.Watch``: that
+class retries a 410 once with the same stale resourceVersion and then raises, turns error
+statuses into exceptions without their headers (so a 429's Retry-After is lost), and reads
+lines with aiohttp's 64 KiB line limit. Reading the stream ourselves keeps one explicit state
+machine: list, watch from the list's resourceVersion (bookmarks move it forward), renew on the
+server's ``timeoutSeconds``, re-list on 410, back off with jitter on anything else.
+
+Every request carries a timeout; nothing here polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any, Protocol
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.config.config_exception import ConfigException
+
+from drain_guard import __version__
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT = 10.0  # seconds, for every non-watch request
+#: ``timeoutSeconds`` asked for on watches (±10 %): client-go's reflector asks 5 to 10 minutes.
+#: Each renewal is one request; at rest they are nearly all the agent sends.
+WATCH_TIMEOUT = 600
+#: A watch stream silent this long is taken for dead (a half-open connection) and renewed:
+#: a real API server sends a bookmark about once a minute on an idle watch.
+WATCH_READ_TIMEOUT = 180.0
+JSON_PATCH = "application/json-patch+json"
+DEFAULT_KUBECONFIG = os.path.expanduser("~/.kube/config")
+JsonObj = dict[str, Any]
+
+
+class KubeError(Exception):
+    """A failed API call: HTTP status (0 for transport errors), reason and Retry-After."""
+
+    def __init__(self, status: int, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class Counters(Protocol):
+    """Where the I/O layer reports errors and watch restarts (the controller maps to metrics)."""
+
+    def api_error(self, operation: str, status: int) -> None: ...
+
+    def api_contact(self) -> None: ...
+
+    def watch_restart(self, resource: str, reason: str) -> None: ...
+
+
+class NullCounters:
+    """Counters for callers without metrics (the CLI)."""
+
+    def api_error(self, operation: str, status: int) -> None:
+        return None
+
+    def api_contact(self) -> None:
+        return None
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class NodeObj:
+    """The parts of a Node the agent reads."""
+
+    name: str
+    resource_version: str
+    annotations: Mapping[str, str]
+    unschedulable: bool
+    uid: str = ""
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> NodeObj:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        return cls(
+            name=str(meta.get("name", "")),
+            resource_version=str(meta.get("resourceVersion", "")),
+            annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+            unschedulable=bool(spec.get("unschedulable", False)),
+            uid=str(meta.get("uid", "")),
+        )
+
+
+@dataclass(frozen=True)
+class PodObj:
+    """The parts of a Pod the build-pod guard reads."""
+
+    namespace: str
+    name: str
+    phase: str
+    labels: Mapping[str, str]
+    owners: tuple[tuple[str, str], ...]  # (kind, name) of each ownerReference
+    deleting: bool
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> PodObj:
+        meta = obj.get("metadata") or {}
+        status = obj.get("status") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            phase=str(status.get("phase") or "Pending"),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            owners=tuple(
+                (str(o.get("kind", "")), str(o.get("name", "")))
+                for o in meta.get("ownerReferences") or ()
+            ),
+            deleting=meta.get("deletionTimestamp") is not None,
+        )
+
+
+@dataclass
+class WatchCache:
+    """The latest Node and pods from the watches; ``changed`` wakes the controller."""
+
+    node: NodeObj | None = None
+    pods: dict[tuple[str, str], PodObj] = field(default_factory=dict)
+    node_synced: bool = False
+    pods_synced: bool = False
+    # monotonic time at which the watch delivered the latest Node version, for reaction_seconds
+    node_seen_at: float = 0.0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def synced(self) -> bool:
+        return self.node_synced and self.pods_synced
+
+    def _notify(self) -> None:
+        self.changed.set()
+
+    def replace_node(self, items: Sequence[JsonObj]) -> None:
+        self.node = NodeObj.from_dict(items[0]) if items else None
+        self.node_synced = True
+        self.node_seen_at = time.monotonic()
+        self._notify()
+
+    def apply_node(self, kind: str, obj: JsonObj) -> None:
+        self.node = None if kind == "DELETED" else NodeObj.from_dict(obj)
+        self.node_seen_at = time.monotonic()
+        self._notify()
+
+    def replace_pods(self, items: Sequence[JsonObj]) -> None:
+        self.pods = {}
+        for item in items:
+            pod = PodObj.from_dict(item)
+            self.pods[(pod.namespace, pod.name)] = pod
+        self.pods_synced = True
+        self._notify()
+
+    def apply_pod(self, kind: str, obj: JsonObj) -> None:
+        pod = PodObj.from_dict(obj)
+        key = (pod.namespace, pod.name)
+        if kind == "DELETED":
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = pod
+        self._notify()
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A patch that was committed; ``node`` is the Node as the server returned it."""
+
+    node: NodeObj
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A compare-and-swap that lost (422 failed ``test``, or 409): re-read and decide again."""
+
+    status: int
+    message: str
+
+
+PatchResult = Applied | Conflict
+
+
+class DaemonSetState(enum.Enum):
+    ABSENT = "absent"
+    DELETING = "deleting"
+    PRESENT = "present"
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter; reset after any success."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    attempt: int = 0
+
+    def next_delay(self, retry_after: float | None = None) -> float:
+        self.attempt += 1
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), 120.0)
+        return random.uniform(0, min(self.cap, self.base * 2 ** (self.attempt - 1)))
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    if not headers:
+        return None
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+async def _error_from(resp: aiohttp.ClientResponse) -> KubeError:
+    text = await resp.text()
+    reason = resp.reason or ""
+    try:
+        body = json.loads(text)
+        reason = str(body.get("message") or body.get("reason") or reason)
+    except ValueError:
+        pass
+    return KubeError(resp.status, reason, _retry_after(resp.headers))
+
+
+async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    """An ApiClient from ``kubeconfig``, else the in-cluster config, else ~/.kube/config."""
+    cfg = k8s.Configuration()
+    if kubeconfig is not None:
+        # The library reports a missing file as a missing current-context: say it plainly.
+        if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat at start-up)
+            raise ConfigException(f"kubeconfig {kubeconfig} not found")
+        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except ConfigException as in_cluster:
+            if not os.path.isfile(DEFAULT_KUBECONFIG):  # noqa: ASYNC240
+                raise ConfigException(
+                    f"not in a cluster ({in_cluster}) and no {DEFAULT_KUBECONFIG};"
+                    " give --kubeconfig or KUBECONFIG"
+                ) from None
+            await k8s_config.load_kube_config(
+                config_file=DEFAULT_KUBECONFIG, client_configuration=cfg
+            )
+    api = k8s.ApiClient(configuration=cfg)
+    api.user_agent = f"drain-guard/{__version__}"
+    return api
+
+
+class Kube:
+    """The few API calls the agent and the CLI make, each with a timeout and raw JSON out."""
+
+    def __init__(self, api: k8s.ApiClient, counters: Counters | None = None) -> None:
+        self.api = api
+        self.core = k8s.CoreV1Api(api)
+        self.apps = k8s.AppsV1Api(api)
+        self.counters: Counters = counters or NullCounters()
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None, counters: Counters | None = None) -> Kube:
+        return cls(await load_api_client(kubeconfig), counters)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _call(
+        self, operation: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> JsonObj:
+        """Call a generated API function unparsed; non-2xx and transport errors → KubeError."""
+        try:
+            resp = await fn(
+                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
+            )
+            async with resp:
+                if not 200 <= resp.status <= 299:
+                    raise await _error_from(resp)
+                body: JsonObj = await resp.json(content_type=None)
+            self.counters.api_contact()
+            return body
+        except KubeError as exc:
+            if exc.status != 404:
+                self.counters.api_error(operation, exc.status)
+            raise
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self.counters.api_error(operation, 0)
+            raise KubeError(0, f"{type(exc).__name__}: {exc}") from exc
+
+    async def get_node(self, name: str) -> NodeObj | None:
+        try:
+            return NodeObj.from_dict(await self._call("node_get", self.core.read_node, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list_nodes(self) -> list[NodeObj]:
+        body = await self._call("node_list", self.core.list_node)
+        return [NodeObj.from_dict(item) for item in body.get("items") or ()]
+
+    async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
+        """Apply a JSON Patch; a failed ``test`` (422) or a 409 is a :class:`Conflict`."""
+        try:
+            body = await self._call(
+                "node_patch",
+                self.core.patch_node,
+                name,
+                [dict(op) for op in ops],
+                _content_type=JSON_PATCH,
+            )
+        except KubeError as exc:
+            if exc.status in (409, 422):
+                return Conflict(exc.status, exc.reason)
+            raise
+        return Applied(NodeObj.from_dict(body))
+
+    async def daemonset_state(self, namespace: str, name: str) -> DaemonSetState:
+        try:
+            body = await self._call(
+                "daemonset_get", self.apps.read_namespaced_daemon_set, name, namespace
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return DaemonSetState.ABSENT
+            raise
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
+            return DaemonSetState.DELETING
+        return DaemonSetState.PRESENT
+
+    async def watch_node(
+        self, name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
+    ) -> None:
+        """Keep ``cache.node`` current until cancelled."""
+        await ListWatch(
+            resource="node",
+            list_fn=self.core.list_node,
+            field_selector=f"metadata.name={name}",
+            replace=cache.replace_node,
+            apply=cache.apply_node,
+            counters=self.counters,
+            watch_timeout=watch_timeout,
+        ).run()
+
+    async def watch_pods(
+        self, node_name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
+    ) -> None:
+        """Keep ``cache.pods`` (every pod bound to ``node_name``) current until cancelled."""
+        await ListWatch(
+            resource="pod",
+            list_fn=self.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node_name}",
+            replace=cache.replace_pods,
+            apply=cache.apply_pod,
+            counters=self.counters,
+            watch_timeout=watch_timeout,
+        ).run()
+
+
+class _GoneError(Exception):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+class _StreamError(Exception):
+    """An ERROR event other than 410 in the watch stream."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status} {message}")
+        self.status = status
+
+
+@dataclass
+class ListWatch:
+    """List, then watch from the list's resourceVersion, forever (until cancelled)."""
+
+    resource: str
+    list_fn: Callable[..., Awaitable[Any]]
+    field_selector: str
+    replace: Callable[[Sequence[JsonObj]], None]
+    apply: Callable[[str, JsonObj], None]
+    counters: Counters
+    watch_timeout: int = WATCH_TIMEOUT
+    resource_version: str | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    _phase: str = "list"
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if self.resource_version is None:
+                    self._phase = "list"
+                    await self._list()
+                self._phase = "watch"
+                await self._watch_once()
+                # The server ended the watch (timeoutSeconds): renew from where we are.
+                self.counters.watch_restart(self.resource, "closed")
+            except _GoneError:
+                log.info("watch of %s expired (410), listing again", self.resource)
+                self.counters.watch_restart(self.resource, "expired")
+                self.resource_version = None
+            except (KubeError, _StreamError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                status = getattr(exc, "status", 0)
+                self.counters.api_error(f"{self.resource}_{self._phase}", status)
+                self.counters.watch_restart(self.resource, "error")
+                if isinstance(exc, _StreamError):
+                    self.resource_version = None
+                retry_after = exc.retry_after if isinstance(exc, KubeError) else None
+                delay = self.backoff.next_delay(retry_after if status == 429 else None)
+                log.warning("watch of %s failed (%s), retrying in %.1fs", self.resource, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        resp = await self.list_fn(
+            field_selector=self.field_selector,
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT,
+        )
+        async with resp:
+            if not 200 <= resp.status <= 299:
+                raise await _error_from(resp)
+            body = await resp.json(content_type=None)
+        self.counters.api_contact()
+        if not isinstance(body, dict):
+            raise ValueError(f"malformed {self.resource} list: not an object")
+        try:
+            self.replace(body.get("items") or [])
+        except (AttributeError, TypeError) as exc:
+            raise ValueError(f"malformed {self.resource} in list: {exc}") from None
+        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion", ""))
+        self.backoff.reset()
+
+    async def _watch_once(self) -> None:
+        # Jitter the server-side timeout so that a fleet of agents does not renew in lockstep.
+        server_timeout = max(1, int(self.watch_timeout * random.uniform(0.9, 1.1)))
+        resp = await self.list_fn(
+            field_selector=self.field_selector,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version,
+            timeout_seconds=server_timeout,
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(
+                total=server_timeout + 30,
+                sock_connect=REQUEST_TIMEOUT,
+                sock_read=WATCH_READ_TIMEOUT,
+            ),
+        )
+        async with resp:
+            if resp.status == 410:
+                raise _GoneError()
+            if not 200 <= resp.status <= 299:
+                raise await _error_from(resp)
+            self.counters.api_contact()
+            # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
+            # one Pod with large annotations can be longer than that.
+            buffer = b""
+            async for chunk in resp.content.iter_any():
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._handle_line(line)
+            if buffer.strip():
+                self._handle_line(buffer)
+
+    def _handle_line(self, line: bytes) -> None:
+        event = json.loads(line)
+        obj = event.get("object") or {} if isinstance(event, dict) else None
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
+            # A garbled stream: fail this watch (counted, logged, retried) rather than the
+            # task, which would take the agent down with it. Re-list from scratch.
+            self.resource_version = None
+            raise ValueError(f"malformed watch event on {self.resource}: not an object")
+        kind = str(event.get("type", ""))
+        if kind == "ERROR" or "type" not in event:
+            status = obj if kind == "ERROR" else event
+            code = int(status.get("code") or 0)
+            if code == 410:
+                raise _GoneError()
+            raise _StreamError(code, str(status.get("message", "")))
+        # Events and bookmarks (about one a minute from a real server) show the API alive.
+        self.counters.api_contact()
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            if rv:
+                self.resource_version = str(rv)
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("ignoring watch event of type %r on %s", kind, self.resource)
+            return
+        try:
+            self.apply(kind, obj)
+        except (AttributeError, TypeError) as exc:
+            self.resource_version = None
+            raise ValueError(f"malformed {self.resource} in watch event: {exc}") from None
+        if rv:
+            self.resource_version = str(rv)
+        self.backoff.reset()

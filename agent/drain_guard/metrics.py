@@ -1,0 +1,339 @@
+"""Prometheus metrics of one agent.
+
+Each ``Metrics`` owns its own ``CollectorRegistry`` (tests and the simulator run several agents
+in one process, and the global registry would mix them). Names follow Prometheus conventions:
+prefix ``drain_guard_``, base units, ``_total`` counters, ``_timestamp_seconds``, ``_info``.
+There is no ``node`` label: the scrape adds target labels. Label values come from the bounded
+tuples below only (no pod names, no digests), and every series of a bounded label exists from
+the start at 0, so alerts such as ``increase(...{outcome="expired"}[15m])`` have data.
+
+The controller records through the methods (one way to do each thing); the metric objects are
+attributes so tests and the docs check can read them. ``docs/metrics.md`` is the reference.
+
+API (used by ``controller``, ``events`` and ``server``)::
+
+    m = Metrics()                                   # own registry; Metrics(registry) to share
+    m.registry                                      # CollectorRegistry served at /metrics
+    m.count_drain_request(verb)                     # VERBS
+    m.hold_committed(reasons, since, reaction_seconds)  # a new hold written; None if unknown
+    m.race_lost()                                   # the node was cordoned before the hold
+    m.set_hold(reasons, since)                      # gauges: resumed hold or changed reasons
+    m.hold_released(outcome, held_for_seconds)      # OUTCOMES; also clears the hold gauges
+    m.clear_hold()                                  # gauges only: no hold (e.g. start-up)
+    m.set_build_pods(n); m.set_image_match(True | False | None)
+    m.set_synced(resource, bool); m.count_watch_restart(resource, reason)
+    m.count_api_error(operation); m.api_contact(when)
+    m.count_invalid_input(kind); m.count_event(reason)
+    m.set_shield_budgets(n); m.set_shield_conflicts(n); m.count_shield_blocked_drain()
+
+An unknown label value raises ``ValueError``: it is a programming error, and an unbounded
+label would be worse than a crash in a test.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable
+from datetime import datetime
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+)
+
+from drain_guard import __version__
+from drain_guard.protocol import Outcome, Reason, Verb
+
+PREFIX = "drain_guard_"
+
+#: Hold reasons, outcomes and request verbs: the protocol's enums, so they cannot drift.
+REASONS: tuple[str, ...] = tuple(Reason)
+OUTCOMES: tuple[str, ...] = tuple(Outcome)
+VERBS: tuple[str, ...] = tuple(Verb)
+#: Kubernetes API calls that can fail (see ``agent/drain_guard/permissions.py``).
+API_OPERATIONS: tuple[str, ...] = (
+    "node_get",
+    "node_list",
+    "node_watch",
+    "node_patch",
+    "pod_list",
+    "pod_watch",
+    "event_create",
+    "event_patch",
+    "daemonset_get",
+    # The shield (agent/drain_guard/shield.py): budgets in the shielded namespaces.
+    "poddisruptionbudget_list",
+    "poddisruptionbudget_watch",
+    "poddisruptionbudget_create",
+    "poddisruptionbudget_delete",
+)
+#: Resources the agent watches.
+WATCH_RESOURCES: tuple[str, ...] = ("node", "pod", "poddisruptionbudget")
+#: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
+WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
+#: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
+#: hold request, an image reference, a host file (kernel cmdline, ostree origin, rpm-ostree).
+INVALID_INPUT_KINDS: tuple[str, ...] = ("annotation", "hold_request", "image_ref", "host_file")
+#: Event reasons written on the Node (see ``agent/drain_guard/events.py``).
+EVENT_REASONS: tuple[str, ...] = ("DrainHeld", "DrainReleased", "DrainHoldExpired")
+
+#: Hold durations: seconds to beyond the MCD's 1 h drain timeout (max-hold defaults to 45 min).
+HOLD_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200)
+#: Request seen → hold committed: the MCC may cordon ~2 s after the request, so milliseconds.
+REACTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
+    value = str(value)
+    if value not in allowed:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {', '.join(allowed)}")
+    return value
+
+
+def _reasons(reasons: Iterable[str]) -> frozenset[str]:
+    checked = frozenset(_check(reason, REASONS, "reason") for reason in reasons)
+    if not checked:
+        raise ValueError("a hold needs at least one reason")
+    return checked
+
+
+class Metrics:
+    """The metric objects of one agent, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+
+        self.hold_active = Gauge(
+            PREFIX + "hold_active",
+            "1 while a drain is held for this reason, else 0.",
+            ["reason"],
+            registry=r,
+        )
+        self.hold_started_timestamp_seconds = Gauge(
+            PREFIX + "hold_started_timestamp_seconds",
+            "Unix time the current hold began (held-since on the Node); 0 when no hold.",
+            registry=r,
+        )
+        self.holds_total = Counter(
+            PREFIX + "holds",
+            "Holds committed by this agent, per reason (a hold with two reasons counts in both).",
+            ["reason"],
+            registry=r,
+        )
+        self.releases_total = Counter(
+            PREFIX + "releases",
+            "Holds ended, per outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.hold_duration_seconds = Histogram(
+            PREFIX + "hold_duration_seconds",
+            "How long ended holds lasted, from held-since.",
+            buckets=HOLD_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.drain_requests_total = Counter(
+            PREFIX + "drain_requests",
+            "New desiredDrain values seen on the Node, per verb.",
+            ["verb"],
+            registry=r,
+        )
+        self.reaction_seconds = Histogram(
+            PREFIX + "reaction_seconds",
+            "Time from seeing a drain request to committing its hold.",
+            buckets=REACTION_BUCKETS,
+            registry=r,
+        )
+        self.race_lost_total = Counter(
+            PREFIX + "race_lost",
+            "Drain requests that should have been held but the node was already cordoned.",
+            registry=r,
+        )
+        self.build_pods = Gauge(
+            PREFIX + "build_pods",
+            "Non-terminal build pods (and pods builds depend on) seen on this node.",
+            registry=r,
+        )
+        self.image_match = Gauge(
+            PREFIX + "image_match",
+            "Desired image digest vs booted digest: 1 equal, 0 differ, -1 unknown.",
+            registry=r,
+        )
+        self.api_errors_total = Counter(
+            PREFIX + "api_errors",
+            "Failed Kubernetes API calls, per operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.watch_restarts_total = Counter(
+            PREFIX + "watch_restarts",
+            "Watches restarted, per resource and reason.",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.synced = Gauge(
+            PREFIX + "synced",
+            "1 when the watch of this resource has listed and is current, else 0.",
+            ["resource"],
+            registry=r,
+        )
+        self.invalid_input_total = Counter(
+            PREFIX + "invalid_input",
+            "Input rejected as malformed, per kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.events_emitted_total = Counter(
+            PREFIX + "events_emitted",
+            "Kubernetes Events written or bumped on the Node, per reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.last_api_contact_timestamp_seconds = Gauge(
+            PREFIX + "last_api_contact_timestamp_seconds",
+            "Unix time of the last successful Kubernetes API response; 0 before the first.",
+            registry=r,
+        )
+        self.shield_budgets = Gauge(
+            PREFIX + "shield_budgets",
+            "PodDisruptionBudgets this agent keeps on build pods (and dependencies) of its node.",
+            registry=r,
+        )
+        self.shield_conflicts = Gauge(
+            PREFIX + "shield_conflicts",
+            "Pods to shield that another PodDisruptionBudget already selects (left alone).",
+            registry=r,
+        )
+        self.shield_blocked_drains_total = Counter(
+            PREFIX + "shield_blocked_drains",
+            "Cordons of the node while shield budgets held: drains the budgets refuse.",
+            registry=r,
+        )
+        self.build_info = Info(
+            PREFIX + "build",
+            "Agent version and Python version; the value is always 1.",
+            registry=r,
+        )
+
+        self.build_info.info({"version": __version__, "python_version": platform.python_version()})
+        for reason in REASONS:
+            self.hold_active.labels(reason=reason).set(0)
+            self.holds_total.labels(reason=reason)
+        for outcome in OUTCOMES:
+            self.releases_total.labels(outcome=outcome)
+        for verb in VERBS:
+            self.drain_requests_total.labels(verb=verb)
+        for operation in API_OPERATIONS:
+            self.api_errors_total.labels(operation=operation)
+        for resource in WATCH_RESOURCES:
+            self.synced.labels(resource=resource).set(0)
+            for why in WATCH_RESTART_REASONS:
+                self.watch_restarts_total.labels(resource=resource, reason=why)
+        for kind in INVALID_INPUT_KINDS:
+            self.invalid_input_total.labels(kind=kind)
+        for event_reason in EVENT_REASONS:
+            self.events_emitted_total.labels(reason=event_reason)
+        self.image_match.set(-1)
+
+    def count_drain_request(self, verb: str) -> None:
+        """A new ``desiredDrain`` value was seen."""
+        self.drain_requests_total.labels(verb=_check(verb, VERBS, "verb")).inc()
+
+    def hold_committed(
+        self, reasons: Iterable[str], since: datetime, reaction_seconds: float | None
+    ) -> None:
+        """A new hold was written: count it, observe the reaction time, set the gauges.
+
+        ``reaction_seconds`` is None when the request was not seen live (e.g. found at start-up),
+        so that start-up does not pollute the reaction histogram.
+        """
+        checked = _reasons(reasons)  # validate all before changing anything
+        for reason in checked:
+            self.holds_total.labels(reason=reason).inc()
+        if reaction_seconds is not None:
+            self.reaction_seconds.observe(reaction_seconds)
+        self.set_hold(checked, since)
+
+    def race_lost(self) -> None:
+        """The MCC cordoned the node before the hold could be written."""
+        self.race_lost_total.inc()
+
+    def set_hold(self, reasons: Iterable[str], since: datetime) -> None:
+        """Make the hold gauges show a hold with these reasons since ``since``.
+
+        Used for a hold found at start-up (its age counts from ``held-since``) and when the
+        reasons of a hold change; counters are not touched.
+        """
+        active = _reasons(reasons)
+        for reason in REASONS:
+            self.hold_active.labels(reason=reason).set(1 if reason in active else 0)
+        self.hold_started_timestamp_seconds.set(since.timestamp())
+
+    def hold_released(self, outcome: str, held_for_seconds: float) -> None:
+        """A hold ended (released, expired, or superseded by the MCD): count it, clear gauges."""
+        self.releases_total.labels(outcome=_check(outcome, OUTCOMES, "outcome")).inc()
+        self.hold_duration_seconds.observe(max(0.0, held_for_seconds))
+        self.clear_hold()
+
+    def clear_hold(self) -> None:
+        """Make the hold gauges show no hold."""
+        for reason in REASONS:
+            self.hold_active.labels(reason=reason).set(0)
+        self.hold_started_timestamp_seconds.set(0)
+
+    def set_build_pods(self, count: int) -> None:
+        """Build pods currently seen on the node."""
+        self.build_pods.set(count)
+
+    def set_image_match(self, match: bool | None) -> None:
+        """Desired vs booted digest: True equal, False differ, None unknown."""
+        self.image_match.set(-1 if match is None else int(match))
+
+    def set_synced(self, resource: str, synced: bool) -> None:
+        """Whether the watch of ``resource`` is listed and current."""
+        self.synced.labels(resource=_check(resource, WATCH_RESOURCES, "resource")).set(int(synced))
+
+    def count_watch_restart(self, resource: str, reason: str) -> None:
+        """A watch was restarted (and ``reason`` says why)."""
+        self.watch_restarts_total.labels(
+            resource=_check(resource, WATCH_RESOURCES, "resource"),
+            reason=_check(reason, WATCH_RESTART_REASONS, "watch restart reason"),
+        ).inc()
+
+    def count_api_error(self, operation: str) -> None:
+        """A Kubernetes API call failed."""
+        self.api_errors_total.labels(
+            operation=_check(operation, API_OPERATIONS, "API operation")
+        ).inc()
+
+    def api_contact(self, when: datetime) -> None:
+        """The Kubernetes API answered successfully at ``when``."""
+        self.last_api_contact_timestamp_seconds.set(when.timestamp())
+
+    def count_invalid_input(self, kind: str) -> None:
+        """Some input was rejected as malformed."""
+        self.invalid_input_total.labels(kind=_check(kind, INVALID_INPUT_KINDS, "input kind")).inc()
+
+    def set_shield_budgets(self, count: int) -> None:
+        """Budgets the shield holds now."""
+        self.shield_budgets.set(count)
+
+    def set_shield_conflicts(self, count: int) -> None:
+        """Pods the shield leaves alone because another budget selects them."""
+        self.shield_conflicts.set(count)
+
+    def count_shield_blocked_drain(self) -> None:
+        """The node was cordoned while shield budgets held."""
+        self.shield_blocked_drains_total.inc()
+
+    def count_event(self, reason: str) -> None:
+        """An Event was written (or its count bumped) on the Node."""
+        self.events_emitted_total.labels(reason=_check(reason, EVENT_REASONS, "event reason")).inc()

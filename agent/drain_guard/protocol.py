@@ -1,0 +1,398 @@
+"""The hold protocol on the Node's annotations: keys, requests, the hold record, patches (pure).
+
+DESIGN.md section 3 is normative. Every patch built here starts with JSON Patch ``test``
+operations on the values it was decided on (invariant 4), so a patch built from a stale view
+fails with 422 instead of overwriting a newer MCD request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+
+__all__ = [
+    "CURRENT_CONFIG",
+    "CURRENT_IMAGE",
+    "DESIRED_CONFIG",
+    "DESIRED_DRAIN",
+    "DESIRED_IMAGE",
+    "DG_PREFIX",
+    "HELD_DRAIN",
+    "HELD_SINCE",
+    "HOLD_DETAIL",
+    "HOLD_PREFIX",
+    "HOLD_REASONS",
+    "HOLD_REQUEST",
+    "LAST_APPLIED_DRAIN",
+    "MAX_DETAIL_BYTES",
+    "MCO_PREFIX",
+    "OWNED_KEYS",
+    "REASON",
+    "RELEASED",
+    "STATE",
+    "DrainRequest",
+    "HoldRecord",
+    "JsonPatchOp",
+    "MalformedHold",
+    "Outcome",
+    "ProtocolError",
+    "Reason",
+    "Verb",
+    "annotation_path",
+    "cleanup_patch",
+    "format_rfc3339",
+    "hold_patch",
+    "parse_drain_request",
+    "parse_rfc3339",
+    "read_hold",
+    "release_patch",
+    "truncate_detail",
+    "update_hold_patch",
+]
+
+MCO_PREFIX = "machineconfiguration.openshift.io/"
+DESIRED_DRAIN = MCO_PREFIX + "desiredDrain"
+LAST_APPLIED_DRAIN = MCO_PREFIX + "lastAppliedDrain"
+DESIRED_CONFIG = MCO_PREFIX + "desiredConfig"
+CURRENT_CONFIG = MCO_PREFIX + "currentConfig"
+DESIRED_IMAGE = MCO_PREFIX + "desiredImage"
+CURRENT_IMAGE = MCO_PREFIX + "currentImage"
+STATE = MCO_PREFIX + "state"
+REASON = MCO_PREFIX + "reason"
+
+DG_PREFIX = "drain-guard.io/"
+HELD_DRAIN = DG_PREFIX + "held-drain"
+HOLD_REASONS = DG_PREFIX + "hold-reasons"
+HELD_SINCE = DG_PREFIX + "held-since"
+HOLD_DETAIL = DG_PREFIX + "hold-detail"
+#: The hold record: written together by a hold, removed together by a release.
+OWNED_KEYS: tuple[str, ...] = (HELD_DRAIN, HOLD_REASONS, HELD_SINCE, HOLD_DETAIL)
+#: The request a release let through because the hold expired, was released by an operator
+#: or was invalid: the agent does not hold that same request again (a hold must end, and an
+#: operator's release must stick). Removed once ``desiredDrain`` moves on.
+RELEASED = DG_PREFIX + "released"
+#: Written by operators: ``<RFC 3339 expiry>[;<reason text>]`` (see ``drain_guard.guards``).
+HOLD_REQUEST = DG_PREFIX + "hold-request"
+
+HOLD_PREFIX = "hold-"
+MAX_DETAIL_BYTES = 1024
+
+JsonPatchOp = dict[str, str]
+
+
+class ProtocolError(ValueError):
+    """A patch was asked for that would break an invariant of the protocol."""
+
+
+class MalformedHold(ValueError):  # noqa: N818 - the name the architecture contract uses
+    """The hold annotations on the Node cannot be read; the message says which and why."""
+
+
+class Verb(StrEnum):
+    """The MCC's reading of ``desiredDrain``: the text before the first ``-``."""
+
+    DRAIN = "drain"
+    UNCORDON = "uncordon"
+    HOLD = "hold"
+    UNKNOWN = "unknown"
+    #: No request: the annotation is absent or empty.
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    """A ``desiredDrain`` value; ``target`` is the text after the verb's ``-``."""
+
+    raw: str
+    verb: Verb
+    target: str
+
+    @property
+    def held(self) -> DrainRequest | None:
+        """For ``hold-<original>``, the original request; otherwise None."""
+        return parse_drain_request(self.target) if self.verb is Verb.HOLD else None
+
+
+def parse_drain_request(raw: str | None) -> DrainRequest:
+    """Split a ``desiredDrain`` value the way the MCC does (``strings.Split(v, "-")[0]``)."""
+    if not raw:
+        return DrainRequest("", Verb.NONE, "")
+    head, _, target = raw.partition("-")
+    try:
+        verb = Verb(head)
+    except ValueError:
+        verb = Verb.UNKNOWN
+    if verb is Verb.NONE:
+        verb = Verb.UNKNOWN
+    return DrainRequest(raw, verb, target)
+
+
+class Reason(StrEnum):
+    """Why a drain is held; one per guard."""
+
+    BUILD_POD = "build-pod"
+    NOOP_IMAGE = "noop-image"
+    MANUAL = "manual"
+
+
+class Outcome(StrEnum):
+    """How a hold ended."""
+
+    #: No guard blocks any more.
+    SAFE = "safe"
+    #: ``max-hold`` reached (or ``held-since`` is in the future, so the age is unknown).
+    EXPIRED = "expired"
+    #: An operator released it (``drain-guard release``).
+    MANUAL = "manual"
+    #: The agent's DaemonSet is being deleted.
+    UNINSTALL = "uninstall"
+    #: The MCD wrote a newer request over the hold.
+    SUPERSEDED = "superseded"
+    #: The MCC finished draining for this request before the hold took effect.
+    RACE_LOST = "race-lost"
+    #: The hold record was unreadable; the request is restored rather than held blind.
+    INVALID = "invalid"
+
+
+# --- time -------------------------------------------------------------------------------
+
+_RFC3339_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse an RFC 3339 date-time (with ``Z`` or an offset) to an aware UTC datetime."""
+    match = _RFC3339_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"{text!r} is not an RFC 3339 time such as 2024-01-31T12:00:00Z")
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    if zone in ("Z", "z"):
+        offset = timedelta(0)
+    else:
+        sign = -1 if zone[0] == "-" else 1
+        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+    try:
+        local = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micros, tzinfo=UTC
+        )
+    except ValueError as err:
+        raise ValueError(f"{text!r} is not a valid time: {err}") from None
+    return local - offset
+
+
+def format_rfc3339(moment: datetime) -> str:
+    """Format as RFC 3339 UTC with second precision (``2024-01-31T12:00:00Z``)."""
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime: the protocol's times are UTC")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate_detail(text: str, limit: int = MAX_DETAIL_BYTES) -> str:
+    """Cut to ``limit`` UTF-8 bytes on a character boundary, marking a cut with ``…``."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    ellipsis = "…".encode()
+    return data[: limit - len(ellipsis)].decode(errors="ignore") + "…"
+
+
+# --- the hold record --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HoldRecord:
+    """What the agent wrote on the Node when it held a drain."""
+
+    held_drain: str
+    reasons: tuple[Reason, ...]
+    since: datetime
+    detail: str
+
+    def age(self, now: datetime) -> timedelta:
+        """How long the hold has lasted (negative if ``since`` is in the future)."""
+        return now - self.since
+
+
+def _parse_reasons(text: str) -> tuple[Reason, ...]:
+    names = [part.strip() for part in text.split(",")]
+    if not text.strip() or not all(names):
+        raise MalformedHold(f"{HOLD_REASONS}={text!r}: expected comma-separated reasons")
+    reasons: list[Reason] = []
+    for name in names:
+        try:
+            reason = Reason(name)
+        except ValueError:
+            known = ", ".join(r.value for r in Reason)
+            raise MalformedHold(
+                f"{HOLD_REASONS}={text!r}: unknown reason {name!r} (known: {known})"
+            ) from None
+        if reason not in reasons:
+            reasons.append(reason)
+    return tuple(reasons)
+
+
+def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
+    """The hold record, or None when none of its keys is present.
+
+    Raises MalformedHold when some keys are present but the record is incomplete or
+    unparseable. A ``held-since`` in the future is returned as is: ``decide()`` judges it.
+    """
+    present = [key for key in OWNED_KEYS if key in annotations]
+    if not present:
+        return None
+    missing = [key for key in (HELD_DRAIN, HOLD_REASONS, HELD_SINCE) if key not in annotations]
+    if missing:
+        raise MalformedHold(f"hold record incomplete: missing {', '.join(missing)}")
+    held = annotations[HELD_DRAIN]
+    if not held:
+        raise MalformedHold(f"{HELD_DRAIN} is empty")
+    reasons = _parse_reasons(annotations[HOLD_REASONS])
+    try:
+        since = parse_rfc3339(annotations[HELD_SINCE])
+    except ValueError as err:
+        raise MalformedHold(f"{HELD_SINCE}: {err}") from None
+    return HoldRecord(held, reasons, since, annotations.get(HOLD_DETAIL, ""))
+
+
+# --- patches ----------------------------------------------------------------------------
+
+
+def annotation_path(key: str) -> str:
+    """JSON Pointer to an annotation (RFC 6901: ``~`` → ``~0``, ``/`` → ``~1``)."""
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _test(key: str, value: str) -> JsonPatchOp:
+    return {"op": "test", "path": annotation_path(key), "value": value}
+
+
+def _set(key: str, value: str) -> JsonPatchOp:
+    # "add" replaces an existing member and creates a missing one (RFC 6902 4.1).
+    return {"op": "add", "path": annotation_path(key), "value": value}
+
+
+def _remove(key: str) -> JsonPatchOp:
+    return {"op": "remove", "path": annotation_path(key)}
+
+
+def _guard_last_applied(last_applied: str | None, resource_version: str) -> JsonPatchOp:
+    """Pin ``lastAppliedDrain``; JSON Patch cannot test absence, so pin the object instead."""
+    if last_applied is not None:
+        return _test(LAST_APPLIED_DRAIN, last_applied)
+    return {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+
+
+def _reasons_text(reasons: Iterable[Reason]) -> str:
+    text = ",".join(dict.fromkeys(Reason(r).value for r in reasons))
+    if not text:
+        raise ProtocolError("a hold needs at least one reason")
+    return text
+
+
+def hold_patch(
+    desired: str,
+    last_applied: str | None,
+    resource_version: str,
+    reasons: Iterable[Reason],
+    since: datetime,
+    detail: str,
+    *,
+    remove: Iterable[str] = (),
+) -> list[JsonPatchOp]:
+    """Rewrite ``desiredDrain`` to ``hold-<desired>`` and write the hold record, in one patch.
+
+    Tests ``desiredDrain == desired`` and ``lastAppliedDrain`` as seen, so a newer MCD
+    request or a finished drain makes the patch fail. Stale hold keys are overwritten;
+    ``remove`` names other present keys to drop (a stale ``released`` marker).
+    """
+    request = parse_drain_request(desired)
+    if request.verb is not Verb.DRAIN:
+        raise ProtocolError(f"only drain requests are held, not {desired!r}")
+    if desired == last_applied:
+        raise ProtocolError(f"{desired!r} is already applied: there is nothing to hold")
+    return [
+        _test(DESIRED_DRAIN, desired),
+        _guard_last_applied(last_applied, resource_version),
+        _set(DESIRED_DRAIN, HOLD_PREFIX + desired),
+        _set(HELD_DRAIN, desired),
+        _set(HOLD_REASONS, _reasons_text(reasons)),
+        _set(HELD_SINCE, format_rfc3339(since)),
+        _set(HOLD_DETAIL, truncate_detail(detail)),
+        *(_remove(key) for key in remove),
+    ]
+
+
+def update_hold_patch(
+    record: HoldRecord, reasons: Iterable[Reason], detail: str
+) -> list[JsonPatchOp]:
+    """Change the reasons and detail of a hold in place; ``held-since`` is kept."""
+    return [
+        _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
+        _test(HELD_DRAIN, record.held_drain),
+        _set(HOLD_REASONS, _reasons_text(reasons)),
+        _set(HOLD_DETAIL, truncate_detail(detail)),
+    ]
+
+
+def release_patch(
+    held_drain: str,
+    last_applied: str | None,
+    resource_version: str,
+    present_keys: Iterable[str],
+    *,
+    mark_released: bool = False,
+    allow_completed: bool = False,
+) -> list[JsonPatchOp]:
+    """Restore ``desiredDrain = held_drain`` and remove the hold keys that are present.
+
+    Tests ``desiredDrain == hold-<held_drain>``, ``held-drain`` (when present) and
+    ``lastAppliedDrain`` as seen. Invariant 1: restoring a value equal to ``lastAppliedDrain``
+    would tell the MCD its drain is done; that is refused unless ``allow_completed`` says the
+    MCC really did finish that drain (the race-lost case). ``mark_released`` records the
+    request in ``drain-guard.io/released`` so the agent does not hold it again.
+    """
+    if held_drain == last_applied and not allow_completed:
+        raise ProtocolError(
+            f"restoring {held_drain!r} would equal lastAppliedDrain and skip the drain"
+        )
+    present = set(present_keys)
+    ops = [_test(DESIRED_DRAIN, HOLD_PREFIX + held_drain)]
+    if HELD_DRAIN in present:
+        ops.append(_test(HELD_DRAIN, held_drain))
+    ops.append(_guard_last_applied(last_applied, resource_version))
+    ops.append(_set(DESIRED_DRAIN, held_drain))
+    ops.extend(_remove(key) for key in OWNED_KEYS if key in present)
+    if mark_released:
+        ops.append(_set(RELEASED, held_drain))
+    elif RELEASED in present:
+        ops.append(_remove(RELEASED))
+    return ops
+
+
+def cleanup_patch(
+    desired: str | None,
+    annotations: Mapping[str, str],
+    keys: Iterable[str],
+    *,
+    mark_released: str | None = None,
+) -> list[JsonPatchOp]:
+    """Remove stale agent keys; tests ``desiredDrain`` and each key's value as seen.
+
+    ``mark_released`` records a request whose hold has run out as released.
+    """
+    ops: list[JsonPatchOp] = []
+    if desired is not None:
+        ops.append(_test(DESIRED_DRAIN, desired))
+    stale = [key for key in keys if key in annotations]
+    if not stale:
+        raise ProtocolError("nothing to clean up")
+    ops.extend(_test(key, annotations[key]) for key in stale)
+    ops.extend(_remove(key) for key in stale)
+    if mark_released is not None:
+        ops.append(_set(RELEASED, mark_released))
+    return ops

@@ -1,0 +1,862 @@
+"""The shield: PodDisruptionBudgets that keep build pods on this node from being evicted.
+
+The hold protocol wins the race with the MCC drain controller by seconds; when it loses (or
+the agent is down, or another tool drains the node) the drain goes through the eviction API,
+which honours PodDisruptionBudgets. So, as a second line of defence, while a build pod runs
+on this node the agent keeps a budget selecting exactly that pod. The budget is owned by the
+pod (ownerReference), so Kubernetes' garbage collector deletes it with the pod even when the
+agent is gone; the agent deletes it itself as soon as the pod has finished.
+
+Two halves, as everywhere in drain-guard:
+
+- the pure plan (:func:`plan`): from the pods and budgets of the shielded namespaces, which
+  pods need a budget, which of our budgets are stale, which pods already have another budget
+  (a pod selected by two budgets makes every eviction fail with 500, so those are left alone
+  and reported), which pods no label selector singles out;
+- the thin I/O (:class:`Shield`): list-watches pods and budgets in the shielded namespaces
+  (namespace-scoped, so the RBAC can be a Role "only where build pods run"), applies the plan,
+  and keeps a :class:`ShieldStatus` for ``/status``.
+
+Budgets use ``minAvailable: 1`` over a selector that matches the one pod: the same effect as
+``maxUnavailable: 0`` (no disruption allowed), but the disruption controller can compute it
+for pods without a scalable controller (a Build's or Job's pod), where ``maxUnavailable``
+makes it fail its sync ("found no controllers for pod") and fall back to its fail-safe.
+
+API::
+
+    shield = Shield(api_client, node_name, build_pod_selectors,
+                    dependencies=False, metrics=Metrics() or any ShieldMetrics, or None)
+    await shield.run()              # until cancelled; budgets stay (they guard a dead agent)
+    shield.node_seen(unschedulable) # from the controller's Node watch: counts blocked drains
+    shield.status() -> ShieldStatus # .to_json() for /status; shield.ready() for /readyz
+    await shield.remove_all()       # uninstall only: delete this node's budgets
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+
+from drain_guard.kube import REQUEST_TIMEOUT, WATCH_TIMEOUT, Backoff, JsonObj, KubeError, ListWatch
+from drain_guard.selectors import (
+    MCO_NAMESPACE,
+    BuildPodSelector,
+    LabelSelector,
+    OwnerRef,
+    SelectorError,
+    parse_build_pod_selector,
+)
+
+log = logging.getLogger("drain_guard.shield")
+
+MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "drain-guard"
+#: The node whose agent owns a budget (a label value: the node name, or a hash if too long).
+NODE_KEY = "drain-guard.io/node"
+#: Why the budget exists: ``build-pod`` or ``dependency``.
+ROLE_KEY = "drain-guard.io/shield"
+#: The shielded pod's name (an annotation, for humans; the ownerReference's uid is the key).
+POD_ANNOTATION = "drain-guard.io/pod"
+NAME_PREFIX = "drain-guard-"
+REGISTRY_NAMESPACE = "openshift-image-registry"
+
+#: Where build pods run: MCO's namespace. OpenShift Build pods elsewhere are held by the
+#: build-pod guard but not shielded (the agent has no rights there).
+DEFAULT_NAMESPACES: tuple[str, ...] = (MCO_NAMESPACE,)
+#: The pods builds depend on (the seed's drain evicted both), shielded with --shield-dependencies.
+DEPENDENCY_SELECTORS: tuple[str, ...] = (
+    f"{MCO_NAMESPACE}:k8s-app=machine-os-builder",
+    f"{REGISTRY_NAMESPACE}:docker-registry=default",
+)
+
+_ACTIVE_PHASES = ("Pending", "Running")
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_MAX_NAME = 253
+
+
+class Role(enum.StrEnum):
+    BUILD_POD = "build-pod"
+    DEPENDENCY = "dependency"
+
+
+def default_dependency_selectors() -> tuple[BuildPodSelector, ...]:
+    return tuple(parse_build_pod_selector(text) for text in DEPENDENCY_SELECTORS)
+
+
+def node_label_value(node: str) -> str:
+    """The node name as a label value; names longer than 63 characters become a hash."""
+    if len(node) <= 63 and _LABEL_VALUE_RE.match(node):
+        return node
+    return "sha256-" + hashlib.sha256(node.encode()).hexdigest()[:40]
+
+
+def budget_name(pod: str, uid: str) -> str:
+    """``drain-guard-<pod>``; cut and suffixed with a hash of the uid when too long."""
+    name = NAME_PREFIX + pod
+    if len(name) <= _MAX_NAME:
+        return name
+    suffix = hashlib.sha256(uid.encode()).hexdigest()[:8]
+    return f"{name[: _MAX_NAME - 9].rstrip('-.')}-{suffix}"
+
+
+# --- the pure plan ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodState:
+    """The parts of a pod the plan reads."""
+
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    phase: str
+    labels: Mapping[str, str]
+    owners: tuple[OwnerRef, ...] = ()
+    deleting: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Not finished and not going away: what a budget is worth keeping for."""
+        return self.phase in _ACTIVE_PHASES and not self.deleting
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> PodState:
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            node=str((obj.get("spec") or {}).get("nodeName") or ""),
+            phase=str((obj.get("status") or {}).get("phase") or "Pending"),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            owners=tuple(
+                OwnerRef(str(o.get("kind", "")), str(o.get("name", "")))
+                for o in meta.get("ownerReferences") or ()
+            ),
+            deleting=meta.get("deletionTimestamp") is not None,
+        )
+
+
+@dataclass(frozen=True)
+class BudgetState:
+    """The parts of a PodDisruptionBudget the plan reads."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    selector: LabelSelector
+    owner_uids: tuple[str, ...] = ()
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def ours(self, node: str) -> bool:
+        """Made by the agent of ``node``."""
+        return self.labels.get(MANAGED_BY_KEY) == MANAGED_BY and self.labels.get(
+            NODE_KEY
+        ) == node_label_value(node)
+
+    def selects(self, pod: PodState) -> bool:
+        """The eviction API's match: same namespace; a missing or empty selector selects none."""
+        if pod.namespace != self.namespace:
+            return False
+        if self.selector.nothing or self.selector.is_empty():
+            return False
+        return self.selector.matches(pod.labels)
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> BudgetState:
+        meta = obj.get("metadata") or {}
+        try:
+            selector = LabelSelector.from_dict((obj.get("spec") or {}).get("selector"))
+        except SelectorError:
+            selector = LabelSelector(nothing=True)  # the API server would not select with it
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            uid=str(meta.get("uid", "")),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            selector=selector,
+            owner_uids=tuple(str(o.get("uid", "")) for o in meta.get("ownerReferences") or ()),
+            deleting=meta.get("deletionTimestamp") is not None,
+        )
+
+
+@dataclass(frozen=True)
+class Want:
+    """A budget to create for ``pod``."""
+
+    pod: PodState
+    role: Role
+    name: str
+
+    def manifest(self, node: str) -> JsonObj:
+        """The PodDisruptionBudget: selects exactly the pod, owned by it, labelled as ours."""
+        return {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {
+                "name": self.name,
+                "namespace": self.pod.namespace,
+                "labels": {
+                    MANAGED_BY_KEY: MANAGED_BY,
+                    NODE_KEY: node_label_value(node),
+                    ROLE_KEY: self.role.value,
+                },
+                "annotations": {POD_ANNOTATION: self.pod.name},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": self.pod.name, "uid": self.pod.uid}
+                ],
+            },
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": dict(self.pod.labels)}},
+        }
+
+
+@dataclass(frozen=True)
+class Held:
+    """A pod this node's agent shields with budget ``budget``."""
+
+    pod: PodState
+    role: Role
+    budget: str
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A pod selected by budgets not ours (``budgets``): we add none (two budgets → 500)."""
+
+    pod: PodState
+    role: Role
+    budgets: tuple[str, ...]
+    shielded: bool  # our budget was there first and stays; the eviction API answers 500
+
+
+@dataclass(frozen=True)
+class Unshieldable:
+    """A pod no label selector singles out (no labels, or others share all of them)."""
+
+    pod: PodState
+    role: Role
+    why: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to write, and what to report."""
+
+    create: tuple[Want, ...] = ()
+    delete: tuple[BudgetState, ...] = ()
+    held: tuple[Held, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    unshieldable: tuple[Unshieldable, ...] = ()
+
+    @property
+    def writes(self) -> bool:
+        return bool(self.create or self.delete)
+
+
+def targets(
+    node: str,
+    pods: Sequence[PodState],
+    build_selectors: Sequence[BuildPodSelector],
+    dependency_selectors: Sequence[BuildPodSelector] = (),
+) -> list[tuple[PodState, Role]]:
+    """Pods on ``node`` to shield: active build pods; and, while any build pod is active
+    anywhere in ``pods``, active pods matching ``dependency_selectors``."""
+
+    def is_build(p: PodState) -> bool:
+        return any(s.matches(p.namespace, p.labels, p.owners) for s in build_selectors)
+
+    out = [(p, Role.BUILD_POD) for p in pods if p.node == node and p.active and is_build(p)]
+    if dependency_selectors and any(p.active and is_build(p) for p in pods):
+        chosen = {p.uid for p, _ in out}
+        out += [
+            (p, Role.DEPENDENCY)
+            for p in pods
+            if p.node == node
+            and p.active
+            and p.uid not in chosen
+            and any(s.matches(p.namespace, p.labels, p.owners) for s in dependency_selectors)
+        ]
+    return sorted(out, key=lambda t: (t[0].namespace, t[0].name))
+
+
+def plan(
+    node: str,
+    pods: Sequence[PodState],
+    budgets: Sequence[BudgetState],
+    build_selectors: Sequence[BuildPodSelector],
+    dependency_selectors: Sequence[BuildPodSelector] = (),
+) -> Plan:
+    """Decide from the pods and budgets of the shielded namespaces (pure).
+
+    A pod gets a budget when nothing else selects it and its labels select no other active
+    pod of its namespace. Our budgets (this node's) that shield no wanted pod are stale:
+    the pod finished, went away, or stopped being a build pod (or no build runs any more, for
+    dependencies); at start-up this cleans up what a previous agent left.
+    """
+    ours = [b for b in budgets if b.ours(node)]
+    keep: set[str] = set()
+    create: list[Want] = []
+    held: list[Held] = []
+    conflicts: list[Conflict] = []
+    unshieldable: list[Unshieldable] = []
+    for pod, role in targets(node, pods, build_selectors, dependency_selectors):
+        name = budget_name(pod.name, pod.uid)
+        mine = next(
+            (
+                b
+                for b in ours
+                if b.name == name
+                and b.namespace == pod.namespace
+                and pod.uid in b.owner_uids
+                and not b.deleting
+                and b.selects(pod)
+            ),
+            None,
+        )
+        others = tuple(
+            sorted(
+                b.key
+                for b in budgets
+                if b.selects(pod)
+                and b is not mine
+                and not (b.ours(node) and pod.uid in b.owner_uids)
+            )
+        )
+        if mine is not None:
+            keep.add(mine.key)
+            held.append(Held(pod, role, mine.name))
+            if others:
+                conflicts.append(Conflict(pod, role, others, shielded=True))
+            continue
+        if others:
+            conflicts.append(Conflict(pod, role, others, shielded=False))
+            continue
+        why = _not_unique(pod, pods)
+        if why:
+            unshieldable.append(Unshieldable(pod, role, why))
+            continue
+        if any(b.namespace == pod.namespace and b.name == name for b in budgets):
+            continue  # the name is taken by a budget being replaced: create once it is gone
+        create.append(Want(pod, role, name))
+    delete = tuple(b for b in ours if b.key not in keep and not b.deleting)
+    return Plan(tuple(create), delete, tuple(held), tuple(conflicts), tuple(unshieldable))
+
+
+def _not_unique(pod: PodState, pods: Sequence[PodState]) -> str:
+    """Why the pod's labels would not select it alone ("" when they do)."""
+    if not pod.labels:
+        return "the pod has no labels, so no budget can select it"
+    selector = LabelSelector.from_dict({"matchLabels": dict(pod.labels)})
+    shared = sorted(
+        p.name
+        for p in pods
+        if p.namespace == pod.namespace
+        and p.uid != pod.uid
+        and p.active
+        and selector.matches(p.labels)
+    )
+    if shared:
+        return f"its labels also select {', '.join(shared)}"
+    return ""
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShieldStatus:
+    """What ``/status`` shows of the shield (``to_json``: camelCase, JSON-ready)."""
+
+    namespaces: tuple[str, ...] = ()
+    synced: Mapping[str, bool] = field(default_factory=dict)
+    forbidden: Mapping[str, str] = field(default_factory=dict)  # namespace → the API's answer
+    held: tuple[Held, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    unshieldable: tuple[Unshieldable, ...] = ()
+    node_cordoned: bool | None = None
+    blocked_drains: int = 0
+    last_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        def pod(p: PodState) -> dict[str, str]:
+            return {"namespace": p.namespace, "name": p.name, "phase": p.phase}
+
+        return {
+            "namespaces": list(self.namespaces),
+            "synced": dict(self.synced),
+            "forbidden": dict(self.forbidden),
+            "budgets": [
+                {**pod(h.pod), "role": h.role.value, "budget": h.budget} for h in self.held
+            ],
+            "conflicts": [
+                {
+                    **pod(c.pod),
+                    "role": c.role.value,
+                    "budgets": list(c.budgets),
+                    "shielded": c.shielded,
+                }
+                for c in self.conflicts
+            ],
+            "unshieldable": [
+                {**pod(u.pod), "role": u.role.value, "why": u.why} for u in self.unshieldable
+            ],
+            "nodeCordoned": self.node_cordoned,
+            "blockedDrains": self.blocked_drains,
+            "lastError": self.last_error,
+        }
+
+
+# --- the I/O --------------------------------------------------------------------------------
+
+
+class ShieldMetrics(Protocol):
+    """Where the shield reports; ``drain_guard.metrics.Metrics`` has these methods (its label sets
+    include ``API_OPERATIONS`` and ``WATCH_RESOURCES`` below)."""
+
+    def set_shield_budgets(self, count: int) -> None: ...
+
+    def set_shield_conflicts(self, count: int) -> None: ...
+
+    def count_shield_blocked_drain(self) -> None: ...
+
+    def count_api_error(self, operation: str) -> None: ...
+
+    def count_watch_restart(self, resource: str, reason: str) -> None: ...
+
+    def set_synced(self, resource: str, synced: bool) -> None: ...
+
+
+class NullShieldMetrics:
+    """ShieldMetrics for callers without metrics."""
+
+    def set_shield_budgets(self, count: int) -> None:
+        return None
+
+    def set_shield_conflicts(self, count: int) -> None:
+        return None
+
+    def count_shield_blocked_drain(self) -> None:
+        return None
+
+    def count_api_error(self, operation: str) -> None:
+        return None
+
+    def count_watch_restart(self, resource: str, reason: str) -> None:
+        return None
+
+    def set_synced(self, resource: str, synced: bool) -> None:
+        return None
+
+
+#: API operations the shield reports failures of (labels of ``api_errors_total``).
+API_OPERATIONS: tuple[str, ...] = (
+    "pod_list",
+    "pod_watch",
+    "poddisruptionbudget_list",
+    "poddisruptionbudget_watch",
+    "poddisruptionbudget_create",
+    "poddisruptionbudget_delete",
+)
+#: Watched resources (labels of ``watch_restarts_total``).
+WATCH_RESOURCES: tuple[str, ...] = ("pod", "poddisruptionbudget")
+
+
+@dataclass
+class _Namespace:
+    """One shielded namespace's caches, filled by its two list-watches."""
+
+    name: str
+    pods: dict[str, PodState] = field(default_factory=dict)
+    budgets: dict[str, BudgetState] = field(default_factory=dict)
+    pods_synced: bool = False
+    budgets_synced: bool = False
+    forbidden: str | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.pods_synced and self.budgets_synced
+
+
+class _Counters:
+    """kube.Counters for one namespace's watches: metrics, and 403s noted as "forbidden"."""
+
+    def __init__(self, shield: Shield, ns: _Namespace) -> None:
+        self.shield = shield
+        self.ns = ns
+
+    def api_error(self, operation: str, status: int) -> None:
+        self.shield.metrics.count_api_error(operation)
+        if status == 403:
+            self.shield._forbid(self.ns, f"{operation} forbidden")
+
+    def api_contact(self) -> None:
+        return None
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        self.shield.metrics.count_watch_restart(resource, reason)
+
+
+class Shield:
+    """Keeps this node's budgets in step with its build pods, until cancelled."""
+
+    def __init__(
+        self,
+        api: k8s.ApiClient,
+        node: str,
+        build_selectors: Sequence[BuildPodSelector],
+        *,
+        namespaces: Sequence[str] = DEFAULT_NAMESPACES,
+        dependencies: bool = False,
+        metrics: ShieldMetrics | None = None,
+        watch_timeout: int = WATCH_TIMEOUT,
+    ) -> None:
+        self.node = node
+        self.build_selectors = tuple(build_selectors)
+        self.dependency_selectors = default_dependency_selectors() if dependencies else ()
+        names = list(dict.fromkeys(namespaces))
+        for sel in self.dependency_selectors:
+            if sel.namespace is not None and sel.namespace not in names:
+                names.append(sel.namespace)
+        self.metrics: ShieldMetrics = metrics or NullShieldMetrics()
+        self.watch_timeout = watch_timeout
+        self._core = k8s.CoreV1Api(api)
+        self._policy = k8s.PolicyV1Api(api)
+        self._ns = {name: _Namespace(name) for name in names}
+        self._changed = asyncio.Event()
+        self._plan = Plan()
+        self._inflight: set[str] = set()  # budgets created or deleted, until the watch shows it
+        self._cordoned: bool | None = None
+        self._cordon_counted = False
+        self._blocked = 0
+        self._last_error: str | None = None
+        self._updated = asyncio.Event()  # replaced by a fresh one each time it is set
+
+    # What the controller calls ----------------------------------------------------------
+
+    def node_seen(self, unschedulable: bool) -> None:
+        """The Node as the controller's watch saw it. A cordon while budgets hold is a drain
+        the shield blocks (the eviction API's 429s themselves are not visible here)."""
+        if unschedulable and not self._cordoned:
+            self._cordon_counted = False
+        self._cordoned = unschedulable
+        self._count_blocked()
+        self._status_changed()
+
+    def ready(self) -> tuple[bool, str]:
+        waiting = [ns.name for ns in self._ns.values() if not ns.synced and not ns.forbidden]
+        if waiting:
+            return False, f"shield watches not synced: {', '.join(waiting)}"
+        return True, ""
+
+    def status(self) -> ShieldStatus:
+        p = self._plan
+        return ShieldStatus(
+            namespaces=tuple(self._ns),
+            synced={ns.name: ns.synced for ns in self._ns.values()},
+            forbidden={ns.name: ns.forbidden for ns in self._ns.values() if ns.forbidden},
+            held=p.held,
+            conflicts=p.conflicts,
+            unshieldable=p.unshieldable,
+            node_cordoned=self._cordoned,
+            blocked_drains=self._blocked,
+            last_error=self._last_error,
+        )
+
+    async def wait_status(self, predicate: Callable[[ShieldStatus], bool]) -> ShieldStatus:
+        """The first status (now or after a later pass) satisfying ``predicate``; no polling.
+
+        Callers bound the wait with ``asyncio.timeout``.
+        """
+        while True:
+            updated = self._updated
+            status = self.status()
+            if predicate(status):
+                return status
+            await updated.wait()
+
+    def _status_changed(self) -> None:
+        # One gauge for the shield's watches: 0 while a namespace has not listed, including
+        # one the agent may not read (that is an alert: the shield is not working there).
+        self.metrics.set_synced("poddisruptionbudget", all(ns.synced for ns in self._ns.values()))
+        self._updated.set()
+        self._updated = asyncio.Event()
+
+    # The loop ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Watch the shielded namespaces and apply the plan on every change, until cancelled.
+
+        Cancelling leaves the budgets in place: they guard the pods while the agent is away,
+        and the garbage collector removes them with their pods.
+        """
+        tasks = []
+        for ns in self._ns.values():
+            counters = _Counters(self, ns)
+            tasks.append(
+                asyncio.create_task(self._watch(ns, "pod", counters), name=f"shield-pods-{ns.name}")
+            )
+            tasks.append(
+                asyncio.create_task(
+                    self._watch(ns, "poddisruptionbudget", counters),
+                    name=f"shield-pdbs-{ns.name}",
+                )
+            )
+        retry = Backoff()
+        delay: float | None = None
+        try:
+            while True:
+                if delay is None:
+                    await self._changed.wait()
+                else:
+                    # asyncio.timeout, not wait_for (see Controller._wait).
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await self._changed.wait()
+                self._changed.clear()
+                try:
+                    await self._pass()
+                    self._last_error = None
+                    retry.reset()
+                    delay = None
+                except KubeError as exc:
+                    self._last_error = str(exc)
+                    delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
+                    log.warning("shield: API call failed (%s); again in %.1fs", exc, delay)
+                self._status_changed()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch(self, ns: _Namespace, resource: str, counters: _Counters) -> None:
+        list_fn: Callable[..., Awaitable[Any]]
+        replace: Callable[[Sequence[JsonObj]], None]
+        apply: Callable[[str, JsonObj], None]
+        if resource == "pod":
+            list_fn = functools.partial(self._core.list_namespaced_pod, ns.name)
+            replace, apply = self._replace_pods(ns), self._apply_pod(ns)
+        else:
+            list_fn = functools.partial(self._policy.list_namespaced_pod_disruption_budget, ns.name)
+            replace, apply = self._replace_budgets(ns), self._apply_budget(ns)
+        await ListWatch(
+            resource=resource,
+            list_fn=list_fn,
+            field_selector="",
+            replace=replace,
+            apply=apply,
+            counters=counters,
+            watch_timeout=self.watch_timeout,
+        ).run()
+
+    def _replace_pods(self, ns: _Namespace) -> Callable[[Sequence[JsonObj]], None]:
+        def replace(items: Sequence[JsonObj]) -> None:
+            ns.pods = {p.uid: p for p in map(PodState.from_dict, items)}
+            ns.pods_synced = True
+            self._listed(ns)
+
+        return replace
+
+    def _apply_pod(self, ns: _Namespace) -> Callable[[str, JsonObj], None]:
+        def apply(kind: str, obj: JsonObj) -> None:
+            pod = PodState.from_dict(obj)
+            if kind == "DELETED":
+                ns.pods.pop(pod.uid, None)
+            else:
+                ns.pods[pod.uid] = pod
+            self._changed.set()
+
+        return apply
+
+    def _replace_budgets(self, ns: _Namespace) -> Callable[[Sequence[JsonObj]], None]:
+        def replace(items: Sequence[JsonObj]) -> None:
+            ns.budgets = {b.name: b for b in map(BudgetState.from_dict, items)}
+            ns.budgets_synced = True
+            self._inflight = {k for k in self._inflight if not k.startswith(f"{ns.name}/")}
+            self._listed(ns)
+
+        return replace
+
+    def _apply_budget(self, ns: _Namespace) -> Callable[[str, JsonObj], None]:
+        def apply(kind: str, obj: JsonObj) -> None:
+            budget = BudgetState.from_dict(obj)
+            if kind == "DELETED":
+                ns.budgets.pop(budget.name, None)
+            else:
+                ns.budgets[budget.name] = budget
+            self._inflight.discard(budget.key)
+            self._changed.set()
+
+        return apply
+
+    def _listed(self, ns: _Namespace) -> None:
+        if ns.forbidden:
+            log.info("shield: namespace %s can be watched again", ns.name)
+        ns.forbidden = None
+        self._changed.set()
+
+    def _forbid(self, ns: _Namespace, why: str) -> None:
+        if ns.forbidden is None:
+            log.warning("shield: not shielding in namespace %s: %s", ns.name, why)
+        ns.forbidden = why
+        self._status_changed()
+
+    async def _pass(self) -> None:
+        """Plan over the namespaces whose pods and budgets have both listed, then write."""
+        synced = [ns for ns in self._ns.values() if ns.synced]
+        pods = [p for ns in synced for p in ns.pods.values()]
+        budgets = [b for ns in synced for b in ns.budgets.values()]
+        new = plan(self.node, pods, budgets, self.build_selectors, self.dependency_selectors)
+        self._report(new)
+        for want in new.create:
+            key = f"{want.pod.namespace}/{want.name}"
+            if key not in self._inflight:
+                await self._create(want, self._ns[want.pod.namespace])
+        for budget in new.delete:
+            if budget.key not in self._inflight:
+                await self._delete(budget)
+
+    def _report(self, new: Plan) -> None:
+        old = self._plan
+        self._plan = new
+        self.metrics.set_shield_budgets(len(new.held))
+        self.metrics.set_shield_conflicts(len(new.conflicts))
+        self._count_blocked()
+        for c in new.conflicts:
+            if c.pod.uid not in {o.pod.uid for o in old.conflicts}:
+                log.warning(
+                    "shield: pod %s already selected by %s; %s",
+                    c.pod.key,
+                    ", ".join(c.budgets),
+                    "two budgets: its evictions fail with 500"
+                    if c.shielded
+                    else "adding no budget",
+                )
+        for u in new.unshieldable:
+            if u.pod.uid not in {o.pod.uid for o in old.unshieldable}:
+                log.warning("shield: cannot shield pod %s: %s", u.pod.key, u.why)
+
+    def _count_blocked(self) -> None:
+        if self._cordoned and not self._cordon_counted and self._plan.held:
+            self._cordon_counted = True
+            self._blocked += 1
+            self.metrics.count_shield_blocked_drain()
+            log.warning(
+                "shield: node %s cordoned while budgets shield %s",
+                self.node,
+                ", ".join(h.pod.key for h in self._plan.held),
+            )
+
+    async def _create(self, want: Want, ns: _Namespace) -> None:
+        # Marked in flight before the request: the watch may deliver the new budget before
+        # the response, and its event is what ends the mark.
+        key = f"{want.pod.namespace}/{want.name}"
+        self._inflight.add(key)
+        try:
+            await self._request(
+                "poddisruptionbudget_create",
+                self._policy.create_namespaced_pod_disruption_budget,
+                want.pod.namespace,
+                want.manifest(self.node),
+            )
+        except KubeError as exc:
+            self._inflight.discard(key)
+            if exc.status == 409:
+                return  # already there: the watch brings it
+            if exc.status == 403:
+                self._forbid(ns, f"creating budgets forbidden: {exc.reason}")
+                return
+            raise
+        ns.forbidden = None
+        log.info("shield: budget %s created for %s pod %s", key, want.role.value, want.pod.name)
+
+    async def _delete(self, budget: BudgetState) -> bool:
+        """Delete ``budget`` if it is still that object (uid precondition); True if deleted."""
+        self._inflight.add(budget.key)
+        try:
+            await self._request(
+                "poddisruptionbudget_delete",
+                self._policy.delete_namespaced_pod_disruption_budget,
+                budget.name,
+                budget.namespace,
+                body={"preconditions": {"uid": budget.uid}},
+            )
+        except KubeError as exc:
+            self._inflight.discard(budget.key)
+            if exc.status in (404, 409):
+                return False  # gone, or replaced meanwhile: the watch tells
+            if exc.status == 403:
+                self._forbid(
+                    self._ns[budget.namespace], f"deleting budgets forbidden: {exc.reason}"
+                )
+                return False
+            raise
+        log.info("shield: budget %s deleted", budget.key)
+        return True
+
+    async def remove_all(self) -> int:
+        """Delete this node's budgets (on uninstall; a rolling update keeps them). Returns how
+        many were deleted; errors are logged, not raised: the garbage collector is the backstop."""
+        deleted = 0
+        for ns in self._ns.values():
+            label = f"{MANAGED_BY_KEY}={MANAGED_BY},{NODE_KEY}={node_label_value(self.node)}"
+            try:
+                body = await self._request(
+                    "poddisruptionbudget_list",
+                    self._policy.list_namespaced_pod_disruption_budget,
+                    ns.name,
+                    label_selector=label,
+                )
+                for item in body.get("items") or ():
+                    deleted += await self._delete(BudgetState.from_dict(item))
+            except KubeError as exc:
+                log.warning("shield: could not remove budgets in %s: %s", ns.name, exc)
+        return deleted
+
+    async def _request(self, operation: str, fn: Any, *args: Any, **kwargs: Any) -> JsonObj:
+        """One API call, unparsed; non-2xx and transport errors become KubeError."""
+        try:
+            resp = await fn(
+                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
+            )
+            async with resp:
+                text = await resp.text()
+                if not 200 <= resp.status <= 299:
+                    raise _kube_error(resp.status, resp.reason or "", text)
+            body: JsonObj = json.loads(text) if text else {}
+            return body
+        except KubeError as exc:
+            if exc.status not in (404, 409):  # gone, or already there: the watch catches up
+                self.metrics.count_api_error(operation)
+            raise
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            self.metrics.count_api_error(operation)
+            raise KubeError(0, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _kube_error(status: int, reason: str, text: str) -> KubeError:
+    with contextlib.suppress(ValueError, AttributeError):
+        body = json.loads(text)
+        reason = str(body.get("message") or body.get("reason") or reason)
+    return KubeError(status, reason)

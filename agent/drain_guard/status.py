@@ -1,0 +1,276 @@
+"""What the agent shows at ``/status`` and in ``drain-guard status``: the answer to
+"why is my drain held?".
+
+Pure: the controller fills an ``AgentStatus`` snapshot (including ``generated_at``, the time it
+was taken, so nothing here reads a clock) and the server renders it. ``docs/status.md`` explains
+each field.
+
+API::
+
+    AgentStatus(node=..., decision=..., explanation=..., ..., started_at=..., generated_at=...)
+    status.to_json() -> dict[str, Any]      # JSON-ready, camelCase keys, RFC 3339 UTC times
+    AgentStatus.from_json(data)             # the inverse (the CLI reads /status over HTTP)
+    status.to_text() -> str                 # a few lines for humans (curl ...?format=text)
+
+``decision`` is one of ``DECISIONS``: ``idle`` (no drain request to act on), ``hold`` (a hold
+was just written), ``holding`` (a drain is held), ``update-hold`` (the reasons of a hold
+changed), ``release`` (the hold was just released), ``wait`` (a guard cannot decide yet, so a
+drain request is not let through), ``pass`` (a drain request went through: no guard blocks),
+``starting`` (before the first decision).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+DECISIONS: tuple[str, ...] = (
+    "starting",
+    "idle",
+    "pass",
+    "wait",
+    "hold",
+    "holding",
+    "update-hold",
+    "release",
+)
+
+
+@dataclass(frozen=True)
+class HoldReasonStatus:
+    """One reason a drain is held, and its detail (which pods, which digests)."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class PodStatus:
+    """A build pod (or a pod builds depend on) seen on the node."""
+
+    namespace: str
+    name: str
+    phase: str
+
+
+@dataclass(frozen=True)
+class BootedImageStatus:
+    """The booted OS image, where it was read, and why it could not be if it was not.
+
+    ``source`` is a file path (the ostree origin) or a command (``rpm-ostree status --json``).
+    """
+
+    digest: str | None = None
+    reference: str | None = None
+    source: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """A snapshot of one agent's view and decision."""
+
+    node: str
+    decision: str
+    explanation: str
+    version: str
+    started_at: datetime
+    generated_at: datetime
+    desired_drain: str | None = None
+    last_applied_drain: str | None = None
+    held_request: str | None = None
+    hold_reasons: tuple[HoldReasonStatus, ...] = ()
+    since: datetime | None = None
+    expires_at: datetime | None = None
+    build_pods: tuple[PodStatus, ...] | None = None  # None: the pod watch has not synced
+    desired_image: str | None = None
+    desired_digest: str | None = None
+    booted: BootedImageStatus = field(default_factory=BootedImageStatus)
+    synced: dict[str, bool] = field(default_factory=dict)  # watch resource → synced
+    last_api_contact: datetime | None = None
+    # The shield's own JSON (drain_guard.shield.ShieldStatus.to_json()); None when it is off.
+    shield: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.decision not in DECISIONS:
+            raise ValueError(f"unknown decision {self.decision!r}")
+        for name in ("started_at", "generated_at", "since", "expires_at", "last_api_contact"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                raise ValueError(f"{name} must be timezone-aware")
+
+    @property
+    def time_left(self) -> timedelta | None:
+        """Time until the hold expires (never negative), or None without a hold."""
+        if self.expires_at is None:
+            return None
+        return max(timedelta(0), self.expires_at - self.generated_at)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document served at ``/status`` (keys are stable; see docs/status.md)."""
+        left = self.time_left
+        return {
+            "node": self.node,
+            "decision": self.decision,
+            "explanation": self.explanation,
+            "desiredDrain": self.desired_drain,
+            "lastAppliedDrain": self.last_applied_drain,
+            "heldRequest": self.held_request,
+            "holdReasons": [{"reason": r.reason, "detail": r.detail} for r in self.hold_reasons],
+            "since": _rfc3339(self.since),
+            "expiresAt": _rfc3339(self.expires_at),
+            "timeLeftSeconds": None if left is None else int(left.total_seconds()),
+            "buildPods": None
+            if self.build_pods is None
+            else [
+                {"namespace": p.namespace, "name": p.name, "phase": p.phase}
+                for p in self.build_pods
+            ],
+            "image": {
+                "desired": self.desired_image,
+                "desiredDigest": self.desired_digest,
+                "bootedDigest": self.booted.digest,
+                "bootedReference": self.booted.reference,
+                "bootedSource": self.booted.source,
+                "bootedError": self.booted.error,
+            },
+            "synced": dict(sorted(self.synced.items())),
+            "lastApiContact": _rfc3339(self.last_api_contact),
+            "shield": self.shield,
+            "version": self.version,
+            "startedAt": _rfc3339(self.started_at),
+            "generatedAt": _rfc3339(self.generated_at),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AgentStatus:
+        """Rebuild a snapshot from ``to_json()`` output; raises KeyError/ValueError if malformed."""
+        image = data["image"]
+        pods = data["buildPods"]
+        return cls(
+            node=data["node"],
+            decision=data["decision"],
+            explanation=data["explanation"],
+            desired_drain=data["desiredDrain"],
+            last_applied_drain=data["lastAppliedDrain"],
+            held_request=data["heldRequest"],
+            hold_reasons=tuple(
+                HoldReasonStatus(reason=r["reason"], detail=r["detail"])
+                for r in data["holdReasons"]
+            ),
+            since=_parse(data["since"]),
+            expires_at=_parse(data["expiresAt"]),
+            build_pods=None
+            if pods is None
+            else tuple(PodStatus(p["namespace"], p["name"], p["phase"]) for p in pods),
+            desired_image=image["desired"],
+            desired_digest=image["desiredDigest"],
+            booted=BootedImageStatus(
+                digest=image["bootedDigest"],
+                reference=image["bootedReference"],
+                source=image["bootedSource"],
+                error=image["bootedError"],
+            ),
+            synced={str(k): bool(v) for k, v in data["synced"].items()},
+            last_api_contact=_parse(data["lastApiContact"]),
+            shield=data.get("shield"),
+            version=data["version"],
+            started_at=_required(data["startedAt"]),
+            generated_at=_required(data["generatedAt"]),
+        )
+
+    def to_text(self) -> str:
+        """A short human view: the decision first, then the hold, pods, images, health."""
+        now = self.generated_at
+        lines = [f"node {self.node}: {self.decision} - {self.explanation}"]
+        if self.held_request is not None:
+            lines.append(f"  held request:  {self.held_request}")
+            if self.since is not None:
+                age = format_duration(now - self.since)
+                lines.append(f"  held since:    {_rfc3339(self.since)} ({age} ago)")
+            if self.expires_at is not None:
+                left = max(timedelta(0), self.expires_at - now)
+                lines.append(
+                    f"  expires:       {_rfc3339(self.expires_at)} (in {format_duration(left)}; "
+                    "then released with outcome expired)"
+                )
+        elif self.desired_drain is not None:
+            lines.append(f"  desiredDrain:  {self.desired_drain}")
+        for reason in self.hold_reasons:
+            lines.append(f"  reason:        {reason.reason}: {reason.detail}")
+        if self.build_pods is None:
+            lines.append("  build pods:    unknown (pod watch not synced)")
+        elif not self.build_pods:
+            lines.append("  build pods:    none")
+        else:
+            pods = ", ".join(f"{p.namespace}/{p.name} ({p.phase})" for p in self.build_pods)
+            lines.append(f"  build pods:    {pods}")
+        if self.desired_image is not None or self.desired_digest is not None:
+            lines.append(f"  desired image: {self.desired_digest or self.desired_image}")
+        if self.booted.digest is not None:
+            lines.append(f"  booted image:  {self.booted.digest} (from {self.booted.source})")
+        elif self.booted.error is not None:
+            lines.append(f"  booted image:  unknown: {self.booted.error}")
+        if self.shield is not None:
+            lines.append(f"  shield:        {_shield_text(self.shield)}")
+        watches = ", ".join(
+            f"{name} {'synced' if ok else 'NOT synced'}" for name, ok in sorted(self.synced.items())
+        )
+        contact = (
+            "never"
+            if self.last_api_contact is None
+            else f"{format_duration(now - self.last_api_contact)} ago"
+        )
+        lines.append(f"  watches:       {watches or 'none'}; last API contact {contact}")
+        lines.append(
+            f"  agent:         {self.version}, up {format_duration(now - self.started_at)}"
+        )
+        return "\n".join(lines) + "\n"
+
+
+def _shield_text(shield: dict[str, Any]) -> str:
+    """One line: the budgets held, and what keeps other pods unshielded."""
+    budgets = [f"{b['namespace']}/{b['name']}" for b in shield.get("budgets") or ()]
+    parts = [f"budgets on {', '.join(budgets)}" if budgets else "no budgets"]
+    for c in shield.get("conflicts") or ():
+        parts.append(f"{c['namespace']}/{c['name']} also under {', '.join(c['budgets'])}")
+    for u in shield.get("unshieldable") or ():
+        parts.append(f"{u['namespace']}/{u['name']} not shielded: {u['why']}")
+    for namespace, why in sorted((shield.get("forbidden") or {}).items()):
+        parts.append(f"{namespace} forbidden ({why})")
+    return "; ".join(parts)
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _parse(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"time without a zone: {value!r}")
+    return parsed
+
+
+def _required(value: str) -> datetime:
+    parsed = _parse(value)
+    if parsed is None:
+        raise ValueError("missing time")
+    return parsed
+
+
+def format_duration(delta: timedelta) -> str:
+    """``1h02m``, ``12m05s``, ``7s``: short, for humans."""
+    seconds = max(0, int(delta.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"

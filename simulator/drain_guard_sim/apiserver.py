@@ -1,0 +1,996 @@
+"""A Kubernetes API server simulator that the real kubernetes_asyncio client and kubectl use.
+
+``SimApiServer`` serves the resources of ``drain_guard_sim.resources`` over plain HTTP on
+127.0.0.1 (an ephemeral port) with the semantics of a real kube-apiserver: one
+resourceVersion counter, GET/LIST/WATCH (from a resourceVersion, bookmarks,
+``timeoutSeconds``, 410 for a compacted window), field and label selectors, JSON Patch /
+merge patch / strategic merge patch, 409 on stale resourceVersions, ``Status`` error bodies,
+the eviction subresource honouring PodDisruptionBudgets (whose status the simulator computes
+itself), bearer-token users, a write log, request counters and fault injection.
+
+Known differences from a real server (deliberate, for tests): deletion is immediate (no
+finalizers, no graceful pod deletion); namespaces need not exist; no admission, defaulting or
+schema validation beyond what is listed; LIST ignores ``resourceVersion``/``resourceVersionMatch``
+and pages over the current state; a watch from a resourceVersion newer than the current one
+just waits (a real server answers 504 after 3 s); ``kubectl get -w`` (Table watch) is not
+served; PDB ``expectedPods`` counts the selected pods instead of asking their controllers'
+scale; no server-side apply. client-go (kubectl) sends no credentials to an ``http://``
+server, so requests without credentials are ``system:anonymous`` and may only read.
+
+Use::
+
+    async with SimApiServer() as api:
+        token = api.add_user("agent")
+        path = api.kubeconfig("agent", tmp_path / "kubeconfig")
+        api.create("nodes", {"metadata": {"name": "worker-0"}})   # in-process, no HTTP
+        async with api.api_client("agent") as client:             # kubernetes_asyncio
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import json
+import logging
+import random
+import secrets
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from aiohttp import web
+
+from drain_guard_sim import errors, labels
+from drain_guard_sim.errors import ApiError
+from drain_guard_sim.faults import FaultKind, Faults
+from drain_guard_sim.patching import APPLY_PATCH, PATCH_TYPES
+from drain_guard_sim.resources import ALL_VERBS, EVICTION_API_VERSIONS, RESOURCES, ResourceType
+from drain_guard_sim.store import (
+    ADMIN,
+    Store,
+    Watcher,
+    WriteRecord,
+    parse_field_selector,
+    parse_labels,
+)
+from drain_guard_sim.tables import to_table
+
+__all__ = [
+    "ADMIN",
+    "ApiError",
+    "SimApiServer",
+    "User",
+    "WriteRecord",
+]
+
+JsonObj = dict[str, Any]
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "28",
+    "gitVersion": "v1.28.7+sim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2024-03-01T00:00:00Z",
+    "goVersion": "go1.20.14",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+
+def _parse_bool(name: str, value: str | None) -> bool:
+    if value is None or value == "":
+        return False
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise errors.bad_request(f'strconv.ParseBool: parsing "{value}": invalid syntax for {name}')
+
+
+@dataclass
+class User:
+    name: str
+    token: str
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+ANONYMOUS = User("system:anonymous", "")
+
+
+@dataclass
+class _Target:
+    """What a request path names."""
+
+    group: str
+    version: str
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str
+    legacy_watch: bool
+
+
+class SimApiServer:
+    """The simulated API server: an aiohttp app over a ``Store``.
+
+    Parameters:
+        bookmark_interval: seconds between BOOKMARK events on watches that allow them
+            (a real server: about 60 s).
+        watch_timeout: server-side timeout for watches that give no ``timeoutSeconds``
+            (None: 1800-3600 s, as ``--min-request-timeout`` does).
+        history: watch events retained (older resourceVersions get 410 Expired).
+        seed: seeds the fault-injection RNG.
+        anonymous_reads: a request without credentials is ``system:anonymous`` and may
+            only read (get, list, watch, discovery); writes get RBAC's 403. A real server
+            with ``--anonymous-auth`` and such a ClusterRole does the same. kubectl needs
+            it: client-go sends no credentials to an ``http://`` server. An unknown token
+            is always a 401.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        bookmark_interval: float = 60.0,
+        watch_timeout: float | None = None,
+        history: int = 10_000,
+        seed: int = 0,
+        resources: tuple[ResourceType, ...] = RESOURCES,
+        clock: Callable[[], datetime] | None = None,
+        anonymous_reads: bool = True,
+    ) -> None:
+        self.host = host
+        self.anonymous_reads = anonymous_reads
+        self._port = port
+        self.bookmark_interval = bookmark_interval
+        self.watch_timeout = watch_timeout
+        self.store = Store(resources, history=history, clock=clock)
+        self.faults = Faults(seed)
+        self._rng = random.Random(seed)  # watch timeouts; separate from the faults' draws
+        self.requests: Counter[tuple[str, str, str]] = Counter()
+        self.request_log: builtins.list[tuple[float, str, str, str, str, int]] = []
+        self._users_by_token: dict[str, User] = {}
+        self._users: dict[str, User] = {}
+        self._runner: web.AppRunner | None = None
+        self._site: web.TCPSite | None = None
+        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        self._watch_tasks: set[asyncio.Task[Any]] = set()
+        self._watch_count = 0
+        self.add_user(ADMIN)
+
+    # --- lifecycle ---
+
+    async def start(self) -> SimApiServer:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0
+        )
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.host, self._port)
+        await self._site.start()
+        server = self._site._server
+        assert server is not None
+        sockets = getattr(server, "sockets", None)
+        assert sockets
+        self._port = sockets[0].getsockname()[1]
+        return self
+
+    async def stop(self) -> None:
+        self.store.cut_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+            self._site = None
+        if self._tmpdir is not None:
+            self._tmpdir.cleanup()
+            self._tmpdir = None
+
+    async def __aenter__(self) -> SimApiServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self._port}"
+
+    # --- identity ---
+
+    def add_user(
+        self, name: str, token: str | None = None, extra: Mapping[str, Any] | None = None
+    ) -> str:
+        """Register a user (or replace its token); returns the bearer token."""
+        old = self._users.get(name)
+        if old is not None:
+            self._users_by_token.pop(old.token, None)
+        user = User(name, token or secrets.token_urlsafe(24), dict(extra or {}))
+        self._users[name] = user
+        self._users_by_token[user.token] = user
+        return user.token
+
+    def add_token(self, name: str, extra: Mapping[str, Any]) -> str:
+        """Another bearer token for ``name`` with its own extra claims, as node-bound
+        ServiceAccount tokens are: one ServiceAccount, one token per node."""
+        user = User(name, secrets.token_urlsafe(24), dict(extra))
+        self._users_by_token[user.token] = user
+        return user.token
+
+    def token(self, user: str = ADMIN) -> str:
+        if user not in self._users:
+            self.add_user(user)
+        return self._users[user].token
+
+    def kubeconfig(
+        self, user: str = ADMIN, path: str | Path | None = None, token: str | None = None
+    ) -> Path:
+        """Write a kubeconfig for ``user`` (registered on the fly if new), with its token or
+        the given one (from ``add_token``); returns its path."""
+        token = token or self.token(user)
+        if path is None:
+            if self._tmpdir is None:
+                self._tmpdir = tempfile.TemporaryDirectory(prefix="simapi-")
+            safe = user.replace(":", "_").replace("/", "_")
+            path = Path(self._tmpdir.name) / f"kubeconfig-{safe}"
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
+            "users": [{"name": user, "user": {"token": token}}],
+            "contexts": [
+                {
+                    "name": f"{user}@sim",
+                    "context": {"cluster": "sim", "user": user, "namespace": "default"},
+                }
+            ],
+            "current-context": f"{user}@sim",
+            "preferences": {},
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        path.chmod(0o600)
+        return path
+
+    def api_client(self, user: str = ADMIN) -> Any:
+        """A kubernetes_asyncio ``ApiClient`` for ``user`` (close it, or ``async with`` it)."""
+        from kubernetes_asyncio.client import ApiClient, Configuration
+
+        config = Configuration(host=self.url)
+        config.api_key = {"BearerToken": self.token(user)}
+        config.api_key_prefix = {"BearerToken": "Bearer"}
+        return ApiClient(configuration=config)
+
+    # --- the in-process API (no HTTP, same semantics) ---
+
+    def create(
+        self,
+        resource: str,
+        obj: JsonObj,
+        namespace: str | None = None,
+        *,
+        user: str = ADMIN,
+        keep_status: bool = True,
+    ) -> JsonObj:
+        return self.store.create(resource, obj, namespace, user=user, keep_status=keep_status)
+
+    def get(self, resource: str, name: str, namespace: str | None = None) -> JsonObj:
+        return self.store.get(resource, name, namespace)
+
+    def try_get(self, resource: str, name: str, namespace: str | None = None) -> JsonObj | None:
+        return self.store.try_get(resource, name, namespace)
+
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> builtins.list[JsonObj]:
+        return self.store.list(
+            resource, namespace, label_selector=label_selector, field_selector=field_selector
+        )
+
+    def update(
+        self,
+        resource: str,
+        obj: JsonObj,
+        namespace: str | None = None,
+        *,
+        user: str = ADMIN,
+        subresource: str = "",
+    ) -> JsonObj:
+        return self.store.update(resource, obj, namespace, user=user, subresource=subresource)
+
+    def patch(
+        self,
+        resource: str,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: str = "strategic",
+        user: str = ADMIN,
+        subresource: str = "",
+    ) -> JsonObj:
+        return self.store.patch(
+            resource,
+            name,
+            patch,
+            namespace,
+            patch_type=patch_type,
+            user=user,
+            subresource=subresource,
+        )
+
+    def delete(
+        self, resource: str, name: str, namespace: str | None = None, *, user: str = ADMIN
+    ) -> JsonObj:
+        return self.store.delete(resource, name, namespace, user=user)
+
+    def evict(self, name: str, namespace: str | None = None, *, user: str = ADMIN) -> JsonObj:
+        return self.store.evict(name, namespace, user=user)
+
+    async def wait_for(
+        self,
+        predicate: Callable[[], T],
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> T:
+        return await self.store.wait_for(predicate, timeout)
+
+    async def wait_for_write(
+        self,
+        match: Callable[[WriteRecord], bool],
+        *,
+        since: int = 0,
+        timeout: float = 10.0,  # noqa: ASYNC109
+    ) -> WriteRecord:
+        return await self.store.wait_for_write(match, since=since, timeout=timeout)
+
+    @property
+    def write_log(self) -> builtins.list[WriteRecord]:
+        return self.store.write_log
+
+    def writes(self, resource: str | None = None, **filters: Any) -> builtins.list[WriteRecord]:
+        return self.store.writes(resource, **filters)
+
+    @property
+    def resource_version(self) -> int:
+        return self.store.resource_version
+
+    # --- faults and controls ---
+
+    def compact(self) -> int:
+        """Forget the retained watch window: a watch from an older resourceVersion gets 410."""
+        return self.store.compact()
+
+    def cut_watches(
+        self, *, abort: bool = False, resource: str | None = None, user: str | None = None
+    ) -> int:
+        """End every open watch stream now; ``abort`` breaks the connection instead."""
+        return self.store.cut_watches(abort=abort, resource=resource, user=user)
+
+    @property
+    def open_watches(self) -> int:
+        return len(self.store.watchers)
+
+    def request_count(
+        self, *, user: str | None = None, verb: str | None = None, resource: str | None = None
+    ) -> int:
+        return sum(
+            n
+            for (u, v, r), n in self.requests.items()
+            if (user is None or u == user)
+            and (verb is None or v == verb)
+            and (resource is None or r == resource)
+        )
+
+    # --- HTTP ---
+
+    def _authenticate(self, request: web.Request) -> User:
+        header = request.headers.get("Authorization", "")
+        if not header and self.anonymous_reads:
+            return ANONYMOUS
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise errors.unauthorized()
+        user = self._users_by_token.get(token.strip())
+        if user is None:
+            raise errors.unauthorized()
+        return user
+
+    @staticmethod
+    def _json(
+        obj: Any, status: int = 200, headers: Mapping[str, str] | None = None
+    ) -> web.Response:
+        return web.Response(
+            body=json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(),
+            status=status,
+            content_type="application/json",
+            headers=headers,
+        )
+
+    def _error(self, err: ApiError) -> web.Response:
+        return self._json(err.status, err.code, err.headers)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.monotonic()
+        path = request.path
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        user_name = "system:anonymous"
+        verb = request.method.lower()
+        resource = ""
+        status = 500
+        try:
+            user = self._authenticate(request)
+            user_name = user.name
+            target = self._resolve(path)
+            verb = self._verb(request, target)
+            resource = self._resource_label(target)
+            if user is ANONYMOUS and target is not None and verb not in ("get", "list", "watch"):
+                raise errors.rbac_forbidden(
+                    target.rt,
+                    target.name or "",
+                    user.name,
+                    verb,
+                    target.namespace,
+                    target.subresource,
+                )
+            self.requests[(user_name, verb, resource)] += 1
+            delay = sum(
+                f.latency for f in self.faults.fire(FaultKind.LATENCY, user_name, verb, resource)
+            )
+            if delay > 0:
+                await asyncio.sleep(delay)
+            fired = self.faults.fire(FaultKind.ERROR, user_name, verb, resource)
+            if fired:
+                raise fired[0].error()
+            response: web.StreamResponse
+            if target is None:
+                response = self._discovery(path)
+            else:
+                response = await self._serve(request, target, verb, user_name)
+            status = response.status
+            return response
+        except ApiError as err:
+            status = err.code
+            return self._error(err)
+        except (asyncio.CancelledError, ConnectionResetError):
+            status = 499
+            raise
+        except Exception as err:  # a simulator bug: answer as a real server's panic handler
+            log.exception("simulated API server: %s %s failed", request.method, path)
+            status = 500
+            return self._error(errors.internal_error(f"{type(err).__name__}: {err}"))
+        finally:
+            self.request_log.append((started, user_name, verb, resource, path, status))
+
+    def _resolve(self, path: str) -> _Target | None:
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return None
+        if parts[0] == "api":
+            if len(parts) <= 2:
+                return None
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis":
+            if len(parts) <= 3:
+                return None
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        legacy_watch = False
+        if rest and rest[0] == "watch":
+            legacy_watch = True
+            rest = rest[1:]
+        namespace: str | None = None
+        if (
+            len(rest) >= 3
+            and rest[0] == "namespaces"
+            and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+        ):
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise errors.page_not_found()
+        rt = self.store.index.by_gvr(group, version, rest[0])
+        if rt is None:
+            raise errors.page_not_found()
+        if namespace is not None and not rt.namespaced:
+            raise errors.page_not_found()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and rt.subresource(sub) is None:
+            raise errors.page_not_found()
+        if name is not None and rt.namespaced and namespace is None:
+            raise errors.page_not_found()
+        return _Target(group, version, rt, namespace, name, sub, legacy_watch)
+
+    @staticmethod
+    def _resource_label(target: _Target | None) -> str:
+        if target is None:
+            return ""
+        key = target.rt.key
+        return f"{key}/{target.subresource}" if target.subresource else key
+
+    @staticmethod
+    def _verb(request: web.Request, target: _Target | None) -> str:
+        method = request.method
+        if target is None:
+            return "get"
+        if method == "GET":
+            if target.legacy_watch or _parse_bool("watch", request.query.get("watch")):
+                return "watch"
+            return "get" if target.name else "list"
+        if method == "POST":
+            return "create"
+        if method == "PUT":
+            return "update"
+        if method == "PATCH":
+            return "patch"
+        if method == "DELETE":
+            return "delete" if target.name else "deletecollection"
+        raise errors.method_not_allowed(method)
+
+    # --- discovery ---
+
+    def _discovery(self, path: str) -> web.Response:
+        parts = [p for p in path.split("/") if p]
+        index = self.store.index
+        groups = index.groups()
+        if parts == ["version"]:
+            return self._json(KUBE_VERSION)
+        if parts == ["api"]:
+            return self._json(
+                {
+                    "kind": "APIVersions",
+                    "versions": groups.get("", ["v1"]),
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                    ],
+                }
+            )
+        if parts == ["apis"]:
+            return self._json(
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [self._api_group(g, vs) for g, vs in groups.items() if g],
+                }
+            )
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
+            body = self._api_group(parts[1], groups[parts[1]])
+            body.update(kind="APIGroup", apiVersion="v1")
+            return self._json(body)
+        if (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
+            group = "" if parts[0] == "api" else parts[1]
+            version = parts[-1]
+            rts = index.in_group_version(group, version)
+            if rts:
+                return self._json(self._resource_list(group, version, rts))
+        raise errors.page_not_found()
+
+    @staticmethod
+    def _api_group(group: str, versions: builtins.list[str]) -> JsonObj:
+        gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
+
+    @staticmethod
+    def _resource_list(group: str, version: str, rts: builtins.list[ResourceType]) -> JsonObj:
+        resources: builtins.list[JsonObj] = []
+        for rt in rts:
+            entry: JsonObj = {
+                "name": rt.plural,
+                "singularName": rt.singular_name(),
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": list(ALL_VERBS),
+            }
+            if rt.short_names:
+                entry["shortNames"] = list(rt.short_names)
+            if rt.categories:
+                entry["categories"] = list(rt.categories)
+            resources.append(entry)
+            for sub in rt.subresources:
+                sub_entry: JsonObj = {
+                    "name": f"{rt.plural}/{sub.name}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": sub.kind,
+                    "verbs": list(sub.verbs),
+                }
+                if sub.group:
+                    sub_entry["group"] = sub.group
+                    sub_entry["version"] = sub.version
+                resources.append(sub_entry)
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
+
+    # --- resources ---
+
+    async def _read_body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        if not raw:
+            return None
+        content_type = request.content_type
+        try:
+            if content_type in ("application/yaml", "application/apply-patch+yaml"):
+                return yaml.safe_load(raw)
+            return json.loads(raw)
+        except (ValueError, yaml.YAMLError) as err:
+            raise errors.bad_request(f"error decoding request body: {err}") from None
+
+    async def _serve(
+        self, request: web.Request, target: _Target, verb: str, user: str
+    ) -> web.StreamResponse:
+        rt = target.rt
+        store = self.store
+        query = request.query
+        dry_run = query.get("dryRun") == "All"
+        if target.subresource == "eviction" and verb != "create":
+            raise errors.method_not_allowed(request.method)
+        if target.subresource == "status" and verb not in ("get", "update", "patch"):
+            raise errors.method_not_allowed(request.method)
+        if verb == "watch":
+            return await self._watch(request, target, user)
+        if verb == "list":
+            return self._list(request, target)
+        if verb == "get":
+            assert target.name is not None
+            obj = store.get(rt, target.name, target.namespace)
+            if target.subresource not in ("", "status"):
+                raise errors.method_not_allowed("GET")
+            return self._maybe_table(request, rt, [obj], single=True)
+        body = await self._read_body(request)
+        if verb == "create":
+            if target.subresource == "eviction":
+                return self._evict(target, body, user, dry_run)
+            if target.name is not None or (rt.namespaced and target.namespace is None):
+                raise errors.method_not_allowed("POST")
+            if not isinstance(body, dict):
+                raise errors.bad_request("the body of the request must be an object")
+            self._check_kind(rt, body)
+            created = store.create(
+                rt, body, target.namespace, user=user, keep_status=False, dry_run=dry_run
+            )
+            return self._json(created, 201)
+        if verb == "update":
+            assert target.name is not None
+            if not isinstance(body, dict):
+                raise errors.bad_request("the body of the request must be an object")
+            self._check_kind(rt, body)
+            updated = store.update(
+                rt,
+                body,
+                target.namespace,
+                name=target.name,
+                user=user,
+                subresource=target.subresource,
+                dry_run=dry_run,
+            )
+            return self._json(updated)
+        if verb == "patch":
+            assert target.name is not None
+            content_type = request.content_type
+            if content_type not in PATCH_TYPES:
+                accepted: tuple[str, ...] = (*PATCH_TYPES, APPLY_PATCH)
+                if rt.custom:
+                    accepted = tuple(a for a in accepted if "strategic" not in a)
+                raise errors.unsupported_media_type(content_type, accepted)
+            patched = store.patch(
+                rt,
+                target.name,
+                body,
+                target.namespace,
+                patch_type=content_type,
+                user=user,
+                subresource=target.subresource,
+                dry_run=dry_run,
+            )
+            return self._json(patched)
+        if verb == "delete":
+            assert target.name is not None
+            options = body if isinstance(body, dict) else {}
+            if "dryRun" in options and options["dryRun"] == ["All"]:
+                dry_run = True
+            preconditions = options.get("preconditions")
+            deleted = store.delete(
+                rt,
+                target.name,
+                target.namespace,
+                user=user,
+                preconditions=preconditions,
+                dry_run=dry_run,
+            )
+            if rt.kind == "Pod" or rt.custom:
+                return self._json(deleted)
+            details: JsonObj = {"name": target.name}
+            if rt.group:
+                details["group"] = rt.group
+            details["kind"] = rt.plural
+            details["uid"] = deleted["metadata"]["uid"]
+            return self._json(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                }
+            )
+        if verb == "deletecollection":
+            deleted_items = store.delete_collection(
+                rt,
+                target.namespace,
+                label_selector=query.get("labelSelector"),
+                field_selector=query.get("fieldSelector"),
+                user=user,
+            )
+            return self._json(
+                {
+                    "kind": f"{rt.kind}List",
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(store.resource_version)},
+                    "items": deleted_items,
+                }
+            )
+        raise errors.method_not_allowed(request.method)
+
+    @staticmethod
+    def _check_kind(rt: ResourceType, body: Mapping[str, Any]) -> None:
+        api_version = body.get("apiVersion")
+        kind = body.get("kind")
+        if kind and kind != rt.kind:
+            raise errors.bad_request(
+                f"the object provided is unrecognized (must be of type {rt.kind}): "
+                f"object kind {kind} does not match {rt.kind}"
+            )
+        if api_version and api_version != rt.api_version:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({rt.api_version})"
+            )
+
+    def _evict(self, target: _Target, body: Any, user: str, dry_run: bool) -> web.Response:
+        assert target.name is not None
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be an Eviction")
+        api_version = body.get("apiVersion")
+        if body.get("kind", "Eviction") != "Eviction" or (
+            api_version and api_version not in EVICTION_API_VERSIONS
+        ):
+            raise errors.bad_request(f"not a Eviction object: {body.get('kind')}")
+        name = (body.get("metadata") or {}).get("name")
+        if name != target.name:
+            raise errors.bad_request("name in URL does not match name in Eviction object")
+        options = body.get("deleteOptions") or {}
+        if options.get("dryRun") == ["All"]:
+            dry_run = True
+        result = self.store.evict(
+            target.name, target.namespace, user=user, delete_options=options, dry_run=dry_run
+        )
+        return self._json(result, 201)
+
+    def _list(self, request: web.Request, target: _Target) -> web.Response:
+        rt = target.rt
+        store = self.store
+        query = request.query
+        selected = parse_labels(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector", ""), rt)
+        items = store.list(rt, target.namespace, label_selector=selected, field_selector=fields)
+        rv = store.resource_version
+        metadata: JsonObj = {"resourceVersion": str(rv)}
+        cont = query.get("continue")
+        if cont:
+            cont_rv, ns, name = store.decode_continue(cont)
+            rv = cont_rv
+            metadata["resourceVersion"] = str(cont_rv)
+            items = [
+                i
+                for i in items
+                if (i["metadata"].get("namespace", ""), i["metadata"]["name"]) > (ns, name)
+            ]
+        limit_text = query.get("limit")
+        if limit_text:
+            try:
+                limit = int(limit_text)
+            except ValueError:
+                raise errors.bad_request(f"invalid limit {limit_text!r}") from None
+            if 0 < limit < len(items):
+                last = items[limit - 1]["metadata"]
+                metadata["continue"] = store.encode_continue(
+                    rv, last.get("namespace", ""), last["name"]
+                )
+                metadata["remainingItemCount"] = len(items) - limit
+                items = items[:limit]
+        return self._maybe_table(request, rt, items, single=False, metadata=metadata)
+
+    def _maybe_table(
+        self,
+        request: web.Request,
+        rt: ResourceType,
+        items: builtins.list[JsonObj],
+        *,
+        single: bool,
+        metadata: JsonObj | None = None,
+    ) -> web.Response:
+        accept = request.headers.get("Accept", "")
+        if "as=Table" in accept:
+            include = request.query.get("includeObject", "Metadata")
+            table = to_table(rt, items, include, self.store.clock())
+            table["metadata"] = dict(
+                metadata or {"resourceVersion": str(self.store.resource_version)}
+            )
+            if single:
+                table["metadata"] = {"resourceVersion": items[0]["metadata"]["resourceVersion"]}
+            return self._json(table)
+        if single:
+            return self._json(items[0])
+        return self._json(
+            {
+                "kind": f"{rt.kind}List",
+                "apiVersion": rt.api_version,
+                "metadata": metadata or {"resourceVersion": str(self.store.resource_version)},
+                "items": items,
+            }
+        )
+
+    # --- watch ---
+
+    async def _watch(self, request: web.Request, target: _Target, user: str) -> web.StreamResponse:
+        rt = target.rt
+        query = request.query
+        rv = query.get("resourceVersion")
+        bookmarks = _parse_bool("allowWatchBookmarks", query.get("allowWatchBookmarks"))
+        send_initial = _parse_bool("sendInitialEvents", query.get("sendInitialEvents"))
+        timeout_text = query.get("timeoutSeconds")
+        if timeout_text:
+            try:
+                timeout = float(int(timeout_text))
+            except ValueError:
+                raise errors.bad_request(f"invalid timeoutSeconds {timeout_text!r}") from None
+        elif self.watch_timeout is not None:
+            timeout = self.watch_timeout
+        else:
+            timeout = 1800.0 * (1.0 + self._rng.random())
+        selected: labels.Selector = parse_labels(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector", ""), rt)
+        resource = self._resource_label(target)
+        expired: ApiError | None = None
+        watcher: Watcher | None = None
+        if rv not in (None, "", "0") and self.faults.fire(
+            FaultKind.WATCH_EXPIRED, user, "watch", resource
+        ):
+            expired = errors.expired(
+                f"too old resource version: {rv} ({self.store.resource_version})"
+            )
+        else:
+            try:
+                watcher = self.store.watch(
+                    rt,
+                    target.namespace,
+                    resource_version=None if send_initial else rv,
+                    label_selector=selected,
+                    field_selector=fields,
+                    name=target.name,
+                    user=user,
+                )
+            except ApiError as err:
+                if err.code != 410:
+                    raise
+                expired = err
+        response = web.StreamResponse(status=200)
+        response.content_type = "application/json"
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if expired is not None:
+            await self._send(response, "ERROR", expired.status)
+            await response.write_eof()
+            return response
+        assert watcher is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+
+        def next_bookmark_at(now: float) -> float | None:
+            # cacheWatcher.nextBookmarkTime: every interval, and 2 s before the deadline.
+            at = min(now + self.bookmark_interval, deadline - 2.0)
+            return at if at > now else None
+
+        next_bookmark = next_bookmark_at(loop.time()) if bookmarks else None
+        if send_initial and bookmarks:
+            # the initial events are queued; the end-of-initial-events bookmark follows them
+            watcher.queue.put_nowait(("__INITIAL_END__", {}))
+        aborted = False
+        try:
+            while True:
+                now = loop.time()
+                if now >= deadline:
+                    break
+                if next_bookmark is not None and now >= next_bookmark and watcher.queue.empty():
+                    await self._send_bookmark(response, rt)
+                    next_bookmark = next_bookmark_at(loop.time())
+                    continue
+                if not watcher.queue.empty():
+                    # Queued events first: with a bookmark due the wait below would be 0,
+                    # and wait_for(get(), 0) cancels the get before it runs (a livelock).
+                    item = watcher.queue.get_nowait()
+                else:
+                    wait = deadline - now
+                    if next_bookmark is not None:
+                        wait = min(wait, max(0.0, next_bookmark - now))
+                    try:
+                        item = await asyncio.wait_for(watcher.queue.get(), wait)
+                    except TimeoutError:
+                        continue
+                if item is None:
+                    aborted = watcher.abort
+                    break
+                event_type, obj = item
+                if event_type == "__INITIAL_END__":
+                    await self._send_bookmark(response, rt, initial_end=True)
+                    continue
+                await self._send(response, event_type, obj)
+        finally:
+            self.store.unwatch(watcher)
+        if aborted:
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        with contextlib.suppress(ConnectionResetError):
+            await response.write_eof()
+        return response
+
+    @staticmethod
+    async def _send(response: web.StreamResponse, event_type: str, obj: JsonObj) -> None:
+        line = json.dumps({"type": event_type, "object": obj}, separators=(",", ":"))
+        await response.write(line.encode() + b"\n")
+
+    async def _send_bookmark(
+        self, response: web.StreamResponse, rt: ResourceType, *, initial_end: bool = False
+    ) -> None:
+        metadata: JsonObj = {
+            "resourceVersion": str(self.store.resource_version),
+            "creationTimestamp": None,
+        }
+        if initial_end:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        await self._send(
+            response, "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
+                                   "metadata": metadata}
+        )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def sim_apiserver(**kwargs: Any) -> AsyncIterator[SimApiServer]:
+    """``async with sim_apiserver() as api:`` — the same as ``async with SimApiServer()``."""
+    api = SimApiServer(**kwargs)
+    await api.start()
+    try:
+        yield api
+    finally:
+        await api.stop()

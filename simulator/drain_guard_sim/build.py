@@ -1,0 +1,449 @@
+"""On-cluster image builds, MCO 4.15 "OpenShift Build" mode (the default, and the seed's).
+
+Two actors, as in a real cluster:
+
+- :class:`MachineOSBuilder` is MCO's build controller (pkg/controller/build/build_controller.go,
+  running as machine-os-builder): when a layered pool's ``spec.configuration.name`` changes it
+  creates the Build ``build-<rendered>`` (labels ``…/buildPod``, ``…/targetMachineConfigPool``,
+  ``…/desiredConfig``; annotation ``…/pool``) and marks the pool BuildPending; it follows the
+  Build's phase (Running → Building; Complete → the new pullspec
+  ``ocb-image@sha256:<digest>`` in the pool's ``newestImageEquivalentConfig`` and BuildSuccess,
+  then the Build is cleaned up; Failed/Error/Cancelled → BuildFailed).
+- :class:`OpenShiftBuildController` plays openshift-controller-manager's build controller (and the
+  kubelet for its pod): it runs Build ``B`` in pod ``B-build`` (label
+  ``openshift.io/build.name=B``, owned by the Build) on a chosen node, Pending → Running/Ready →
+  Succeeded; a pod deleted before it finishes ends the Build in phase Error, reason
+  ``BuildPodDeleted``, as ``oc get build`` shows in the seed report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard_sim.mco import (
+    BUILD_NAME_LABEL,
+    BUILD_POD_LABEL,
+    DESIRED_CONFIG_LABEL,
+    GROUP_BUILD,
+    GROUP_MCO,
+    LAYERING_LABEL,
+    MCO_NAMESPACE,
+    OCB_IMAGE_REPO,
+    POOL_ANNOTATION,
+    POOL_IMAGE,
+    TARGET_POOL_LABEL,
+    Actor,
+    Informer,
+    JsonObj,
+    Timings,
+    labels_of,
+    read_json,
+)
+from drain_guard_sim.timeline import Timeline
+
+__all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest"]
+
+TERMINAL_PHASES = ("Complete", "Failed", "Error", "Cancelled")
+POD_DELETED_MESSAGE = "The pod for this build was deleted before the build completed."
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_digest(build_name: str) -> str:
+    """The digest a build of ``build_name`` pushes (deterministic, so tests can predict it)."""
+    return "sha256:" + hashlib.sha256(f"ocb:{build_name}".encode()).hexdigest()
+
+
+def _conditions(**status: bool) -> list[JsonObj]:
+    reasons = {
+        "BuildPending": "BuildPending",
+        "BuildSuccess": "BuildSucceeded",
+        "BuildFailed": "BuildFailed",
+    }
+    out = []
+    for ctype, value in status.items():
+        cond: JsonObj = {
+            "type": ctype,
+            "status": "True" if value else "False",
+            "lastTransitionTime": now_rfc3339(),
+        }
+        if value and ctype in reasons:
+            cond["reason"] = reasons[ctype]
+        out.append(cond)
+    return out
+
+
+class MachineOSBuilder(Actor):
+    """MCO's 4.15 build controller for layered pools."""
+
+    actor_name = "machine-os-builder"
+
+    def __init__(
+        self, kubeconfig: Path, timeline: Timeline, timings: Timings, cleanup: bool = True
+    ) -> None:
+        super().__init__(kubeconfig, timeline, timings)
+        self.cleanup = cleanup
+        self.pools: Informer | None = None
+        self.builds: Informer | None = None
+        self._phases: dict[str, str] = {}
+
+    async def started(self) -> None:
+        c = self.custom
+        self.pools = Informer(
+            c.list_cluster_custom_object,
+            self._on_pool,
+            {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigpools"},
+        )
+        self.builds = Informer(
+            c.list_namespaced_custom_object,
+            self._on_build,
+            {
+                "group": GROUP_BUILD,
+                "version": "v1",
+                "namespace": MCO_NAMESPACE,
+                "plural": "builds",
+                "label_selector": BUILD_POD_LABEL,
+            },
+        )
+        for inf, name in ((self.pools, "pools"), (self.builds, "builds")):
+            self.spawn(inf.run(), f"machine-os-builder-{name}")
+            await inf.synced.wait()
+
+    def _on_pool(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        if etype != "MODIFIED" or old is None or LAYERING_LABEL not in labels_of(obj):
+            return
+        new_config = ((obj.get("spec") or {}).get("configuration") or {}).get("name")
+        old_config = ((old.get("spec") or {}).get("configuration") or {}).get("name")
+        if new_config and new_config != old_config:
+            self.spawn(
+                self._start_build(obj["metadata"]["name"], new_config), f"build-{new_config}"
+            )
+
+    async def _start_build(self, pool: str, config: str) -> None:
+        name = f"build-{config}"
+        body = {
+            "apiVersion": f"{GROUP_BUILD}/v1",
+            "kind": "Build",
+            "metadata": {
+                "name": name,
+                "namespace": MCO_NAMESPACE,
+                "labels": {
+                    BUILD_POD_LABEL: "",
+                    TARGET_POOL_LABEL: pool,
+                    DESIRED_CONFIG_LABEL: config,
+                },
+                "annotations": {POOL_ANNOTATION: ""},
+            },
+            "spec": {
+                "source": {"type": "Dockerfile", "dockerfile": "FROM scratch"},
+                "strategy": {
+                    "type": "Docker",
+                    "dockerStrategy": {"imageOptimizationPolicy": "SkipLayers"},
+                },
+                "output": {"to": {"kind": "DockerImage", "name": f"{OCB_IMAGE_REPO}:latest"}},
+            },
+        }
+        try:
+            await read_json(
+                await self.custom.create_namespaced_custom_object(
+                    GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", body, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        self.log(
+            None,
+            f"Build for {pool} marked pending with object reference Build {MCO_NAMESPACE}/{name}",
+        )
+        await self._set_pool(
+            pool,
+            conditions=_conditions(
+                BuildFailed=False, BuildSuccess=False, Building=False, BuildPending=True
+            ),
+        )
+
+    def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        if etype == "DELETED":
+            return
+        name = obj["metadata"]["name"]
+        phase = (obj.get("status") or {}).get("phase") or "New"
+        if self._phases.get(name) == phase:
+            return
+        self._phases[name] = phase
+        self.spawn(self._build_updated(obj, phase), f"build-update-{name}")
+
+    async def _build_updated(self, build: JsonObj, phase: str) -> None:
+        name = build["metadata"]["name"]
+        pool = labels_of(build).get(TARGET_POOL_LABEL, "worker")
+        self.log(None, f"Build ({name}) is {phase}")
+        if phase == "Running":
+            await self._set_pool(
+                pool,
+                conditions=_conditions(
+                    BuildFailed=False, BuildSuccess=False, Building=True, BuildPending=False
+                ),
+            )
+        elif phase == "Complete":
+            digest = (
+                ((build.get("status") or {}).get("output") or {}).get("to", {}).get("imageDigest")
+            )
+            pullspec = f"{OCB_IMAGE_REPO}@{digest}"
+            self.log(
+                None,
+                f"Build succeeded for MachineConfigPool {pool}, "
+                f"config {labels_of(build).get(DESIRED_CONFIG_LABEL)}",
+            )
+            await self._set_pool(pool, image=pullspec)
+            await self._set_pool(
+                pool,
+                conditions=_conditions(
+                    BuildFailed=False, BuildSuccess=True, Building=False, Degraded=False
+                ),
+            )
+            if self.cleanup:
+                with contextlib.suppress(ApiException):
+                    await read_json(
+                        await self.custom.delete_namespaced_custom_object(
+                            GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", name, _preload_content=False
+                        )
+                    )
+                self.log(None, f"Deleted build object {name}")
+        elif phase in ("Failed", "Error", "Cancelled"):
+            await self._set_pool(
+                pool,
+                conditions=_conditions(
+                    BuildFailed=True, BuildSuccess=False, Building=False, BuildPending=False
+                ),
+            )
+
+    async def _set_pool(
+        self, pool: str, *, image: str | None = None, conditions: list[JsonObj] | None = None
+    ) -> None:
+        if image is not None:
+            await read_json(
+                await self.custom.patch_cluster_custom_object(
+                    GROUP_MCO,
+                    "v1",
+                    "machineconfigpools",
+                    pool,
+                    {"metadata": {"annotations": {POOL_IMAGE: image}}},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
+            )
+        if conditions is not None:
+            current = await read_json(
+                await self.custom.get_cluster_custom_object_status(
+                    GROUP_MCO, "v1", "machineconfigpools", pool, _preload_content=False
+                )
+            )
+            kept = [
+                c
+                for c in (current.get("status") or {}).get("conditions") or []
+                if c.get("type") not in {n["type"] for n in conditions}
+            ]
+            await read_json(
+                await self.custom.patch_cluster_custom_object_status(
+                    GROUP_MCO,
+                    "v1",
+                    "machineconfigpools",
+                    pool,
+                    {"status": {"conditions": kept + conditions}},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
+            )
+
+
+class OpenShiftBuildController(Actor):
+    """Runs each Build in its ``<build>-build`` pod on the node ``place(build)`` picks."""
+
+    actor_name = "build-controller"
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        timeline: Timeline,
+        timings: Timings,
+        place: Callable[[str], str],
+    ) -> None:
+        super().__init__(kubeconfig, timeline, timings)
+        self.place = place
+        self.builds: Informer | None = None
+        self.pods: Informer | None = None
+        self._running: dict[str, asyncio.Event] = {}
+
+    async def started(self) -> None:
+        self.builds = Informer(
+            self.custom.list_namespaced_custom_object,
+            self._on_build,
+            {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE, "plural": "builds"},
+        )
+        self.pods = Informer(
+            self.core.list_namespaced_pod,
+            self._on_pod,
+            {"namespace": MCO_NAMESPACE, "label_selector": BUILD_NAME_LABEL},
+        )
+        for inf, name in ((self.builds, "builds"), (self.pods, "pods")):
+            self.spawn(inf.run(), f"build-controller-{name}")
+            await inf.synced.wait()
+
+    def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "DELETED":
+            # Garbage collection of the owned pod follows the Build's deletion.
+            self.spawn(self._delete_pod(f"{name}-build"), f"gc-{name}")
+            return
+        phase = (obj.get("status") or {}).get("phase")
+        if not phase and name not in self._running:
+            self._running[name] = asyncio.Event()
+            self.spawn(self._run_build(obj), f"run-{name}")
+
+    def _on_pod(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        if etype == "DELETED":
+            build = labels_of(obj).get(BUILD_NAME_LABEL, "")
+            gone = self._running.get(build)
+            if gone is not None:
+                gone.set()
+
+    async def _run_build(self, build: JsonObj) -> None:
+        name = build["metadata"]["name"]
+        pod_name = f"{name}-build"
+        node = self.place(name)
+        deleted = self._running[name]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": pod_name,
+                "namespace": MCO_NAMESPACE,
+                "labels": {BUILD_NAME_LABEL: name},
+                "annotations": {BUILD_NAME_LABEL: name},
+                "ownerReferences": [
+                    {
+                        "apiVersion": f"{GROUP_BUILD}/v1",
+                        "kind": "Build",
+                        "name": name,
+                        "uid": build["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "builder",
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "docker-build", "image": "quay.io/openshift/origin-docker-builder"}
+                ],
+            },
+        }
+        await read_json(
+            await self.core.create_namespaced_pod(MCO_NAMESPACE, pod, _preload_content=False)
+        )
+        self.log(node, f"Build {name}: pod {MCO_NAMESPACE}/{pod_name} created on {node}")
+        await self._set_build(name, {"phase": "Pending"}, {"openshift.io/build.pod-name": pod_name})
+        t = self.timings
+        if await self._wait_deleted(deleted, t.s(t.build_pod_start)):
+            await self._pod_deleted(name, node)
+            return
+        started = now_rfc3339()
+        await self._set_pod_status(pod_name, "Running", ready=True, start=started)
+        await self._set_build(name, {"phase": "Running", "startTimestamp": started})
+        self.log(node, f"Build {name} is Running in pod {pod_name}")
+        if await self._wait_deleted(deleted, t.s(t.build_duration)):
+            await self._pod_deleted(name, node)
+            return
+        await self._set_pod_status(pod_name, "Succeeded", ready=False, start=started)
+        digest = build_digest(name)
+        await self._set_build(
+            name,
+            {
+                "phase": "Complete",
+                "completionTimestamp": now_rfc3339(),
+                "output": {"to": {"imageDigest": digest}},
+            },
+        )
+        self.log(node, f"Build {name} Complete, pushed {OCB_IMAGE_REPO}@{digest}")
+
+    @staticmethod
+    async def _wait_deleted(deleted: asyncio.Event, seconds: float) -> bool:
+        try:
+            async with asyncio.timeout(seconds):
+                await deleted.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def _pod_deleted(self, name: str, node: str) -> None:
+        await self._set_build(
+            name, {"phase": "Error", "reason": "BuildPodDeleted", "message": POD_DELETED_MESSAGE}
+        )
+        self.log(node, f"Build {name}: Error (BuildPodDeleted): {POD_DELETED_MESSAGE}")
+
+    async def _set_build(
+        self, name: str, status: JsonObj, annotations: dict[str, str] | None = None
+    ) -> None:
+        if annotations:
+            await read_json(
+                await self.custom.patch_namespaced_custom_object(
+                    GROUP_BUILD,
+                    "v1",
+                    MCO_NAMESPACE,
+                    "builds",
+                    name,
+                    {"metadata": {"annotations": annotations}},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
+            )
+        await read_json(
+            await self.custom.patch_namespaced_custom_object_status(
+                GROUP_BUILD,
+                "v1",
+                MCO_NAMESPACE,
+                "builds",
+                name,
+                {"status": status},
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
+        )
+
+    async def _set_pod_status(self, pod_name: str, phase: str, *, ready: bool, start: str) -> None:
+        status = {
+            "phase": phase,
+            "startTime": start,
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False"},
+                {"type": "ContainersReady", "status": "True" if ready else "False"},
+            ],
+        }
+        with contextlib.suppress(ApiException):  # deleted meanwhile: the event handler reports it
+            await read_json(
+                await self.core.patch_namespaced_pod_status(
+                    pod_name,
+                    MCO_NAMESPACE,
+                    {"status": status},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
+            )
+
+    async def _delete_pod(self, pod_name: str) -> None:
+        with contextlib.suppress(ApiException):
+            await read_json(
+                await self.core.delete_namespaced_pod(
+                    pod_name, MCO_NAMESPACE, _preload_content=False
+                )
+            )

@@ -1,0 +1,444 @@
+"""``drain-guard demo``: the seed bug report, replayed in a simulated cluster without and with
+drain-guard, with a timeline of each run and a verdict.
+
+The cluster is simulated (``drain_guard_sim``): a Kubernetes API server and MCO 4.15's daemon, drain
+controller, node controller and on-cluster build, modelled on MCO's source. The agents are the
+real thing: one ``drain-guard run`` process per node, talking to the simulated API server
+through kubernetes_asyncio, reading the booted image from a simulated host tree, restarted when
+their node reboots (as a DaemonSet pod is). Durations are MCO's, scaled by ``--time-factor``;
+the timelines show MCO seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from drain_guard_sim.agentproc import agent_command, clean_environment
+from drain_guard_sim.cluster import Cordon, Outcome, SimCluster
+from drain_guard_sim.mco import Timings
+from drain_guard_sim.timeline import Timeline, TimelineEntry
+
+__all__ = ["configure_parser", "run"]
+
+AGENT_ACTOR = "drain-guard"
+START_TIMEOUT = 30.0  # seconds for an agent to start and make its first decision
+# Timeline lines worth showing a newcomer (actor, text); the full timeline has every step.
+KEY_LINES = (
+    ("user", ""),
+    ("node-controller", "Setting node"),
+    ("machine-config-daemon", "Starting transition"),
+    ("machine-config-daemon", "Update prepared"),
+    ("machine-config-daemon", "drain is already completed"),
+    ("machine-config-daemon", "Image pullspecs equal"),
+    ("machine-config-daemon", "Updating OS to layered image"),
+    ("machine-config-daemon", "Marking Degraded"),
+    ("node", "rebooted into"),
+    ("machine-config-controller", "cordon succeeded"),
+    ("machine-config-controller", "evicting pod openshift-machine-config-operator/"),
+    ("machine-config-controller", "evicting pod openshift-image-registry/"),
+    ("machine-config-controller", "non-recognized drain verb"),
+    ("build-controller", ""),
+    ("demo", ""),
+    ("machine-os-builder", "Build succeeded"),
+    (AGENT_ACTOR, ""),
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, default=3, help="worker nodes (default: 3)")
+    parser.add_argument(
+        "--time-factor",
+        type=float,
+        default=0.04,
+        help="simulated seconds per MCO second (default: 0.04: a 120 s build takes 4.8 s)",
+    )
+    parser.add_argument(
+        "--timeline",
+        choices=("short", "full", "none"),
+        default="short",
+        help="how much of each run's timeline to print (default: short)",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep host trees and logs here")
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="give up after this many seconds per run"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.nodes < 2:
+        print("drain-guard demo: --nodes must be at least 2", file=sys.stderr)
+        return 2
+    if not 0 < args.time_factor <= 1:
+        print("drain-guard demo: --time-factor must be in (0, 1]", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_demo(args, sys.stdout))
+    except RuntimeError as exc:
+        print(f"drain-guard demo: {exc}", file=sys.stderr)
+        return 1
+
+
+# -- the agents ------------------------------------------------------------------------------
+
+
+@dataclass
+class AgentProcess:
+    """One ``drain-guard run`` process and the decisions it logged."""
+
+    node: str
+    proc: asyncio.subprocess.Process
+    reader: asyncio.Task[None] | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    log_lines: list[str] = field(default_factory=list)
+
+
+class Agents:
+    """One agent per node, as a DaemonSet would run them; a node's reboot restarts its agent."""
+
+    def __init__(self, cluster: SimCluster, logdir: Path) -> None:
+        self.cluster = cluster
+        self.logdir = logdir
+        self.procs: dict[str, AgentProcess] = {}
+        self.decisions: list[tuple[str, dict[str, Any]]] = []
+        self._last: dict[str, tuple[str, str]] = {}
+        self._closed = False
+
+    async def start(self, node: str) -> None:
+        cluster = self.cluster
+        host = cluster.hosts[node]
+        max_hold = max(1, round(45 * 60 * cluster.timings.time_factor))
+        argv = agent_command(
+            node,
+            cluster.agent_kubeconfig(node),
+            host,
+            "--max-hold",
+            f"{max_hold}s",
+            "--log-format",
+            "json",
+        )
+        env = clean_environment()
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        agent = AgentProcess(node, proc)
+        self.procs[node] = agent
+        agent.reader = asyncio.create_task(self._read(agent))
+        waiter = asyncio.create_task(agent.ready.wait())
+        await asyncio.wait(
+            {waiter, agent.reader}, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
+        waiter.cancel()
+        if not agent.ready.is_set():
+            if agent.proc.returncode is None:
+                agent.proc.kill()
+            tail = "\n".join(agent.log_lines[-20:])
+            raise RuntimeError(f"the agent for {node} was not ready in time:\n{tail}")
+
+    async def _read(self, agent: AgentProcess) -> None:
+        assert agent.proc.stderr is not None
+        logfile = self.logdir / f"agent-{agent.node}.log"
+        with logfile.open("a") as out:
+            async for raw in agent.proc.stderr:
+                line = raw.decode(errors="replace").rstrip("\n")
+                out.write(line + "\n")
+                agent.log_lines.append(line)
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and record.get("message") == "decision":
+                    agent.ready.set()
+                    self._decision(agent.node, record)
+
+    def _decision(self, node: str, record: dict[str, Any]) -> None:
+        """Put each change of an agent's decision on the shared timeline."""
+        self.decisions.append((node, record))
+        outcome = str(record.get("outcome", ""))
+        reasons = ",".join(record.get("reasons") or [])
+        if self._last.get(node) == (outcome, reasons):
+            return
+        self._last[node] = (outcome, reasons)
+        if outcome == "idle":
+            return
+        why = str(record.get("why", "")) or str(record.get("request", ""))
+        self.cluster.timeline.add(AGENT_ACTOR, node, f"{outcome}: {why}")
+
+    async def restart(self, node: str) -> None:
+        await self.stop(node)
+        if not self._closed:  # a reboot finishing while the demo shuts down starts nothing
+            await self.start(node)
+
+    async def stop(self, node: str) -> None:
+        agent = self.procs.pop(node, None)
+        if agent is None:
+            return
+        if agent.proc.returncode is None:
+            agent.proc.send_signal(signal.SIGTERM)
+            try:
+                async with asyncio.timeout(10):
+                    await agent.proc.wait()
+            except TimeoutError:
+                agent.proc.kill()
+                await agent.proc.wait()
+        if agent.reader is not None:
+            await agent.reader
+
+    async def stop_all(self) -> None:
+        self._closed = True
+        for node in list(self.procs):
+            await self.stop(node)
+
+    def holds(self) -> dict[str, set[str]]:
+        """Node → the reasons of every hold its agent placed or kept."""
+        out: dict[str, set[str]] = {}
+        for node, record in self.decisions:
+            if record.get("outcome") in ("hold", "holding", "update-hold"):
+                out.setdefault(node, set()).update(record.get("reasons") or [])
+        return out
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    title: str
+    outcome: Outcome
+    timeline: Timeline
+    time_factor: float
+    initial_image: str
+    holds: dict[str, set[str]] | None
+    rollout_done: bool
+    start: float  # timeline seconds when the MachineConfig was created
+    gave_up: bool = False
+
+
+async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) -> RunResult:
+    title = "with drain-guard" if with_agents else "without drain-guard"
+    # A node reboots in 20 s here (a real one takes a minute or two): it shortens the demo
+    # without changing the story. Every other duration is MCO's own.
+    timings = Timings(reboot=20.0)
+    async with SimCluster(
+        workdir, nodes=args.nodes, time_factor=args.time_factor, timings=timings
+    ) as cluster:
+        agents: Agents | None = None
+        rollout_done = gave_up = False
+        try:
+            if with_agents:
+                agents = Agents(cluster, workdir)
+                for node in cluster.node_names:
+                    await agents.start(node)
+                cluster.reboot_hooks.append(agents.restart)
+            await cluster.create_machine_config("99-worker-seed")
+            try:
+                build = await cluster.wait_build_done(timeout=args.timeout)
+                if build.succeeded:
+                    await cluster.wait_rollout_done(timeout=args.timeout)
+                    rollout_done = True
+                else:
+                    # The failed build stops the rollout; let the drain in progress finish.
+                    node = build.node or cluster.build_node
+                    await cluster.api.wait_for(
+                        lambda: cluster.machines[node].reboots > 0, timeout=args.timeout
+                    )
+            except TimeoutError:
+                gave_up = True
+                cluster.timeline.add("demo", None, f"gave up after {args.timeout:g}s")
+        finally:
+            if agents is not None:
+                cluster.reboot_hooks.clear()
+                await agents.stop_all()
+        return RunResult(
+            title=title,
+            outcome=cluster.outcome(),
+            timeline=cluster.timeline,
+            time_factor=cluster.timings.time_factor,
+            initial_image=cluster.initial_image,
+            holds=agents.holds() if agents is not None else None,
+            rollout_done=rollout_done,
+            start=next((e.t for e in cluster.timeline.entries if e.actor == "user"), 0.0),
+            gave_up=gave_up,
+        )
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _short(text: str) -> str:
+    """Shorter registry paths, digests and rendered-config hashes, for 100-column terminals."""
+    text = text.replace(
+        "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/", ""
+    )
+    text = re.sub(r"sha256:([0-9a-f]{12})[0-9a-f]{52}", r"sha256:\1…", text)
+    return re.sub(r"(rendered-[a-z0-9-]+?-[0-9a-f]{8})[0-9a-f]{24}", r"\1…", text)
+
+
+def _key(entry: TimelineEntry) -> bool:
+    return any(entry.actor == a and t in entry.message for a, t in KEY_LINES)
+
+
+def print_timeline(result: RunResult, mode: str, out: TextIO) -> None:
+    """The run's timeline from the MachineConfig's creation, repeated lines folded."""
+    if mode == "none":
+        return
+    entries = [e for e in result.timeline.entries if mode == "full" or _key(e)]
+    t0 = result.start
+    out.write(f"\n== Timeline {result.title} (MCO seconds since the MachineConfig) ==\n")
+    shown: list[tuple[TimelineEntry, int]] = []
+    for entry in entries:
+        if entry.t < t0 and mode != "full":
+            continue
+        last = shown[-1][0] if shown else None
+        if last is not None and (last.actor, last.node, last.message) == (
+            entry.actor,
+            entry.node,
+            entry.message,
+        ):
+            shown[-1] = (last, shown[-1][1] + 1)
+        else:
+            shown.append((entry, 1))
+    for entry, count in shown:
+        moved = TimelineEntry(entry.t - t0, entry.actor, entry.node, entry.message)
+        repeat = f"  (x{count})" if count > 1 else ""
+        out.write(_short(moved.format(result.time_factor)) + repeat + "\n")
+    if result.gave_up and mode != "full":
+        out.write("\n(the run did not finish; its last steps:)\n")
+        for entry in result.timeline.entries[-30:]:
+            moved = TimelineEntry(entry.t - t0, entry.actor, entry.node, entry.message)
+            out.write(_short(moved.format(result.time_factor)) + "\n")
+
+
+def _digest(image: str) -> str:
+    return image.rpartition("@")[2][:19]
+
+
+def _cordon_text(c: Cordon, result: RunResult) -> str:
+    at = (c.t - result.start) / result.time_factor
+    plan = ""
+    if c.update is not None:
+        kind = "same image" if c.update.same_image else "new image"
+        plan = (
+            f"; the MCD's update: {_digest(c.update.from_image)} -> "
+            f"{_digest(c.update.to_image)} ({kind})"
+        )
+    return f"{c.node} at {at:.0f}s{plan}"
+
+
+def verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str, str, str]], bool]:
+    """The rows of the verdict table and whether the run with agents met every goal."""
+
+    def during(r: RunResult) -> str:
+        cs = r.outcome.during_build()
+        return str(len(cs)) + (f" ({', '.join(c.node for c in cs)})" if cs else "")
+
+    def build(r: RunResult) -> str:
+        b = r.outcome.build
+        if b is None:
+            return "none"
+        reason = f" ({b.reason})" if b.reason else ""
+        return f"{b.phase}{reason} on {b.node}"
+
+    def unchanged(r: RunResult) -> str:
+        return str(len(r.outcome.unchanged_image_cordons()))
+
+    def holds(r: RunResult) -> str:
+        if r.holds is None:
+            return "-"
+        if not r.holds:
+            return "none"
+        return "; ".join(f"{n}: {', '.join(sorted(rs))}" for n, rs in sorted(r.holds.items()))
+
+    def after(r: RunResult) -> str:
+        cs = r.outcome.after_build()
+        return str(len(cs)) + (f" ({', '.join(c.node for c in cs)})" if cs else "")
+
+    def rollout(r: RunResult) -> str:
+        return "complete" if r.rollout_done else "stopped (build failed)"
+
+    rows = [
+        ("drains (cordons) during the build", during(without), during(with_)),
+        ("build outcome", build(without), build(with_)),
+        ("drains while desired image = booted", unchanged(without), unchanged(with_)),
+        ("holds (reasons)", holds(without), holds(with_)),
+        ("drains after the build", after(without), after(with_)),
+        ("rollout of the new image", rollout(without), rollout(with_)),
+    ]
+    b = with_.outcome.build
+    ok = (
+        b is not None
+        and b.succeeded
+        and not with_.outcome.during_build()
+        and not with_.outcome.unchanged_image_cordons()
+        and with_.rollout_done
+    )
+    return rows, ok
+
+
+def print_verdict(without: RunResult, with_: RunResult, out: TextIO) -> bool:
+    rows, ok = verdict(without, with_)
+    head = ("", without.title, with_.title)
+    widths = [max(len(r[i]) for r in (*rows, head)) for i in range(3)]
+    out.write("\n== Verdict ==\n")
+    for row in (head, *rows):
+        out.write(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        )
+    out.write("\nDrains after the build, explained:\n")
+    for c in with_.outcome.after_build():
+        out.write(f"  - {_cordon_text(c, with_)}\n")
+    out.write(
+        "  MCO 4.15's daemon fixes its target image when an update starts. The update begun\n"
+        "  during the build (same image) was held by drain-guard; once the new image existed the\n"
+        '  hold was released, the node drained once, rebooted without a rebase ("Image pullspecs\n'
+        '  equal"), then started the real update, whose drain was already done ("drain is\n'
+        '  already completed on this node"), rebased and rebooted into the new image. The other\n'
+        "  nodes then updated one at a time, each with one drain for a real image change.\n"
+    )
+    out.write(
+        "\nPASS: no drain during the build, the build succeeded, no drain while the desired image\n"
+        "was the booted one.\n"
+        if ok
+        else "\nFAIL: see the verdict above.\n"
+    )
+    return ok
+
+
+async def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        return await _demo_in(args, args.workdir, out)
+    with tempfile.TemporaryDirectory(prefix="drain-guard-demo-") as tmp:
+        return await _demo_in(args, Path(tmp), out)
+
+
+async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
+    out.write(
+        "drain-guard demo: the seed report (MCO 4.15 on-cluster layering) in a simulated\n"
+        f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
+        "worker-0, and MCO 4.15 targets worker-0 with the new config but the old image\n"
+        "before the build is done.\n"
+    )
+    out.write("\n-- run 1: without drain-guard --\n")
+    out.flush()
+    without = await _run_once(args, base / "without", with_agents=False)
+    print_timeline(without, args.timeline, out)
+    out.write("\n-- run 2: with one drain-guard agent per node --\n")
+    out.flush()
+    with_ = await _run_once(args, base / "with", with_agents=True)
+    print_timeline(with_, args.timeline, out)
+    ok = print_verdict(without, with_, out)
+    out.flush()
+    return 0 if ok else 1

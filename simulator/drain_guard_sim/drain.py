@@ -1,0 +1,312 @@
+"""The machine-config-controller's drain controller, as in MCO release-4.15.
+
+Modelled on pkg/controller/drain/drain_controller.go and the kubectl drain helper it vendors:
+
+- informer-driven: every node add/update is enqueued after ``UpdateDelay`` (5 s); 5 workers;
+- ``syncNode``: nothing when ``desiredDrain == lastAppliedDrain``; the verb is the text before
+  the first ``-``; ``uncordon`` uncordons, ``drain`` cordons and drains, anything else is an
+  error retried with client-go's rate limiter, then "Dropping node ... out of the queue" and a
+  retry a minute later; nothing is done to the node for an unknown verb;
+- the drain evicts non-DaemonSet pods through the eviction API (429: retry every 5 s within the
+  90 s attempt), waits for them to be gone; a failed attempt is requeued after 1 min (5 min once
+  it has failed for 10 min); after 1 h ``mcc_drain_err{node}`` is 1;
+- on success ``lastAppliedDrain`` = the ``desiredDrain`` value read at the start of the sync.
+  An attempt in flight is not stopped when ``desiredDrain`` changes, and the node is uncordoned
+  only for the ``uncordon`` verb.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard_sim.mco import (
+    DESIRED_DRAIN,
+    LAST_APPLIED_DRAIN,
+    Actor,
+    Informer,
+    JsonObj,
+    Timings,
+    WorkQueue,
+    annotations_of,
+    read_json,
+)
+from drain_guard_sim.timeline import Timeline
+
+__all__ = ["DrainController", "Eviction"]
+
+
+class DrainFailedError(Exception):
+    """One drain attempt failed (kubectl's aggregate of per-pod errors)."""
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A pod the drain controller evicted (for summaries; the write log has the proof)."""
+
+    t: float
+    node: str
+    namespace: str
+    name: str
+
+
+class DrainController(Actor):
+    """The MCC drain controller; ``mcc_drain_err`` mirrors the Prometheus gauge of that name."""
+
+    actor_name = "machine-config-controller"
+
+    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings) -> None:
+        super().__init__(kubeconfig, timeline, timings)
+        t = self.timings
+        self.queue = WorkQueue(t.s(t.rate_limit_base), t.s(t.rate_limit_max))
+        self.nodes: Informer | None = None
+        self.ongoing_drains: dict[str, float] = {}
+        self.mcc_drain_err: dict[str, int] = {}
+        self.evictions: list[Eviction] = []
+
+    async def started(self) -> None:
+        self.nodes = Informer(self.core.list_node, self._on_node)
+        self.spawn(self.nodes.run(), "mcc-node-informer")
+        await self.nodes.synced.wait()
+        for i in range(self.timings.mcc_workers):
+            self.spawn(self._worker(), f"mcc-drain-worker-{i}")
+
+    async def stop(self) -> None:
+        self.queue.shutdown()
+        await super().stop()
+
+    def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        if etype in ("ADDED", "MODIFIED"):
+            self.queue.add_after(
+                obj["metadata"]["name"], self.timings.s(self.timings.mcc_update_delay)
+            )
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                err = await self.sync_node(key)
+            except ApiException as exc:
+                err = f"node {key}: {exc.status} {exc.reason}"
+            finally:
+                self.queue.done(key)
+            self._handle_err(err, key)
+
+    def _handle_err(self, err: str | None, key: str) -> None:
+        if err is None:
+            self.queue.forget(key)
+            return
+        if self.queue.num_requeues(key) < self.timings.mcc_max_retries:
+            self.log(key, f"Error syncing node {key}: {err}")
+            self.queue.add_rate_limited(key)
+            return
+        self.log(key, f'Dropping node "{key}" out of the queue: {err}')
+        self.queue.forget(key)
+        self.queue.add_after(key, self.timings.s(self.timings.mcc_drop_requeue))
+
+    async def sync_node(self, name: str) -> str | None:
+        """One sync; returns an error text (to be retried with rate limiting) or None."""
+        assert self.nodes is not None
+        node = self.nodes.cache.get(name)
+        if node is None:
+            return None
+        ann = annotations_of(node)
+        desired = ann.get(DESIRED_DRAIN, "")
+        if desired == ann.get(LAST_APPLIED_DRAIN, ""):
+            return None
+        verb = desired.split("-")[0]
+        if verb == "uncordon":
+            self.log(name, "uncordoning")
+            await self._cordon_or_uncordon(node, cordon=False)
+        elif verb == "drain":
+            if not await self._drain_node(node):
+                # Requeued inside; MCO returns nil here so the rate limiter is not involved.
+                return None
+        else:
+            return f"node {name}: non-recognized drain verb detected {verb}"
+        self.log(name, "operation successful; applying completion annotation")
+        fresh = await self.get_node(name)
+        if annotations_of(fresh).get(LAST_APPLIED_DRAIN) != desired:
+            await self.patch_node(
+                name, {"metadata": {"annotations": {LAST_APPLIED_DRAIN: desired}}}
+            )
+        return None
+
+    async def _cordon_or_uncordon(self, node: JsonObj, *, cordon: bool) -> None:
+        name = node["metadata"]["name"]
+        verb = "cordon" if cordon else "uncordon"
+        schedulable = not (node.get("spec") or {}).get("unschedulable", False)
+        delay = self.timings.s(self.timings.cordon_backoff)
+        for _attempt in range(5):
+            self.log(name, f"initiating {verb} (currently schedulable: {str(schedulable).lower()})")
+            try:
+                current = await self.get_node(name)
+                if bool((current.get("spec") or {}).get("unschedulable", False)) != cordon:
+                    # kubectl's cordon helper: a strategic merge patch of spec.unschedulable.
+                    await self.patch_node(name, {"spec": {"unschedulable": cordon or None}})
+                updated = await self.get_node(name)
+            except ApiException as exc:
+                self.log(name, f"{verb} failed with: {exc.status} {exc.reason}, retrying")
+                await asyncio.sleep(delay)
+                delay *= 2
+                continue
+            now_schedulable = not (updated.get("spec") or {}).get("unschedulable", False)
+            self.log(
+                name, f"{verb} succeeded (currently schedulable: {str(now_schedulable).lower()})"
+            )
+            return
+        raise ApiException(status=500, reason=f"node {name}: failed to {verb} (5 tries)")
+
+    async def _drain_node(self, node: JsonObj) -> bool:
+        name = node["metadata"]["name"]
+        t = self.timings
+        now = time.monotonic()
+        started = self.ongoing_drains.get(name)
+        duration = 0.0
+        if started is None:
+            self.log(name, "cordoning")
+            await self._cordon_or_uncordon(node, cordon=True)
+            self.ongoing_drains[name] = now
+        else:
+            duration = now - started
+            if duration > t.s(t.mcc_drain_timeout):
+                self.log(
+                    name,
+                    f"drain exceeded timeout: {t.mcc_drain_timeout:.0f}s. Will continue to retry.",
+                )
+                self.mcc_drain_err[name] = 1
+        self.log(name, "initiating drain")
+        try:
+            await self._run_node_drain(name)
+        except DrainFailedError as exc:
+            if duration > t.s(t.mcc_requeue_failing_threshold):
+                self.log(
+                    name,
+                    "Drain failed. Drain has been failing for more than "
+                    f"{t.mcc_requeue_failing_threshold / 60:g} minutes. Waiting "
+                    f"{t.mcc_requeue_failing_delay / 60:g} minutes then retrying. "
+                    f"Error message from drain: {exc}",
+                )
+                self.queue.add_after(name, t.s(t.mcc_requeue_failing_delay))
+            else:
+                self.log(
+                    name,
+                    f"Drain failed. Waiting {t.mcc_requeue / 60:g} minute then retrying. "
+                    f"Error message from drain: {exc}",
+                )
+                self.queue.add_after(name, t.s(t.mcc_requeue))
+            return False
+        self.ongoing_drains.pop(name, None)
+        if self.mcc_drain_err.pop(name, None) is not None:
+            self.log(name, f"Cleaning up MCCDrain error for node({name}) as drain was completed")
+        return True
+
+    async def _run_node_drain(self, name: str) -> None:
+        """kubectl's RunNodeDrain with IgnoreAllDaemonSets, Force, DeleteEmptyDirData."""
+        data = await read_json(
+            await self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={name}", _preload_content=False
+            )
+        )
+        to_evict: list[JsonObj] = []
+        ignored: list[str] = []
+        for pod in data.get("items") or []:
+            meta = pod["metadata"]
+            if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+                continue
+            owner = next(
+                (o for o in meta.get("ownerReferences") or [] if o.get("controller")), None
+            )
+            phase = (pod.get("status") or {}).get("phase")
+            if (
+                owner is not None
+                and owner.get("kind") == "DaemonSet"
+                and phase not in ("Succeeded", "Failed")
+            ):
+                try:
+                    await read_json(
+                        await self.apps.read_namespaced_daemon_set(
+                            owner["name"], meta["namespace"], _preload_content=False
+                        )
+                    )
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    to_evict.append(pod)  # orphaned: deleted with --force, with a warning
+                    continue
+                ignored.append(f"{meta['namespace']}/{meta['name']}")
+                continue
+            to_evict.append(pod)
+        if ignored:
+            self.log(name, "WARNING: ignoring DaemonSet-managed Pods: " + ", ".join(ignored))
+        if not to_evict:
+            return
+        deadline = asyncio.get_running_loop().time() + self.timings.s(
+            self.timings.mcc_drain_helper_timeout
+        )
+        results = await asyncio.gather(
+            *(self._evict_and_wait(name, pod, deadline) for pod in to_evict)
+        )
+        errors = [r for r in results if r is not None]
+        if errors:
+            raise DrainFailedError(", ".join(errors))
+
+    async def _evict_and_wait(self, node: str, pod: JsonObj, deadline: float) -> str | None:
+        loop = asyncio.get_running_loop()
+        ns, pod_name, uid = (pod["metadata"][k] for k in ("namespace", "name", "uid"))
+        t = self.timings
+        while True:
+            self.log(node, f"evicting pod {ns}/{pod_name}")
+            if loop.time() >= deadline:
+                return (
+                    f'error when evicting pods/"{pod_name}" -n "{ns}": global timeout reached: '
+                    f"{t.mcc_drain_helper_timeout:g}s"
+                )
+            body = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": pod_name, "namespace": ns},
+            }
+            try:
+                await read_json(
+                    await self.core.create_namespaced_pod_eviction(
+                        pod_name, ns, body, _preload_content=False
+                    )
+                )
+                break
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                if exc.status == 429:
+                    self.log(
+                        node,
+                        f'error when evicting pods/"{pod_name}" -n "{ns}" (will retry after 5s): '
+                        f"{exc.reason}",
+                    )
+                    await asyncio.sleep(t.s(t.eviction_retry))
+                    continue
+                return f'error when evicting pods/"{pod_name}" -n "{ns}": {exc.status} {exc.reason}'
+        # waitForDelete: poll until the pod is gone (or replaced: another uid).
+        while True:
+            try:
+                current = await read_json(
+                    await self.core.read_namespaced_pod(pod_name, ns, _preload_content=False)
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                current = None
+            if current is None or current["metadata"]["uid"] != uid:
+                entry = self.log(node, f"Evicted pod {ns}/{pod_name}")
+                self.evictions.append(Eviction(entry.t, node, ns, pod_name))
+                return None
+            if loop.time() >= deadline:
+                return (
+                    f'error when waiting for pod "{pod_name}" in namespace "{ns}" to terminate: '
+                    "global timeout reached"
+                )
+            await asyncio.sleep(t.s(t.wait_for_delete_interval))

@@ -1,0 +1,432 @@
+"""The machine-config-daemon of one node, as in MCO release-4.15 (layered / on-cluster-build path).
+
+Modelled on pkg/daemon/daemon.go (``syncNode``, ``checkStateOnFirstRun``,
+``prepUpdateFromCluster``, ``triggerUpdate``, ``completeUpdate``), pkg/daemon/update.go
+(``updateOnClusterBuild``) and pkg/daemon/drain.go (``performDrain``):
+
+- an update's target (config *and image*) is taken from the Node when the sync starts; the
+  daemon then blocks in ``performDrain``, so a ``desiredImage`` that changes meanwhile is only
+  seen after the reboot: MCO 4.15 finishes the stale same-image update, then starts the real one
+  (whose drain is skipped: ``lastAppliedDrain`` already says ``drain-<config>``);
+- ``performDrain`` writes ``desiredDrain=drain-<desiredConfig>`` by strategic merge patch
+  computed from its informer cache (no resourceVersion), unless ``lastAppliedDrain`` already
+  equals it, then polls every 10 s for up to 1 h until ``desiredDrain == lastAppliedDrain``
+  (the two annotations only); on timeout: Event ``FailedToDrain``, state Degraded, and later
+  syncs keep waiting ("A previously requested drain has not yet completed");
+- the layered update always reboots; after the reboot (a new daemon process) the node is
+  validated against the on-disk config and, when in its desired state, ``uncordon-<config>``
+  is requested and the state set to Done.
+
+:class:`NodeMachine` plays the machine around the daemon: a reboot switches the host tree to
+the new deployment, waits, calls the ``on_reboot`` hooks (a real reboot restarts the node's
+DaemonSet pods, the agent among them) and starts a fresh daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.mco import (
+    CONTROL_PLANE_TOPOLOGY,
+    CURRENT_CONFIG,
+    CURRENT_IMAGE,
+    DESIRED_CONFIG,
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    LAST_APPLIED_DRAIN,
+    REASON,
+    STATE,
+    STATE_DEGRADED,
+    STATE_DONE,
+    STATE_WORKING,
+    Actor,
+    Informer,
+    JsonObj,
+    Timings,
+    annotation_patch,
+    annotations_of,
+)
+from drain_guard_sim.timeline import Timeline
+
+__all__ = ["MachineConfigDaemon", "NodeMachine", "UpdateRecord"]
+
+RebootHook = Callable[[str], Awaitable[None]]
+
+
+class UpdateError(Exception):
+    """An update step failed; the daemon marks the node Degraded (MCO's updateErrorState)."""
+
+
+@dataclass
+class UpdateRecord:
+    """One update the daemon started: its target as computed at the start, and how it went."""
+
+    node: str
+    started: float
+    from_config: str
+    to_config: str
+    from_image: str
+    to_image: str
+    drain_value: str
+    drain_requested: bool = False
+    drain_skipped: bool = False
+    drained_at: float | None = None
+    rebooted_at: float | None = None
+    rebased: bool = False
+
+    @property
+    def same_image(self) -> bool:
+        return self.from_image == self.to_image
+
+
+@dataclass
+class _Reboot:
+    image: str
+    rationale: str
+
+
+class MachineConfigDaemon(Actor):
+    """One run of the daemon pod on ``node``; it ends by asking for a reboot."""
+
+    actor_name = "machine-config-daemon"
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        timeline: Timeline,
+        timings: Timings,
+        node: str,
+        host: HostFS,
+        updates: list[UpdateRecord],
+    ) -> None:
+        super().__init__(kubeconfig, timeline, timings)
+        self.node_name = node
+        self.host = host
+        self.updates = updates
+        self.informer: Informer | None = None
+        self.reboot_requested: asyncio.Future[_Reboot] | None = None
+        self._changed = asyncio.Event()
+        self.first_sync_done = asyncio.Event()
+        self._last_message: str | None = None
+
+    async def started(self) -> None:
+        self.reboot_requested = asyncio.get_running_loop().create_future()
+        self.informer = Informer(
+            self.core.list_node,
+            self._on_node,
+            {"field_selector": f"metadata.name={self.node_name}"},
+        )
+        self.spawn(self.informer.run(), f"mcd-{self.node_name}-informer")
+        self.spawn(self._loop(), f"mcd-{self.node_name}")
+
+    def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        self._changed.set()
+
+    def say(self, message: str) -> None:
+        self.log(self.node_name, message)
+
+    @property
+    def cached(self) -> dict[str, str]:
+        assert self.informer is not None
+        node = self.informer.cache.get(self.node_name)
+        return annotations_of(node) if node else {}
+
+    async def _loop(self) -> None:
+        assert self.informer is not None
+        assert self.reboot_requested is not None
+        await self.informer.synced.wait()
+        booting = True
+        while True:
+            self._changed.clear()
+            try:
+                if booting:
+                    booting = False
+                    await self._check_state_on_first_run()
+                else:
+                    await self._sync_node()
+            except _RebootNow as reboot:
+                self.reboot_requested.set_result(reboot.reboot)
+                return
+            except (UpdateError, ApiException) as exc:
+                await self._set_degraded(str(exc))
+            self.first_sync_done.set()
+            await self._changed.wait()
+
+    # -- daemon.go -------------------------------------------------------------------------
+
+    async def _check_state_on_first_run(self) -> None:
+        ann = self.cached
+        current_config = ann.get(CURRENT_CONFIG, "")
+        current_image = ann.get(CURRENT_IMAGE, "")
+        on_disk = self.host.read_mcd_current_config()
+        if on_disk is not None:
+            if on_disk[0] != current_config:
+                self.say(
+                    f'Disk currentConfig "{on_disk[0]}" overrides node\'s currentConfig '
+                    f'annotation "{current_config}"'
+                )
+            if on_disk[1] != current_image:
+                self.say(
+                    f'Disk currentImage "{on_disk[1]}" overrides node\'s currentImage '
+                    f'annotation "{current_image}"'
+                )
+            current_config, current_image = on_disk
+        booted = self.host.booted_image
+        if current_image and booted != current_image:
+            await self.node_event(
+                "Warning",
+                "OnDiskStateValidationFailed",
+                f"expected target osImageURL {current_image!r}, have {booted!r}",
+            )
+            raise UpdateError(
+                f"unexpected on-disk state: booted {booted}, expected {current_image}"
+            )
+        self.say("Validated on-disk state")
+        desired_config = ann.get(DESIRED_CONFIG, "")
+        desired_image = ann.get(DESIRED_IMAGE, "")
+        if current_config == desired_config and current_image == desired_image:
+            await self._complete_update(current_config)
+            await self._set(
+                {
+                    STATE: STATE_DONE,
+                    CURRENT_CONFIG: current_config,
+                    CURRENT_IMAGE: current_image,
+                    REASON: "",
+                }
+            )
+            self.say(f"In desired state MachineConfig: {current_config} / Image: {current_image}")
+            return
+        await self.node_event(
+            "Normal",
+            "BootResync",
+            f"Booting node {self.node_name}, currentConfig {current_config}, "
+            f"desiredConfig {desired_config}",
+        )
+        await self._trigger_update(current_config, desired_config, current_image, desired_image)
+
+    async def _sync_node(self) -> None:
+        ann = self.cached
+        desired_drain = ann.get(DESIRED_DRAIN, "")
+        if desired_drain and desired_drain != ann.get(LAST_APPLIED_DRAIN, ""):
+            self._say_once(
+                "A previously requested drain has not yet completed. Waiting for "
+                "machine-config-controller to finish draining node."
+            )
+            return
+        current_config = ann.get(CURRENT_CONFIG, "")
+        current_image = ann.get(CURRENT_IMAGE, "")
+        on_disk = self.host.read_mcd_current_config()
+        if on_disk is not None:
+            current_config, current_image = on_disk
+        desired_config = ann.get(DESIRED_CONFIG, "")
+        desired_image = ann.get(DESIRED_IMAGE, "")
+        if desired_config == current_config and desired_image == current_image:
+            return
+        await self._trigger_update(current_config, desired_config, current_image, desired_image)
+
+    async def _trigger_update(
+        self, old_config: str, new_config: str, old_image: str, new_image: str
+    ) -> None:
+        if not new_image:
+            raise UpdateError(
+                "rolling back from a layered to non-layered configuration is not currently "
+                "supported"
+                if old_image
+                else "non-layered updates are not simulated"
+            )
+        started = self.log(self.node_name, "Performing layered OS update").t
+        await self._update_on_cluster_build(started, old_config, new_config, old_image, new_image)
+
+    # -- update.go -------------------------------------------------------------------------
+
+    async def _update_on_cluster_build(
+        self, started: float, old_config: str, new_config: str, old_image: str, new_image: str
+    ) -> None:
+        if self.cached.get(STATE) not in (STATE_DEGRADED, "Unreconcilable"):
+            await self._set({STATE: STATE_WORKING})
+        record = UpdateRecord(
+            node=self.node_name,
+            started=started,
+            from_config=old_config,
+            to_config=new_config,
+            from_image=old_image,
+            to_image=new_image,
+            drain_value=f"drain-{self.cached.get(DESIRED_CONFIG, '')}",
+        )
+        self.updates.append(record)
+        if old_image == new_image:
+            self.say(f'Starting transition from "{old_image}" to "{new_image}"')
+        await self._perform_drain(record)
+        if old_image != new_image:
+            self.say(f'Updating OS to layered image "{new_image}"')
+            record.rebased = True
+        else:
+            self.say("Image pullspecs equal, skipping rpm-ostree rebase")
+        self.host.write_mcd_current_config(new_config, new_image)
+        rationale = f"Node will reboot into image {new_image} / MachineConfig {new_config}"
+        record.rebooted_at = self.log(self.node_name, f"initiating reboot: {rationale}").t
+        raise _RebootNow(
+            _Reboot(new_image if record.rebased else self.host.booted.image, rationale)
+        )
+
+    # -- drain.go --------------------------------------------------------------------------
+
+    async def _perform_drain(self, record: UpdateRecord) -> None:
+        ann = self.cached
+        if ann.get(CONTROL_PLANE_TOPOLOGY) == "SingleReplica":
+            self.say("Drain not required, skipping")
+            record.drain_skipped = True
+            return
+        value = record.drain_value
+        if ann.get(LAST_APPLIED_DRAIN) == value:
+            self.say("drain is already completed on this node")
+            record.drain_skipped = True
+            return
+        self.say("Update prepared; requesting cordon and drain via annotation to controller")
+        await self.node_event("Normal", "Cordon", "Cordoned node to apply update")
+        await self.node_event("Normal", "Drain", "Draining node to update config.")
+        await self._set({DESIRED_DRAIN: value})
+        record.drain_requested = True
+        started = time.monotonic()
+        if not await self._poll_drainer(self.timings.mcd_drain_timeout):
+            msg = (
+                f"failed to drain node: {self.node_name} after 1 hour. Please see "
+                "machine-config-controller logs for more information"
+            )
+            await self.node_event("Warning", "FailedToDrain", msg)
+            raise UpdateError(msg)
+        record.drained_at = self.log(self.node_name, "drain complete").t
+        took = (time.monotonic() - started) / self.timings.time_factor
+        self.say(f"Successful drain took {took:.1f} seconds")
+
+    async def _complete_update(self, config: str) -> None:
+        await self._set({DESIRED_DRAIN: f"uncordon-{config}"})
+        if not await self._poll_drainer(self.timings.mcd_uncordon_timeout):
+            msg = (
+                f"failed to uncordon node: {self.node_name} after 10 minutes. Please see "
+                "machine-config-controller logs for more information"
+            )
+            await self.node_event("Warning", "FailedToUncordon", msg)
+            raise UpdateError(msg)
+        self.say(f"Update completed for config {config} and node has been successfully uncordoned")
+
+    async def _poll_drainer(self, limit: float) -> bool:
+        """wait.PollUntilContextTimeout(10 s, timeout, immediate=false) on the two annotations."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timings.s(limit)
+        interval = self.timings.s(self.timings.mcd_poll)
+        while loop.time() + interval <= deadline:
+            await asyncio.sleep(interval)
+            try:
+                ann = annotations_of(await self.get_node(self.node_name))
+            except ApiException:
+                continue
+            if ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN):
+                return True
+        return False
+
+    # -- writer.go -------------------------------------------------------------------------
+
+    async def _set(self, values: dict[str, str | None]) -> None:
+        """The node writer: a patch computed against the informer cache, no resourceVersion."""
+        patch = annotation_patch(self.cached, values)
+        if patch is not None:
+            await self.patch_node(self.node_name, patch)
+
+    async def _set_degraded(self, reason: str) -> None:
+        self.say(f"Marking Degraded due to: {reason}")
+        with contextlib.suppress(ApiException):
+            await self._set({STATE: STATE_DEGRADED, REASON: reason[:1024]})
+
+    async def node_event(self, etype: str, reason: str, message: str) -> None:
+        await self.event(self.node_name, etype, reason, message, "machineconfigdaemon")
+
+    def _say_once(self, message: str) -> None:
+        if self._last_message != message:
+            self.say(message)
+        self._last_message = message
+
+
+class _RebootNow(Exception):  # noqa: N818 - a control-flow signal, not an error
+    def __init__(self, reboot: _Reboot) -> None:
+        super().__init__(reboot.rationale)
+        self.reboot = reboot
+
+
+@dataclass
+class NodeMachine:
+    """A simulated machine: its host tree and its daemon, restarted by reboots."""
+
+    name: str
+    host: HostFS
+    kubeconfig: Path
+    timeline: Timeline
+    timings: Timings
+    on_reboot: list[RebootHook] = field(default_factory=list)
+    updates: list[UpdateRecord] = field(default_factory=list)
+    reboots: int = 0
+    daemon: MachineConfigDaemon | None = None
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _restart: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _daemon_created: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"machine-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def wait_daemon_synced(self) -> None:
+        """Until the current daemon has finished its first sync (startup writes done)."""
+        await self._daemon_created.wait()
+        assert self.daemon is not None
+        await self.daemon.first_sync_done.wait()
+
+    def restart_daemon(self) -> None:
+        """Kill the daemon pod and start a new one (it re-runs checkStateOnFirstRun)."""
+        self._restart.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._restart.clear()
+            daemon = MachineConfigDaemon(
+                self.kubeconfig, self.timeline, self.timings, self.name, self.host, self.updates
+            )
+            self.daemon = daemon
+            self._daemon_created.set()
+            try:
+                await daemon.start()
+                assert daemon.reboot_requested is not None
+                restart: asyncio.Future[object] = asyncio.ensure_future(self._restart.wait())
+                reboot: asyncio.Future[object] = daemon.reboot_requested  # type: ignore[assignment]
+                done, _ = await asyncio.wait({reboot, restart}, return_when=asyncio.FIRST_COMPLETED)
+                restart.cancel()
+            finally:
+                await daemon.stop()
+                self.daemon = None
+                self._daemon_created.clear()
+            if daemon.reboot_requested in done:
+                await self._reboot(daemon.reboot_requested.result())
+            else:
+                self.timeline.add("machine-config-daemon", self.name, "daemon pod restarted")
+
+    async def _reboot(self, reboot: _Reboot) -> None:
+        # The node is down for the reboot's duration, then comes up in the new deployment.
+        await asyncio.sleep(self.timings.s(self.timings.reboot))
+        self.host.reboot_into(reboot.image)
+        self.reboots += 1
+        self.timeline.add("node", self.name, f"rebooted into {reboot.image}")
+        for hook in self.on_reboot:
+            await hook(self.name)

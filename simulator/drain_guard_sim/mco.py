@@ -1,0 +1,458 @@
+"""What the simulated MCO actors share: names, timings, a client-go style work queue, informers.
+
+Each actor (``mcd.py``, ``drain.py``, ``nodecontroller.py``, ``build.py``) is a client of the
+simulated API server through kubernetes_asyncio over HTTP, with its own identity, like the real
+controllers. Names and default durations are MCO release-4.15's (see ``docs`` in each module).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard_sim.timeline import Timeline, TimelineEntry
+
+__all__ = [
+    "Actor",
+    "Informer",
+    "JsonObj",
+    "Timings",
+    "WorkQueue",
+]
+
+log = logging.getLogger(__name__)
+
+JsonObj = dict[str, Any]
+
+MCO_NAMESPACE = "openshift-machine-config-operator"
+REGISTRY_NAMESPACE = "openshift-image-registry"
+PREFIX = "machineconfiguration.openshift.io/"
+CURRENT_CONFIG = PREFIX + "currentConfig"
+DESIRED_CONFIG = PREFIX + "desiredConfig"
+CURRENT_IMAGE = PREFIX + "currentImage"
+DESIRED_IMAGE = PREFIX + "desiredImage"
+STATE = PREFIX + "state"
+REASON = PREFIX + "reason"
+DESIRED_DRAIN = PREFIX + "desiredDrain"
+LAST_APPLIED_DRAIN = PREFIX + "lastAppliedDrain"
+CONTROL_PLANE_TOPOLOGY = PREFIX + "controlPlaneTopology"
+LAYERING_LABEL = PREFIX + "layering-enabled"
+POOL_IMAGE = PREFIX + "newestImageEquivalentConfig"
+BUILD_POD_LABEL = PREFIX + "buildPod"
+TARGET_POOL_LABEL = PREFIX + "targetMachineConfigPool"
+DESIRED_CONFIG_LABEL = PREFIX + "desiredConfig"
+POOL_ANNOTATION = PREFIX + "pool"
+ROLE_LABEL = PREFIX + "role"
+WORKER_LABEL = "node-role.kubernetes.io/worker"
+BUILD_NAME_LABEL = "openshift.io/build.name"
+OCB_IMAGE_REPO = (
+    "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/ocb-image"
+)
+
+STATE_DONE = "Done"
+STATE_WORKING = "Working"
+STATE_DEGRADED = "Degraded"
+
+MCD_USER = "system:serviceaccount:openshift-machine-config-operator:machine-config-daemon"
+MCC_USER = "system:serviceaccount:openshift-machine-config-operator:machine-config-controller"
+BUILDER_USER = "system:serviceaccount:openshift-machine-config-operator:machine-os-builder"
+# openshift-controller-manager's build controller runs the build pods.
+BUILD_CONTROLLER_USER = "system:serviceaccount:openshift-infra:build-controller"
+# kube-controller-manager's ReplicaSet controller (and the kubelet, for pod status).
+KCM_USER = "system:serviceaccount:kube-system:replicaset-controller"
+ADMIN_USER = "system:admin"
+
+GROUP_MCO = "machineconfiguration.openshift.io"
+GROUP_BUILD = "build.openshift.io"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Every duration the actors use, in MCO's seconds; ``s()`` scales by ``time_factor``.
+
+    Defaults are MCO 4.15's (daemon/drain.go, controller/drain/drain_controller.go,
+    kubectl's drain helper); the build and reboot durations are typical values.
+    """
+
+    time_factor: float = 1.0
+    # machine-config-daemon (performDrain, completeUpdate)
+    mcd_poll: float = 10.0
+    mcd_drain_timeout: float = 3600.0
+    mcd_uncordon_timeout: float = 600.0
+    reboot: float = 60.0
+    # machine-config-controller drain controller
+    mcc_update_delay: float = 5.0
+    mcc_drain_helper_timeout: float = 90.0
+    mcc_requeue: float = 60.0
+    mcc_requeue_failing_threshold: float = 600.0
+    mcc_requeue_failing_delay: float = 300.0
+    mcc_drain_timeout: float = 3600.0
+    mcc_max_retries: int = 15
+    mcc_drop_requeue: float = 60.0
+    mcc_workers: int = 5
+    rate_limit_base: float = 0.005
+    rate_limit_max: float = 1000.0
+    eviction_retry: float = 5.0
+    wait_for_delete_interval: float = 1.0
+    cordon_backoff: float = 10.0
+    # node controller (render + rollout)
+    node_controller_delay: float = 5.0
+    # builds
+    build_pod_start: float = 3.0
+    build_duration: float = 120.0
+    # ReplicaSet controller re-creating an evicted pod
+    replicaset_delay: float = 1.0
+
+    def s(self, seconds: float) -> float:
+        """MCO seconds → simulated seconds."""
+        return seconds * self.time_factor
+
+    def scaled(self, time_factor: float) -> Timings:
+        return replace(self, time_factor=time_factor)
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def annotation_patch(old: Mapping[str, str], new: Mapping[str, str | None]) -> JsonObj | None:
+    """The strategic-merge patch client-go's CreateTwoWayMergePatch makes for annotations.
+
+    Only changed keys go in (``None`` deletes); no resourceVersion, so last writer wins.
+    ``None`` when nothing changes (MCO would send ``{}``, which the server ignores).
+    """
+    changes = {k: v for k, v in new.items() if old.get(k) != v and not (v is None and k not in old)}
+    if not changes:
+        return None
+    return {"metadata": {"annotations": changes}}
+
+
+async def api_client(kubeconfig: Path) -> k8s.ApiClient:
+    cfg = k8s.Configuration()
+    await k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return k8s.ApiClient(configuration=cfg)
+
+
+async def read_json(resp: Any) -> Any:
+    """Body of a ``_preload_content=False`` response, released; ApiException if not 2xx.
+
+    (kubernetes_asyncio only raises for error statuses when it preloads the content.)
+    """
+    try:
+        body = await resp.read()
+    finally:
+        resp.release()
+    if not 200 <= resp.status <= 299:
+        raise api_exception(resp.status, body)
+    return json.loads(body)
+
+
+def api_exception(status: int, body: bytes) -> ApiException:
+    """An ApiException carrying the Status message as its reason."""
+    try:
+        reason = str(json.loads(body).get("message", ""))
+    except ValueError:
+        reason = body.decode(errors="replace")
+    exc = ApiException(status=status, reason=reason)
+    exc.body = body
+    return exc
+
+
+class WorkQueue:
+    """client-go's rate-limiting delaying work queue, for one controller's keys.
+
+    A key is processed by one worker at a time; a key added while it is processed comes back
+    once ``done``; ``add_after`` keeps the earliest pending time; ``add_rate_limited`` waits
+    base·2^failures (client-go's ItemExponentialFailureRateLimiter, the dominant part of
+    DefaultControllerRateLimiter at these rates).
+    """
+
+    def __init__(self, base: float, max_delay: float) -> None:
+        self._base = base
+        self._max = max_delay
+        self._queue: list[str] = []
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._waiting: dict[str, tuple[float, asyncio.TimerHandle]] = {}
+        self._failures: dict[str, int] = {}
+        self._ready = asyncio.Event()
+        self._shutdown = False
+
+    def add(self, key: str) -> None:
+        if self._shutdown or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key in self._processing:
+            return
+        self._queue.append(key)
+        self._ready.set()
+
+    def add_after(self, key: str, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        loop = asyncio.get_running_loop()
+        ready_at = loop.time() + delay
+        pending = self._waiting.get(key)
+        if pending is not None:
+            if pending[0] <= ready_at:
+                return
+            pending[1].cancel()
+        handle = loop.call_at(ready_at, self._fire, key)
+        self._waiting[key] = (ready_at, handle)
+
+    def _fire(self, key: str) -> None:
+        self._waiting.pop(key, None)
+        self.add(key)
+
+    def add_rate_limited(self, key: str) -> None:
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        self.add_after(key, min(self._base * 2**failures, self._max))
+
+    def num_requeues(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    async def get(self) -> str:
+        while not self._queue:
+            self._ready.clear()
+            await self._ready.wait()
+        key = self._queue.pop(0)
+        self._processing.add(key)
+        self._dirty.discard(key)
+        return key
+
+    def done(self, key: str) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.append(key)
+            self._ready.set()
+
+    def shutdown(self) -> None:
+        self._shutdown = True
+        for _, handle in self._waiting.values():
+            handle.cancel()
+        self._waiting.clear()
+
+
+ListFn = Callable[..., Awaitable[Any]]
+Handler = Callable[[str, JsonObj, JsonObj | None], None]
+
+
+@dataclass
+class Informer:
+    """List-then-watch cache of one resource (a client-go SharedInformer in miniature).
+
+    ``handler(event_type, obj, old)`` runs for every change after the cache is updated.
+    A 410 or a broken stream re-lists, as client-go's reflector does.
+    """
+
+    list_fn: ListFn
+    handler: Handler | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    watch_timeout: int = 300
+    cache: dict[str, JsonObj] = field(default_factory=dict)
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @staticmethod
+    def key(obj: Mapping[str, Any]) -> str:
+        meta = obj["metadata"]
+        ns = meta.get("namespace")
+        return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+    async def run(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                rv = await self._list()
+                backoff = 0.05
+                while True:
+                    rv = await self._watch(rv)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure: re-list after a short, jittered backoff
+                if not (isinstance(exc, ApiException) and exc.status == 410):
+                    log.debug("informer %s: %r; re-listing", self.list_fn.__name__, exc)
+                    await asyncio.sleep(backoff * (1 + random.random()))
+                    backoff = min(backoff * 2, 2.0)
+
+    async def _list(self) -> str:
+        data = await read_json(await self.list_fn(**self.kwargs, _preload_content=False))
+        fresh = {self.key(item): item for item in data.get("items") or []}
+        old_cache = self.cache
+        self.cache = fresh
+        for key, obj in fresh.items():
+            old = old_cache.get(key)
+            if old is None or old["metadata"].get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
+                self._notify("ADDED" if old is None else "MODIFIED", obj, old)
+        for key, obj in old_cache.items():
+            if key not in fresh:
+                self._notify("DELETED", obj, obj)
+        self.synced.set()
+        return str(data["metadata"]["resourceVersion"])
+
+    async def _watch(self, rv: str) -> str:
+        resp = await self.list_fn(
+            **self.kwargs,
+            watch=True,
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout,
+            _preload_content=False,
+        )
+        try:
+            if not 200 <= resp.status <= 299:
+                raise api_exception(resp.status, await resp.read())
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return rv
+                event = json.loads(line)
+                obj = event["object"]
+                etype = event["type"]
+                if etype == "ERROR":
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
+                rv = str(obj["metadata"]["resourceVersion"])
+                if etype == "BOOKMARK":
+                    continue
+                key = self.key(obj)
+                old = self.cache.get(key)
+                if etype == "DELETED":
+                    self.cache.pop(key, None)
+                else:
+                    self.cache[key] = obj
+                self._notify(etype, obj, old)
+        finally:
+            resp.release()
+
+    def _notify(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        if self.handler is not None:
+            try:
+                self.handler(etype, obj, old)
+            except Exception:
+                log.exception("informer handler failed")
+
+
+class Actor:
+    """One simulated component: an identity, an ApiClient, background tasks, timeline lines."""
+
+    actor_name = "actor"
+
+    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings) -> None:
+        self.kubeconfig = kubeconfig
+        self.timeline = timeline
+        self.timings = timings
+        self._api: k8s.ApiClient | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def api(self) -> k8s.ApiClient:
+        if self._api is None:
+            raise RuntimeError(f"{self.actor_name} is not started")
+        return self._api
+
+    # The generated clients are typed with models; the actors speak raw JSON (dict bodies,
+    # ``_content_type``, ``_preload_content=False``), so they are handled as ``Any``.
+    @property
+    def core(self) -> Any:
+        return k8s.CoreV1Api(self.api)
+
+    @property
+    def apps(self) -> Any:
+        return k8s.AppsV1Api(self.api)
+
+    @property
+    def custom(self) -> Any:
+        return k8s.CustomObjectsApi(self.api)
+
+    def log(self, node: str | None, message: str) -> TimelineEntry:
+        return self.timeline.add(self.actor_name, node, message)
+
+    async def start(self) -> None:
+        self._api = await api_client(self.kubeconfig)
+        await self.started()
+
+    async def started(self) -> None:
+        """Start the actor's informers and workers (overridden)."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "%s task %s failed", self.actor_name, task.get_name(), exc_info=task.exception()
+            )
+
+    async def stop(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
+
+    async def get_node(self, name: str) -> JsonObj:
+        result: JsonObj = await read_json(await self.core.read_node(name, _preload_content=False))
+        return result
+
+    async def patch_node(self, name: str, body: JsonObj) -> JsonObj:
+        """Strategic-merge patch without resourceVersion, as MCO's UpdateNodeRetry sends."""
+        result: JsonObj = await read_json(
+            await self.core.patch_node(
+                name,
+                body,
+                _content_type="application/strategic-merge-patch+json",
+                _preload_content=False,
+            )
+        )
+        return result
+
+    async def event(self, node: str, etype: str, reason: str, message: str, component: str) -> None:
+        """Record a core/v1 Event on the Node, as client-go's event recorder does."""
+        body = {
+            "metadata": {"generateName": f"{node}.", "namespace": "default"},
+            "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
+            "reason": reason,
+            "message": message,
+            "type": etype,
+            "source": {"component": component, "host": node},
+            "count": 1,
+        }
+        try:
+            await read_json(
+                await self.core.create_namespaced_event("default", body, _preload_content=False)
+            )
+        except ApiException as exc:
+            log.warning("event %s on %s not recorded: %s", reason, node, exc.status)

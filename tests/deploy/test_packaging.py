@@ -1,0 +1,51 @@
+"""What ``pip install .`` (and so the image) installs: the agent, and nothing of the simulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(out),
+            str(REPO),
+        ],
+        check=True,
+        timeout=300,
+        cwd=tmp_path_factory.mktemp("build"),
+    )
+    (path,) = out.glob("drain_guard-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_holds_the_drain_guard_package_only(wheel: zipfile.ZipFile) -> None:
+    names = wheel.namelist()
+    tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
+    assert tops == {"drain_guard"}
+    assert "drain_guard/cli.py" in names
+
+
+def test_the_wheel_needs_no_simulator_dependency(wheel: zipfile.ZipFile) -> None:
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = Parser().parsestr(wheel.read(metadata).decode())
+    required = [r for r in fields.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    names = {r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in required}
+    assert names == {"aiohttp", "kubernetes_asyncio", "psutil", "prometheus_client"}
