@@ -303,11 +303,14 @@ class _Parser:
             raise self.fail(f"expected '(' after in/notin, found {token!r}")
         values: list[str] = []
         expect_value = True
-        while True:
+        commas = 0  # commas in a row: apimachinery reads them in pairs, so an even run
+        while True:  # just before ')' is an error there ("(,,)", "(a,,)")
             token = self.take()
             if token is None:
                 raise self.fail("missing ')'")
             if token == ")":
+                if commas and commas % 2 == 0:
+                    raise self.fail("unexpected ')' after ',,' in value list")
                 if expect_value:
                     values.append("")
                 return tuple(values)
@@ -315,7 +318,9 @@ class _Parser:
                 if expect_value:
                     values.append("")
                 expect_value = True
+                commas += 1
                 continue
+            commas = 0
             if not expect_value or token in _SPECIAL or token in ("==", "!="):
                 raise self.fail(f"unexpected {token!r} in value list")
             values.append(token)

@@ -314,3 +314,11 @@ def test_in_and_notin_are_label_keys_where_no_operator_is_due() -> None:
     """apimachinery reads keys in its values mode: ``in=a`` selects label ``in``."""
     assert parse_label_selector("in=a").matches({"in": "a"})
     assert parse_label_selector("!notin").matches({})
+
+
+def test_commas_before_a_closing_parenthesis_are_read_in_pairs_as_apimachinery_does() -> None:
+    """Found by tests/sim/test_labels_agree.py: "(,,)" was accepted, Kubernetes rejects it."""
+    for text in ("a in (,,)", "a in (b,,)"):
+        with pytest.raises(SelectorError, match="after ',,'"):
+            parse_label_selector(text)
+    assert parse_label_selector("a in (,,,)").matches({"a": ""})
