@@ -1,6 +1,6 @@
 """Guards and the decision: given what the agent sees, what to write (pure: no I/O).
 
-``decide()`` is the whole hold protocol of DESIGN.md section 3 in one function: the
+``decide()`` is the whole hold protocol of docs/protocol.md in one function: the
 controller feeds it a ``NodeView`` and applies the patch of the ``Decision`` it returns
 (if any), re-reading and deciding again when the patch's ``test`` operations fail.
 """
@@ -442,7 +442,7 @@ def default_guards(selectors: Sequence[BuildPodSelector]) -> tuple[Guard, ...]:
 
 
 def decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:
-    """Decide what to do about this node's drain request now (DESIGN.md section 3).
+    """Decide what to do about this node's drain request now (docs/protocol.md, the decision table).
 
     The decision's ``recheck_at`` is the next instant it could change with no new watch
     event (a hold's max-hold, a hold-request's expiry), so the controller need not poll.

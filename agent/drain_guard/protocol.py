@@ -1,6 +1,6 @@
 """The hold protocol on the Node's annotations: keys, requests, the hold record, patches (pure).
 
-DESIGN.md section 3 is normative. Every patch built here starts with JSON Patch ``test``
+docs/protocol.md is normative. Every patch built here starts with JSON Patch ``test``
 operations on the values it was decided on (invariant 4), so a patch built from a stale view
 fails with 422 instead of overwriting a newer MCD request.
 """

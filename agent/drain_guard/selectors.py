@@ -450,5 +450,5 @@ DEFAULT_BUILD_POD_SELECTORS: tuple[str, ...] = (
 
 
 def default_build_pod_selectors() -> tuple[BuildPodSelector, ...]:
-    """The defaults, parsed: every MCO build-pod form of DESIGN.md section 2."""
+    """The defaults, parsed: every MCO build-pod form (docs/protocol.md, MCO's side)."""
     return tuple(parse_build_pod_selector(text) for text in DEFAULT_BUILD_POD_SELECTORS)

@@ -1,4 +1,4 @@
-"""An independent checker of DESIGN.md section 3 over the simulator's full write log.
+"""An independent checker of the invariants of docs/protocol.md over the simulator's full write log.
 
 It judges what the agents *did* (the writes the API server accepted, with the objects before
 and after) and never asks the agent's own code (``drain_guard.guards``, ``decide()``) what it should
