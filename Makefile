@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 chaos: $(STAMP)
 	$(BIN)/pytest -m slow tests/chaos --chaos-seeds=$${SEEDS:-200}

@@ -20,6 +20,7 @@ SKIP_DIRS = {
     ".ruff_cache",
     ".pytest_cache",
     ".hypothesis",
+    ".import_linter_cache",
     "build",
     "dist",
     "demo-out",
