@@ -27,6 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/vulture
 
 chaos: $(STAMP)
 	$(BIN)/pytest -m slow tests/chaos --chaos-seeds=$${SEEDS:-200}

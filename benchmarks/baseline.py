@@ -33,7 +33,6 @@ class Poller:
         self.host_root = host_root
         self.cmdline_file = cmdline_file
         self.interval = interval
-        self.polls = 0
         self.holds = 0
         self._guards = guards.default_guards(default_build_pod_selectors())
         self._task: asyncio.Task[None] | None = None
@@ -65,7 +64,6 @@ class Poller:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
 
     async def _poll(self, kube: Kube, booted: guards.BootedImage) -> None:
-        self.polls += 1
         node = await kube.get_node(self.node)
         if node is None:
             return

@@ -16,7 +16,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -173,20 +172,6 @@ def write_result(name: str, result: Mapping[str, Any], out_dir: Path | None = No
     path = directory / f"{name}.json"
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return out.stdout.strip()
 
 
 # --- the agent as a process ------------------------------------------------------------------

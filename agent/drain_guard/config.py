@@ -14,7 +14,7 @@ import enum
 import ipaddress
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -27,7 +27,6 @@ from drain_guard.selectors import (
 
 ENV_PREFIX = "DRAIN_GUARD_"
 DEFAULT_LISTEN = "127.0.0.1:9797"
-DEFAULT_MAX_HOLD = timedelta(minutes=45)
 # The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
 # long would turn "drain later" into "node degraded", and the drain itself needs time after
 # the release, so holds of an hour or more are refused outright rather than merely warned.
@@ -390,8 +389,3 @@ def _split_command(text: str) -> tuple[str, ...]:
     if not words:
         raise SettingsError("--rpm-ostree-command is empty")
     return tuple(words)
-
-
-def documented_names(options: Sequence[_Option] = RUN_OPTIONS) -> list[tuple[str, str]]:
-    """(flag, env) pairs, for the test that keeps docs/configuration.md in step."""
-    return [(o.flag, o.env) for o in options]

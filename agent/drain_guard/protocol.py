@@ -110,11 +110,6 @@ class DrainRequest:
     verb: Verb
     target: str
 
-    @property
-    def held(self) -> DrainRequest | None:
-        """For ``hold-<original>``, the original request; otherwise None."""
-        return parse_drain_request(self.target) if self.verb is Verb.HOLD else None
-
 
 def parse_drain_request(raw: str | None) -> DrainRequest:
     """Split a ``desiredDrain`` value the way the MCC does (``strings.Split(v, "-")[0]``)."""

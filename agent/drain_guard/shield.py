@@ -28,7 +28,7 @@ API::
                     dependencies=False, metrics=Metrics() or any ShieldMetrics, or None)
     await shield.run()              # until cancelled; budgets stay (they guard a dead agent)
     shield.node_seen(unschedulable) # from the controller's Node watch: counts blocked drains
-    shield.status() -> ShieldStatus # .to_json() for /status; shield.ready() for /readyz
+    shield.status() -> ShieldStatus # .to_json() for /status (it never gates /readyz)
     await shield.remove_all()       # uninstall only: delete this node's budgets
 """
 
@@ -432,8 +432,8 @@ class ShieldStatus:
 
 
 class ShieldMetrics(Protocol):
-    """Where the shield reports; ``drain_guard.metrics.Metrics`` has these methods (its label sets
-    include ``API_OPERATIONS`` and ``WATCH_RESOURCES`` below)."""
+    """Where the shield reports; ``drain_guard.metrics.Metrics`` has these methods (the labels it
+    passes are among ``drain_guard.metrics.API_OPERATIONS`` and ``WATCH_RESOURCES``)."""
 
     def set_shield_budgets(self, count: int) -> None: ...
 
@@ -468,19 +468,6 @@ class NullShieldMetrics:
 
     def set_synced(self, resource: str, synced: bool) -> None:
         return None
-
-
-#: API operations the shield reports failures of (labels of ``api_errors_total``).
-API_OPERATIONS: tuple[str, ...] = (
-    "pod_list",
-    "pod_watch",
-    "poddisruptionbudget_list",
-    "poddisruptionbudget_watch",
-    "poddisruptionbudget_create",
-    "poddisruptionbudget_delete",
-)
-#: Watched resources (labels of ``watch_restarts_total``).
-WATCH_RESOURCES: tuple[str, ...] = ("pod", "poddisruptionbudget")
 
 
 @dataclass
@@ -563,12 +550,6 @@ class Shield:
         self._cordoned = unschedulable
         self._count_blocked()
         self._status_changed()
-
-    def ready(self) -> tuple[bool, str]:
-        waiting = [ns.name for ns in self._ns.values() if not ns.synced and not ns.forbidden]
-        if waiting:
-            return False, f"shield watches not synced: {', '.join(waiting)}"
-        return True, ""
 
     def status(self) -> ShieldStatus:
         p = self._plan

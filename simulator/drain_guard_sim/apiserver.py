@@ -169,8 +169,6 @@ class SimApiServer:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
-        self._watch_tasks: set[asyncio.Task[Any]] = set()
-        self._watch_count = 0
         self.add_user(ADMIN)
 
     # --- lifecycle ---

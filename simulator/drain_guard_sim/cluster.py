@@ -25,7 +25,6 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from drain_guard_sim.apiserver import SimApiServer, WriteRecord
 from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController
@@ -295,12 +294,7 @@ class SimCluster:
         await self.start()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
     async def start(self) -> None:

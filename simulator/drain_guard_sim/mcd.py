@@ -71,15 +71,11 @@ class UpdateRecord:
 
     node: str
     started: float
-    from_config: str
-    to_config: str
     from_image: str
     to_image: str
     drain_value: str
     drain_requested: bool = False
     drain_skipped: bool = False
-    drained_at: float | None = None
-    rebooted_at: float | None = None
     rebased: bool = False
 
     @property
@@ -255,8 +251,6 @@ class MachineConfigDaemon(Actor):
         record = UpdateRecord(
             node=self.node_name,
             started=started,
-            from_config=old_config,
-            to_config=new_config,
             from_image=old_image,
             to_image=new_image,
             drain_value=f"drain-{self.cached.get(DESIRED_CONFIG, '')}",
@@ -272,7 +266,7 @@ class MachineConfigDaemon(Actor):
             self.say("Image pullspecs equal, skipping rpm-ostree rebase")
         self.host.write_mcd_current_config(new_config, new_image)
         rationale = f"Node will reboot into image {new_image} / MachineConfig {new_config}"
-        record.rebooted_at = self.log(self.node_name, f"initiating reboot: {rationale}").t
+        self.log(self.node_name, f"initiating reboot: {rationale}")
         raise _RebootNow(
             _Reboot(new_image if record.rebased else self.host.booted.image, rationale)
         )
@@ -303,7 +297,7 @@ class MachineConfigDaemon(Actor):
             )
             await self.node_event("Warning", "FailedToDrain", msg)
             raise UpdateError(msg)
-        record.drained_at = self.log(self.node_name, "drain complete").t
+        self.log(self.node_name, "drain complete")
         took = (time.monotonic() - started) / self.timings.time_factor
         self.say(f"Successful drain took {took:.1f} seconds")
 

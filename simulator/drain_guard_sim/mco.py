@@ -130,10 +130,6 @@ def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("labels") or {})
 
 
-def name_of(obj: Mapping[str, Any]) -> str:
-    return str(obj["metadata"]["name"])
-
-
 def annotation_patch(old: Mapping[str, str], new: Mapping[str, str | None]) -> JsonObj | None:
     """The strategic-merge patch client-go's CreateTwoWayMergePatch makes for annotations.
 

@@ -828,11 +828,6 @@ class Store:
             finally:
                 self.pdb_controller = saved
 
-    def sync_all_pdbs(self) -> None:
-        namespaces = {ns for ns, _ in self._bucket(self.rt("poddisruptionbudgets"))}
-        for ns in sorted(namespaces):
-            self._sync_pdbs(ns)
-
     # --- watches ---
 
     def watch(
@@ -994,9 +989,6 @@ class Store:
             return int(data["rv"]), ns, name
         except (ValueError, KeyError, TypeError) as err:
             raise errors.bad_request(f"continue key is not valid: {err}") from None
-
-    def window_start(self) -> int:
-        return self._window_start
 
 
 # --- helpers ----------------------------------------------------------------------------

@@ -128,7 +128,9 @@ async def start_shield(api: SimApiServer) -> AsyncIterator[Callable[..., Any]]:
         task = asyncio.create_task(shield.run())
         tasks.append(task)
         async with asyncio.timeout(WAIT):
-            await shield.wait_status(lambda _: shield.ready()[0])
+            await shield.wait_status(
+                lambda s: all(ok or ns in s.forbidden for ns, ok in s.synced.items())
+            )
         return Running(shield, task, metrics)
 
     yield start

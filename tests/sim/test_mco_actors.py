@@ -1,4 +1,4 @@
-"""The simulated MCO actors' rules, one by one, through the simulator (docs/protocol.md, MCO's side).
+"""The simulated MCO actors' rules, one by one, through the simulator (docs/protocol.md).
 
 The tests play the node controller (or an agent) by writing Node annotations as an admin and
 read what the actors did from the write log, the stored objects and the timeline.

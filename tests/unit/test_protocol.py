@@ -73,12 +73,6 @@ def test_parse_drain_request(raw: str | None, verb: Verb, target: str) -> None:
     assert (request.verb, request.target) == (verb, target)
 
 
-def test_held_request_is_the_original() -> None:
-    request = parse_drain_request("hold-" + REQ)
-    assert request.held == parse_drain_request(REQ)
-    assert parse_drain_request(REQ).held is None
-
-
 @given(st.text(max_size=40))
 def test_verb_is_the_text_before_the_first_dash(raw: str) -> None:
     request = parse_drain_request(raw)

@@ -198,7 +198,8 @@ def test_build_pod_selector_errors(text: str, fragment: str) -> None:
     assert fragment in str(info.value)
 
 
-# Pods as each MCO version creates them (docs/protocol.md, MCO's side), and pods that are not builds.
+# Pods as each MCO version creates them (docs/protocol.md, MCO's side), and pods that are not
+# builds.
 _MCO_BUILD_PODS = [
     ("4.15 build", MCO_NS, {"openshift.io/build.name": "build-rendered-worker-1"}, []),
     (

@@ -28,7 +28,7 @@ SKIP_DIRS = {
 
 
 def _repository_files() -> list[Path]:
-    files = []
+    files: list[Path] = []
     for folder, dirs, names in os.walk(ROOT):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
         files.extend(Path(folder, name) for name in names)
