@@ -139,7 +139,7 @@ def node_state(node: NodeObj) -> dict[str, Any]:
             held=True,
             heldDrain=record.held_drain,
             reasons=[str(r) for r in record.reasons],
-            heldSince=record.since.isoformat(),
+            heldSince=protocol.format_rfc3339(record.since),
             detail=record.detail,
         )
     return state

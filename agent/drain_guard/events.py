@@ -35,6 +35,7 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 
 from drain_guard.metrics import Metrics
+from drain_guard.protocol import format_rfc3339, truncate_utf8
 from drain_guard.status import format_duration
 
 log = logging.getLogger(__name__)
@@ -58,17 +59,6 @@ REQUEST_TIMEOUT = 10.0
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _truncate(message: str) -> str:
-    data = message.encode()
-    if len(data) <= MAX_MESSAGE:
-        return message
-    return data[: MAX_MESSAGE - 3].decode(errors="ignore") + "..."
 
 
 @dataclass
@@ -151,7 +141,7 @@ class EventRecorder:
         """Write an Event, or bump the one with the same type, reason and key (default: the
         message) written within the window. Never raises."""
         cache_key = (type, reason, message if key is None else key)
-        message = _truncate(message)
+        message = truncate_utf8(message, MAX_MESSAGE)
         async with self._lock:
             now = self.clock()
             seen = self._written.get(cache_key)
@@ -208,8 +198,8 @@ class EventRecorder:
             "message": message,
             "type": type,
             "count": 1,
-            "firstTimestamp": _time(now),
-            "lastTimestamp": _time(now),
+            "firstTimestamp": format_rfc3339(now),
+            "lastTimestamp": format_rfc3339(now),
             "source": {"component": self.component, "host": self.node_name},
             "reportingComponent": self.component,
             "reportingInstance": f"{self.component}-{self.node_name}",
@@ -218,7 +208,7 @@ class EventRecorder:
         return name
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
-        body = {"count": seen.count + 1, "lastTimestamp": _time(now), "message": message}
+        body = {"count": seen.count + 1, "lastTimestamp": format_rfc3339(now), "message": message}
         await self._call(
             self._core.patch_namespaced_event,
             seen.name,

@@ -35,7 +35,7 @@ from drain_guard.protocol import (
     parse_rfc3339,
     read_hold,
     release_patch,
-    truncate_detail,
+    truncate_utf8,
     update_hold_patch,
 )
 from drain_guard.selectors import BuildPodSelector, OwnerRef
@@ -267,7 +267,7 @@ class ManualGuard:
 def hold_detail(blocks: Sequence[Block]) -> str:
     """The ``hold-detail`` text for a set of blocks: one line, within the 1 KiB limit."""
     text = "; ".join(f"{b.reason}: {b.detail}" for b in blocks)
-    return truncate_detail(" ".join(text.split()))
+    return truncate_utf8(" ".join(text.split()))
 
 
 def _reasons(blocks: Sequence[Block]) -> str:

@@ -49,7 +49,7 @@ __all__ = [
     "parse_rfc3339",
     "read_hold",
     "release_patch",
-    "truncate_detail",
+    "truncate_utf8",
     "update_hold_patch",
 ]
 
@@ -187,8 +187,9 @@ def format_rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def truncate_detail(text: str, limit: int = MAX_DETAIL_BYTES) -> str:
-    """Cut to ``limit`` UTF-8 bytes on a character boundary, marking a cut with ``…``."""
+def truncate_utf8(text: str, limit: int = MAX_DETAIL_BYTES) -> str:
+    """Cut to ``limit`` UTF-8 bytes on a character boundary, marking a cut with ``…``: the
+    API server limits annotations and Event messages in bytes, not characters."""
     data = text.encode()
     if len(data) <= limit:
         return text
@@ -317,7 +318,7 @@ def hold_patch(
         _set(HELD_DRAIN, desired),
         _set(HOLD_REASONS, _reasons_text(reasons)),
         _set(HELD_SINCE, format_rfc3339(since)),
-        _set(HOLD_DETAIL, truncate_detail(detail)),
+        _set(HOLD_DETAIL, truncate_utf8(detail)),
         *(_remove(key) for key in remove),
     ]
 
@@ -330,7 +331,7 @@ def update_hold_patch(
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
         _set(HOLD_REASONS, _reasons_text(reasons)),
-        _set(HOLD_DETAIL, truncate_detail(detail)),
+        _set(HOLD_DETAIL, truncate_utf8(detail)),
     ]
 
 

@@ -22,8 +22,10 @@ drain request is not let through), ``pass`` (a drain request went through: no gu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
+
+from drain_guard.protocol import format_rfc3339
 
 DECISIONS: tuple[str, ...] = (
     "starting",
@@ -243,9 +245,7 @@ def _shield_text(shield: dict[str, Any]) -> str:
 
 
 def _rfc3339(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return None if value is None else format_rfc3339(value)
 
 
 def _parse(value: str | None) -> datetime | None:

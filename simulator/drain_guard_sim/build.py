@@ -46,6 +46,7 @@ from drain_guard_sim.mco import (
     labels_of,
     read_json,
 )
+from drain_guard_sim.store import rfc3339
 from drain_guard_sim.timeline import Timeline
 
 __all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest"]
@@ -55,7 +56,7 @@ POD_DELETED_MESSAGE = "The pod for this build was deleted before the build compl
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.now(UTC))
 
 
 def build_digest(build_name: str) -> str:

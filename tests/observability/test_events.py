@@ -209,4 +209,4 @@ async def test_long_messages_are_truncated(env: Env) -> None:
     await env.recorder.drain_held("drain-r1", ["build-pod"], "é" * 2000)
     [event] = env.events()
     assert len(event["message"].encode()) <= MAX_MESSAGE
-    assert event["message"].endswith("...")
+    assert event["message"].endswith("…")

@@ -33,7 +33,7 @@ from drain_guard.protocol import (
     parse_rfc3339,
     read_hold,
     release_patch,
-    truncate_detail,
+    truncate_utf8,
     update_hold_patch,
 )
 
@@ -126,8 +126,8 @@ def test_format_rfc3339_is_utc_and_rejects_naive() -> None:
 
 
 @given(st.text(max_size=700))
-def test_truncate_detail_fits_and_keeps_a_prefix(text: str) -> None:
-    cut = truncate_detail(text)
+def test_truncate_utf8_fits_and_keeps_a_prefix(text: str) -> None:
+    cut = truncate_utf8(text)
     assert len(cut.encode()) <= MAX_DETAIL_BYTES
     if len(text.encode()) <= MAX_DETAIL_BYTES:
         assert cut == text
@@ -136,9 +136,9 @@ def test_truncate_detail_fits_and_keeps_a_prefix(text: str) -> None:
         assert text.startswith(cut[:-1])
 
 
-def test_truncate_detail_on_a_character_boundary() -> None:
+def test_truncate_utf8_on_a_character_boundary() -> None:
     text = "é" * 600  # 1200 bytes, two bytes a character
-    cut = truncate_detail(text)
+    cut = truncate_utf8(text)
     assert len(cut.encode()) <= MAX_DETAIL_BYTES
     assert cut == "é" * ((MAX_DETAIL_BYTES - 3) // 2) + "…"
 
