@@ -761,7 +761,7 @@ async def _main(settings: Settings) -> int:
     if settings.daemonset is None and not settings.release_on_exit:
         log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
     try:
-        runner, _ = await serve(make_app(controller, metrics), str(settings.listen))
+        runner, _ = await serve(make_app(controller, metrics), settings.listen)
     except OSError as exc:
         log.error("cannot listen on %s: %s", settings.listen, exc)
         await kube.close()

@@ -3,7 +3,7 @@
 API::
 
     app = make_app(source, metrics)          # source: any StatusSource (the controller)
-    runner, port = await serve(app, "127.0.0.1:0")   # logs "listening on http://HOST:PORT"
+    runner, port = await serve(app, parse_listen("127.0.0.1:0"))   # logs "listening on http://HOST:PORT"
     ...
     await runner.cleanup()
 
@@ -21,6 +21,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
+from drain_guard.config import Listen
 from drain_guard.metrics import Metrics
 from drain_guard.status import AgentStatus
 
@@ -75,32 +76,20 @@ def make_app(source: StatusSource, metrics: Metrics) -> web.Application:
     return app
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → (host, port); port 0 asks for an ephemeral port."""
-    host, sep, port_text = listen.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError(f"listen address must be HOST:PORT, got {listen!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port_text)
-
-
-async def serve(app: web.Application, listen: str) -> tuple[web.AppRunner, int]:
+async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, int]:
     """Bind ``app`` on ``listen`` and return the runner and the port actually bound.
 
     Logs ``listening on http://HOST:PORT`` (tests and the demo parse it to find ephemeral
     ports). The caller stops the server with ``await runner.cleanup()``.
     """
-    host, port = parse_listen(listen)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, listen.host, listen.port)
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
     bound = runner.addresses[0][1]
-    shown = f"[{host}]" if ":" in host else host
-    log.info("listening on http://%s:%d", shown, bound)
+    log.info("listening on http://%s", Listen(listen.host, int(bound)))
     return runner, int(bound)

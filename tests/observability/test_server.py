@@ -12,8 +12,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from drain_guard.config import parse_listen
 from drain_guard.metrics import Metrics
-from drain_guard.server import make_app, parse_listen, serve
+from drain_guard.server import make_app, serve
 from drain_guard.status import AgentStatus, HoldReasonStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -60,7 +61,7 @@ class Served:
 @pytest.fixture
 async def served() -> AsyncIterator[Served]:
     source, metrics = FakeSource(), Metrics()
-    runner, port = await serve(make_app(source, metrics), "127.0.0.1:0")
+    runner, port = await serve(make_app(source, metrics), parse_listen("127.0.0.1:0"))
     try:
         async with aiohttp.ClientSession() as http:
             yield Served(source, metrics, f"http://127.0.0.1:{port}", http)
@@ -140,7 +141,7 @@ async def test_head_is_allowed_and_writes_are_not(served: Served) -> None:
 
 async def test_serve_logs_the_bound_address(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="drain_guard.server")
-    runner, port = await serve(make_app(FakeSource(), Metrics()), "127.0.0.1:0")
+    runner, port = await serve(make_app(FakeSource(), Metrics()), parse_listen("127.0.0.1:0"))
     try:
         assert port > 0
         found = [
@@ -161,23 +162,4 @@ async def test_serve_logs_the_bound_address(caplog: pytest.LogCaptureFixture) ->
 async def test_port_in_use_is_an_error(served: Served) -> None:
     port = int(served.base.rsplit(":", 1)[1])
     with pytest.raises(OSError, match="in use"):
-        await serve(make_app(FakeSource(), Metrics()), f"127.0.0.1:{port}")
-
-
-@pytest.mark.parametrize(
-    ("listen", "expected"),
-    [
-        ("127.0.0.1:0", ("127.0.0.1", 0)),
-        ("0.0.0.0:9464", ("0.0.0.0", 9464)),
-        ("[::1]:8080", ("::1", 8080)),
-        ("localhost:65535", ("localhost", 65535)),
-    ],
-)
-def test_parse_listen(listen: str, expected: tuple[str, int]) -> None:
-    assert parse_listen(listen) == expected
-
-
-@pytest.mark.parametrize("listen", ["9464", ":9464", "host:", "host:http", "host:70000", ""])
-def test_parse_listen_rejects(listen: str) -> None:
-    with pytest.raises(ValueError, match="HOST:PORT"):
-        parse_listen(listen)
+        await serve(make_app(FakeSource(), Metrics()), parse_listen(f"127.0.0.1:{port}"))

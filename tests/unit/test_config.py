@@ -134,11 +134,39 @@ def test_parse_duration_never_crashes(text: str) -> None:
         parse_duration(text)
 
 
-def test_parse_listen_ipv6() -> None:
-    assert parse_listen("[::1]:0") == Listen("::1", 0)
-    assert str(Listen("::1", 8080)) == "[::1]:8080"
-    with pytest.raises(SettingsError):
-        parse_listen("::1:80")
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [
+        ("127.0.0.1:0", Listen("127.0.0.1", 0)),
+        ("0.0.0.0:9464", Listen("0.0.0.0", 9464)),
+        ("[::1]:8080", Listen("::1", 8080)),
+        ("localhost:65535", Listen("localhost", 65535)),
+    ],
+)
+def test_parse_listen(listen: str, expected: Listen) -> None:
+    assert parse_listen(listen) == expected
+    assert str(expected) == listen  # how the agent logs it
+
+
+@pytest.mark.parametrize(
+    ("listen", "why"),
+    [
+        # Host ::1 and port 80, or the address ::1:80 and no port? Refused, as Go's
+        # net.SplitHostPort refuses it ("too many colons"): IPv6 hosts take brackets.
+        ("::1:80", r"write IPv6 hosts as \[::1\]:PORT"),
+        ("[::1:80", r"write IPv6 hosts as \[::1\]:PORT"),
+        ("[nonsense]:80", "invalid IPv6 address"),
+        ("9464", "expected HOST:PORT"),
+        (":9464", "expected HOST:PORT"),
+        ("", "expected HOST:PORT"),
+        ("host:", "invalid port"),
+        ("host:http", "invalid port"),
+        ("host:70000", "invalid port"),
+    ],
+)
+def test_parse_listen_rejects(listen: str, why: str) -> None:
+    with pytest.raises(SettingsError, match=why):
+        parse_listen(listen)
 
 
 def test_api_stale_after_is_a_positive_duration() -> None:
