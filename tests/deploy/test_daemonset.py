@@ -8,6 +8,8 @@ import tomllib
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from drain_guard.config import Settings, add_run_arguments, settings_from
 from tests.deploy.tools import (
     REPO,
@@ -154,12 +156,25 @@ def _mebibytes(quantity: str) -> float:
     return int(match.group(1)) * units[match.group(2)]
 
 
-def _port_number(spec: Obj, port: str | int) -> int:
+def probe_port(probed: Obj, port: str | int) -> int:
+    """The port the kubelet probes: a number as it is; a name looked up in the probed
+    container's own ``ports`` only (the kubelet never looks in the pod's other containers, and
+    an unknown name makes every probe fail)."""
     if isinstance(port, int):
         return port
-    (number,) = [p["containerPort"] for p in spec["ports"] if p["name"] == port]
-    assert isinstance(number, int)
+    found = [p["containerPort"] for p in probed.get("ports", []) if p.get("name") == port]
+    assert len(found) == 1, f"container {probed['name']} declares no port named {port!r}"
+    number: int = found[0]
     return number
+
+
+def test_probe_port_resolution_is_the_kubelets() -> None:
+    """A name declared only by another container of the pod does not resolve."""
+    agent: Obj = {"name": "drain-guard"}
+    assert probe_port(agent, 8443) == 8443
+    assert probe_port({"name": "a", "ports": [{"name": "m", "containerPort": 9}]}, "m") == 9
+    with pytest.raises(AssertionError, match="declares no port named 'https'"):
+        probe_port(agent, "https")
 
 
 def test_probes_reach_the_agent(rendered: Callable[[str], list[Obj]]) -> None:
@@ -171,7 +186,7 @@ def test_probes_reach_the_agent(rendered: Callable[[str], list[Obj]]) -> None:
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = agent[probe]["httpGet"]
         assert get["path"] == path
-        assert _port_number(agent, get["port"]) == settings.listen.port
+        assert probe_port(agent, get["port"]) == settings.listen.port
         assert get.get("scheme", "HTTP") == "HTTP"
 
 
@@ -194,7 +209,8 @@ def test_openshift_serves_metrics_only_through_the_proxy(
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = agent[probe]["httpGet"]
         assert (get["path"], get["scheme"]) == (path, "HTTPS")
-        assert _port_number(proxy, get["port"]) == proxy_port
+        # The agent's probes go through the proxy, which shares the pod's network.
+        assert probe_port(agent, get["port"]) == proxy_port
     # The serving certificate the service CA issues is the one the proxy loads.
     service = one(objects, "Service", "drain-guard-metrics")
     secret = service["metadata"]["annotations"][
