@@ -18,7 +18,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,9 @@ import aiohttp
 import psutil
 
 from drain_guard import protocol
-from drain_guard_sim.agentproc import agent_command, agent_user, clean_environment
+from drain_guard_sim.agentproc import AgentProcess, agent_user, spawn_agent
 from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.cluster import worker_node
 from drain_guard_sim.hostfs import HostFS
 from drain_guard_sim.store import WriteRecord
 
@@ -47,34 +47,13 @@ def config_name(i: int) -> str:
     return f"rendered-worker-{i:032x}"
 
 
-def node_object(name: str, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """An idle, layered worker Node booted into IMAGE_A, as after a finished update."""
-    return {
-        "metadata": {
-            "name": name,
-            "labels": {"node-role.kubernetes.io/worker": "", **(labels or {})},
-            "annotations": {
-                protocol.CURRENT_CONFIG: CONFIG_A,
-                protocol.DESIRED_CONFIG: CONFIG_A,
-                protocol.CURRENT_IMAGE: IMAGE_A,
-                protocol.DESIRED_IMAGE: IMAGE_A,
-                protocol.STATE: "Done",
-                protocol.DESIRED_DRAIN: f"uncordon-{CONFIG_A}",
-                protocol.LAST_APPLIED_DRAIN: f"uncordon-{CONFIG_A}",
-            },
-        },
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-
-
 def seed_api(api: SimApiServer, nodes: Sequence[str]) -> None:
     """Namespaces and the given Nodes, created in process (no HTTP)."""
     for ns in (MCO_NS, "drain-guard", "default"):
         if api.try_get("namespaces", ns) is None:
             api.create("namespaces", {"metadata": {"name": ns}})
     for name in nodes:
-        api.create("nodes", node_object(name))
+        api.create("nodes", worker_node(name, CONFIG_A, IMAGE_A))
 
 
 def mcd_request_patch(value: str, **extra: str) -> dict[str, Any]:
@@ -177,86 +156,32 @@ def write_result(name: str, result: Mapping[str, Any], out_dir: Path | None = No
 # --- the agent as a process ------------------------------------------------------------------
 
 
-@dataclass
-class AgentProcess:
-    """``python -m drain_guard run`` for one node; its JSON log is read continuously from stderr."""
-
-    node: str
-    proc: asyncio.subprocess.Process
-    spawned_at: float
-    port: int | None = None
-    ready_at: float | None = None
-    lines: int = 0
-    _listening: asyncio.Future[int] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
-    _reader: asyncio.Task[None] | None = None
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    async def _read(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            self.lines += 1
-            if self._listening.done():
-                continue
-            with contextlib.suppress(ValueError):
-                record = json.loads(raw)
-                message = str(record.get("message", "")) if isinstance(record, dict) else ""
-                if message.startswith("listening on http://"):
-                    self._listening.set_result(int(message.rsplit(":", 1)[1]))
-        if not self._listening.done():
-            self._listening.set_exception(RuntimeError(f"agent for {self.node} exited early"))
-
-    async def wait_ready(self, timeout: float = WAIT) -> float:  # noqa: ASYNC109
-        """Seconds from spawn to the first ``/readyz`` 200 (both watches listed)."""
-        async with asyncio.timeout(timeout):
-            self.port = await self._listening
-            url = f"http://127.0.0.1:{self.port}/readyz"
-            async with aiohttp.ClientSession() as session:
-                while True:
-                    # The agent's own endpoint, polled only until it first says ready.
-                    async with session.get(url) as resp:
-                        if resp.status == 200:
-                            self.ready_at = time.monotonic()
-                            return self.ready_at - self.spawned_at
-                    await asyncio.sleep(0.005)
-
-    async def stop(self) -> int:
-        if self.proc.returncode is None:
-            self.proc.terminate()
-        try:
-            async with asyncio.timeout(WAIT):
-                code = await self.proc.wait()
-        except TimeoutError:
-            self.proc.kill()
-            code = await self.proc.wait()
-        if self._reader is not None:
-            await self._reader
-        return code
-
-
 async def start_agent(
     api: SimApiServer, node: str, workdir: Path, *extra: str, image: str = IMAGE_A
 ) -> AgentProcess:
     """Spawn the agent for ``node`` with its own identity and a host tree booted into ``image``."""
     host = HostFS(workdir / "hosts" / node, image)
     kubeconfig = api.kubeconfig(agent_user(node), workdir / "kubeconfigs" / node)
-    argv = agent_command(node, kubeconfig, host, "--log-format", "json", *extra)
-    env = clean_environment()
-    spawned = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    agent = AgentProcess(node, proc, spawned)
-    agent._reader = asyncio.create_task(agent._read())
-    return agent
+    return await spawn_agent(node, kubeconfig, host, *extra)
+
+
+async def seconds_to_ready(agent: AgentProcess, timeout: float = WAIT) -> float:  # noqa: ASYNC109
+    """Seconds from the spawn to the first ``/readyz`` 200 (both watches listed)."""
+    async with asyncio.timeout(timeout):
+        await agent.wait_log(lambda r: str(r.get("message", "")).startswith("listening on"))
+        url = f"http://127.0.0.1:{agent.port}/readyz"
+        async with aiohttp.ClientSession() as session:
+            while True:
+                # The agent's own endpoint, polled only until it first says ready.
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        return time.monotonic() - agent.started
+                await asyncio.sleep(0.005)
+
+
+async def stop_agent(agent: AgentProcess) -> int:
+    """SIGTERM, and SIGKILL if it does not exit within WAIT (a benchmark reports, not asserts)."""
+    return await agent.stop(timeout=WAIT, kill_after=True)
 
 
 def requests_by_verb(api: SimApiServer, user: str) -> dict[str, int]:

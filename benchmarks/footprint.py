@@ -36,11 +36,13 @@ import psutil
 
 from benchmarks.common import (
     MCO_NS,
-    AgentProcess,
+    seconds_to_ready,
     seed_api,
     start_agent,
+    stop_agent,
     write_result,
 )
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import ADMIN, SimApiServer
 
 NODE = "worker-0"
@@ -215,10 +217,10 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
         for s in range(params.starts):
             agent = await start_agent(api, NODE, workdir / f"start-{s}")
             try:
-                starts.append(await agent.wait_ready())
+                starts.append(await seconds_to_ready(agent))
             finally:
                 if s < params.starts - 1:
-                    await agent.stop()
+                    await stop_agent(agent)
         print(f"start to ready: {[round(x, 3) for x in starts]}", flush=True)
         try:
             await asyncio.sleep(1.0)
@@ -233,7 +235,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
                 )
                 print(f"churn round {r + 1}: {churn[-1]}", flush=True)
         finally:
-            await agent.stop()
+            await stop_agent(agent)
 
     def rest_median(mode: str, key: str) -> float:
         return float(statistics.median(w[key] for w in rest if w["mode"] == mode))

@@ -44,8 +44,10 @@ from benchmarks.common import (
     median_of,
     requests_by_verb,
     reset_patch,
+    seconds_to_ready,
     seed_api,
     start_agent,
+    stop_agent,
     summary_ms,
     wait_write,
     write_result,
@@ -174,14 +176,14 @@ async def _latency_runs(params: Params, workdir: Path) -> dict[str, Any]:
             agent = await start_agent(api, AGENT_NODE, workdir / f"latency-{r}")
             mcd = Mcd(api)
             try:
-                await agent.wait_ready()
+                await seconds_to_ready(agent)
                 samples = []
                 for i in range(params.requests):
                     samples.append(await _cycle(api, mcd, AGENT_NODE, offset + i))
                 offset += params.requests
             finally:
                 await mcd.close()
-                await agent.stop()
+                await stop_agent(agent)
         runs.append(summary_ms(samples))
         pooled.extend(samples)
         print(f"reaction run {r + 1}/{params.runs}: {runs[-1]}", flush=True)
@@ -206,7 +208,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         lost_trials: list[int] = []
         reactions: list[float] = []
         try:
-            await agent.wait_ready()
+            await seconds_to_ready(agent)
             await mcc.start()
             for i in range(params.race_trials):
                 request = f"drain-{config_name(10_000_000 + i)}"
@@ -234,7 +236,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         finally:
             await mcd.close()
             await mcc.stop()
-            await agent.stop()
+            await stop_agent(agent)
     result = {
         "mcc_update_delay_s": delay,
         "trials": won + lost,
@@ -258,7 +260,7 @@ async def _supersede(params: Params, workdir: Path, event_latency: float) -> dic
         mcd = Mcd(api)
         reactions: list[float] = []
         try:
-            await agent.wait_ready()
+            await seconds_to_ready(agent)
             first = f"drain-{config_name(30_000_000)}"
             start = len(api.write_log)
             await mcd.request(AGENT_NODE, first)
@@ -277,7 +279,7 @@ async def _supersede(params: Params, workdir: Path, event_latency: float) -> dic
                 await wait_write(api, _event_by(user, AGENT_NODE), after_hold)
         finally:
             await mcd.close()
-            await agent.stop()
+            await stop_agent(agent)
     result = {"event_latency_s": event_latency, "reaction": summary_ms(reactions)}
     print(f"supersede: {result}", flush=True)
     return result
@@ -300,7 +302,7 @@ async def _baseline(params: Params, workdir: Path) -> dict[str, Any]:
         agent_reactions: list[float] = []
         poller_reactions: list[float] = []
         try:
-            await agent.wait_ready()
+            await seconds_to_ready(agent)
             await poller.start()
             before_agent = requests_by_verb(api, agent_user(AGENT_NODE))
             before_poller = requests_by_verb(api, POLLER_USER)
@@ -327,7 +329,7 @@ async def _baseline(params: Params, workdir: Path) -> dict[str, Any]:
         finally:
             await mcd.close()
             await poller.stop()
-            await agent.stop()
+            await stop_agent(agent)
     per_hour = 3600.0 / elapsed
 
     def share_below(values: Sequence[float], limit: float) -> float:

@@ -16,15 +16,12 @@ import contextlib
 import pstats
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from benchmarks.common import IMAGE_A, WAIT, seed_api, write_result
-from drain_guard_sim.agentproc import agent_user, clean_environment, run_args
+from benchmarks.common import IMAGE_A, seconds_to_ready, seed_api, stop_agent, write_result
+from drain_guard_sim.agentproc import AgentProcess, agent_user, clean_environment, run_args
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.hostfs import HostFS
 
@@ -56,8 +53,6 @@ async def measure(top: int, workdir: Path) -> dict[str, Any]:
         seed_api(api, [NODE])
         host = HostFS(workdir / "host", IMAGE_A)
         kubeconfig = api.kubeconfig(agent_user(NODE), workdir / "kubeconfig")
-        env = clean_environment()
-        spawned = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-X",
@@ -68,36 +63,16 @@ async def measure(top: int, workdir: Path) -> dict[str, Any]:
             str(profile),
             "-m",
             "drain_guard",
-            *run_args(NODE, kubeconfig, host),
+            *run_args(NODE, kubeconfig, host, "--log-format", "json"),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=env,
+            env=clean_environment(),
         )
-        assert proc.stderr is not None
-        lines: list[str] = []
-        port = None
-        async with asyncio.timeout(WAIT):
-            while port is None:
-                raw = await proc.stderr.readline()
-                if not raw:
-                    raise RuntimeError("agent exited before listening")
-                line = raw.decode(errors="replace").rstrip("\n")
-                lines.append(line)
-                if "listening on http://" in line:
-                    port = int(line.rsplit(":", 1)[1].split()[0])
-            async with aiohttp.ClientSession() as session:
-                while True:
-                    async with session.get(f"http://127.0.0.1:{port}/readyz") as resp:
-                        if resp.status == 200:
-                            break
-                    await asyncio.sleep(0.005)
-        ready = time.monotonic() - spawned
-        proc.terminate()
-        rest = await proc.stderr.read()
-        lines += rest.decode(errors="replace").splitlines()
-        await proc.wait()
-    imports = parse_importtime(lines)
+        agent = AgentProcess.attach(NODE, proc)
+        ready = await seconds_to_ready(agent)
+        await stop_agent(agent)
+    imports = parse_importtime(agent.lines)
     stats = pstats.Stats(str(profile))
     rows = []
     for (filename, lineno, func), (_, ncalls, _tt, ct, _) in stats.stats.items():  # type: ignore[attr-defined]

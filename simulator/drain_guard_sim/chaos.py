@@ -46,7 +46,12 @@ from typing import Any
 
 import psutil
 
-from drain_guard_sim.agentproc import agent_command, agent_user, clean_environment
+from drain_guard_sim.agentproc import (
+    AgentError,
+    AgentProcess,
+    agent_user,
+    spawn_agent,
+)
 from drain_guard_sim.checker import Checked, CheckerConfig, Interval, Violation, check
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.mco import (
@@ -148,34 +153,6 @@ class ChaosConfig:
 
 
 @dataclass
-class _AgentProc:
-    """One ``drain-guard run`` process and what the harness saw of it."""
-
-    node: str
-    proc: asyncio.subprocess.Process
-    started: float
-    synced_at: float | None = None
-    ended: float | None = None
-    by_harness: bool = False
-    lines: list[str] = field(default_factory=list)
-    reader: asyncio.Task[None] | None = None
-    synced: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def read(self) -> None:
-        assert self.proc.stderr is not None
-        async for raw in self.proc.stderr:
-            line = raw.decode(errors="replace").rstrip("\n")
-            self.lines.append(line)
-            if self.synced_at is None and '"message": "decision"' in line:
-                # The first decision is made only once both watches have listed.
-                self.synced_at = time.monotonic()
-                self.synced.set()
-        await self.proc.wait()
-        self.ended = time.monotonic()
-        self.synced.set()
-
-
-@dataclass
 class ChaosReport:
     """Everything a run produced: the verdict, the figures and the means to reproduce it."""
 
@@ -269,8 +246,9 @@ class _Run:
         self.cluster = SimCluster(
             workdir, nodes=config.nodes, time_factor=config.time_factor, timings=timings
         )
-        self.agents: dict[str, _AgentProc] = {}
-        self.history: list[_AgentProc] = []
+        self.agents: dict[str, AgentProcess] = {}
+        self.history: list[AgentProcess] = []
+        self.by_harness: set[int] = set()  # id() of the agents the harness stopped
         self.impaired: dict[str, list[Interval]] = {}
         self.events: list[tuple[float, str | None, str]] = []
         self.faults: Counter[str] = Counter()
@@ -301,9 +279,16 @@ class _Run:
         """One lifecycle change of a node's agent at a time: never two agents for one node."""
         return self.locks.setdefault(node, asyncio.Lock())
 
-    async def start_agent(self, node: str) -> _AgentProc:
+    async def start_agent(self, node: str) -> AgentProcess:
         async with self.lock(node):
             return await self._start(node)
+
+    async def _synced(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Until every current agent has made its first decision (or has exited)."""
+        async with asyncio.timeout(timeout):
+            for agent in list(self.agents.values()):
+                with contextlib.suppress(AgentError):
+                    await agent.wait_synced(timeout)
 
     async def restart_agent(self, node: str, down: float) -> None:
         async with self.lock(node):
@@ -314,48 +299,35 @@ class _Run:
     async def ensure_agent(self, node: str) -> None:
         async with self.lock(node):
             agent = self.agents.get(node)
-            if agent is None or agent.proc.returncode is not None:
+            if agent is None or not agent.running:
                 await self._start(node)
 
-    async def _start(self, node: str) -> _AgentProc:
+    async def _start(self, node: str) -> AgentProcess:
         host = self.cluster.hosts[node]
         kubeconfig = self.cluster.api.kubeconfig(
             agent_user(node), self.workdir / "kubeconfigs" / f"agent-{node}"
         )
-        proc = await asyncio.create_subprocess_exec(
-            *agent_command(
-                node,
-                kubeconfig,
-                host,
-                "--log-format",
-                "json",
-                "--max-hold",
-                f"{self.config.max_hold:g}s",
-                *(() if self.config.shield else ("--shield-build-pods", "false")),
-                *self.config.agent_args,
-            ),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=clean_environment(),
+        agent = await spawn_agent(
+            node,
+            kubeconfig,
+            host,
+            "--max-hold",
+            f"{self.config.max_hold:g}s",
+            *(() if self.config.shield else ("--shield-build-pods", "false")),
+            *self.config.agent_args,
         )
-        agent = _AgentProc(node, proc, time.monotonic())
-        agent.reader = asyncio.create_task(agent.read())
         self.agents[node] = agent
         self.history.append(agent)
-        self.note(node, f"agent started (pid {proc.pid})")
+        self.note(node, f"agent started (pid {agent.pid})")
         return agent
 
     async def _kill(self, node: str) -> None:
         agent = self.agents.get(node)
-        if agent is None or agent.proc.returncode is not None:
+        if agent is None or not agent.running:
             return
-        agent.by_harness = True
-        agent.proc.kill()
-        await agent.proc.wait()
-        if agent.reader is not None:
-            await agent.reader
-        self.note(node, f"agent killed (SIGKILL, pid {agent.proc.pid})")
+        self.by_harness.add(id(agent))
+        await agent.kill()
+        self.note(node, f"agent killed (SIGKILL, pid {agent.pid})")
 
     async def on_reboot(self, node: str) -> None:
         """A reboot restarts the node's pods; whether it does here is drawn from the seed."""
@@ -506,9 +478,7 @@ class _Run:
             cluster.reboot_hooks.append(self.on_reboot)
             for node in self.nodes:
                 await self.start_agent(node)
-            async with asyncio.timeout(60):
-                for agent in list(self.agents.values()):
-                    await agent.synced.wait()
+            await self._synced(60)
             start = time.monotonic()
             for action in schedule:
                 delay = start + action.at - time.monotonic()
@@ -519,29 +489,25 @@ class _Run:
             end = time.monotonic()
             checked = self.check(end, settled)
             for agent in self.history:
-                if agent.proc.returncode is None:
-                    agent.by_harness = True
+                if agent.running:
+                    self.by_harness.add(id(agent))
                     agent.proc.terminate()
             for agent in self.history:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(10):
-                        await agent.proc.wait()
-                        if agent.reader is not None:
-                            await agent.reader
+                        await agent.closed()
         finally:
             for task in list(self.tasks):
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
             for agent in self.history:
-                if agent.proc.returncode is None:
-                    agent.proc.kill()
-                    await agent.proc.wait()
+                await agent.kill()
             await cluster.stop()
         crashes = [
             f"{a.node} pid {a.proc.pid} exited {a.proc.returncode}:\n    "
             + "\n    ".join(a.lines[-8:])
             for a in self.history
-            if not a.by_harness
+            if id(a) not in self.by_harness
         ]
         report = ChaosReport(
             seed=self.config.seed,
@@ -575,9 +541,7 @@ class _Run:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for node in self.nodes:
             await self.ensure_agent(node)
-        async with asyncio.timeout(60):
-            for agent in list(self.agents.values()):
-                await agent.synced.wait()
+        await self._synced(60)
         # Let drains in flight finish (say, one an operator's release let through just
         # now): the simulated build controller would place the last build on a node being
         # drained, which a real scheduler would not.
@@ -779,17 +743,11 @@ async def run_soak(
             api.create("nodes", {"metadata": {"name": "worker-0", "annotations": {}}, "spec": {}})
             host = HostFS(root / "host", "registry.example/os@sha256:" + "a" * 64)
             kubeconfig = api.kubeconfig(agent_user("worker-0"), root / "kubeconfig")
-            log = root / "agent.log"
-            log_out = log.open("wb")
-            proc = await asyncio.create_subprocess_exec(
-                *agent_command("worker-0", kubeconfig, host, "--log-level", "WARNING"),
-                env=clean_environment(),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log_out,
+            agent = await spawn_agent(
+                "worker-0", kubeconfig, host, "--log-level", "WARNING", log_path=root / "agent.log"
             )
             try:
-                probe = psutil.Process(proc.pid)
+                probe = psutil.Process(agent.pid)
                 # Warm-up, not measured: imports, the first lists, one hold and release.
                 await api.wait_for(_soak_event(api, -4) or (lambda: True), 60.0)
                 await api.wait_for(_soak_event(api, -2) or (lambda: True), 10.0)
@@ -802,7 +760,7 @@ async def run_soak(
                     try:
                         await api.wait_for(awaited or (lambda: True), 10.0)
                     except TimeoutError:
-                        tail = log.read_text(errors="replace").splitlines()[-15:]
+                        tail = agent.lines[-15:]
                         user = agent_user("worker-0")
                         raise RuntimeError(
                             f"event {i}: the agent did not act (desiredDrain "
@@ -815,9 +773,7 @@ async def run_soak(
                         await asyncio.sleep(0.2)
                         out.append((i + 1, probe.memory_info().rss, probe.num_fds()))
             finally:
-                proc.terminate()
-                await proc.wait()
-                log_out.close()
+                await agent.stop(timeout=10, kill_after=True)
             written = len(api.writes("nodes", user=agent_user("worker-0")))
     return SoakReport(events, out, time.monotonic() - began, written)
 

@@ -73,6 +73,7 @@ __all__ = [
     "Outcome",
     "ReplicaSetController",
     "SimCluster",
+    "worker_node",
 ]
 
 AGENT_USER = "system:serviceaccount:drain-guard:drain-guard"
@@ -242,6 +243,42 @@ def _pod(
         },
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "sim"}]},
         "status": {"phase": "Running", "conditions": READY},
+    }
+
+
+def worker_node(name: str, cfg: str, image: str) -> JsonObj:
+    """An idle, layered worker Node booted into ``image`` with ``cfg`` applied, as after a
+    finished update: the one Node the simulator, the tests and the benchmarks start from."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                WORKER_LABEL: "",
+            },
+            "annotations": {
+                CURRENT_CONFIG: cfg,
+                DESIRED_CONFIG: cfg,
+                CURRENT_IMAGE: image,
+                DESIRED_IMAGE: image,
+                STATE: STATE_DONE,
+                REASON: "",
+                DESIRED_DRAIN: f"uncordon-{cfg}",
+                LAST_APPLIED_DRAIN: f"uncordon-{cfg}",
+                CONTROL_PLANE_TOPOLOGY: "HighlyAvailable",
+            },
+        },
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+            "nodeInfo": {
+                "osImage": "Red Hat Enterprise Linux CoreOS 415.92",
+                "kubeletVersion": "v1.28.7",
+            },
+        },
     }
 
 
@@ -418,7 +455,7 @@ class SimCluster:
             },
         )
         for name in self.node_names:
-            api.create("nodes", self._node(name))
+            api.create("nodes", worker_node(name, self.initial_config, self.initial_image))
             host = HostFS(self.workdir / "hosts" / name, self.initial_image)
             host.write_mcd_current_config(self.initial_config, self.initial_image)
             self.hosts[name] = host
@@ -439,40 +476,6 @@ class SimCluster:
             rs = f"{deploy}-{_suffix(deploy, n=10)}"
             pod = _pod(ns, f"{rs}-{_suffix(rs)}", self.build_node, labels, "ReplicaSet", rs)
             api.create("pods", pod)
-
-    def _node(self, name: str) -> JsonObj:
-        cfg, image = self.initial_config, self.initial_image
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    WORKER_LABEL: "",
-                },
-                "annotations": {
-                    CURRENT_CONFIG: cfg,
-                    DESIRED_CONFIG: cfg,
-                    CURRENT_IMAGE: image,
-                    DESIRED_IMAGE: image,
-                    STATE: STATE_DONE,
-                    REASON: "",
-                    DESIRED_DRAIN: f"uncordon-{cfg}",
-                    LAST_APPLIED_DRAIN: f"uncordon-{cfg}",
-                    CONTROL_PLANE_TOPOLOGY: "HighlyAvailable",
-                },
-            },
-            "spec": {},
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-                "nodeInfo": {
-                    "osImage": "Red Hat Enterprise Linux CoreOS 415.92",
-                    "kubeletVersion": "v1.28.7",
-                },
-            },
-        }
 
     # -- driving the scenario --------------------------------------------------------------
 

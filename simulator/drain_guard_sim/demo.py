@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import re
-import signal
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from drain_guard_sim.agentproc import agent_command, clean_environment
+from drain_guard_sim.agentproc import AgentError, AgentProcess, spawn_agent
 from drain_guard_sim.cluster import Cordon, Outcome, SimCluster
 from drain_guard_sim.mco import Timings
 from drain_guard_sim.timeline import Timeline, TimelineEntry
@@ -90,17 +88,6 @@ def run(args: argparse.Namespace) -> int:
 # -- the agents ------------------------------------------------------------------------------
 
 
-@dataclass
-class AgentProcess:
-    """One ``drain-guard run`` process and the decisions it logged."""
-
-    node: str
-    proc: asyncio.subprocess.Process
-    reader: asyncio.Task[None] | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    log_lines: list[str] = field(default_factory=list)
-
-
 class Agents:
     """One agent per node, as a DaemonSet would run them; a node's reboot restarts its agent."""
 
@@ -114,54 +101,24 @@ class Agents:
 
     async def start(self, node: str) -> None:
         cluster = self.cluster
-        host = cluster.hosts[node]
         max_hold = max(1, round(45 * 60 * cluster.timings.time_factor))
-        argv = agent_command(
+        agent = await spawn_agent(
             node,
             cluster.agent_kubeconfig(node),
-            host,
+            cluster.hosts[node],
             "--max-hold",
             f"{max_hold}s",
-            "--log-format",
-            "json",
+            log_path=self.logdir / f"agent-{node}.log",
+            on_record=lambda record: self._decision(node, record),
         )
-        env = clean_environment()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-        )
-        agent = AgentProcess(node, proc)
         self.procs[node] = agent
-        agent.reader = asyncio.create_task(self._read(agent))
-        waiter = asyncio.create_task(agent.ready.wait())
-        await asyncio.wait(
-            {waiter, agent.reader}, timeout=START_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
-        )
-        waiter.cancel()
-        if not agent.ready.is_set():
-            if agent.proc.returncode is None:
-                agent.proc.kill()
-            tail = "\n".join(agent.log_lines[-20:])
-            raise RuntimeError(f"the agent for {node} was not ready in time:\n{tail}")
-
-    async def _read(self, agent: AgentProcess) -> None:
-        assert agent.proc.stderr is not None
-        logfile = self.logdir / f"agent-{agent.node}.log"
-        with logfile.open("a") as out:
-            async for raw in agent.proc.stderr:
-                line = raw.decode(errors="replace").rstrip("\n")
-                out.write(line + "\n")
-                agent.log_lines.append(line)
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and record.get("message") == "decision":
-                    agent.ready.set()
-                    self._decision(agent.node, record)
+        try:
+            await agent.wait_synced(START_TIMEOUT)
+        except (TimeoutError, AgentError):
+            await agent.kill()
+            raise RuntimeError(
+                f"the agent for {node} was not ready in time:\n{agent.log_text(20)}"
+            ) from None
 
     def _decision(self, node: str, record: dict[str, Any]) -> None:
         """Put each change of an agent's decision on the shared timeline."""
@@ -183,18 +140,8 @@ class Agents:
 
     async def stop(self, node: str) -> None:
         agent = self.procs.pop(node, None)
-        if agent is None:
-            return
-        if agent.proc.returncode is None:
-            agent.proc.send_signal(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(10):
-                    await agent.proc.wait()
-            except TimeoutError:
-                agent.proc.kill()
-                await agent.proc.wait()
-        if agent.reader is not None:
-            await agent.reader
+        if agent is not None:
+            await agent.stop(timeout=10, kill_after=True)
 
     async def stop_all(self) -> None:
         self._closed = True

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
-from tests.conftest import (
+from tests.helpers import (
     CONFIG_B,
     IMAGE_B,
-    Agent,
     StartAgent,
     add_build_pod,
     agent_writes,
@@ -43,7 +43,7 @@ def _admin(api: SimApiServer, values: dict[str, str | None]) -> int:
     return int(node["metadata"]["resourceVersion"])
 
 
-async def _decision(agent: Agent, start: int, request: str) -> dict[str, Any]:
+async def _decision(agent: AgentProcess, start: int, request: str) -> dict[str, Any]:
     record = await agent.wait_log(
         lambda r: r.get("message") == "decision" and r.get("request") == request, start
     )
@@ -62,7 +62,7 @@ def _drain_writes(api: SimApiServer, since: int) -> list[tuple[str | None, str |
 
 
 @pytest.fixture
-async def agent(api: SimApiServer, start_agent: StartAgent) -> Agent:
+async def agent(api: SimApiServer, start_agent: StartAgent) -> AgentProcess:
     add_build_pod(api)
     return await start_agent("--max-hold", "30m")
 
@@ -78,7 +78,7 @@ async def agent(api: SimApiServer, start_agent: StartAgent) -> Agent:
     ],
 )
 async def test_malformed_or_unknown_desired_drain_is_never_held(
-    api: SimApiServer, agent: Agent, value: str
+    api: SimApiServer, agent: AgentProcess, value: str
 ) -> None:
     start = len(agent.records)
     since = mcd_request(api, value)
@@ -88,7 +88,7 @@ async def test_malformed_or_unknown_desired_drain_is_never_held(
     assert agent.proc.returncode is None
 
 
-async def test_empty_desired_drain_is_no_request(api: SimApiServer, agent: Agent) -> None:
+async def test_empty_desired_drain_is_no_request(api: SimApiServer, agent: AgentProcess) -> None:
     start = len(agent.records)
     since = mcd_request(api, "")
     await agent.wait_log(lambda r: r.get("message") == "decision", start)
@@ -99,7 +99,7 @@ async def test_empty_desired_drain_is_no_request(api: SimApiServer, agent: Agent
 
 
 async def test_oversized_request_is_held_and_restored_exactly(
-    api: SimApiServer, agent: Agent
+    api: SimApiServer, agent: AgentProcess
 ) -> None:
     """A 64 KiB drain request is odd but well formed: held, and restored byte for byte."""
     value = "drain-rendered-worker-" + "x" * 65536
@@ -114,7 +114,7 @@ async def test_oversized_request_is_held_and_restored_exactly(
 
 
 async def test_a_hold_drain_guard_did_not_write_is_left_alone(
-    api: SimApiServer, agent: Agent
+    api: SimApiServer, agent: AgentProcess
 ) -> None:
     foreign = f"hold-{DRAIN_B}"
     start = len(agent.records)
@@ -139,7 +139,7 @@ async def test_a_hold_drain_guard_did_not_write_is_left_alone(
     ],
 )
 async def test_held_since_unreadable_or_in_the_future_releases_and_says_so(
-    api: SimApiServer, agent: Agent, since_text: str, outcome: str
+    api: SimApiServer, agent: AgentProcess, since_text: str, outcome: str
 ) -> None:
     mcd_request(api, DRAIN_B)
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
@@ -158,7 +158,7 @@ async def test_held_since_unreadable_or_in_the_future_releases_and_says_so(
 
 @pytest.mark.parametrize("reasons", ["", "build-pod,,manual", "gremlins", "build-pod;manual"])
 async def test_hold_reasons_unreadable_release_as_invalid(
-    api: SimApiServer, agent: Agent, reasons: str
+    api: SimApiServer, agent: AgentProcess, reasons: str
 ) -> None:
     mcd_request(api, DRAIN_B)
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)

@@ -16,7 +16,7 @@ from drain_guard import protocol
 from drain_guard.host import read_booted_image
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.hostfs import HostFS
-from tests.conftest import CONFIG_B, IMAGE_A, StartAgent, agent_writes, mcd_request, metric
+from tests.helpers import CONFIG_B, IMAGE_A, StartAgent, agent_writes, mcd_request, metric
 
 DIGEST = "sha256:" + "6" * 64
 REFERENCE = f"ostree-unverified-registry:quay.io/openshift/ocb-image@{DIGEST}"

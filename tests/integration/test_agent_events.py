@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drain_guard import protocol
 from drain_guard_sim.apiserver import SimApiServer, WriteRecord
-from tests.conftest import (
+from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,

@@ -9,7 +9,7 @@ from pathlib import Path
 from drain_guard import protocol
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.hostfs import HostFS
-from tests.conftest import (
+from tests.helpers import (
     CONFIG_A,
     CONFIG_B,
     IMAGE_A,

@@ -14,12 +14,12 @@ from drain_guard import protocol
 from drain_guard.config import add_run_arguments, settings_from
 from drain_guard.controller import shutdown_releases
 from drain_guard.kube import DaemonSetState, Kube, KubeError
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
-from tests.conftest import (
+from tests.helpers import (
     CONFIG_B,
     IMAGE_B,
     NODE,
-    Agent,
     StartAgent,
     add_build_pod,
     agent_writes,
@@ -44,7 +44,7 @@ DAEMONSET = {
 
 async def _held(
     api: SimApiServer, start_agent: StartAgent, *flags: str
-) -> tuple[Agent, dict[str, str]]:
+) -> tuple[AgentProcess, dict[str, str]]:
     add_build_pod(api)
     agent = await start_agent(*flags)
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})

@@ -6,7 +6,7 @@ import json
 
 from drain_guard import protocol
 from drain_guard_sim.apiserver import SimApiServer
-from tests.conftest import (
+from tests.helpers import (
     CONFIG_B,
     IMAGE_B,
     MCO_NS,

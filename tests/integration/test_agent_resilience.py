@@ -10,7 +10,7 @@ import pytest
 from drain_guard import protocol
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.faults import Fault, FaultKind
-from tests.conftest import (
+from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,

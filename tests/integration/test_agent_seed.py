@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.cluster import SimCluster
-from tests.conftest import Agent, reap, spawn_agent
+from tests.helpers import reap, spawn
 
 # MCO's seconds → simulated seconds (a 120 s build takes 6 s). The MCC may cordon 5 s (here
 # 0.25 s) after a request; the agent answers in milliseconds, and this keeps a wide margin on
@@ -23,22 +24,19 @@ TIME_FACTOR = 0.05
 
 @pytest.mark.timeout(240)
 async def test_seed_scenario_with_agents(tmp_path: Path) -> None:
-    agents: list[Agent] = []
+    agents: list[AgentProcess] = []
     async with SimCluster(tmp_path / "cluster", nodes=2, time_factor=TIME_FACTOR) as cluster:
         try:
             for node in cluster.node_names:
-                await spawn_agent(
-                    node,
-                    cluster.agent_kubeconfig(node),
-                    cluster.hosts[node],
-                    on_start=agents.append,
+                await spawn(
+                    node, cluster.agent_kubeconfig(node), cluster.hosts[node], started=agents
                 )
             await cluster.create_machine_config("99-worker-seed")
             build = await cluster.wait_build_done(timeout=120)
             await cluster.wait_rollout_done(timeout=180)
         finally:
             for agent in agents:
-                if agent.proc.returncode is None:
+                if agent.running:
                     assert await agent.stop() == 0
             await reap(agents)
         outcome = cluster.outcome()

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from drain_guard import protocol
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
-from tests.conftest import (
+from tests.helpers import (
     CONFIG_B,
     IMAGE_B,
     NODE,
-    Agent,
     StartAgent,
     add_build_pod,
     mcd_request,
@@ -27,7 +27,7 @@ DRAIN_B = f"drain-{CONFIG_B}"
 OPERATOR = "kube:admin"
 
 
-async def _hold(api: SimApiServer, start_agent: StartAgent) -> Agent:
+async def _hold(api: SimApiServer, start_agent: StartAgent) -> AgentProcess:
     add_build_pod(api)
     agent = await start_agent()
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})

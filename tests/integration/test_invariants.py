@@ -14,15 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard import permissions, protocol, shield
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.store import WriteRecord
-from tests.conftest import (
+from tests.helpers import (
     AGENT_USER,
     IMAGE_A,
     IMAGE_B,
     MCO_NS,
     NODE,
-    Agent,
     StartAgent,
     add_build_pod,
     agent_writes,
@@ -62,7 +62,7 @@ def _mcc_applies(api: SimApiServer, value: str) -> None:
     )
 
 
-async def _scenario(api: SimApiServer, agent: Agent, tmp_path: Path) -> None:
+async def _scenario(api: SimApiServer, agent: AgentProcess, tmp_path: Path) -> None:
     # 1. A build pod: held, released when the build ends; the MCC then drains.
     add_build_pod(api)
     drain1 = f"drain-{_config(1)}"

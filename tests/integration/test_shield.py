@@ -25,7 +25,7 @@ from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector
 from drain_guard_sim.mco import MCC_USER, Timings
 from drain_guard_sim.timeline import Timeline, TimelineEntry
-from tests.conftest import AGENT_USER, CONFIG_B, NODE, WAIT, mcd_request, node_annotations
+from tests.helpers import AGENT_USER, CONFIG_B, NODE, WAIT, mcd_request, node_annotations
 
 BUILD = f"build-{CONFIG_B}"
 POD = f"{BUILD}-build"

@@ -16,7 +16,7 @@ import pytest
 
 from drain_guard import __version__, protocol
 from drain_guard_sim.apiserver import SimApiServer
-from tests.conftest import (
+from tests.helpers import (
     CONFIG_B,
     IMAGE_B,
     NODE,

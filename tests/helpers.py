@@ -1,0 +1,141 @@
+"""Helpers for the tests that drive a real agent process against the simulator: the worker
+Node the ``api`` fixture creates, the agent's identity, and event-driven waits.
+
+Fixtures stay in ``conftest.py``; everything a test imports is here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from drain_guard import protocol
+from drain_guard_sim.agentproc import AgentProcess, clean_environment, spawn_agent
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.store import WriteRecord
+
+NODE = "worker-0"
+AGENT_USER = "system:serviceaccount:drain-guard:drain-guard"
+MCO_NS = "openshift-machine-config-operator"
+REGISTRY = "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator"
+IMAGE_A = f"{REGISTRY}/ocb-image@sha256:{'a' * 64}"
+IMAGE_B = f"{REGISTRY}/ocb-image@sha256:{'b' * 64}"
+CONFIG_A = "rendered-worker-" + "a" * 32
+CONFIG_B = "rendered-worker-" + "b" * 32
+WAIT = 15.0  # seconds: generous upper bounds for event-driven waits on a loaded machine
+
+
+def node_annotations(api: SimApiServer, name: str = NODE) -> dict[str, str]:
+    annotations: dict[str, str] = api.get("nodes", name)["metadata"].get("annotations") or {}
+    return annotations
+
+
+def mcd_request(api: SimApiServer, value: str, name: str = NODE, **extra: str) -> int:
+    """Write desiredDrain as the MCD does (strategic merge, no resourceVersion); returns rv."""
+    node = api.patch(
+        "nodes",
+        name,
+        {"metadata": {"annotations": {protocol.DESIRED_DRAIN: value, **extra}}},
+        user="system:serviceaccount:openshift-machine-config-operator:machine-config-daemon",
+    )
+    return int(node["metadata"]["resourceVersion"])
+
+
+def add_build_pod(api: SimApiServer, name: str = "build-pod", node: str = NODE) -> None:
+    api.create(
+        "pods",
+        {
+            "metadata": {
+                "name": name,
+                "namespace": MCO_NS,
+                "labels": {"openshift.io/build.name": f"build-{CONFIG_B}"},
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "build", "image": "builder"}]},
+            "status": {"phase": "Running"},
+        },
+        MCO_NS,
+    )
+
+
+def agent_writes(
+    api: SimApiServer, since: int = 0, resource: str | None = None
+) -> list[WriteRecord]:
+    """The agent's writes after ``since``, to ``resource`` only if given (``"nodes"``: its
+    decisions, without the Events and shield budgets it writes in the background)."""
+    return [w for w in api.writes(resource) if w.user == AGENT_USER and w.rv > since]
+
+
+async def wait_annotation(
+    api: SimApiServer, key: str, predicate: Callable[[str | None], bool], name: str = NODE
+) -> dict[str, str]:
+    """Wait (on the simulator's writes, no polling) until annotation ``key`` satisfies it."""
+
+    def check() -> dict[str, str]:
+        ann = node_annotations(api, name)
+        return ann if predicate(ann.get(key)) else {}  # {} is falsy: keep waiting
+
+    return await api.wait_for(check, timeout=WAIT)
+
+
+StartAgent = Callable[..., Awaitable[AgentProcess]]
+
+
+async def spawn(
+    node: str,
+    kubeconfig: Path,
+    host: HostFS,
+    *extra: str,
+    started: list[AgentProcess],
+    ready: bool = True,
+    env: dict[str, str] | None = None,
+) -> AgentProcess:
+    """Start ``drain-guard run`` for ``node``, add it to ``started`` (for ``reap``) before
+    anything can fail, and with ``ready`` return once it listens and has made its first
+    decision (both watches synced)."""
+    agent = await spawn_agent(node, kubeconfig, host, *extra, env=env)
+    started.append(agent)
+    if ready:
+        await agent.wait_synced(WAIT)
+    return agent
+
+
+async def reap(agents: Sequence[AgentProcess]) -> None:
+    """Kill what is still running (a test that failed midway) and collect the readers."""
+    for agent in agents:
+        await agent.kill()
+
+
+async def metric(agent: AgentProcess, name: str, **labels: str) -> float:
+    """One sample from the agent's /metrics (0 if absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    status, text = await agent.http("/metrics")
+    assert status == 200
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
+
+
+async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``python -m drain_guard ARGS`` as a subprocess (the simulator keeps serving meanwhile)."""
+    environ = clean_environment()
+    environ.update(env or {})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "drain_guard",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=environ,
+    )
+    async with asyncio.timeout(WAIT):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
