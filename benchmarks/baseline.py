@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard import guards, host, protocol
-from drain_guard.kube import Applied, Kube, KubeError, PodObj, load_api_client
-from drain_guard.selectors import OwnerRef, default_build_pod_selectors
+from drain_guard.kube import Applied, Kube, KubeError, load_api_client
+from drain_guard.pods import Pod
+from drain_guard.selectors import default_build_pod_selectors
 
 MAX_HOLD = timedelta(minutes=45)
 
@@ -89,24 +90,11 @@ class Poller:
             if isinstance(result, Applied):
                 self.holds += 1
 
-    async def _pods(self, kube: Kube) -> tuple[guards.PodInfo, ...]:
+    async def _pods(self, kube: Kube) -> tuple[Pod, ...]:
         core: Any = kube.core
         resp = await core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={self.node}", _preload_content=False
         )
         async with resp:
             body: dict[str, Any] = await resp.json(content_type=None)
-        out = []
-        for item in body.get("items") or ():
-            pod = PodObj.from_dict(item)
-            out.append(
-                guards.PodInfo(
-                    namespace=pod.namespace,
-                    name=pod.name,
-                    phase=pod.phase,
-                    labels=pod.labels,
-                    owners=tuple(OwnerRef(k, n) for k, n in pod.owners),
-                    deleting=pod.deleting,
-                )
-            )
-        return tuple(out)
+        return tuple(Pod.from_dict(item) for item in body.get("items") or ())

@@ -18,10 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
 from drain_guard.selectors import (
+    MCO_NAMESPACE,
     BuildPodSelector,
     SelectorError,
     default_build_pod_selectors,
+    is_namespace_name,
     parse_build_pod_selector,
 )
 
@@ -92,6 +95,8 @@ class Settings:
     release_on_exit: bool
     log_format: LogFormat
     log_level: str
+    #: The namespaces whose pods may hold a drain (MCO's, and those opted in).
+    build_pod_scope: PodScope = DEFAULT_SCOPE
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
@@ -168,6 +173,17 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         None,
         "build pods: [NAMESPACE:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; replaces the"
         " defaults; in the environment separate selectors with ';')",
+        repeatable=True,
+    ),
+    _Option(
+        "--build-pod-namespace",
+        _env_name("--build-pod-namespace"),
+        None,
+        f"let build pods of this namespace hold drains too (repeatable; '{ALL_NAMESPACES}': every"
+        f" namespace). Without it only pods of {MCO_NAMESPACE} can: elsewhere any user who can"
+        " create a pod could hold drains. The agent then watches pods cluster-wide (still only"
+        " its node's) and needs the ClusterRole of docs/install.md; in the environment separate"
+        " namespaces with ';'",
         repeatable=True,
     ),
     _Option(
@@ -290,6 +306,20 @@ def _parse_selector(text: str) -> BuildPodSelector:
         raise SettingsError(f"invalid --build-pod-selector: {exc}") from None
 
 
+def _parse_scope(raw: object) -> PodScope:
+    if raw is None:
+        return DEFAULT_SCOPE
+    assert isinstance(raw, list)
+    names = [str(n).strip() for n in raw]
+    for name in names:
+        if name != ALL_NAMESPACES and not is_namespace_name(name):
+            raise SettingsError(
+                f"invalid --build-pod-namespace {name!r} (a namespace name, or"
+                f" '{ALL_NAMESPACES}' for every namespace)"
+            )
+    return PodScope.with_opt_ins(names)
+
+
 def _parse_bool(env: str, text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
@@ -349,6 +379,14 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         if not selectors:
             raise SettingsError("--build-pod-selector given but empty")
 
+    scope = _parse_scope(raw["build_pod_namespace"])
+    for selector in selectors:
+        if selector.namespace is not None and not scope.contains(selector.namespace):
+            raise SettingsError(
+                f"--build-pod-selector {selector} names namespace {selector.namespace}, outside"
+                f" the build-pod scope; opt it in with --build-pod-namespace {selector.namespace}"
+            )
+
     command = _split_command(str(raw["rpm_ostree_command"]))
     daemonset = None if raw["daemonset"] is None else parse_daemonset(str(raw["daemonset"]))
     release_on_exit = bool(raw["release_on_exit"])
@@ -371,6 +409,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         listen=parse_listen(str(raw["listen"])),
         max_hold=max_hold,
         build_pod_selectors=selectors,
+        build_pod_scope=scope,
         daemonset=daemonset,
         release_on_exit=release_on_exit,
         log_format=LogFormat(str(raw["log_format"])),

@@ -35,11 +35,9 @@ from drain_guard.kube import (
     Kube,
     KubeError,
     NodeObj,
-    PodObj,
     WatchCache,
 )
 from drain_guard.metrics import Metrics
-from drain_guard.selectors import OwnerRef
 from drain_guard.server import make_app, serve
 from drain_guard.shield import Shield
 from drain_guard.status import AgentStatus, BootedImageStatus, HoldReasonStatus, PodStatus
@@ -194,7 +192,7 @@ class Controller:
         self.events = events
         self.cache = WatchCache()
         self.booted = BootedImageReader(settings, metrics)
-        self.guards = guards.default_guards(settings.build_pod_selectors)
+        self.guards = guards.default_guards(settings.build_pod_selectors, settings.build_pod_scope)
         self.started_at = datetime.now(UTC)
         self._seen = _Seen()
         # The hold as this agent last knew it on the Node (written, resumed, or seen).
@@ -313,7 +311,7 @@ class Controller:
             view = guards.NodeView(
                 name=node.name,
                 annotations=node.annotations,
-                pods=tuple(_pod_info(p) for p in self.cache.pods.values()),
+                pods=tuple(self.cache.pods.values()),
                 booted=await self.booted.get(),
                 now=datetime.now(UTC),
                 resource_version=node.resource_version,
@@ -603,17 +601,6 @@ def _node_hold(annotations: Mapping[str, str]) -> protocol.HoldRecord | None:
     if annotations.get(protocol.DESIRED_DRAIN) != protocol.HOLD_PREFIX + record.held_drain:
         return None
     return record
-
-
-def _pod_info(pod: PodObj) -> guards.PodInfo:
-    return guards.PodInfo(
-        namespace=pod.namespace,
-        name=pod.name,
-        phase=pod.phase,
-        labels=pod.labels,
-        owners=tuple(OwnerRef(kind, name) for kind, name in pod.owners),
-        deleting=pod.deleting,
-    )
 
 
 def _digest(image: str | None) -> str | None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -38,11 +39,10 @@ from drain_guard.protocol import (
     truncate_utf8,
     update_hold_patch,
 )
-from drain_guard.selectors import BuildPodSelector, OwnerRef
+from drain_guard.selectors import BuildPodSelector
 
 __all__ = [
     "CLOCK_SKEW",
-    "TERMINAL_PHASES",
     "Block",
     "BootedImage",
     "BuildPodGuard",
@@ -58,7 +58,6 @@ __all__ = [
     "NodeView",
     "NoopImageGuard",
     "NothingHeldError",
-    "PodInfo",
     "Release",
     "UpdateHold",
     "Verdict",
@@ -70,29 +69,11 @@ __all__ = [
     "parse_hold_request",
 ]
 
-TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 #: How far in the future ``held-since`` may be before its age counts as unknown.
 CLOCK_SKEW = timedelta(minutes=2)
 
 
 # --- what the guards look at --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    """The part of a Pod on this node that guards look at."""
-
-    namespace: str
-    name: str
-    phase: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    owners: tuple[OwnerRef, ...] = ()
-    #: ``metadata.deletionTimestamp`` is set: the pod is going away anyway.
-    deleting: bool = False
-
-    @property
-    def owner_kinds(self) -> tuple[str, ...]:
-        return tuple(owner.kind for owner in self.owners)
 
 
 @dataclass(frozen=True)
@@ -112,7 +93,7 @@ class NodeView:
     name: str
     annotations: Mapping[str, str]
     #: None: the pod watch has not synced yet.
-    pods: tuple[PodInfo, ...] | None
+    pods: tuple[Pod, ...] | None
     booted: BootedImage
     now: datetime
     #: The Node's ``metadata.resourceVersion``: pinned by a patch when ``lastAppliedDrain``
@@ -164,24 +145,21 @@ class Guard(Protocol):
 
 
 class BuildPodGuard:
-    """Blocks while a non-terminal build pod runs on the node: a drain would evict it."""
+    """Blocks while a build pod of the scope runs on the node: a drain would evict it."""
 
     reason = Reason.BUILD_POD
 
-    def __init__(self, selectors: Sequence[BuildPodSelector]) -> None:
+    def __init__(
+        self, selectors: Sequence[BuildPodSelector], scope: PodScope = DEFAULT_SCOPE
+    ) -> None:
         if not selectors:
             raise ValueError("the build-pod guard needs at least one selector")
         self.selectors = tuple(selectors)
+        self.scope = scope
 
-    def build_pods(self, pods: Sequence[PodInfo]) -> list[PodInfo]:
-        """The pods a drain would harm: matching, not finished, not already going away."""
-        return [
-            pod
-            for pod in pods
-            if pod.phase not in TERMINAL_PHASES
-            and not pod.deleting
-            and any(s.matches(pod.namespace, pod.labels, pod.owners) for s in self.selectors)
-        ]
+    def build_pods(self, pods: Sequence[Pod]) -> list[Pod]:
+        """The pods a drain would harm (``pods.running_build_pods``)."""
+        return running_build_pods(pods, self.selectors, self.scope)
 
     def check(self, view: NodeView) -> Verdict:
         if view.pods is None:
@@ -436,9 +414,11 @@ def _present(annotations: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(k for k in (*OWNED_KEYS, RELEASED) if k in annotations)
 
 
-def default_guards(selectors: Sequence[BuildPodSelector]) -> tuple[Guard, ...]:
+def default_guards(
+    selectors: Sequence[BuildPodSelector], scope: PodScope = DEFAULT_SCOPE
+) -> tuple[Guard, ...]:
     """The guards the agent runs, in the order their reasons are listed."""
-    return (BuildPodGuard(selectors), NoopImageGuard(), ManualGuard())
+    return (BuildPodGuard(selectors, scope), NoopImageGuard(), ManualGuard())
 
 
 def decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:

@@ -30,6 +30,7 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from drain_guard import __version__
+from drain_guard.pods import Pod
 
 log = logging.getLogger(__name__)
 
@@ -101,40 +102,12 @@ class NodeObj:
         )
 
 
-@dataclass(frozen=True)
-class PodObj:
-    """The parts of a Pod the build-pod guard reads."""
-
-    namespace: str
-    name: str
-    phase: str
-    labels: Mapping[str, str]
-    owners: tuple[tuple[str, str], ...]  # (kind, name) of each ownerReference
-    deleting: bool
-
-    @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> PodObj:
-        meta = obj.get("metadata") or {}
-        status = obj.get("status") or {}
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            phase=str(status.get("phase") or "Pending"),
-            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-            owners=tuple(
-                (str(o.get("kind", "")), str(o.get("name", "")))
-                for o in meta.get("ownerReferences") or ()
-            ),
-            deleting=meta.get("deletionTimestamp") is not None,
-        )
-
-
 @dataclass
 class WatchCache:
     """The latest Node and pods from the watches; ``changed`` wakes the controller."""
 
     node: NodeObj | None = None
-    pods: dict[tuple[str, str], PodObj] = field(default_factory=dict)
+    pods: dict[tuple[str, str], Pod] = field(default_factory=dict)
     node_synced: bool = False
     pods_synced: bool = False
     # monotonic time at which the watch delivered the latest Node version, for reaction_seconds
@@ -162,13 +135,13 @@ class WatchCache:
     def replace_pods(self, items: Sequence[JsonObj]) -> None:
         self.pods = {}
         for item in items:
-            pod = PodObj.from_dict(item)
+            pod = Pod.from_dict(item)
             self.pods[(pod.namespace, pod.name)] = pod
         self.pods_synced = True
         self._notify()
 
     def apply_pod(self, kind: str, obj: JsonObj) -> None:
-        pod = PodObj.from_dict(obj)
+        pod = Pod.from_dict(obj)
         key = (pod.namespace, pod.name)
         if kind == "DELETED":
             self.pods.pop(key, None)

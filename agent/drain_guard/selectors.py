@@ -391,6 +391,11 @@ class BuildPodSelector:
 _KIND_RE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 
 
+def is_namespace_name(text: str) -> bool:
+    """A valid namespace name (an RFC 1123 label)."""
+    return len(text) <= 63 and bool(_DNS_LABEL_RE.match(text))
+
+
 def parse_build_pod_selector(text: str) -> BuildPodSelector:
     """Parse ``[NAMESPACE:]SELECTOR[@KIND[/NAME]]``; an empty label selector is refused.
 
@@ -419,7 +424,7 @@ def parse_build_pod_selector(text: str) -> BuildPodSelector:
     if ":" in rest:
         ns, _, rest = rest.partition(":")
         namespace = ns.strip()
-        if len(namespace) > 63 or not _DNS_LABEL_RE.match(namespace):
+        if not is_namespace_name(namespace):
             raise SelectorError(
                 f"build-pod selector {text!r}: namespace {namespace!r} is not a valid "
                 "namespace name"

@@ -50,11 +50,11 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 
 from drain_guard.kube import REQUEST_TIMEOUT, WATCH_TIMEOUT, Backoff, JsonObj, KubeError, ListWatch
+from drain_guard.pods import Pod
 from drain_guard.selectors import (
     MCO_NAMESPACE,
     BuildPodSelector,
     LabelSelector,
-    OwnerRef,
     SelectorError,
     parse_build_pod_selector,
 )
@@ -81,7 +81,6 @@ DEPENDENCY_SELECTORS: tuple[str, ...] = (
     f"{REGISTRY_NAMESPACE}:docker-registry=default",
 )
 
-_ACTIVE_PHASES = ("Pending", "Running")
 _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _MAX_NAME = 253
 
@@ -115,46 +114,6 @@ def budget_name(pod: str, uid: str) -> str:
 
 
 @dataclass(frozen=True)
-class PodState:
-    """The parts of a pod the plan reads."""
-
-    namespace: str
-    name: str
-    uid: str
-    node: str
-    phase: str
-    labels: Mapping[str, str]
-    owners: tuple[OwnerRef, ...] = ()
-    deleting: bool = False
-
-    @property
-    def active(self) -> bool:
-        """Not finished and not going away: what a budget is worth keeping for."""
-        return self.phase in _ACTIVE_PHASES and not self.deleting
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @classmethod
-    def from_dict(cls, obj: Mapping[str, Any]) -> PodState:
-        meta = obj.get("metadata") or {}
-        return cls(
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            uid=str(meta.get("uid", "")),
-            node=str((obj.get("spec") or {}).get("nodeName") or ""),
-            phase=str((obj.get("status") or {}).get("phase") or "Pending"),
-            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-            owners=tuple(
-                OwnerRef(str(o.get("kind", "")), str(o.get("name", "")))
-                for o in meta.get("ownerReferences") or ()
-            ),
-            deleting=meta.get("deletionTimestamp") is not None,
-        )
-
-
-@dataclass(frozen=True)
 class BudgetState:
     """The parts of a PodDisruptionBudget the plan reads."""
 
@@ -176,7 +135,7 @@ class BudgetState:
             NODE_KEY
         ) == node_label_value(node)
 
-    def selects(self, pod: PodState) -> bool:
+    def selects(self, pod: Pod) -> bool:
         """The eviction API's match: same namespace; a missing or empty selector selects none."""
         if pod.namespace != self.namespace:
             return False
@@ -206,7 +165,7 @@ class BudgetState:
 class Want:
     """A budget to create for ``pod``."""
 
-    pod: PodState
+    pod: Pod
     role: Role
     name: str
 
@@ -236,7 +195,7 @@ class Want:
 class Held:
     """A pod this node's agent shields with budget ``budget``."""
 
-    pod: PodState
+    pod: Pod
     role: Role
     budget: str
 
@@ -245,7 +204,7 @@ class Held:
 class Conflict:
     """A pod selected by budgets not ours (``budgets``): we add none (two budgets → 500)."""
 
-    pod: PodState
+    pod: Pod
     role: Role
     budgets: tuple[str, ...]
     shielded: bool  # our budget was there first and stays; the eviction API answers 500
@@ -255,7 +214,7 @@ class Conflict:
 class Unshieldable:
     """A pod no label selector singles out (no labels, or others share all of them)."""
 
-    pod: PodState
+    pod: Pod
     role: Role
     why: str
 
@@ -277,24 +236,24 @@ class Plan:
 
 def targets(
     node: str,
-    pods: Sequence[PodState],
+    pods: Sequence[Pod],
     build_selectors: Sequence[BuildPodSelector],
     dependency_selectors: Sequence[BuildPodSelector] = (),
-) -> list[tuple[PodState, Role]]:
+) -> list[tuple[Pod, Role]]:
     """Pods on ``node`` to shield: active build pods; and, while any build pod is active
     anywhere in ``pods``, active pods matching ``dependency_selectors``."""
 
-    def is_build(p: PodState) -> bool:
+    def is_build(p: Pod) -> bool:
         return any(s.matches(p.namespace, p.labels, p.owners) for s in build_selectors)
 
-    out = [(p, Role.BUILD_POD) for p in pods if p.node == node and p.active and is_build(p)]
-    if dependency_selectors and any(p.active and is_build(p) for p in pods):
+    out = [(p, Role.BUILD_POD) for p in pods if p.node == node and p.running and is_build(p)]
+    if dependency_selectors and any(p.running and is_build(p) for p in pods):
         chosen = {p.uid for p, _ in out}
         out += [
             (p, Role.DEPENDENCY)
             for p in pods
             if p.node == node
-            and p.active
+            and p.running
             and p.uid not in chosen
             and any(s.matches(p.namespace, p.labels, p.owners) for s in dependency_selectors)
         ]
@@ -303,7 +262,7 @@ def targets(
 
 def plan(
     node: str,
-    pods: Sequence[PodState],
+    pods: Sequence[Pod],
     budgets: Sequence[BudgetState],
     build_selectors: Sequence[BuildPodSelector],
     dependency_selectors: Sequence[BuildPodSelector] = (),
@@ -364,7 +323,7 @@ def plan(
     return Plan(tuple(create), delete, tuple(held), tuple(conflicts), tuple(unshieldable))
 
 
-def _not_unique(pod: PodState, pods: Sequence[PodState]) -> str:
+def _not_unique(pod: Pod, pods: Sequence[Pod]) -> str:
     """Why the pod's labels would not select it alone ("" when they do)."""
     if not pod.labels:
         return "the pod has no labels, so no budget can select it"
@@ -374,7 +333,7 @@ def _not_unique(pod: PodState, pods: Sequence[PodState]) -> str:
         for p in pods
         if p.namespace == pod.namespace
         and p.uid != pod.uid
-        and p.active
+        and p.running
         and selector.matches(p.labels)
     )
     if shared:
@@ -400,7 +359,7 @@ class ShieldStatus:
     last_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        def pod(p: PodState) -> dict[str, str]:
+        def pod(p: Pod) -> dict[str, str]:
             return {"namespace": p.namespace, "name": p.name, "phase": p.phase}
 
         return {
@@ -475,7 +434,7 @@ class _Namespace:
     """One shielded namespace's caches, filled by its two list-watches."""
 
     name: str
-    pods: dict[str, PodState] = field(default_factory=dict)
+    pods: dict[str, Pod] = field(default_factory=dict)
     budgets: dict[str, BudgetState] = field(default_factory=dict)
     pods_synced: bool = False
     budgets_synced: bool = False
@@ -653,7 +612,7 @@ class Shield:
 
     def _replace_pods(self, ns: _Namespace) -> Callable[[Sequence[JsonObj]], None]:
         def replace(items: Sequence[JsonObj]) -> None:
-            ns.pods = {p.uid: p for p in map(PodState.from_dict, items)}
+            ns.pods = {p.uid: p for p in map(Pod.from_dict, items)}
             ns.pods_synced = True
             self._listed(ns)
 
@@ -661,7 +620,7 @@ class Shield:
 
     def _apply_pod(self, ns: _Namespace) -> Callable[[str, JsonObj], None]:
         def apply(kind: str, obj: JsonObj) -> None:
-            pod = PodState.from_dict(obj)
+            pod = Pod.from_dict(obj)
             if kind == "DELETED":
                 ns.pods.pop(pod.uid, None)
             else:

@@ -22,11 +22,11 @@ from drain_guard.guards import (
     BootedImage,
     NodeView,
     NothingHeldError,
-    PodInfo,
     decide,
     default_guards,
     force_release,
 )
+from drain_guard.pods import Pod
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -46,7 +46,7 @@ BOOTED = "sha256:" + "1" * 64
 OTHER = "sha256:" + "2" * 64
 IMAGES = (f"{REPO}@{BOOTED}", f"{REPO}@{OTHER}", f"{REPO}:latest", "")
 GUARDS = default_guards(default_build_pod_selectors())
-BUILD_POD = PodInfo(
+BUILD_POD = Pod(
     "openshift-machine-config-operator",
     "build-rendered-worker-x-build",
     "Running",
@@ -66,7 +66,7 @@ class NodeMachine(RuleBasedStateMachine):
         start = f"uncordon-{_config(0)}"
         self.ann: dict[str, str] = {DESIRED_DRAIN: start, LAST_APPLIED_DRAIN: start}
         self.now = START
-        self.pods: tuple[PodInfo, ...] = ()
+        self.pods: tuple[Pod, ...] = ()
         self.synced = True
         self.mcd_latest = start
         self.config = 0
@@ -198,7 +198,7 @@ class NodeMachine(RuleBasedStateMachine):
         react=st.booleans(),
     )
     def build_pod(self, present: bool, phase: str, react: bool) -> None:
-        pod = PodInfo(BUILD_POD.namespace, BUILD_POD.name, phase, BUILD_POD.labels)
+        pod = Pod(BUILD_POD.namespace, BUILD_POD.name, phase, BUILD_POD.labels)
         self.pods = (pod,) if present else ()
         self.react(react)
 

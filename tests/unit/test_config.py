@@ -22,7 +22,7 @@ from drain_guard.config import (
     parse_listen,
     settings_from,
 )
-from drain_guard.selectors import DEFAULT_BUILD_POD_SELECTORS
+from drain_guard.selectors import DEFAULT_BUILD_POD_SELECTORS, MCO_NAMESPACE
 
 
 def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
@@ -75,6 +75,37 @@ def test_environment_fills_in_and_flags_win() -> None:
     assert s.node_name == "flag"
     assert s.max_hold == timedelta(seconds=90)
     assert [str(sel) for sel in s.build_pod_selectors] == ["x=y"]
+
+
+def test_build_pod_scope_is_mco_unless_namespaces_are_opted_in() -> None:
+    assert _parse(["--node-name", "n"]).build_pod_scope.names() == [MCO_NAMESPACE]
+    flags = ["--build-pod-namespace", "tenant-b", "--build-pod-namespace", "tenant-a"]
+    s = _parse(["--node-name", "n", *flags])
+    assert s.build_pod_scope.names() == [MCO_NAMESPACE, "tenant-a", "tenant-b"]
+    env = {"DRAIN_GUARD_BUILD_POD_NAMESPACE": "tenant-a; *"}
+    assert _parse(["--node-name", "n"], env).build_pod_scope.names() == ["*"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--build-pod-namespace", "Tenant_A"], "invalid --build-pod-namespace 'Tenant_A'"),
+        (
+            ["--build-pod-selector", "tenant-a:app=build"],
+            "names namespace tenant-a, outside the build-pod scope;"
+            " opt it in with --build-pod-namespace tenant-a",
+        ),
+    ],
+)
+def test_build_pod_scope_refusals(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        _parse(["--node-name", "n", *argv])
+
+
+def test_a_selector_namespace_that_is_opted_in_is_accepted() -> None:
+    argv = ["--build-pod-selector", "tenant-a:app=build", "--build-pod-namespace", "tenant-a"]
+    s = _parse(["--node-name", "n", *argv])
+    assert [sel.namespace for sel in s.build_pod_selectors] == ["tenant-a"]
 
 
 def test_release_on_exit_from_environment() -> None:

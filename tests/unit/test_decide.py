@@ -22,7 +22,6 @@ from drain_guard.guards import (
     Keep,
     NodeView,
     NothingHeldError,
-    PodInfo,
     Release,
     UpdateHold,
     Wait,
@@ -30,6 +29,7 @@ from drain_guard.guards import (
     default_guards,
     force_release,
 )
+from drain_guard.pods import Pod
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -60,14 +60,14 @@ IMAGE = "image-registry.openshift-image-registry.svc:5000/openshift-machine-conf
 A = "drain-rendered-worker-aaa"
 B = "drain-rendered-worker-bbb"
 PREV = "uncordon-rendered-worker-000"
-BUILD = PodInfo(MCO_NS, "build-x-build", "Running", {"openshift.io/build.name": "build-x"})
+BUILD = Pod(MCO_NS, "build-x-build", "Running", {"openshift.io/build.name": "build-x"})
 BOOTED = BootedImage(D1, f"ostree-unverified-registry:{IMAGE}@{D1}", "ostree")
 GUARDS: tuple[Guard, ...] = default_guards(default_build_pod_selectors())
 
 
 def view(
     annotations: Mapping[str, str],
-    pods: tuple[PodInfo, ...] | None = (),
+    pods: tuple[Pod, ...] | None = (),
     booted: BootedImage = BOOTED,
     now: datetime = NOW,
 ) -> NodeView:
@@ -209,7 +209,7 @@ def test_update_when_reasons_change() -> None:
 
 def test_release_safe_when_the_build_is_done() -> None:
     before = held()
-    decision = run(before, pods=(PodInfo(MCO_NS, "build-x-build", "Succeeded", BUILD.labels),))
+    decision = run(before, pods=(Pod(MCO_NS, "build-x-build", "Succeeded", BUILD.labels),))
     assert isinstance(decision, Release)
     assert decision.outcome is Outcome.SAFE
     assert apply(before, decision) == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
@@ -436,7 +436,7 @@ pod_sets = st.one_of(
     st.none(),
     st.lists(
         st.builds(
-            PodInfo,
+            Pod,
             st.just(MCO_NS),
             st.sampled_from(["build-a", "other"]),
             st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]),
@@ -456,7 +456,7 @@ _WRITABLE = {annotation_path(k) for k in (DESIRED_DRAIN, *OWNED_KEYS, RELEASED)}
 @settings(max_examples=400)
 @given(annotation_maps, pod_sets, booted_images)
 def test_invariants_on_random_nodes(
-    before: dict[str, str], pods: tuple[PodInfo, ...] | None, booted: BootedImage
+    before: dict[str, str], pods: tuple[Pod, ...] | None, booted: BootedImage
 ) -> None:
     decision = decide(view(before, pods, booted), GUARDS, MAX_HOLD)
     assert decision.explain()
@@ -501,7 +501,7 @@ def test_invariants_on_random_nodes(
 @settings(max_examples=200)
 @given(annotation_maps, pod_sets, booted_images)
 def test_no_agent_key_without_a_reason(
-    before: dict[str, str], pods: tuple[PodInfo, ...] | None, booted: BootedImage
+    before: dict[str, str], pods: tuple[Pod, ...] | None, booted: BootedImage
 ) -> None:
     """After the agent's writes settle, hold keys exist only beside a hold-… desiredDrain."""
     state = dict(before)

@@ -15,11 +15,11 @@ from drain_guard.guards import (
     ManualGuard,
     NodeView,
     NoopImageGuard,
-    PodInfo,
     Unknown,
     default_guards,
     parse_hold_request,
 )
+from drain_guard.pods import Pod, PodScope
 from drain_guard.protocol import DESIRED_IMAGE, HOLD_REQUEST, Reason
 from drain_guard.selectors import OwnerRef, default_build_pod_selectors
 
@@ -32,7 +32,7 @@ REGISTRY = "image-registry.openshift-image-registry.svc:5000/openshift-machine-c
 
 def view(
     annotations: Mapping[str, str] | None = None,
-    pods: tuple[PodInfo, ...] | None = (),
+    pods: tuple[Pod, ...] | None = (),
     booted: BootedImage | None = None,
 ) -> NodeView:
     return NodeView(
@@ -45,11 +45,9 @@ def view(
     )
 
 
-def build_pod(
-    name: str = "build-x-build", phase: str = "Running", deleting: bool = False
-) -> PodInfo:
+def build_pod(name: str = "build-x-build", phase: str = "Running", deleting: bool = False) -> Pod:
     labels = {"openshift.io/build.name": "build-rendered-worker-1"}
-    return PodInfo(MCO_NS, name, phase, labels, deleting=deleting)
+    return Pod(MCO_NS, name, phase, labels, deleting=deleting)
 
 
 # --- build-pod ----------------------------------------------------------------------------
@@ -72,7 +70,7 @@ def test_build_guard_blocks_on_running_and_pending_build_pods(build_guard: Build
 
 
 def test_build_guard_blocks_on_4_18_job_pod(build_guard: BuildPodGuard) -> None:
-    pod = PodInfo(
+    pod = Pod(
         MCO_NS,
         "build-worker-abc-x7k2p",
         "Running",
@@ -88,13 +86,42 @@ def test_build_guard_blocks_on_4_18_job_pod(build_guard: BuildPodGuard) -> None:
         build_pod(phase="Succeeded"),
         build_pod(phase="Failed"),
         build_pod(deleting=True),
-        PodInfo(MCO_NS, "machine-os-builder-1", "Running", {"k8s-app": "machine-os-builder"}),
-        PodInfo("default", "web", "Running", {"app": "web"}),
+        Pod(MCO_NS, "machine-os-builder-1", "Running", {"k8s-app": "machine-os-builder"}),
+        Pod("default", "web", "Running", {"app": "web"}),
     ],
 )
-def test_build_guard_ignores(build_guard: BuildPodGuard, pod: PodInfo) -> None:
+def test_build_guard_ignores(build_guard: BuildPodGuard, pod: Pod) -> None:
     verdict = build_guard.check(view(pods=(pod,)))
     assert verdict == Clear(Reason.BUILD_POD, "no build pod on the node")
+
+
+def test_a_build_labelled_pod_outside_mco_holds_nothing_by_default(
+    build_guard: BuildPodGuard,
+) -> None:
+    # Any user may create a pod with a build label and bind it to a node (spec.nodeName).
+    tenant = Pod("tenant-a", "not-a-build", "Pending", {"openshift.io/build.name": "x"})
+    verdict = build_guard.check(view(pods=(tenant,)))
+    assert verdict == Clear(Reason.BUILD_POD, "no build pod on the node")
+
+
+@pytest.mark.parametrize("opt_in", [["tenant-a"], ["*"]])
+def test_a_build_labelled_pod_holds_when_its_namespace_is_opted_in(opt_in: list[str]) -> None:
+    guard = BuildPodGuard(default_build_pod_selectors(), PodScope.with_opt_ins(opt_in))
+    tenant = Pod("tenant-a", "build-1", "Running", {"openshift.io/build.name": "x"})
+    assert guard.check(view(pods=(tenant,))) == Block(
+        Reason.BUILD_POD, "build pod tenant-a/build-1"
+    )
+    assert guard.check(view(pods=(build_pod(),))) == Block(
+        Reason.BUILD_POD, f"build pod {MCO_NS}/build-x-build"
+    )
+
+
+def test_a_pod_in_phase_unknown_still_runs() -> None:
+    # Its node stopped reporting: the pod may still run, and the eviction API still honours
+    # budgets for it. The guard and the shield read this one rule.
+    assert build_pod(phase="Unknown").running
+    assert not build_pod(phase="Succeeded").running
+    assert not build_pod(deleting=True).running
 
 
 def test_build_guard_needs_selectors() -> None:
@@ -103,7 +130,7 @@ def test_build_guard_needs_selectors() -> None:
 
 
 def test_pod_owner_kinds() -> None:
-    pod = PodInfo("ns", "p", "Running", owners=(OwnerRef("Job", "j"), OwnerRef("Build", "b")))
+    pod = Pod("ns", "p", "Running", owners=(OwnerRef("Job", "j"), OwnerRef("Build", "b")))
     assert pod.owner_kinds == ("Job", "Build")
 
 

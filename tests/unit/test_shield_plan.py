@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drain_guard import shield
+from drain_guard.pods import Pod
 from drain_guard.selectors import (
     MCO_NAMESPACE,
     LabelSelector,
@@ -16,7 +17,7 @@ from drain_guard.selectors import (
     default_build_pod_selectors,
     parse_build_pod_selector,
 )
-from drain_guard.shield import BudgetState, PodState, Role, Want, plan
+from drain_guard.shield import BudgetState, Role, Want, plan
 
 NODE = "worker-0"
 OTHER = "worker-1"
@@ -35,13 +36,20 @@ def pod(
     uid: str | None = None,
     deleting: bool = False,
     owners: tuple[OwnerRef, ...] = (),
-) -> PodState:
-    return PodState(
-        namespace, name, uid or f"uid-{name}", node, phase, dict(labels), owners, deleting
+) -> Pod:
+    return Pod(
+        namespace,
+        name,
+        phase,
+        dict(labels),
+        owners,
+        deleting,
+        uid=uid or f"uid-{name}",
+        node=node,
     )
 
 
-def ours_for(p: PodState, node: str = NODE, **overrides: object) -> BudgetState:
+def ours_for(p: Pod, node: str = NODE, **overrides: object) -> BudgetState:
     """The budget the plan would create for ``p``, as the API server would return it."""
     obj = Want(p, Role.BUILD_POD, shield.budget_name(p.name, p.uid)).manifest(node)
     obj["metadata"]["uid"] = f"pdb-{p.uid}"
@@ -289,9 +297,9 @@ def test_every_created_budget_selects_exactly_its_pod_among_active_pods(
         budget = BudgetState.from_dict(
             {**want.manifest(NODE), "metadata": {**want.manifest(NODE)["metadata"], "uid": "u"}}
         )
-        assert [p for p in pods if p.active and budget.selects(p)] == [want.pod]
+        assert [p for p in pods if p.running and budget.selects(p)] == [want.pod]
     shielded = {w.pod.uid for w in result.create} | {u.pod.uid for u in result.unshieldable}
-    wanted = {p.uid for p in pods if p.node == NODE and p.active and "a" in p.labels}
+    wanted = {p.uid for p in pods if p.node == NODE and p.running and "a" in p.labels}
     assert shielded == wanted
 
 
@@ -321,7 +329,7 @@ def test_no_created_budget_makes_a_second_one_over_an_active_pod(
     created = [BudgetState.from_dict(w.manifest(NODE)) for w in result.create]
     kept = [b for b in budgets if b not in result.delete]
     for p in pods:
-        if not p.active:
+        if not p.running:
             continue
         new = [b for b in created if b.selects(p)]
         assert len(new) <= 1

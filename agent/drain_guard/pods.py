@@ -1,0 +1,115 @@
+"""One pod model for the build-pod guard and the shield, and the rules they share (pure).
+
+Both read the same pods (the agent's one watch of the pods bound to its node), so they must
+agree on which pod is a build pod and on whether it still runs: a pod the guard holds a drain
+for is a pod the shield keeps a budget on, and the other way round.
+
+Which pods may hold a drain at all is the :class:`PodScope`: by default only pods of MCO's
+namespace, where MCO's build pods run in every version and where only cluster administrators
+and MCO can create pods. A pod elsewhere (any user can create a pod carrying a build label,
+and bind it to a node with ``spec.nodeName``) holds nothing unless the operator opts its
+namespace in with ``--build-pod-namespace``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector, OwnerRef
+
+#: Phases after which a pod runs no more. Every other phase counts as running: ``Pending``
+#: (a drain would evict it before it starts; its budget must be in force when it runs) and
+#: ``Unknown`` (its node stopped reporting; the pod may well still be running, and the
+#: eviction API still honours budgets for it).
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+#: ``--build-pod-namespace`` value that opts every namespace in.
+ALL_NAMESPACES = "*"
+
+
+@dataclass(frozen=True)
+class Pod:
+    """The parts of a Pod the guard and the shield read."""
+
+    namespace: str
+    name: str
+    phase: str = "Pending"
+    labels: Mapping[str, str] = field(default_factory=dict)
+    owners: tuple[OwnerRef, ...] = ()
+    #: ``metadata.deletionTimestamp`` is set: the pod is going away anyway.
+    deleting: bool = False
+    uid: str = ""
+    node: str = ""
+
+    @property
+    def running(self) -> bool:
+        """Not finished and not going away: what a drain would harm, and a budget protects."""
+        return self.phase not in FINISHED_PHASES and not self.deleting
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def owner_kinds(self) -> tuple[str, ...]:
+        return tuple(owner.kind for owner in self.owners)
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Pod:
+        meta = obj.get("metadata") or {}
+        return cls(
+            namespace=str(meta.get("namespace", "")),
+            name=str(meta.get("name", "")),
+            phase=str((obj.get("status") or {}).get("phase") or "Pending"),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+            owners=tuple(
+                OwnerRef(str(o.get("kind", "")), str(o.get("name", "")))
+                for o in meta.get("ownerReferences") or ()
+            ),
+            deleting=meta.get("deletionTimestamp") is not None,
+            uid=str(meta.get("uid", "")),
+            node=str((obj.get("spec") or {}).get("nodeName") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class PodScope:
+    """The namespaces whose pods may hold a drain; ``namespaces`` None means every one."""
+
+    namespaces: frozenset[str] | None = frozenset({MCO_NAMESPACE})
+
+    @classmethod
+    def with_opt_ins(cls, extra: Iterable[str]) -> PodScope:
+        """MCO's namespace and ``extra`` (``*`` in it: every namespace)."""
+        names = set(extra)
+        if ALL_NAMESPACES in names:
+            return cls(None)
+        return cls(frozenset({MCO_NAMESPACE, *names}))
+
+    def contains(self, namespace: str) -> bool:
+        return self.namespaces is None or namespace in self.namespaces
+
+    def names(self) -> list[str]:
+        """For ``/status`` and logs: sorted, MCO's first; ``["*"]`` for every namespace."""
+        if self.namespaces is None:
+            return [ALL_NAMESPACES]
+        return sorted(self.namespaces, key=lambda n: (n != MCO_NAMESPACE, n))
+
+
+def is_build_pod(pod: Pod, selectors: Sequence[BuildPodSelector], scope: PodScope) -> bool:
+    """In scope and matched by a build-pod selector (running or not)."""
+    return scope.contains(pod.namespace) and any(
+        s.matches(pod.namespace, pod.labels, pod.owners) for s in selectors
+    )
+
+
+def running_build_pods(
+    pods: Iterable[Pod], selectors: Sequence[BuildPodSelector], scope: PodScope
+) -> list[Pod]:
+    """The build pods a drain would harm: in scope, matching, still running."""
+    return [p for p in pods if p.running and is_build_pod(p, selectors, scope)]
+
+
+#: Only MCO's namespace: the default.
+DEFAULT_SCOPE = PodScope()
