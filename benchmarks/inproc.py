@@ -31,11 +31,16 @@ from typing import Any
 
 from drain_guard.cli import build_parser
 from drain_guard.config import LogFormat, settings_from
-from drain_guard.controller import Controller, MetricCounters, configure_logging
+from drain_guard.controller import (
+    Controller,
+    MetricCounters,
+    configure_logging,
+    make_shield,
+    pod_watch_namespace,
+)
 from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.kube import WATCH_TIMEOUT, Kube
+from drain_guard.kube import WATCH_TIMEOUT, Kube, WatchCache
 from drain_guard.metrics import Metrics
-from drain_guard.shield import Shield
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AGENT_WATCH_TIMEOUT = WATCH_TIMEOUT  # seconds: the timeoutSeconds the agent asks for
@@ -80,22 +85,15 @@ class InProcessAgent:
         events = EventQueue(EventRecorder(kube.api, self.settings.node_name, metrics=metrics))
         node = self.settings.node_name
         # The shield as ``drain-guard run`` starts it (on by default): its watches are load too.
-        shield = (
-            Shield(
-                kube.api,
-                node,
-                self.settings.build_pod_selectors,
-                dependencies=self.settings.shield_dependencies,
-                metrics=metrics,
-                watch_timeout=self.watch_timeout,
-            )
-            if self.settings.shield_build_pods
-            else None
+        cache = WatchCache()
+        shield = make_shield(self.settings, kube, metrics, cache, self.watch_timeout)
+        self.controller = c = Controller(
+            self.settings, kube, metrics, counters, events, cache, shield
         )
-        self.controller = c = Controller(self.settings, kube, metrics, counters, events, shield)
+        namespace = pod_watch_namespace(self.settings)
         self.tasks = [
-            asyncio.create_task(kube.watch_node(node, c.cache, self.watch_timeout)),
-            asyncio.create_task(kube.watch_pods(node, c.cache, self.watch_timeout)),
+            asyncio.create_task(kube.watch_node(node, cache, self.watch_timeout)),
+            asyncio.create_task(kube.watch_pods(node, cache, namespace, self.watch_timeout)),
             asyncio.create_task(c.run()),
             asyncio.create_task(events.run()),
         ]

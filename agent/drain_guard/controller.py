@@ -29,6 +29,7 @@ from drain_guard.config import DaemonSetRef, LogFormat, Settings
 from drain_guard.events import EventQueue, EventRecorder
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.kube import (
+    WATCH_TIMEOUT,
     Applied,
     Backoff,
     DaemonSetState,
@@ -38,8 +39,9 @@ from drain_guard.kube import (
     WatchCache,
 )
 from drain_guard.metrics import Metrics
+from drain_guard.pods import ALL_NAMESPACES, watch_namespace
 from drain_guard.server import make_app, serve
-from drain_guard.shield import Shield
+from drain_guard.shield import Shield, shield_namespaces
 from drain_guard.status import AgentStatus, BootedImageStatus, HoldReasonStatus, PodStatus
 
 log = logging.getLogger("drain_guard.controller")
@@ -182,6 +184,7 @@ class Controller:
         metrics: Metrics,
         counters: MetricCounters,
         events: EventQueue,
+        cache: WatchCache,
         shield: Shield | None = None,
     ) -> None:
         self.settings = settings
@@ -190,7 +193,7 @@ class Controller:
         self.metrics = metrics
         self.counters = counters
         self.events = events
-        self.cache = WatchCache()
+        self.cache = cache
         self.booted = BootedImageReader(settings, metrics)
         self.guards = guards.default_guards(settings.build_pod_selectors, settings.build_pod_scope)
         self.started_at = datetime.now(UTC)
@@ -225,6 +228,8 @@ class Controller:
             synced={"node": self.cache.node_synced, "pod": self.cache.pods_synced},
             last_api_contact=self.counters.last_contact,
             shield=None if self.shield is None else self.shield.status().to_json(),
+            build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
+            pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
         )
 
     def alive(self) -> bool:
@@ -723,6 +728,37 @@ async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
     return True, f"DaemonSet {ref} is {state.value} (uninstall)"
 
 
+def pod_watch_namespace(settings: Settings) -> str | None:
+    """Where the agent's one pod watch looks: the build-pod scope and, with the shield on, the
+    shielded namespaces; a single namespace (the default: MCO's) or None for every one."""
+    shielded = shield_namespaces(settings.shield_dependencies) if settings.shield_build_pods else ()
+    return watch_namespace(settings.build_pod_scope, shielded)
+
+
+def make_shield(
+    settings: Settings,
+    kube: Kube,
+    metrics: Metrics,
+    pods: WatchCache,
+    watch_timeout: int = WATCH_TIMEOUT,
+) -> Shield | None:
+    """The shield as ``drain-guard run`` starts it, on ``pods`` (the agent's pod watch)."""
+    if not settings.shield_build_pods:
+        # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
+        metrics.synced.remove("poddisruptionbudget")
+        return None
+    return Shield(
+        kube.api,
+        settings.node_name,
+        settings.build_pod_selectors,
+        pods,
+        scope=settings.build_pod_scope,
+        dependencies=settings.shield_dependencies,
+        metrics=metrics,
+        watch_timeout=watch_timeout,
+    )
+
+
 async def _main(settings: Settings) -> int:
     metrics = Metrics()
     counters = MetricCounters(metrics)
@@ -732,19 +768,9 @@ async def _main(settings: Settings) -> int:
         log.error("cannot load Kubernetes config: %s", exc)
         return 1
     events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
-    shield = None
-    if settings.shield_build_pods:
-        shield = Shield(
-            kube.api,
-            settings.node_name,
-            settings.build_pod_selectors,
-            dependencies=settings.shield_dependencies,
-            metrics=metrics,
-        )
-    else:
-        # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
-        metrics.synced.remove("poddisruptionbudget")
-    controller = Controller(settings, kube, metrics, counters, events, shield)
+    cache = WatchCache()
+    shield = make_shield(settings, kube, metrics, cache)
+    controller = Controller(settings, kube, metrics, counters, events, cache, shield)
     if settings.daemonset is None and not settings.release_on_exit:
         log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
     try:
@@ -765,7 +791,10 @@ async def _main(settings: Settings) -> int:
     )
     tasks = [
         asyncio.create_task(kube.watch_node(settings.node_name, controller.cache), name="node"),
-        asyncio.create_task(kube.watch_pods(settings.node_name, controller.cache), name="pods"),
+        asyncio.create_task(
+            kube.watch_pods(settings.node_name, cache, pod_watch_namespace(settings)),
+            name="pods",
+        ),
         asyncio.create_task(controller.run(), name="controller"),
     ]
     if shield is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import json
 import logging
 import os
@@ -113,6 +114,8 @@ class WatchCache:
     # monotonic time at which the watch delivered the latest Node version, for reaction_seconds
     node_seen_at: float = 0.0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Called after every change of the pods (the shield plans on the same pods).
+    pod_listeners: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def synced(self) -> bool:
@@ -132,13 +135,18 @@ class WatchCache:
         self.node_seen_at = time.monotonic()
         self._notify()
 
+    def _notify_pods(self) -> None:
+        self._notify()
+        for listener in self.pod_listeners:
+            listener()
+
     def replace_pods(self, items: Sequence[JsonObj]) -> None:
         self.pods = {}
         for item in items:
             pod = Pod.from_dict(item)
             self.pods[(pod.namespace, pod.name)] = pod
         self.pods_synced = True
-        self._notify()
+        self._notify_pods()
 
     def apply_pod(self, kind: str, obj: JsonObj) -> None:
         pod = Pod.from_dict(obj)
@@ -147,7 +155,7 @@ class WatchCache:
             self.pods.pop(key, None)
         else:
             self.pods[key] = pod
-        self._notify()
+        self._notify_pods()
 
 
 @dataclass(frozen=True)
@@ -338,12 +346,19 @@ class Kube:
         ).run()
 
     async def watch_pods(
-        self, node_name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
+        self,
+        node_name: str,
+        cache: WatchCache,
+        namespace: str | None,
+        watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
-        """Keep ``cache.pods`` (every pod bound to ``node_name``) current until cancelled."""
+        """Keep ``cache.pods`` (the pods bound to ``node_name``, in ``namespace`` or in every
+        namespace when None) current until cancelled: the agent's one pod watch."""
         await ListWatch(
             resource="pod",
-            list_fn=self.core.list_pod_for_all_namespaces,
+            list_fn=self.core.list_pod_for_all_namespaces
+            if namespace is None
+            else functools.partial(self.core.list_namespaced_pod, namespace),
             field_selector=f"spec.nodeName={node_name}",
             replace=cache.replace_pods,
             apply=cache.apply_pod,

@@ -97,6 +97,15 @@ class PodScope:
         return sorted(self.namespaces, key=lambda n: (n != MCO_NAMESPACE, n))
 
 
+def watch_namespace(scope: PodScope, also: Iterable[str] = ()) -> str | None:
+    """The one namespace the node's pod watch must cover (the scope's, and ``also``: where
+    the shield works), or None when it must watch every namespace."""
+    if scope.namespaces is None:
+        return None
+    names = set(scope.namespaces) | set(also)
+    return names.pop() if len(names) == 1 else None
+
+
 def is_build_pod(pod: Pod, selectors: Sequence[BuildPodSelector], scope: PodScope) -> bool:
     """In scope and matched by a build-pod selector (running or not)."""
     return scope.contains(pod.namespace) and any(

@@ -42,15 +42,23 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 from kubernetes_asyncio import client as k8s
 
-from drain_guard.kube import REQUEST_TIMEOUT, WATCH_TIMEOUT, Backoff, JsonObj, KubeError, ListWatch
-from drain_guard.pods import Pod
+from drain_guard.kube import (
+    REQUEST_TIMEOUT,
+    WATCH_TIMEOUT,
+    Backoff,
+    JsonObj,
+    KubeError,
+    ListWatch,
+    WatchCache,
+)
+from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, is_build_pod
 from drain_guard.selectors import (
     MCO_NAMESPACE,
     BuildPodSelector,
@@ -94,6 +102,17 @@ def default_dependency_selectors() -> tuple[BuildPodSelector, ...]:
     return tuple(parse_build_pod_selector(text) for text in DEPENDENCY_SELECTORS)
 
 
+def shield_namespaces(
+    dependencies: bool, namespaces: Sequence[str] = DEFAULT_NAMESPACES
+) -> list[str]:
+    """Where the shield works: ``namespaces``, and the dependencies' with ``dependencies``."""
+    names = list(dict.fromkeys(namespaces))
+    for sel in default_dependency_selectors() if dependencies else ():
+        if sel.namespace is not None and sel.namespace not in names:
+            names.append(sel.namespace)
+    return names
+
+
 def node_label_value(node: str) -> str:
     """The node name as a label value; names longer than 63 characters become a hash."""
     if len(node) <= 63 and _LABEL_VALUE_RE.match(node):
@@ -134,6 +153,14 @@ class BudgetState:
         return self.labels.get(MANAGED_BY_KEY) == MANAGED_BY and self.labels.get(
             NODE_KEY
         ) == node_label_value(node)
+
+    def shields_a_build(self) -> bool:
+        """A build-pod budget of any node's agent, in force: a build runs somewhere."""
+        return (
+            self.labels.get(MANAGED_BY_KEY) == MANAGED_BY
+            and self.labels.get(ROLE_KEY) == Role.BUILD_POD.value
+            and not self.deleting
+        )
 
     def selects(self, pod: Pod) -> bool:
         """The eviction API's match: same namespace; a missing or empty selector selects none."""
@@ -237,24 +264,23 @@ class Plan:
 def targets(
     node: str,
     pods: Sequence[Pod],
+    budgets: Sequence[BudgetState],
     build_selectors: Sequence[BuildPodSelector],
+    scope: PodScope = DEFAULT_SCOPE,
     dependency_selectors: Sequence[BuildPodSelector] = (),
 ) -> list[tuple[Pod, Role]]:
-    """Pods on ``node`` to shield: active build pods; and, while any build pod is active
-    anywhere in ``pods``, active pods matching ``dependency_selectors``."""
-
-    def is_build(p: Pod) -> bool:
-        return any(s.matches(p.namespace, p.labels, p.owners) for s in build_selectors)
-
-    out = [(p, Role.BUILD_POD) for p in pods if p.node == node and p.running and is_build(p)]
-    if dependency_selectors and any(p.running and is_build(p) for p in pods):
+    """Pods on ``node`` to shield: running build pods of the scope; and, while a build runs
+    anywhere (one on this node, or another node's agent keeps a build-pod budget), running
+    pods matching ``dependency_selectors``."""
+    local = [p for p in pods if p.node == node and p.running]
+    out = [(p, Role.BUILD_POD) for p in local if is_build_pod(p, build_selectors, scope)]
+    building = bool(out) or any(b.shields_a_build() for b in budgets)
+    if dependency_selectors and building:
         chosen = {p.uid for p, _ in out}
         out += [
             (p, Role.DEPENDENCY)
-            for p in pods
-            if p.node == node
-            and p.running
-            and p.uid not in chosen
+            for p in local
+            if p.uid not in chosen
             and any(s.matches(p.namespace, p.labels, p.owners) for s in dependency_selectors)
         ]
     return sorted(out, key=lambda t: (t[0].namespace, t[0].name))
@@ -265,22 +291,28 @@ def plan(
     pods: Sequence[Pod],
     budgets: Sequence[BudgetState],
     build_selectors: Sequence[BuildPodSelector],
+    scope: PodScope = DEFAULT_SCOPE,
     dependency_selectors: Sequence[BuildPodSelector] = (),
+    shared: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Decide from the pods and budgets of the shielded namespaces (pure).
+    """Decide from this node's pods and the budgets of the shielded namespaces (pure).
 
-    A pod gets a budget when nothing else selects it and its labels select no other active
-    pod of its namespace. Our budgets (this node's) that shield no wanted pod are stale:
-    the pod finished, went away, or stopped being a build pod (or no build runs any more, for
-    dependencies); at start-up this cleans up what a previous agent left.
+    A pod gets a budget when nothing else selects it and its labels select no other running
+    pod of its namespace: ``shared`` maps a pod's uid to why its labels do not single it out,
+    as a list by those labels found (the agent sees only its own node's pods; a pod not in
+    ``shared`` has not been checked, and its ``Want`` is checked before it is created). Our
+    budgets (this node's) that shield no wanted pod are stale: the pod finished, went away,
+    or stopped being a build pod (or no build runs any more, for dependencies); at start-up
+    this cleans up what a previous agent left.
     """
+    shared = shared or {}
     ours = [b for b in budgets if b.ours(node)]
     keep: set[str] = set()
     create: list[Want] = []
     held: list[Held] = []
     conflicts: list[Conflict] = []
     unshieldable: list[Unshieldable] = []
-    for pod, role in targets(node, pods, build_selectors, dependency_selectors):
+    for pod, role in targets(node, pods, budgets, build_selectors, scope, dependency_selectors):
         name = budget_name(pod.name, pod.uid)
         mine = next(
             (
@@ -312,7 +344,7 @@ def plan(
         if others:
             conflicts.append(Conflict(pod, role, others, shielded=False))
             continue
-        why = _not_unique(pod, pods)
+        why = not_unique(pod, ()) or shared.get(pod.uid, "")
         if why:
             unshieldable.append(Unshieldable(pod, role, why))
             continue
@@ -323,8 +355,8 @@ def plan(
     return Plan(tuple(create), delete, tuple(held), tuple(conflicts), tuple(unshieldable))
 
 
-def _not_unique(pod: Pod, pods: Sequence[Pod]) -> str:
-    """Why the pod's labels would not select it alone ("" when they do)."""
+def not_unique(pod: Pod, pods: Iterable[Pod]) -> str:
+    """Why the pod's labels would not select it alone among ``pods`` ("" when they do)."""
     if not pod.labels:
         return "the pod has no labels, so no budget can select it"
     selector = LabelSelector.from_dict({"matchLabels": dict(pod.labels)})
@@ -431,18 +463,12 @@ class NullShieldMetrics:
 
 @dataclass
 class _Namespace:
-    """One shielded namespace's caches, filled by its two list-watches."""
+    """One shielded namespace's budgets, filled by its list-watch."""
 
     name: str
-    pods: dict[str, Pod] = field(default_factory=dict)
     budgets: dict[str, BudgetState] = field(default_factory=dict)
-    pods_synced: bool = False
-    budgets_synced: bool = False
+    synced: bool = False
     forbidden: str | None = None
-
-    @property
-    def synced(self) -> bool:
-        return self.pods_synced and self.budgets_synced
 
 
 class _Counters:
@@ -472,7 +498,9 @@ class Shield:
         api: k8s.ApiClient,
         node: str,
         build_selectors: Sequence[BuildPodSelector],
+        pods: WatchCache,
         *,
+        scope: PodScope = DEFAULT_SCOPE,
         namespaces: Sequence[str] = DEFAULT_NAMESPACES,
         dependencies: bool = False,
         metrics: ShieldMetrics | None = None,
@@ -480,11 +508,12 @@ class Shield:
     ) -> None:
         self.node = node
         self.build_selectors = tuple(build_selectors)
+        self.scope = scope
+        # This node's pods: the agent's one pod watch, shared with the build-pod guard.
+        self.pods = pods
+        pods.pod_listeners.append(self._pods_changed)
         self.dependency_selectors = default_dependency_selectors() if dependencies else ()
-        names = list(dict.fromkeys(namespaces))
-        for sel in self.dependency_selectors:
-            if sel.namespace is not None and sel.namespace not in names:
-                names.append(sel.namespace)
+        names = shield_namespaces(dependencies, namespaces)
         self.metrics: ShieldMetrics = metrics or NullShieldMetrics()
         self.watch_timeout = watch_timeout
         self._core = k8s.CoreV1Api(api)
@@ -493,6 +522,8 @@ class Shield:
         self._changed = asyncio.Event()
         self._plan = Plan()
         self._inflight: set[str] = set()  # budgets created or deleted, until the watch shows it
+        # Pod uid → why its labels do not single it out ("": they do), from a list by them.
+        self._shared: dict[str, str] = {}
         self._cordoned: bool | None = None
         self._cordon_counted = False
         self._blocked = 0
@@ -551,18 +582,10 @@ class Shield:
         Cancelling leaves the budgets in place: they guard the pods while the agent is away,
         and the garbage collector removes them with their pods.
         """
-        tasks = []
-        for ns in self._ns.values():
-            counters = _Counters(self, ns)
-            tasks.append(
-                asyncio.create_task(self._watch(ns, "pod", counters), name=f"shield-pods-{ns.name}")
-            )
-            tasks.append(
-                asyncio.create_task(
-                    self._watch(ns, "poddisruptionbudget", counters),
-                    name=f"shield-pdbs-{ns.name}",
-                )
-            )
+        tasks = [
+            asyncio.create_task(self._watch(ns), name=f"shield-pdbs-{ns.name}")
+            for ns in self._ns.values()
+        ]
         retry = Backoff()
         delay: float | None = None
         try:
@@ -590,49 +613,24 @@ class Shield:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _watch(self, ns: _Namespace, resource: str, counters: _Counters) -> None:
-        list_fn: Callable[..., Awaitable[Any]]
-        replace: Callable[[Sequence[JsonObj]], None]
-        apply: Callable[[str, JsonObj], None]
-        if resource == "pod":
-            list_fn = functools.partial(self._core.list_namespaced_pod, ns.name)
-            replace, apply = self._replace_pods(ns), self._apply_pod(ns)
-        else:
-            list_fn = functools.partial(self._policy.list_namespaced_pod_disruption_budget, ns.name)
-            replace, apply = self._replace_budgets(ns), self._apply_budget(ns)
+    async def _watch(self, ns: _Namespace) -> None:
         await ListWatch(
-            resource=resource,
-            list_fn=list_fn,
+            resource="poddisruptionbudget",
+            list_fn=functools.partial(self._policy.list_namespaced_pod_disruption_budget, ns.name),
             field_selector="",
-            replace=replace,
-            apply=apply,
-            counters=counters,
+            replace=self._replace_budgets(ns),
+            apply=self._apply_budget(ns),
+            counters=_Counters(self, ns),
             watch_timeout=self.watch_timeout,
         ).run()
 
-    def _replace_pods(self, ns: _Namespace) -> Callable[[Sequence[JsonObj]], None]:
-        def replace(items: Sequence[JsonObj]) -> None:
-            ns.pods = {p.uid: p for p in map(Pod.from_dict, items)}
-            ns.pods_synced = True
-            self._listed(ns)
-
-        return replace
-
-    def _apply_pod(self, ns: _Namespace) -> Callable[[str, JsonObj], None]:
-        def apply(kind: str, obj: JsonObj) -> None:
-            pod = Pod.from_dict(obj)
-            if kind == "DELETED":
-                ns.pods.pop(pod.uid, None)
-            else:
-                ns.pods[pod.uid] = pod
-            self._changed.set()
-
-        return apply
+    def _pods_changed(self) -> None:
+        self._changed.set()
 
     def _replace_budgets(self, ns: _Namespace) -> Callable[[Sequence[JsonObj]], None]:
         def replace(items: Sequence[JsonObj]) -> None:
             ns.budgets = {b.name: b for b in map(BudgetState.from_dict, items)}
-            ns.budgets_synced = True
+            ns.synced = True
             self._inflight = {k for k in self._inflight if not k.startswith(f"{ns.name}/")}
             self._listed(ns)
 
@@ -663,19 +661,51 @@ class Shield:
         self._status_changed()
 
     async def _pass(self) -> None:
-        """Plan over the namespaces whose pods and budgets have both listed, then write."""
-        synced = [ns for ns in self._ns.values() if ns.synced]
-        pods = [p for ns in synced for p in ns.pods.values()]
-        budgets = [b for ns in synced for b in ns.budgets.values()]
-        new = plan(self.node, pods, budgets, self.build_selectors, self.dependency_selectors)
+        """Plan over this node's pods and the namespaces whose budgets have listed, then write."""
+        if not self.pods.pods_synced:
+            return
+        synced = {ns.name: ns for ns in self._ns.values() if ns.synced}
+        pods = [p for p in self.pods.pods.values() if p.namespace in synced]
+        self._shared = {p.uid: self._shared[p.uid] for p in pods if p.uid in self._shared}
+        budgets = [b for ns in synced.values() for b in ns.budgets.values()]
+        new = plan(
+            self.node,
+            pods,
+            budgets,
+            self.build_selectors,
+            self.scope,
+            self.dependency_selectors,
+            self._shared,
+        )
         self._report(new)
         for want in new.create:
             key = f"{want.pod.namespace}/{want.name}"
-            if key not in self._inflight:
-                await self._create(want, self._ns[want.pod.namespace])
+            if key in self._inflight:
+                continue
+            if want.pod.uid not in self._shared:
+                self._shared[want.pod.uid] = await self._not_unique(want.pod)
+                if self._shared[want.pod.uid]:
+                    self._changed.set()  # plan again: report it as unshieldable
+                    continue
+            await self._create(want, synced[want.pod.namespace])
         for budget in new.delete:
             if budget.key not in self._inflight:
                 await self._delete(budget)
+
+    async def _not_unique(self, pod: Pod) -> str:
+        """Why a budget selecting ``pod``'s labels would select other pods too (any node's).
+
+        The pod watch shows this node's pods only; one list by the pod's labels, once per
+        build pod, shows what a budget with that selector would cover.
+        """
+        selector = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items()))
+        body = await self._request(
+            "pod_list",
+            self._core.list_namespaced_pod,
+            pod.namespace,
+            label_selector=selector,
+        )
+        return not_unique(pod, [Pod.from_dict(item) for item in body.get("items") or ()])
 
     def _report(self, new: Plan) -> None:
         old = self._plan

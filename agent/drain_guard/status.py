@@ -93,6 +93,10 @@ class AgentStatus:
     last_api_contact: datetime | None = None
     # The shield's own JSON (drain_guard.shield.ShieldStatus.to_json()); None when it is off.
     shield: dict[str, Any] | None = None
+    # The namespaces whose pods may hold a drain ("*": every one), and the namespace the
+    # node's pod watch covers ("*": every one).
+    build_pod_namespaces: tuple[str, ...] = ()
+    pod_watch_namespace: str = ""
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -140,6 +144,10 @@ class AgentStatus:
             "synced": dict(sorted(self.synced.items())),
             "lastApiContact": _rfc3339(self.last_api_contact),
             "shield": self.shield,
+            "scope": {
+                "buildPodNamespaces": list(self.build_pod_namespaces),
+                "podWatchNamespace": self.pod_watch_namespace,
+            },
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -177,6 +185,8 @@ class AgentStatus:
             synced={str(k): bool(v) for k, v in data["synced"].items()},
             last_api_contact=_parse(data["lastApiContact"]),
             shield=data.get("shield"),
+            build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
+            pod_watch_namespace=data["scope"]["podWatchNamespace"],
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -208,6 +218,10 @@ class AgentStatus:
         else:
             pods = ", ".join(f"{p.namespace}/{p.name} ({p.phase})" for p in self.build_pods)
             lines.append(f"  build pods:    {pods}")
+        lines.append(
+            f"  scope:         build pods of {', '.join(self.build_pod_namespaces)}"
+            f" (pod watch: {self.pod_watch_namespace})"
+        )
         if self.desired_image is not None or self.desired_digest is not None:
             lines.append(f"  desired image: {self.desired_digest or self.desired_image}")
         if self.booted.digest is not None:

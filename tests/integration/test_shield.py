@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
+from drain_guard.kube import Kube, WatchCache
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, Shield
 from drain_guard_sim.apiserver import SimApiServer
@@ -64,12 +65,24 @@ class RecordingMetrics:
     def set_synced(self, resource: str, synced: bool) -> None:
         self.synced[resource] = synced
 
+    # kube.Counters, for the agent's pod watch that the shield shares.
+
+    def api_error(self, operation: str, status: int) -> None:
+        self.api_errors.append(operation)
+
+    def api_contact(self) -> None:
+        return None
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        self.restarts.append((resource, reason))
+
 
 @dataclass
 class Running:
     shield: Shield
     task: asyncio.Task[None]
     metrics: RecordingMetrics
+    pods: asyncio.Task[None]
 
 
 def add_build_pod(api: SimApiServer, name: str = POD) -> dict[str, Any]:
@@ -124,14 +137,22 @@ async def start_shield(api: SimApiServer) -> AsyncIterator[Callable[..., Any]]:
         client = api.api_client(AGENT_USER)
         clients.append(client)
         metrics = RecordingMetrics()
-        shield = Shield(client, NODE, default_build_pod_selectors(), metrics=metrics, **kwargs)
+        # The agent's pod watch (its node's pods, all namespaces: the dependencies' too).
+        cache = WatchCache()
+        pods = asyncio.create_task(Kube(client, metrics).watch_pods(NODE, cache, None))
+        shield = Shield(
+            client, NODE, default_build_pod_selectors(), cache, metrics=metrics, **kwargs
+        )
         task = asyncio.create_task(shield.run())
-        tasks.append(task)
+        tasks.extend((task, pods))
         async with asyncio.timeout(WAIT):
             await shield.wait_status(
-                lambda s: all(ok or ns in s.forbidden for ns, ok in s.synced.items())
+                lambda s: (
+                    all(ok or ns in s.forbidden for ns, ok in s.synced.items())
+                    and cache.pods_synced
+                )
             )
-        return Running(shield, task, metrics)
+        return Running(shield, task, metrics, pods)
 
     yield start
     for task in tasks:
@@ -144,9 +165,10 @@ async def start_shield(api: SimApiServer) -> AsyncIterator[Callable[..., Any]]:
 
 async def kill(running: Running) -> None:
     """The agent dies: no clean-up of any kind."""
-    running.task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await running.task
+    for task in (running.task, running.pods):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from drain_guard.kube import load_api_client
+from drain_guard.kube import Kube, WatchCache, load_api_client
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
 from drain_guard_sim.cluster import SimCluster
@@ -30,7 +30,9 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
         api = cluster.api
         node = cluster.build_node
         client = await load_api_client(str(cluster.agent_kubeconfig(node)))
-        shield = Shield(client, node, default_build_pod_selectors())
+        cache = WatchCache()
+        pods = asyncio.create_task(Kube(client).watch_pods(node, cache, MCO_NAMESPACE))
+        shield = Shield(client, node, default_build_pod_selectors(), cache)
         task = asyncio.create_task(shield.run())
         try:
             rendered = await cluster.create_machine_config("99-worker-seed")
@@ -44,9 +46,10 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
                 ),
                 timeout=WAIT,
             )
-            task.cancel()  # the agent is killed: its budget stays
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for t in (task, pods):  # the agent is killed: its budget stays
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
 
             build = await cluster.wait_build_done(timeout=WAIT)
             assert build.name == f"build-{rendered}"
@@ -83,7 +86,8 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
             [removal] = [w for w in api.writes("poddisruptionbudgets") if w.after is None]
             assert removal.user == GC_USER
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for t in (task, pods):
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
             await client.close()

@@ -74,6 +74,7 @@ def test_json_keys_and_times() -> None:
         "synced",
         "lastApiContact",
         "shield",
+        "scope",
         "version",
         "startedAt",
         "generatedAt",

@@ -49,9 +49,16 @@ def pod(
     )
 
 
-def ours_for(p: Pod, node: str = NODE, **overrides: object) -> BudgetState:
+def checked(pods: list[Pod]) -> dict[str, str]:
+    """What the shield's list by labels finds for each pod (it sees other nodes' pods only so)."""
+    return {p.uid: shield.not_unique(p, pods) for p in pods}
+
+
+def ours_for(
+    p: Pod, node: str = NODE, role: Role = Role.BUILD_POD, **overrides: object
+) -> BudgetState:
     """The budget the plan would create for ``p``, as the API server would return it."""
-    obj = Want(p, Role.BUILD_POD, shield.budget_name(p.name, p.uid)).manifest(node)
+    obj = Want(p, role, shield.budget_name(p.name, p.uid)).manifest(node)
     obj["metadata"]["uid"] = f"pdb-{p.uid}"
     return _replace(BudgetState.from_dict(obj), **overrides)
 
@@ -171,14 +178,16 @@ def test_a_pod_whose_labels_select_another_active_pod_is_not_shielded() -> None:
     p = pod("job-a", labels={"job-name": "build-x"}, owners=(OwnerRef("Job", "build-x"),))
     twin = pod("job-b", labels={"job-name": "build-x"}, node=OTHER)
     selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:job-name"),)
-    result = plan(NODE, [p, twin], [], selectors)
+    result = plan(NODE, [p], [], selectors, shared=checked([p, twin]))
     assert result.create == ()
     [u] = result.unshieldable
     assert u.pod == p
     assert "job-b" in u.why
     # A finished twin is not selected by the eviction's arithmetic: shielding is fine.
     done = pod("job-b", labels={"job-name": "build-x"}, node=OTHER, phase="Failed")
-    assert len(plan(NODE, [p, done], [], selectors).create) == 1
+    assert len(plan(NODE, [p], [], selectors, shared=checked([p, done])).create) == 1
+    # Not checked yet: wanted, and the shield lists by its labels before creating it.
+    assert len(plan(NODE, [p], [], selectors).create) == 1
 
 
 def test_a_pod_without_labels_cannot_be_selected() -> None:
@@ -207,10 +216,11 @@ def test_dependencies_only_while_a_build_runs_anywhere() -> None:
         labels={"docker-registry": "default"},
         namespace=shield.REGISTRY_NAMESPACE,
     )
-    build_elsewhere = pod(node=OTHER)
-    idle = plan(NODE, [builder, registry], [], SELECTORS, DEPS)
+    # This agent sees only its node's pods: another node's build shows as that agent's budget.
+    build_elsewhere = ours_for(pod(node=OTHER), node=OTHER)
+    idle = plan(NODE, [builder, registry], [], SELECTORS, dependency_selectors=DEPS)
     assert idle.create == ()
-    busy = plan(NODE, [builder, registry, build_elsewhere], [], SELECTORS, DEPS)
+    busy = plan(NODE, [builder, registry], [build_elsewhere], SELECTORS, dependency_selectors=DEPS)
     assert sorted((w.pod.name, w.role) for w in busy.create) == [
         ("image-registry-1", Role.DEPENDENCY),
         ("machine-os-builder-1", Role.DEPENDENCY),
@@ -219,13 +229,16 @@ def test_dependencies_only_while_a_build_runs_anywhere() -> None:
         "dependency"
     )
     # Off by default.
-    assert plan(NODE, [builder, registry, build_elsewhere], [], SELECTORS).create == ()
+    assert plan(NODE, [builder, registry], [build_elsewhere], SELECTORS).create == ()
+    # A build on this node is enough.
+    here = plan(NODE, [builder, pod()], [], SELECTORS, dependency_selectors=DEPS)
+    assert sorted(w.role for w in here.create) == [Role.BUILD_POD, Role.DEPENDENCY]
 
 
 def test_dependency_budgets_go_when_no_build_runs() -> None:
     builder = pod("machine-os-builder-1", labels={"k8s-app": "machine-os-builder"})
-    budget = ours_for(builder)
-    assert plan(NODE, [builder], [budget], SELECTORS, DEPS).delete == (budget,)
+    budget = ours_for(builder, role=Role.DEPENDENCY)
+    assert plan(NODE, [builder], [budget], SELECTORS, dependency_selectors=DEPS).delete == (budget,)
 
 
 def test_replicas_sharing_labels_are_not_shielded() -> None:
@@ -233,7 +246,15 @@ def test_replicas_sharing_labels_are_not_shielded() -> None:
     ns = shield.REGISTRY_NAMESPACE
     here = pod("registry-1", labels=labels, namespace=ns)
     there = pod("registry-2", labels=labels, namespace=ns, node=OTHER)
-    result = plan(NODE, [here, there, pod(node=OTHER)], [], SELECTORS, DEPS)
+    elsewhere = ours_for(pod(node=OTHER), node=OTHER)
+    result = plan(
+        NODE,
+        [here],
+        [elsewhere],
+        SELECTORS,
+        dependency_selectors=DEPS,
+        shared=checked([here, there]),
+    )
     assert result.create == ()
     assert [u.pod.name for u in result.unshieldable] == ["registry-1"]
 
@@ -292,7 +313,8 @@ def test_every_created_budget_selects_exactly_its_pod_among_active_pods(
     pods = [
         pod(f"p{i}", labels=labels, node=n, phase=ph) for i, (labels, n, ph) in enumerate(specs)
     ]
-    result = plan(NODE, pods, [], selectors)
+    mine = [p for p in pods if p.node == NODE]
+    result = plan(NODE, mine, [], selectors, shared=checked(pods))
     for want in result.create:
         budget = BudgetState.from_dict(
             {**want.manifest(NODE), "metadata": {**want.manifest(NODE)["metadata"], "uid": "u"}}
@@ -325,7 +347,8 @@ def test_no_created_budget_makes_a_second_one_over_an_active_pod(
     for i, (match, mine) in enumerate(budget_specs):
         b = foreign(f"b{i}", match)
         budgets.append(_replace(b, labels=ours_for(pod()).labels) if mine else b)
-    result = plan(NODE, pods, budgets, selectors)
+    mine = [p for p in pods if p.node == NODE]
+    result = plan(NODE, mine, budgets, selectors, shared=checked(pods))
     created = [BudgetState.from_dict(w.manifest(NODE)) for w in result.create]
     kept = [b for b in budgets if b not in result.delete]
     for p in pods:
