@@ -347,8 +347,8 @@ def test_no_created_budget_makes_a_second_one_over_an_active_pod(
     for i, (match, mine) in enumerate(budget_specs):
         b = foreign(f"b{i}", match)
         budgets.append(_replace(b, labels=ours_for(pod()).labels) if mine else b)
-    mine = [p for p in pods if p.node == NODE]
-    result = plan(NODE, mine, budgets, selectors, shared=checked(pods))
+    local = [p for p in pods if p.node == NODE]
+    result = plan(NODE, local, budgets, selectors, shared=checked(pods))
     created = [BudgetState.from_dict(w.manifest(NODE)) for w in result.create]
     kept = [b for b in budgets if b not in result.delete]
     for p in pods:
