@@ -77,8 +77,8 @@ def test_fleet(tmp_path: Path) -> None:
     assert size["nodes"] == 2
     assert size["hold_reaction"]["n"] == 2
     assert size["release_reaction"]["n"] == 2
-    # A list and a watch each: the Node, its pods, and the shield's pods and budgets.
-    assert size["start_requests_per_node"] == 8
+    # A list and a watch each: the Node, its pods (shared with the shield), the budgets.
+    assert size["start_requests_per_node"] == 6
 
 
 def test_runner_rejects_unknown_names() -> None:
