@@ -7,9 +7,13 @@ Fixtures stay in ``conftest.py``; everything a test imports is here.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+
+import pytest
 
 from drain_guard import protocol
 from drain_guard_sim.agentproc import AgentProcess, clean_environment, spawn_agent
@@ -26,6 +30,22 @@ IMAGE_B = f"{REGISTRY}/ocb-image@sha256:{'b' * 64}"
 CONFIG_A = "rendered-worker-" + "a" * 32
 CONFIG_B = "rendered-worker-" + "b" * 32
 WAIT = 15.0  # seconds: generous upper bounds for event-driven waits on a loaded machine
+
+
+def require_tool(name: str) -> str:
+    """The path of a system tool the test needs: the venv's bin directory first (tools that
+    come from PyPI), then PATH. A missing tool skips the test on a developer's machine and
+    fails it in CI (``CI`` set, and not ``false``), where scripts/system-deps.sh installs it."""
+    venv_tool = Path(sys.executable).parent / name
+    if venv_tool.exists():
+        return str(venv_tool)
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    message = f"{name} is not installed (scripts/system-deps.sh installs it)"
+    if os.environ.get("CI", "").lower() not in ("", "false", "0"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def node_annotations(api: SimApiServer, name: str = NODE) -> dict[str, str]:

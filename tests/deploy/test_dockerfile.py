@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.tools import REPO, require_tool
+from tests.deploy.tools import REPO
+from tests.helpers import require_tool
 
 DOCKERFILE = REPO / "Dockerfile"
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from drain_guard.config import RUN_OPTIONS, add_run_arguments, settings_from
-from tests.deploy.tools import REPO, require_tool
+from tests.deploy.tools import REPO
+from tests.helpers import require_tool
 
 UNIT = REPO / "systemd" / "drain-guard.service"
 ENV_FILE = REPO / "systemd" / "drain-guard.env"

@@ -1,22 +1,19 @@
 """Helpers for the deployment tests: locating the system tools, rendering the overlays.
 
-The tools are real ones (kubectl's kustomize, hadolint from PyPI, systemd-analyze). A test
-that needs a missing tool is skipped on a developer machine and fails in CI (``CI`` set),
-where scripts/system-deps.sh is meant to have installed it.
+The tools are real ones (kubectl's kustomize, hadolint from PyPI, systemd-analyze), found by
+``tests.helpers.require_tool``.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMONSET_DIR = REPO / "daemonset"
@@ -28,20 +25,6 @@ WITH_ADMISSION_POLICY = ("kubernetes", "openshift")
 RENDER_TIMEOUT = 60.0
 
 Obj = dict[str, Any]
-
-
-def require_tool(name: str) -> str:
-    """The tool's path: from the venv's bin directory first, then PATH."""
-    venv_tool = Path(sys.executable).parent / name
-    if venv_tool.exists():
-        return str(venv_tool)
-    found = shutil.which(name)
-    if found is None:
-        message = f"{name} is not installed (scripts/system-deps.sh installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
 
 
 def render(overlay: str) -> list[Obj]:

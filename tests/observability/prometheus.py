@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import yaml
 
-from tests.observability.tools import require_tool
+from tests.helpers import require_tool
 
 START_TIMEOUT = 30.0
 ATTEMPTS = 3

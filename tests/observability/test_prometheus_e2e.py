@@ -23,10 +23,10 @@ from tests.helpers import (
     StartAgent,
     add_build_pod,
     mcd_request,
+    require_tool,
     wait_annotation,
 )
 from tests.observability.prometheus import Prometheus, prometheus
-from tests.observability.tools import require_tool
 
 RULES = Path(__file__).resolve().parents[2] / "daemonset" / "rules" / "drain-guard.rules.yml"
 DRAIN_B = f"drain-{CONFIG_B}"

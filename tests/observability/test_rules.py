@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.observability.tools import require_tool
+from tests.helpers import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "daemonset" / "rules" / "drain-guard.rules.yml"

@@ -10,7 +10,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.apiserver import ApiError, SimApiServer
-from tests.sim.conftest import NS, node, pdb, pod, status_body
+from tests.sim.helpers import NS, node, pdb, pod, status_body
 
 
 async def test_create_sets_metadata_and_bumps_the_cluster_resource_version(

@@ -12,7 +12,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.store import DISRUPTION_CONTROLLER
-from tests.sim.conftest import NS, pdb, pod, status_body
+from tests.sim.helpers import NS, pdb, pod, status_body
 
 
 def eviction(name: str) -> client.V1Eviction:

@@ -10,7 +10,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.apiserver import SimApiServer
-from tests.sim.conftest import consume, node, status_body
+from tests.sim.helpers import consume, node, status_body
 
 
 async def test_error_fault_500_and_removal(sim: SimApiServer, kube: client.ApiClient) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from drain_guard_sim.apiserver import SimApiServer, sim_apiserver
-from tests.sim.conftest import NS, node, pod
+from tests.sim.helpers import NS, node, pod
 
 
 async def test_wait_for_wakes_on_the_write_not_by_polling(sim: SimApiServer) -> None:

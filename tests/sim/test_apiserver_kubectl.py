@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from drain_guard_sim.apiserver import SimApiServer
-from tests.sim.conftest import pod
+from tests.sim.helpers import pod
 
 KUBECTL = shutil.which("kubectl")
 pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")

@@ -7,7 +7,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.apiserver import SimApiServer
-from tests.sim.conftest import node, pod, status_body
+from tests.sim.helpers import node, pod, status_body
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.apiserver import SimApiServer
-from tests.sim.conftest import NS, consume, node, pod
+from tests.sim.helpers import NS, consume, node, pod
 
 
 async def read_events(resp: aiohttp.ClientResponse, n: int | None = None) -> list[dict[str, Any]]:
