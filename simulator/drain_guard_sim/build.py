@@ -1,19 +1,28 @@
-"""On-cluster image builds, MCO 4.15 "OpenShift Build" mode (the default, and the seed's).
+"""On-cluster image builds: MCO 4.15's "OpenShift Build" mode (the seed's), 4.16/4.17's build
+pods and 4.18's build Jobs.
 
 Two actors, as in a real cluster:
 
 - :class:`MachineOSBuilder` is MCO's build controller (pkg/controller/build/build_controller.go,
   running as machine-os-builder): when a layered pool's ``spec.configuration.name`` changes it
-  creates the Build ``build-<rendered>`` (labels ``…/buildPod``, ``…/targetMachineConfigPool``,
+  waits its ``UpdateDelay`` (5 s), prepares the build (ConfigMaps), creates the Build
+  ``build-<rendered>`` (labels ``…/buildPod``, ``…/targetMachineConfigPool``,
   ``…/desiredConfig``; annotation ``…/pool``) and marks the pool BuildPending; it follows the
   Build's phase (Running → Building; Complete → the new pullspec
   ``ocb-image@sha256:<digest>`` in the pool's ``newestImageEquivalentConfig`` and BuildSuccess,
-  then the Build is cleaned up; Failed/Error/Cancelled → BuildFailed).
-- :class:`OpenShiftBuildController` plays openshift-controller-manager's build controller (and the
-  kubelet for its pod): it runs Build ``B`` in pod ``B-build`` (label
-  ``openshift.io/build.name=B``, owned by the Build) on a chosen node, Pending → Running/Ready →
-  Succeeded; a pod deleted before it finishes ends the Build in phase Error, reason
-  ``BuildPodDeleted``, as ``oc get build`` shows in the seed report.
+  then, in 4.15, the Build is cleaned up; Failed/Error/Cancelled → BuildFailed). 4.16+ track a
+  build in a MachineOSBuild, which is kept: here the Build object stands for it and is kept.
+- :class:`OpenShiftBuildController` plays what runs the build pod, and the kubelet for it, on a
+  chosen node, Pending → Running/Ready → Succeeded:
+
+  - 4.15: openshift-controller-manager's build controller, pod ``B-build`` (label
+    ``openshift.io/build.name=B``, owned by the Build); a pod deleted before it finishes ends
+    the Build in phase Error, reason ``BuildPodDeleted``, as ``oc get build`` shows in the seed;
+  - 4.16/4.17: MCO's own build pod ``B-build`` (label ``…/buildPod``), same end when deleted
+    (4.17's ``…/on-cluster-layering`` label is not modelled);
+  - 4.18: a Job ``B`` (``backoffLimit: 3``) whose pods ``B-<n>`` carry
+    ``batch.kubernetes.io/job-name=B`` and the Job as owner: a deleted (evicted) pod is
+    replaced, and the build fails only after a fourth lost pod (BackoffLimitExceeded).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ from drain_guard_sim.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
     labels_of,
     read_json,
@@ -49,7 +59,9 @@ from drain_guard_sim.mco import (
 from drain_guard_sim.store import rfc3339
 from drain_guard_sim.timeline import Timeline
 
-__all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest"]
+__all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest", "is_build_pod"]
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 TERMINAL_PHASES = ("Complete", "Failed", "Error", "Cancelled")
 POD_DELETED_MESSAGE = "The pod for this build was deleted before the build completed."
@@ -57,6 +69,12 @@ POD_DELETED_MESSAGE = "The pod for this build was deleted before the build compl
 
 def now_rfc3339() -> str:
     return rfc3339(datetime.now(UTC))
+
+
+def is_build_pod(pod: JsonObj) -> bool:
+    """A build pod of any version: in the MCO namespace, named after its ``build-`` object."""
+    meta = pod.get("metadata") or {}
+    return meta.get("namespace") == MCO_NAMESPACE and str(meta.get("name", "")).startswith("build-")
 
 
 def build_digest(build_name: str) -> str:
@@ -89,10 +107,14 @@ class MachineOSBuilder(Actor):
     actor_name = "machine-os-builder"
 
     def __init__(
-        self, kubeconfig: Path, timeline: Timeline, timings: Timings, cleanup: bool = True
+        self,
+        kubeconfig: Path,
+        timeline: Timeline,
+        timings: Timings,
+        version: McoVersion = McoVersion.V4_15,
     ) -> None:
         super().__init__(kubeconfig, timeline, timings)
-        self.cleanup = cleanup
+        self.cleanup = version is McoVersion.V4_15
         self.pools: Informer | None = None
         self.builds: Informer | None = None
         self._phases: dict[str, str] = {}
@@ -130,6 +152,8 @@ class MachineOSBuilder(Actor):
             )
 
     async def _start_build(self, pool: str, config: str) -> None:
+        t = self.timings
+        await asyncio.sleep(t.s(t.build_controller_delay + t.build_prepare))
         name = f"build-{config}"
         body = {
             "apiVersion": f"{GROUP_BUILD}/v1",
@@ -277,12 +301,15 @@ class OpenShiftBuildController(Actor):
         timeline: Timeline,
         timings: Timings,
         place: Callable[[str], str],
+        version: McoVersion = McoVersion.V4_15,
     ) -> None:
         super().__init__(kubeconfig, timeline, timings)
         self.place = place
+        self.version = version
         self.builds: Informer | None = None
         self.pods: Informer | None = None
         self._running: dict[str, asyncio.Event] = {}
+        self._pod_build: dict[str, str] = {}  # pod name → its build
 
     async def started(self) -> None:
         self.builds = Informer(
@@ -291,9 +318,7 @@ class OpenShiftBuildController(Actor):
             {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE, "plural": "builds"},
         )
         self.pods = Informer(
-            self.core.list_namespaced_pod,
-            self._on_pod,
-            {"namespace": MCO_NAMESPACE, "label_selector": BUILD_NAME_LABEL},
+            self.core.list_namespaced_pod, self._on_pod, {"namespace": MCO_NAMESPACE}
         )
         for inf, name in ((self.builds, "builds"), (self.pods, "pods")):
             self.spawn(inf.run(), f"build-controller-{name}")
@@ -302,8 +327,10 @@ class OpenShiftBuildController(Actor):
     def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         name = obj["metadata"]["name"]
         if etype == "DELETED":
-            # Garbage collection of the owned pod follows the Build's deletion.
-            self.spawn(self._delete_pod(f"{name}-build"), f"gc-{name}")
+            # Garbage collection of the owned pods follows the Build's deletion.
+            for pod, build in list(self._pod_build.items()):
+                if build == name:
+                    self.spawn(self._delete_pod(pod), f"gc-{pod}")
             return
         phase = (obj.get("status") or {}).get("phase")
         if not phase and name not in self._running:
@@ -312,30 +339,35 @@ class OpenShiftBuildController(Actor):
 
     def _on_pod(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         if etype == "DELETED":
-            build = labels_of(obj).get(BUILD_NAME_LABEL, "")
-            gone = self._running.get(build)
+            gone = self._running.get(self._pod_build.get(obj["metadata"]["name"], ""))
             if gone is not None:
                 gone.set()
 
-    async def _run_build(self, build: JsonObj) -> None:
+    def _pod(self, build: JsonObj, owner: JsonObj, attempt: int, node: str) -> JsonObj:
+        """The build pod as each version's builder makes it."""
         name = build["metadata"]["name"]
+        labels: dict[str, str] = {BUILD_NAME_LABEL: name}
+        annotations: dict[str, str] = {BUILD_NAME_LABEL: name}
         pod_name = f"{name}-build"
-        node = self.place(name)
-        deleted = self._running[name]
-        pod = {
+        if self.version is McoVersion.V4_16:
+            labels, annotations = {BUILD_POD_LABEL: ""}, {}
+        elif self.version is McoVersion.V4_18:
+            labels, annotations = {JOB_NAME_LABEL: name, "job-name": name}, {}
+            pod_name = f"{name}-{attempt}"
+        return {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
                 "name": pod_name,
                 "namespace": MCO_NAMESPACE,
-                "labels": {BUILD_NAME_LABEL: name},
-                "annotations": {BUILD_NAME_LABEL: name},
+                "labels": labels,
+                "annotations": annotations,
                 "ownerReferences": [
                     {
-                        "apiVersion": f"{GROUP_BUILD}/v1",
-                        "kind": "Build",
-                        "name": name,
-                        "uid": build["metadata"]["uid"],
+                        "apiVersion": owner["apiVersion"],
+                        "kind": owner["kind"],
+                        "name": owner["metadata"]["name"],
+                        "uid": owner["metadata"]["uid"],
                         "controller": True,
                     }
                 ],
@@ -349,6 +381,51 @@ class OpenShiftBuildController(Actor):
                 ],
             },
         }
+
+    async def _job(self, build: JsonObj) -> JsonObj:
+        """4.18: the build's Job (its pods are the Job controller's to replace)."""
+        name = build["metadata"]["name"]
+        body = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "namespace": MCO_NAMESPACE},
+            "spec": {
+                "backoffLimit": self.timings.build_backoff_limit,
+                "template": {"metadata": {"labels": {JOB_NAME_LABEL: name}}},
+            },
+        }
+        job: JsonObj = await read_json(
+            await self.custom.create_namespaced_custom_object(
+                "batch", "v1", MCO_NAMESPACE, "jobs", body, _preload_content=False
+            )
+        )
+        return job
+
+    async def _run_build(self, build: JsonObj) -> None:
+        name = build["metadata"]["name"]
+        node = self.place(name)
+        owner = await self._job(build) if self.version.job_builds else build
+        limit = self.timings.build_backoff_limit if self.version.job_builds else 0
+        failures = 0
+        while True:
+            outcome = await self._run_pod(build, owner, failures, node)
+            if outcome is None:
+                return
+            failures += 1
+            if failures > limit:
+                await self._pod_deleted(name, node)
+                return
+            self.log(node, f"Job {name}: pod {outcome} lost, retrying ({failures}/{limit})")
+            await asyncio.sleep(self.timings.s(10.0 * 2 ** (failures - 1)))  # the Job's backoff
+
+    async def _run_pod(self, build: JsonObj, owner: JsonObj, attempt: int, node: str) -> str | None:
+        """One build pod to its end: None when the build completed, else the lost pod's name."""
+        name = build["metadata"]["name"]
+        deleted = self._running[name]
+        deleted.clear()
+        pod = self._pod(build, owner, attempt, node)
+        pod_name = str(pod["metadata"]["name"])
+        self._pod_build[pod_name] = name
         await read_json(
             await self.core.create_namespaced_pod(MCO_NAMESPACE, pod, _preload_content=False)
         )
@@ -356,15 +433,13 @@ class OpenShiftBuildController(Actor):
         await self._set_build(name, {"phase": "Pending"}, {"openshift.io/build.pod-name": pod_name})
         t = self.timings
         if await self._wait_deleted(deleted, t.s(t.build_pod_start)):
-            await self._pod_deleted(name, node)
-            return
+            return pod_name
         started = now_rfc3339()
         await self._set_pod_status(pod_name, "Running", ready=True, start=started)
         await self._set_build(name, {"phase": "Running", "startTimestamp": started})
         self.log(node, f"Build {name} is Running in pod {pod_name}")
         if await self._wait_deleted(deleted, t.s(t.build_duration)):
-            await self._pod_deleted(name, node)
-            return
+            return pod_name
         await self._set_pod_status(pod_name, "Succeeded", ready=False, start=started)
         digest = build_digest(name)
         await self._set_build(
@@ -376,6 +451,7 @@ class OpenShiftBuildController(Actor):
             },
         )
         self.log(node, f"Build {name} Complete, pushed {OCB_IMAGE_REPO}@{digest}")
+        return None
 
     @staticmethod
     async def _wait_deleted(deleted: asyncio.Event, seconds: float) -> bool:
@@ -387,6 +463,13 @@ class OpenShiftBuildController(Actor):
         return True
 
     async def _pod_deleted(self, name: str, node: str) -> None:
+        if self.version.job_builds:
+            message = "Job has reached the specified backoff limit"
+            await self._set_build(
+                name, {"phase": "Failed", "reason": "BackoffLimitExceeded", "message": message}
+            )
+            self.log(node, f"Build {name}: Failed (BackoffLimitExceeded): {message}")
+            return
         await self._set_build(
             name, {"phase": "Error", "reason": "BuildPodDeleted", "message": POD_DELETED_MESSAGE}
         )

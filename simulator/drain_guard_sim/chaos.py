@@ -52,6 +52,7 @@ from drain_guard_sim.agentproc import (
     agent_user,
     spawn_agent,
 )
+from drain_guard_sim.build import is_build_pod
 from drain_guard_sim.checker import Checked, CheckerConfig, Interval, Violation, check
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.mco import (
@@ -63,7 +64,6 @@ from drain_guard_sim.mco import (
     MCD_USER,
     MCO_NAMESPACE,
     STATE,
-    JsonObj,
     Timings,
     annotations_of,
 )
@@ -614,7 +614,7 @@ class _Run:
             reconcile_interval=self.config.reconcile_interval,
             grace=self.config.grace,
             clean=self.clean(end),
-            is_build_pod=_is_build_pod,
+            is_build_pod=is_build_pod,
             end=end,
             settled=settled,
         )
@@ -666,11 +666,6 @@ def _who(user: str) -> str:
     if user.startswith("system:serviceaccount:drain-guard:"):
         return "agent"
     return user.rsplit(":", 1)[-1]
-
-
-def _is_build_pod(pod: JsonObj) -> bool:
-    meta = pod.get("metadata") or {}
-    return meta.get("namespace") == MCO_NAMESPACE and BUILD_NAME_LABEL in (meta.get("labels") or {})
 
 
 def _subtract(intervals: Sequence[Interval], holes: Sequence[Interval]) -> list[Interval]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from drain_guard_sim.apiserver import SimApiServer, WriteRecord
-from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController
+from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController, is_build_pod
 from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector
 from drain_guard_sim.hostfs import HostFS
@@ -58,6 +58,7 @@ from drain_guard_sim.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
     annotations_of,
     read_json,
@@ -162,7 +163,8 @@ class Outcome:
 
     def build_pod_evicted(self) -> bool:
         b = self.build
-        return b is not None and any(p.endswith(f"/{b.name}-build") for _, _, p in self.evictions)
+        prefix = f"{MCO_NAMESPACE}/{b.name}-" if b is not None else None
+        return prefix is not None and any(p.startswith(prefix) for _, _, p in self.evictions)
 
 
 class ReplicaSetController(Actor):
@@ -283,12 +285,12 @@ def worker_node(name: str, cfg: str, image: str) -> JsonObj:
 
 
 class SimCluster:
-    """A simulated OpenShift 4.15 cluster with on-cluster layering enabled on ``worker``.
+    """A simulated OpenShift cluster with on-cluster layering enabled on ``worker``.
 
-    ``time_factor`` scales every MCO duration (0.01: a 10 s poll takes 0.1 s);
+    ``version`` picks the MCO the actors play (4.15, the seed's, by default; 4.16 for 4.16 and
+    4.17; 4.18); ``time_factor`` scales every MCO duration (0.01: a 10 s poll takes 0.1 s);
     ``build_node`` hosts the build pod and the machine-os-builder and registry pods
     (default: the first worker, the node the rollout targets first, as in the seed);
-    ``wait_for_build=True`` gives the node controller the fixed (post-4.15) behaviour;
     ``node_controller=False`` leaves the nodes' desired config and image to the caller.
     """
 
@@ -300,7 +302,7 @@ class SimCluster:
         time_factor: float = 1.0,
         timings: Timings | None = None,
         build_node: str | None = None,
-        wait_for_build: bool = False,
+        version: McoVersion = McoVersion.V4_15,
         node_controller: bool = True,
         bookmark_interval: float = 1.0,
     ) -> None:
@@ -312,7 +314,7 @@ class SimCluster:
         self.node_names = [f"worker-{i}" for i in range(nodes)]
         self.timings = (timings or Timings()).scaled(time_factor)
         self.build_node = build_node or self.node_names[0]
-        self.wait_for_build = wait_for_build
+        self.version = version
         self.with_node_controller = node_controller
         self.api = SimApiServer(bookmark_interval=bookmark_interval)
         self.timeline = Timeline()
@@ -339,23 +341,24 @@ class SimCluster:
         self._seed_objects()
         t, tl = self.timings, self.timeline
         kc = self.kubeconfig
-        self.drain = DrainController(kc(MCC_USER), tl, t)
+        v = self.version
+        self.drain = DrainController(kc(MCC_USER), tl, t, v)
         self.actors = [
             ReplicaSetController(kc(KCM_USER), tl, t),
-            OpenShiftBuildController(kc(BUILD_CONTROLLER_USER), tl, t, lambda _b: self.build_node),
-            MachineOSBuilder(kc(BUILDER_USER), tl, t),
+            OpenShiftBuildController(
+                kc(BUILD_CONTROLLER_USER), tl, t, lambda _b: self.build_node, v
+            ),
+            MachineOSBuilder(kc(BUILDER_USER), tl, t, v),
             self.drain,
             # Deletes the shield's budgets with their pods, as kube-controller-manager does.
             GarbageCollector(kc(GC_USER), tl, t),
         ]
         if self.with_node_controller:
-            self.actors.append(
-                NodeController(kc(MCC_USER), tl, t, wait_for_build=self.wait_for_build)
-            )
+            self.actors.append(NodeController(kc(MCC_USER), tl, t, version=v))
         for actor in self.actors:
             await actor.start()
         for name in self.node_names:
-            machine = NodeMachine(name, self.hosts[name], kc(MCD_USER), tl, t)
+            machine = NodeMachine(name, self.hosts[name], kc(MCD_USER), tl, t, v)
             machine.on_reboot.append(self._run_reboot_hooks)
             self.machines[name] = machine
             await machine.start()
@@ -479,13 +482,33 @@ class SimCluster:
 
     # -- driving the scenario --------------------------------------------------------------
 
-    async def create_machine_config(self, name: str) -> str:
-        """``oc create`` a MachineConfig for the worker pool; returns the config it renders to."""
+    async def create_machine_config(self, name: str, kernel_arguments: tuple[str, ...] = ()) -> str:
+        """``oc create`` a MachineConfig for the worker pool; returns the config it renders to.
+
+        It writes one file (``/etc/<name>``); ``kernel_arguments`` adds those, which MCO 4.15's
+        layered update never applies (the node then fails its boot-time validation).
+        """
+        spec: JsonObj = {
+            "config": {
+                "ignition": {"version": "3.4.0"},
+                "storage": {
+                    "files": [
+                        {
+                            "path": f"/etc/{name}",
+                            "mode": 420,
+                            "contents": {"source": f"data:,{name}"},
+                        }
+                    ]
+                },
+            }
+        }
+        if kernel_arguments:
+            spec["kernelArguments"] = list(kernel_arguments)
         mc = {
             "apiVersion": "machineconfiguration.openshift.io/v1",
             "kind": "MachineConfig",
             "metadata": {"name": name, "labels": {ROLE_LABEL: "worker"}},
-            "spec": {"config": {"ignition": {"version": "3.4.0"}}, "kernelArguments": [name]},
+            "spec": spec,
         }
         self.api.create("machineconfigs", mc)
         self.timeline.add("user", None, f"oc create machineconfig {name}")
@@ -496,8 +519,8 @@ class SimCluster:
         ]
         return rendered_name("worker", inputs)
 
-    def restart_mcd(self, node: str) -> None:
-        self.machines[node].restart_daemon()
+    def restart_mcd(self, node: str, *, graceful: bool = False) -> None:
+        self.machines[node].restart_daemon(graceful=graceful)
 
     def _since_start(self, monotonic: float) -> float:
         return self.timeline.since_start(monotonic)
@@ -528,8 +551,8 @@ class SimCluster:
         return result
 
     def _build_pod_node(self, build: str) -> str | None:
-        for rec in self.api.writes("pods", name=f"{build}-build", verb="create"):
-            if rec.subresource:
+        for rec in self.api.writes("pods", verb="create"):
+            if rec.subresource or not rec.name.startswith(f"{build}-"):
                 continue
             return str((rec.after or {}).get("spec", {}).get("nodeName"))
         return None
@@ -614,4 +637,4 @@ class SimCluster:
         )
 
     def build_pods(self) -> list[JsonObj]:
-        return self.api.list("pods", MCO_NAMESPACE, label_selector="openshift.io/build.name")
+        return [p for p in self.api.list("pods", MCO_NAMESPACE) if is_build_pod(p)]

@@ -1,8 +1,11 @@
-"""The machine-config-controller's drain controller, as in MCO release-4.15.
+"""The machine-config-controller's drain controller, as in MCO 4.15 to 4.18.
 
 Modelled on pkg/controller/drain/drain_controller.go and the kubectl drain helper it vendors:
 
-- informer-driven: every node add/update is enqueued after ``UpdateDelay`` (5 s); 5 workers;
+- informer-driven, 5 workers, a node enqueued ``UpdateDelay`` (5 s) after an event (an earlier
+  pending time is kept): in 4.15 on every node add/update (so the 5 s run from the node
+  controller's write, before the MCD's request); in 4.16 and 4.17 only when ``desiredDrain``
+  changes; in 4.18 also when ``spec.unschedulable`` changes;
 - ``syncNode``: nothing when ``desiredDrain == lastAppliedDrain``; the verb is the text before
   the first ``-``; ``uncordon`` uncordons, ``drain`` cordons and drains, anything else is an
   error retried with client-go's rate limiter, then "Dropping node ... out of the queue" and a
@@ -12,7 +15,8 @@ Modelled on pkg/controller/drain/drain_controller.go and the kubectl drain helpe
   it has failed for 10 min); after 1 h ``mcc_drain_err{node}`` is 1;
 - on success ``lastAppliedDrain`` = the ``desiredDrain`` value read at the start of the sync.
   An attempt in flight is not stopped when ``desiredDrain`` changes, and the node is uncordoned
-  only for the ``uncordon`` verb.
+  only for the ``uncordon`` verb. 4.18 cordons again a node someone uncordoned during a drain,
+  and does not write ``lastAppliedDrain`` when the node was uncordoned by the drain's end.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from drain_guard_sim.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
     WorkQueue,
     annotations_of,
@@ -54,13 +59,24 @@ class Eviction:
     name: str
 
 
+def _cordoned(node: JsonObj) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable", False))
+
+
 class DrainController(Actor):
     """The MCC drain controller; ``mcc_drain_err`` mirrors the Prometheus gauge of that name."""
 
     actor_name = "machine-config-controller"
 
-    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        timeline: Timeline,
+        timings: Timings,
+        version: McoVersion = McoVersion.V4_15,
+    ) -> None:
         super().__init__(kubeconfig, timeline, timings)
+        self.version = version
         t = self.timings
         self.queue = WorkQueue(t.s(t.rate_limit_base), t.s(t.rate_limit_max))
         self.nodes: Informer | None = None
@@ -80,10 +96,17 @@ class DrainController(Actor):
         await super().stop()
 
     def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        if etype in ("ADDED", "MODIFIED"):
-            self.queue.add_after(
-                obj["metadata"]["name"], self.timings.s(self.timings.mcc_update_delay)
-            )
+        if etype not in ("ADDED", "MODIFIED"):
+            return
+        if old is not None and self.version.drain_on_annotation_only:
+            watched = [
+                annotations_of(obj).get(DESIRED_DRAIN) != annotations_of(old).get(DESIRED_DRAIN)
+            ]
+            if self.version is McoVersion.V4_18:
+                watched.append(_cordoned(obj) != _cordoned(old))
+            if not any(watched):
+                return
+        self.queue.add_after(obj["metadata"]["name"], self.timings.s(self.timings.mcc_update_delay))
 
     async def _worker(self) -> None:
         while True:
@@ -126,6 +149,13 @@ class DrainController(Actor):
             if not await self._drain_node(node):
                 # Requeued inside; MCO returns nil here so the rate limiter is not involved.
                 return None
+            if self.version is McoVersion.V4_18 and not _cordoned(self.nodes.cache.get(name, node)):
+                self.log(
+                    name,
+                    f"node {name}: externally uncordoned during drain, skipping completion "
+                    "annotation",
+                )
+                return None
         else:
             return f"node {name}: non-recognized drain verb detected {verb}"
         self.log(name, "operation successful; applying completion annotation")
@@ -167,11 +197,16 @@ class DrainController(Actor):
         now = time.monotonic()
         started = self.ongoing_drains.get(name)
         duration = 0.0
-        if started is None:
+        recordon = started is not None and self.version is McoVersion.V4_18 and not _cordoned(node)
+        if recordon:
+            self.log(
+                name, f"External actor has unexpectedly uncordoned node {name}, cordoning again..."
+            )
+        if started is None or recordon:
             self.log(name, "cordoning")
             await self._cordon_or_uncordon(node, cordon=True)
             self.ongoing_drains[name] = now
-        else:
+        if started is not None:
             duration = now - started
             if duration > t.s(t.mcc_drain_timeout):
                 self.log(

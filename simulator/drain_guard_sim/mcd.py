@@ -1,31 +1,42 @@
-"""The machine-config-daemon of one node, as in MCO release-4.15 (layered / on-cluster-build path).
+"""The machine-config-daemon of one node, as in MCO 4.15 to 4.18 (layered / on-cluster-build path).
 
 Modelled on pkg/daemon/daemon.go (``syncNode``, ``checkStateOnFirstRun``,
-``prepUpdateFromCluster``, ``triggerUpdate``, ``completeUpdate``), pkg/daemon/update.go
-(``updateOnClusterBuild``) and pkg/daemon/drain.go (``performDrain``):
+``prepUpdateFromCluster``, ``triggerUpdate``, ``completeUpdate``, ``handleErr``),
+pkg/daemon/update.go (``updateOnClusterBuild``) and pkg/daemon/drain.go (``performDrain``):
 
+- every Node event is queued rate-limited (1 s after a success, 1 s·2ⁿ up to 60 s after n
+  errors); an update runs the preflight config drift check first (0.5-2 s), so the drain
+  request lands 1.5-3 s after the node controller's write;
 - an update's target (config *and image*) is taken from the Node when the sync starts; the
   daemon then blocks in ``performDrain``, so a ``desiredImage`` that changes meanwhile is only
   seen after the reboot: MCO 4.15 finishes the stale same-image update, then starts the real one
-  (whose drain is skipped: ``lastAppliedDrain`` already says ``drain-<config>``);
+  (whose drain is skipped: ``lastAppliedDrain`` already says ``drain-<config>``); 4.18 (with
+  OCPBUGS-53408) skips an update whose images are equal: no drain, no reboot;
+- an update starts when config or image differ, or when they are equal but the state is not
+  Done (``prepUpdateFromCluster``);
 - ``performDrain`` writes ``desiredDrain=drain-<desiredConfig>`` by strategic merge patch
   computed from its informer cache (no resourceVersion), unless ``lastAppliedDrain`` already
   equals it, then polls every 10 s for up to 1 h until ``desiredDrain == lastAppliedDrain``
-  (the two annotations only); on timeout: Event ``FailedToDrain``, state Degraded, and later
-  syncs keep waiting ("A previously requested drain has not yet completed");
-- the layered update always reboots; after the reboot (a new daemon process) the node is
-  validated against the on-disk config and, when in its desired state, ``uncordon-<config>``
-  is requested and the state set to Done.
+  (the two annotations only); on timeout: Event ``FailedToDrain``, state Degraded, and a
+  rate-limited retry: a later sync keeps waiting ("A previously requested drain has not yet
+  completed"), but a failed *first* run (``booting`` is cleared only after success) runs
+  ``checkStateOnFirstRun`` again and re-writes ``drain-<config>`` over whatever is there;
+- the layered update always reboots; 4.15 does not apply kernel arguments on that path (4.16
+  does), so the boot-time validation then fails ("missing expected kernel arguments"); after
+  the reboot (a new daemon process) the node is validated against the on-disk config and,
+  when in its desired state, ``uncordon-<config>`` is requested and the state set to Done.
 
 :class:`NodeMachine` plays the machine around the daemon: a reboot switches the host tree to
 the new deployment, waits, calls the ``on_reboot`` hooks (a real reboot restarts the node's
-DaemonSet pods, the agent among them) and starts a fresh daemon.
+DaemonSet pods, the agent among them) and starts a fresh daemon. A daemon pod deleted
+gracefully while it updates ignores SIGTERM and goes only when its 600 s grace period ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -41,6 +52,7 @@ from drain_guard_sim.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
+    GROUP_MCO,
     LAST_APPLIED_DRAIN,
     REASON,
     STATE,
@@ -50,9 +62,11 @@ from drain_guard_sim.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
     annotation_patch,
     annotations_of,
+    read_json,
 )
 from drain_guard_sim.timeline import Timeline
 
@@ -102,11 +116,15 @@ class MachineConfigDaemon(Actor):
         node: str,
         host: HostFS,
         updates: list[UpdateRecord],
+        version: McoVersion = McoVersion.V4_15,
     ) -> None:
         super().__init__(kubeconfig, timeline, timings)
         self.node_name = node
         self.host = host
         self.updates = updates
+        self.version = version
+        #: In an update (from its start to the reboot): SIGTERM is ignored meanwhile.
+        self.updating = False
         self.informer: Informer | None = None
         self.reboot_requested: asyncio.Future[_Reboot] | None = None
         self._changed = asyncio.Event()
@@ -140,19 +158,27 @@ class MachineConfigDaemon(Actor):
         assert self.reboot_requested is not None
         await self.informer.synced.wait()
         booting = True
+        failures = 0
+        t = self.timings
         while True:
+            # AddRateLimited: the per-item limiter's delay, reset (Forget) after a success.
+            await asyncio.sleep(t.s(min(t.mcd_sync_delay * 2**failures, t.mcd_max_backoff)))
             self._changed.clear()
             try:
                 if booting:
-                    booting = False
                     await self._check_state_on_first_run()
+                    booting = False  # only after success: a failed first run runs again
                 else:
                     await self._sync_node()
+                failures = 0
             except _RebootNow as reboot:
                 self.reboot_requested.set_result(reboot.reboot)
                 return
             except (UpdateError, ApiException) as exc:
                 await self._set_degraded(str(exc))
+                failures += 1
+                self.first_sync_done.set()
+                continue  # handleErr: requeued rate-limited, no Node event needed
             self.first_sync_done.set()
             await self._changed.wait()
 
@@ -185,6 +211,7 @@ class MachineConfigDaemon(Actor):
             raise UpdateError(
                 f"unexpected on-disk state: booted {booted}, expected {current_image}"
             )
+        await self._validate_kernel_arguments(current_config, current_image)
         self.say("Validated on-disk state")
         desired_config = ann.get(DESIRED_CONFIG, "")
         desired_image = ann.get(DESIRED_IMAGE, "")
@@ -225,8 +252,43 @@ class MachineConfigDaemon(Actor):
         desired_config = ann.get(DESIRED_CONFIG, "")
         desired_image = ann.get(DESIRED_IMAGE, "")
         if desired_config == current_config and desired_image == current_image:
-            return
+            state = ann.get(STATE, "")
+            if state == STATE_DONE:
+                return
+            self._say_once(
+                f"current+desiredConfig is {current_config}, current+desiredImage is "
+                f"{current_image} but state is {state}"
+            )
+        took = random.uniform(*self.timings.mcd_drift_check)
+        await asyncio.sleep(self.timings.s(took))
+        self.say(f"Preflight config drift check successful (took {took:.3f}s)")
         await self._trigger_update(current_config, desired_config, current_image, desired_image)
+
+    async def _validate_kernel_arguments(self, config: str, image: str) -> None:
+        """validateKernelArguments: the config's kernel arguments must be on the booted cmdline."""
+        expected = await self._kernel_arguments(config)
+        booted = self.host.kernel_args.split()
+        missing = [k for k in expected if k not in booted]
+        if missing:
+            raise UpdateError(
+                f"unexpected on-disk state validating against {image or config}: "
+                f"missing expected kernel arguments: [{' '.join(missing)}]"
+            )
+
+    async def _kernel_arguments(self, config: str) -> list[str]:
+        if not config:
+            return []
+        try:
+            mc = await read_json(
+                await self.custom.get_cluster_custom_object(
+                    GROUP_MCO, "v1", "machineconfigs", config, _preload_content=False
+                )
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return [str(k) for k in (mc.get("spec") or {}).get("kernelArguments") or []]
 
     async def _trigger_update(
         self, old_config: str, new_config: str, old_image: str, new_image: str
@@ -246,6 +308,20 @@ class MachineConfigDaemon(Actor):
     async def _update_on_cluster_build(
         self, started: float, old_config: str, new_config: str, old_image: str, new_image: str
     ) -> None:
+        if old_image == new_image and self.version is McoVersion.V4_18:
+            # OCPBUGS-53408 (4.18.z, 4.19+): equal images, no OS update, no drain, no reboot.
+            self.say(f"Already in desired image {new_image}")
+            self.host.write_mcd_current_config(new_config, new_image)
+            await self._set(
+                {
+                    STATE: STATE_DONE,
+                    CURRENT_CONFIG: new_config,
+                    CURRENT_IMAGE: new_image,
+                    REASON: "",
+                }
+            )
+            return
+        self.updating = True
         if self.cached.get(STATE) not in (STATE_DEGRADED, "Unreconcilable"):
             await self._set({STATE: STATE_WORKING})
         record = UpdateRecord(
@@ -264,6 +340,11 @@ class MachineConfigDaemon(Actor):
             record.rebased = True
         else:
             self.say("Image pullspecs equal, skipping rpm-ostree rebase")
+        if self.version is not McoVersion.V4_15:
+            # 4.16+ applies the config's kernel arguments on the layered path; 4.15 does not.
+            wanted = await self._kernel_arguments(new_config)
+            have = self.host.kernel_args.split()
+            self.host.kernel_args = " ".join(have + [k for k in wanted if k not in have])
         self.host.write_mcd_current_config(new_config, new_image)
         rationale = f"Node will reboot into image {new_image} / MachineConfig {new_config}"
         self.log(self.node_name, f"initiating reboot: {rationale}")
@@ -364,6 +445,7 @@ class NodeMachine:
     kubeconfig: Path
     timeline: Timeline
     timings: Timings
+    version: McoVersion = McoVersion.V4_15
     on_reboot: list[RebootHook] = field(default_factory=list)
     updates: list[UpdateRecord] = field(default_factory=list)
     reboots: int = 0
@@ -388,15 +470,35 @@ class NodeMachine:
         assert self.daemon is not None
         await self.daemon.first_sync_done.wait()
 
-    def restart_daemon(self) -> None:
-        """Kill the daemon pod and start a new one (it re-runs checkStateOnFirstRun)."""
+    def restart_daemon(self, *, graceful: bool = False) -> None:
+        """Delete the daemon pod; a new one re-runs checkStateOnFirstRun.
+
+        Not graceful: a SIGKILL (force delete, OOM), at once. Graceful: SIGTERM, which the
+        MCD ignores while it updates, so the pod goes when its grace period (600 s) ends.
+        """
+        daemon = self.daemon
+        if graceful and daemon is not None and daemon.updating:
+            grace = self.timings.mcd_termination_grace
+            self.timeline.add(
+                "machine-config-daemon",
+                self.name,
+                f"SIGTERM ignored mid-update: killed in {grace:g}s",
+            )
+            asyncio.get_running_loop().call_later(self.timings.s(grace), self._restart.set)
+            return
         self._restart.set()
 
     async def _run(self) -> None:
         while True:
             self._restart.clear()
             daemon = MachineConfigDaemon(
-                self.kubeconfig, self.timeline, self.timings, self.name, self.host, self.updates
+                self.kubeconfig,
+                self.timeline,
+                self.timings,
+                self.name,
+                self.host,
+                self.updates,
+                self.version,
             )
             self.daemon = daemon
             self._daemon_created.set()

@@ -14,6 +14,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "Actor",
     "Informer",
     "JsonObj",
+    "McoVersion",
     "Timings",
     "WorkQueue",
 ]
@@ -77,6 +79,33 @@ GROUP_MCO = "machineconfiguration.openshift.io"
 GROUP_BUILD = "build.openshift.io"
 
 
+class McoVersion(StrEnum):
+    """Which MCO the actors play; where the versions differ is in docs/mco-versions.md.
+
+    ``4.16`` stands for 4.16 and 4.17 (same drain controller, same node-controller gate);
+    ``4.18`` is 4.18's latest z-stream (with OCPBUGS-53408).
+    """
+
+    V4_15 = "4.15"
+    V4_16 = "4.16"
+    V4_18 = "4.18"
+
+    @property
+    def gates_on_build(self) -> bool:
+        """4.16+: nodes are targeted only once the build of the pool's rendered config is done."""
+        return self is not McoVersion.V4_15
+
+    @property
+    def drain_on_annotation_only(self) -> bool:
+        """4.16+: the drain controller queues a node only when ``desiredDrain`` changes."""
+        return self is not McoVersion.V4_15
+
+    @property
+    def job_builds(self) -> bool:
+        """4.18+: a build runs as a Job (``backoffLimit: 3``), whose evicted pod is retried."""
+        return self is McoVersion.V4_18
+
+
 @dataclass(frozen=True)
 class Timings:
     """Every duration the actors use, in MCO's seconds; ``s()`` scales by ``time_factor``.
@@ -90,6 +119,16 @@ class Timings:
     mcd_poll: float = 10.0
     mcd_drain_timeout: float = 3600.0
     mcd_uncordon_timeout: float = 600.0
+    #: daemon.go's queue: AddRateLimited on every Node event, whose per-item exponential
+    #: limiter starts at 1 s (the bucket limiter at rate.Limit(updateDelay) never waits).
+    mcd_sync_delay: float = 1.0
+    mcd_max_backoff: float = 60.0
+    #: runPreflightConfigDriftCheck before an update (the seed's took 0.42 s after
+    #: ``rpm-ostree kargs``): drawn in this range, so a request lands 1.5-3 s after the
+    #: node controller's write and the 4.15 MCC acts 2-3.5 s after the request.
+    mcd_drift_check: tuple[float, float] = (0.5, 2.0)
+    #: the daemon DaemonSet's terminationGracePeriodSeconds; the MCD ignores SIGTERM mid-update
+    mcd_termination_grace: float = 600.0
     reboot: float = 60.0
     # machine-config-controller drain controller
     mcc_update_delay: float = 5.0
@@ -108,7 +147,11 @@ class Timings:
     cordon_backoff: float = 10.0
     # node controller (render + rollout)
     node_controller_delay: float = 5.0
-    # builds
+    # builds: the build controller also waits UpdateDelay after a pool change, then prepares
+    # the build (ConfigMaps, the Build object) before it marks the pool BuildPending.
+    build_controller_delay: float = 5.0
+    build_prepare: float = 1.0
+    build_backoff_limit: int = 3
     build_pod_start: float = 3.0
     build_duration: float = 120.0
     # ReplicaSet controller re-creating an evicted pod

@@ -1,22 +1,27 @@
-"""The machine-config-controller's render and node controllers for one pool, as in MCO 4.15.
+"""The machine-config-controller's render and node controllers for one pool, MCO 4.15 to 4.18.
 
 Render (pkg/controller/render): the pool's MachineConfigs (label ``…/role=<pool>``) are merged
-into ``rendered-<pool>-<hash>``, a MachineConfig of its own, and the pool's
-``spec.configuration.name`` points at it.
+into ``rendered-<pool>-<hash>``, a MachineConfig of its own (with their kernel arguments), and
+the pool's ``spec.configuration.name`` points at it.
 
-Node controller (pkg/controller/node/node_controller.go, ``syncMachineConfigPool``): nodes whose
-desired config or desired image differ from the pool's are candidates; ``maxUnavailable`` (1)
-minus the unavailable nodes is the capacity; candidates are taken oldest first; each chosen node
-gets ``desiredConfig`` = the pool's config and ``desiredImage`` = the pool's
-``newestImageEquivalentConfig`` (``LayeredNodeState.SetDesiredStateFromPool``). A node counts as
-unavailable only when it is busy *and* its desired image already equals the pool's, and a
-cordoned node is never a candidate — both as in 4.15.
+Node controller (pkg/controller/node/node_controller.go, ``syncMachineConfigPool``,
+``getAllCandidateMachines``): nodes whose desired config or desired image differ from the
+pool's are candidates; ``maxUnavailable`` (1) minus the unavailable nodes, minus the nodes
+failing to reach this very target (Degraded), is the capacity; candidates are taken oldest
+first; each chosen node gets ``desiredConfig`` = the pool's config and ``desiredImage`` = the
+pool's ``newestImageEquivalentConfig`` (``LayeredNodeState.SetDesiredStateFromPool``). A node
+counts as unavailable when it is busy (not ready, or not Done and not failing) and its desired
+image already equals the pool's; a cordoned node is never a candidate.
 
-The 4.15 bug: the controller gates a layered pool on its ``BuildSuccess`` condition, which it
-can still see True from the previous build when it acts on a new rendered config, so the node
-gets the new config with the old image while the new image is being built (the seed report
-reproduces it "Always"). ``wait_for_build=False`` (the default) makes that race deterministic:
-an in-progress build does not hold the rollout back. ``True`` gives the fixed behaviour.
+When a layered pool may roll out (``canLayeredPoolContinue``):
+
+- 4.15: while the pool's ``BuildSuccess`` condition is True, which it still is, from the
+  previous build, between the render and the moment the build controller marks the new build
+  pending (both wait 5 s after the pool changes; the build controller then prepares the build
+  first). A node targeted then gets the new config with the old image: the seed's bug. Once
+  BuildPending or Building is True, the rollout waits.
+- 4.16, 4.17, 4.18: only once the build (a MachineOSBuild; here the Build object, kept) of the
+  pool's current rendered config has succeeded and its image is the pool's.
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ from drain_guard_sim.mco import (
     CURRENT_IMAGE,
     DESIRED_CONFIG,
     DESIRED_IMAGE,
+    GROUP_BUILD,
     GROUP_MCO,
     LAYERING_LABEL,
+    MCO_NAMESPACE,
     POOL_IMAGE,
     ROLE_LABEL,
     STATE,
@@ -42,6 +49,7 @@ from drain_guard_sim.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
     WorkQueue,
     annotation_patch,
@@ -51,7 +59,7 @@ from drain_guard_sim.mco import (
 )
 from drain_guard_sim.timeline import Timeline
 
-__all__ = ["NodeController", "condition_true", "rendered_name"]
+__all__ = ["NodeController", "condition_true", "rendered_name", "rollout_targets"]
 
 
 def rendered_name(pool: str, configs: list[JsonObj]) -> str:
@@ -68,6 +76,40 @@ def condition_true(pool: JsonObj, ctype: str) -> bool:
         if cond.get("type") == ctype:
             return bool(cond.get("status") == "True")
     return False
+
+
+def _failing(node: JsonObj) -> bool:
+    """isNodeMCDFailing: Degraded or Unreconcilable on its way to another config."""
+    ann = annotations_of(node)
+    return ann.get(CURRENT_CONFIG) != ann.get(DESIRED_CONFIG) and ann.get(STATE) in (
+        STATE_DEGRADED,
+        "Unreconcilable",
+    )
+
+
+def rollout_targets(
+    nodes: list[JsonObj], target: str, image: str, max_unavailable: int
+) -> list[JsonObj]:
+    """getAllCandidateMachines, capped by the capacity: the nodes to give the pool's target."""
+
+    def desired_equal(n: JsonObj) -> bool:
+        ann = annotations_of(n)
+        return ann.get(DESIRED_CONFIG) == target and ann.get(DESIRED_IMAGE, "") == image
+
+    def done(n: JsonObj) -> bool:
+        ann = annotations_of(n)
+        return ann.get(CURRENT_CONFIG) == ann.get(DESIRED_CONFIG) and ann.get(STATE) == STATE_DONE
+
+    def unavailable(n: JsonObj) -> bool:
+        busy = not _node_ready(n) or (not done(n) and not _failing(n))
+        return busy and annotations_of(n).get(DESIRED_IMAGE, "") == image
+
+    capacity = max_unavailable - sum(1 for n in nodes if unavailable(n))
+    # Nodes failing to reach this target count against availability too.
+    capacity -= sum(1 for n in nodes if desired_equal(n) and _failing(n))
+    if capacity <= 0:
+        return []
+    return [n for n in nodes if not desired_equal(n) and _node_ready(n)][:capacity]
 
 
 def _node_ready(node: JsonObj) -> bool:
@@ -91,18 +133,20 @@ class NodeController(Actor):
         timings: Timings,
         pool: str = "worker",
         max_unavailable: int = 1,
-        wait_for_build: bool = False,
+        version: McoVersion = McoVersion.V4_15,
     ) -> None:
         super().__init__(kubeconfig, timeline, timings)
         self.pool_name = pool
         self.max_unavailable = max_unavailable
-        self.wait_for_build = wait_for_build
+        self.version = version
         self.queue = WorkQueue(
             timings.s(timings.rate_limit_base), timings.s(timings.rate_limit_max)
         )
         self.nodes: Informer | None = None
         self.pools: Informer | None = None
         self.configs: Informer | None = None
+        self.builds: Informer | None = None
+        self._last_message: str | None = None
 
     async def started(self) -> None:
         c = self.custom
@@ -117,7 +161,15 @@ class NodeController(Actor):
             self._on_change,
             {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigs"},
         )
-        for inf, name in ((self.nodes, "nodes"), (self.pools, "pools"), (self.configs, "mcs")):
+        self.builds = Informer(
+            c.list_namespaced_custom_object,
+            self._on_change,
+            {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE, "plural": "builds"},
+        )
+        informers = [(self.nodes, "nodes"), (self.pools, "pools"), (self.configs, "mcs")]
+        if self.version.gates_on_build:
+            informers.append((self.builds, "builds"))
+        for inf, name in informers:
             self.spawn(inf.run(), f"node-controller-{name}")
             await inf.synced.wait()
         self.spawn(self._worker(), "node-controller-worker")
@@ -170,7 +222,14 @@ class NodeController(Actor):
                         "machineconfiguration.openshift.io/generated-by-controller-version": "sim"
                     },
                 },
-                "spec": {"config": {"ignition": {"version": "3.4.0"}}},
+                "spec": {
+                    "config": {"ignition": {"version": "3.4.0"}},
+                    "kernelArguments": [
+                        k
+                        for mc in sorted(inputs, key=lambda m: m["metadata"]["name"])
+                        for k in (mc.get("spec") or {}).get("kernelArguments") or []
+                    ],
+                },
             }
             try:
                 await read_json(
@@ -219,18 +278,45 @@ class NodeController(Actor):
         layered = LAYERING_LABEL in labels_of(pool)
         image = annotations_of(pool).get(POOL_IMAGE, "") if layered else ""
         if layered:
-            if not image:
+            why = self._cannot_continue(pool, target, image)
+            if why is not None:
+                self._say_once(f"Requeueing layered pool {self.pool_name}: {why}")
+                await self._sync_status(pool, self._nodes(pool), target, image)
                 return
-            if condition_true(pool, "BuildFailed"):
-                self.log(
-                    None, f"Layered pool {self.pool_name} encountered an error: image build failed"
-                )
-                return
-            building = condition_true(pool, "BuildPending") or condition_true(pool, "Building")
-            if self.wait_for_build and building:
-                return
+        nodes = self._nodes(pool)
+        for node in rollout_targets(nodes, target, image, self.max_unavailable):
+            await self._set_desired(node["metadata"]["name"], target, image)
+        await self._sync_status(pool, nodes, target, image)
+
+    def _cannot_continue(self, pool: JsonObj, target: str, image: str) -> str | None:
+        """canLayeredPoolContinue: None to roll out, else why not."""
+        if not image:
+            return "Image annotation is not set"
+        if self.version.gates_on_build:
+            assert self.builds is not None
+            build = self.builds.cache.get(f"{MCO_NAMESPACE}/build-{target}")
+            phase = ((build or {}).get("status") or {}).get("phase")
+            if phase == "Complete" and image.endswith(
+                (((build or {}).get("status") or {}).get("output") or {})
+                .get("to", {})
+                .get("imageDigest", "-")
+            ):
+                return None
+            return f"MachineOSBuild for {target} is {phase or 'not there yet'}"
+        if condition_true(pool, "BuildSuccess"):
+            return None
+        if condition_true(pool, "BuildPending"):
+            return "Image build pending"
+        if condition_true(pool, "Building"):
+            return "Image build in progress"
+        if condition_true(pool, "BuildFailed"):
+            return "image build failed"
+        return "Image is not ready yet"
+
+    def _nodes(self, pool: JsonObj) -> list[JsonObj]:
+        assert self.nodes is not None
         selector = (pool.get("spec") or {}).get("nodeSelector", {}).get("matchLabels") or {}
-        nodes = sorted(
+        return sorted(
             (
                 n
                 for n in self.nodes.cache.values()
@@ -239,28 +325,10 @@ class NodeController(Actor):
             key=lambda n: (n["metadata"].get("creationTimestamp") or "", n["metadata"]["name"]),
         )
 
-        def desired_equal(n: JsonObj) -> bool:
-            ann = annotations_of(n)
-            return ann.get(DESIRED_CONFIG) == target and ann.get(DESIRED_IMAGE, "") == image
-
-        def done(n: JsonObj) -> bool:
-            ann = annotations_of(n)
-            return (
-                ann.get(CURRENT_CONFIG) == ann.get(DESIRED_CONFIG) and ann.get(STATE) == STATE_DONE
-            )
-
-        def unavailable(n: JsonObj) -> bool:
-            busy = not _node_ready(n) or (
-                not done(n) and annotations_of(n).get(STATE) != STATE_DEGRADED
-            )
-            return busy and annotations_of(n).get(DESIRED_IMAGE, "") == image
-
-        capacity = self.max_unavailable - sum(1 for n in nodes if unavailable(n))
-        candidates = [n for n in nodes if not desired_equal(n) and _node_ready(n)]
-        if capacity > 0 and candidates:
-            for node in candidates[:capacity]:
-                await self._set_desired(node["metadata"]["name"], target, image)
-        await self._sync_status(pool, nodes, target, image)
+    def _say_once(self, message: str) -> None:
+        if self._last_message != message:
+            self.log(None, message)
+        self._last_message = message
 
     async def _set_desired(self, name: str, config: str, image: str) -> None:
         node = await self.get_node(name)
