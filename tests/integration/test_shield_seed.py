@@ -16,7 +16,7 @@ from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.gc import GC_USER
-from drain_guard_sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, annotations_of
+from drain_guard_sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, Timings, annotations_of
 
 OURS = f"{MANAGED_BY_KEY}={MANAGED_BY}"
 WAIT = 30.0
@@ -24,9 +24,11 @@ WAIT = 30.0
 
 async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path: Path) -> None:
     # The eviction API ignores budgets for Pending pods (as Kubernetes does), so the build pod
-    # must be Running before the first eviction: 3 MCO seconds after its creation, against
-    # the 5 s + 5 s of the node controller and the MCC; 0.02 keeps that margin on a busy box.
-    async with SimCluster(tmp_path, time_factor=0.02) as cluster:
+    # must be Running before the first eviction. The pod comes 6 MCO seconds after the pool
+    # changes (the build controller's 5 s delay and its preparation), the cordon 10 s after
+    # (the node controller's and the MCC's 5 s): a pod that starts in 0.5 s leaves 3.5 s.
+    timings = Timings(build_pod_start=0.5)
+    async with SimCluster(tmp_path, time_factor=0.03, timings=timings) as cluster:
         api = cluster.api
         node = cluster.build_node
         client = await load_api_client(str(cluster.agent_kubeconfig(node)))

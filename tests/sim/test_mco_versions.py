@@ -1,0 +1,293 @@
+"""Where MCO 4.15, 4.16/4.17 and 4.18 differ, and where the simulated MCO used to differ from
+them (docs/mco-versions.md): one test per difference, read from the write log and timeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drain_guard_sim.apiserver import WriteRecord
+from drain_guard_sim.build import is_build_pod
+from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.mco import (
+    CURRENT_CONFIG,
+    DESIRED_CONFIG,
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    LAST_APPLIED_DRAIN,
+    MCC_USER,
+    MCD_USER,
+    MCO_NAMESPACE,
+    REGISTRY_NAMESPACE,
+    STATE,
+    McoVersion,
+    Timings,
+    annotations_of,
+)
+from drain_guard_sim.nodecontroller import rollout_targets
+from tests.sim.test_mco_actors import CFG, ann, request_and_hold, set_ann, wrote_drain
+
+MCD = "machine-config-daemon"
+
+
+def cordoned(rec: WriteRecord) -> bool:
+    before = ((rec.before or {}).get("spec") or {}).get("unschedulable", False)
+    after = ((rec.after or {}).get("spec") or {}).get("unschedulable", False)
+    return bool(after and not before)
+
+
+@pytest.mark.parametrize(
+    ("version", "window"),
+    [(McoVersion.V4_15, "short"), (McoVersion.V4_16, "5s"), (McoVersion.V4_18, "5s")],
+)
+async def test_request_to_cordon_window(tmp_path: Path, version: McoVersion, window: str) -> None:
+    """4.15: the MCC's 5 s start at the node controller's write and the MCD asks 1.5-3 s later
+    (rate limiter, drift check), so the cordon follows the request by 2-3.5 s; 4.16+ queue
+    the node only when desiredDrain changes: 5 s from the request."""
+    factor = 0.1
+    timings = Timings(mcd_drift_check=(2.0, 2.0))
+    async with SimCluster(
+        tmp_path,
+        nodes=2,
+        time_factor=factor,
+        timings=timings,
+        node_controller=False,
+        version=version,
+    ) as cluster:
+        api = cluster.api
+        rv = api.resource_version
+        # As the node controller would (a new image: 4.18 does not drain for an equal one).
+        new = {DESIRED_CONFIG: CFG, DESIRED_IMAGE: cluster.initial_image[:-4] + "beef"}
+        api.patch("nodes", "worker-1", {"metadata": {"annotations": new}})
+        [target] = api.writes("nodes", name="worker-1", since=rv)
+        request = await api.wait_for_write(wrote_drain(f"drain-{CFG}", "worker-1"), since=rv)
+        cordon = await api.wait_for_write(
+            lambda r: r.user == MCC_USER and r.name == "worker-1" and cordoned(r), since=rv
+        )
+        assert (request.time - target.time) / factor >= 3.0  # 1 s limiter + 2 s drift check
+        assert (cordon.time - target.time) / factor >= 5.0
+        if window == "short":
+            assert (cordon.time - request.time) / factor < 4.5
+        else:
+            assert (cordon.time - request.time) / factor >= 5.0
+        assert cluster.timeline.select(actor=MCD, contains="Preflight config drift check")
+
+
+async def test_a_failed_first_run_writes_its_drain_again_over_a_hold(tmp_path: Path) -> None:
+    """booting is cleared only after checkStateOnFirstRun succeeds: after the 1 h drain
+    timeout in a first run, the MCD runs it again and re-writes drain-<config> over the hold."""
+    timings = Timings(mcc_update_delay=100)
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.001, timings=timings, node_controller=False
+    ) as cluster:
+        api = cluster.api
+        await request_and_hold(cluster, "worker-0", CFG)
+        rv = api.resource_version
+        cluster.restart_mcd("worker-0")  # the new daemon's first run asks again: hold it again
+        await api.wait_for_write(wrote_drain(f"drain-{CFG}"), since=rv, timeout=20)
+        set_ann(cluster, "worker-0", desired_drain=f"hold-drain-{CFG}")
+        async with asyncio.timeout(30):
+            await cluster.timeline.wait_for(
+                lambda e: (
+                    e.node == "worker-0" and "Marking Degraded due to: failed to drain" in e.message
+                )
+            )
+        rv = api.resource_version
+        again = await api.wait_for_write(wrote_drain(f"drain-{CFG}"), since=rv, timeout=20)
+        assert annotations_of(again.before or {})[DESIRED_DRAIN] == f"hold-drain-{CFG}"
+
+
+async def test_an_update_starts_when_config_and_image_are_equal_but_not_done(
+    tmp_path: Path,
+) -> None:
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, node_controller=False) as cluster:
+        api = cluster.api
+        config = ann(cluster, "worker-1")[CURRENT_CONFIG]
+        rv = api.resource_version
+        api.patch("nodes", "worker-1", {"metadata": {"annotations": {STATE: "Degraded"}}})
+        await api.wait_for_write(wrote_drain(f"drain-{config}", "worker-1"), since=rv, timeout=20)
+        assert cluster.timeline.select(actor=MCD, node="worker-1", contains="but state is Degraded")
+
+
+@pytest.mark.parametrize(
+    ("version", "degraded"), [(McoVersion.V4_15, True), (McoVersion.V4_16, False)]
+)
+async def test_kernel_arguments_on_the_layered_path(
+    tmp_path: Path, version: McoVersion, degraded: bool
+) -> None:
+    """4.15's layered update never applies kernel arguments, so the boot-time validation
+    fails; 4.16 applies them."""
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.01, node_controller=False, version=version
+    ) as cluster:
+        api = cluster.api
+        api.create(
+            "machineconfigs",
+            {
+                "apiVersion": "machineconfiguration.openshift.io/v1",
+                "kind": "MachineConfig",
+                "metadata": {"name": CFG},
+                "spec": {
+                    "config": {"ignition": {"version": "3.4.0"}},
+                    "kernelArguments": ["nosmt"],
+                },
+            },
+        )
+        set_ann(cluster, "worker-1", desired_config=CFG)
+        await api.wait_for(lambda: cluster.machines["worker-1"].reboots == 1, timeout=30)
+        want = "Degraded" if degraded else "Done"
+        await api.wait_for(lambda: ann(cluster, "worker-1").get(STATE) == want, timeout=30)
+        reason = ann(cluster, "worker-1").get("machineconfiguration.openshift.io/reason", "")
+        if degraded:
+            assert "missing expected kernel arguments: [nosmt]" in reason
+        else:
+            assert "nosmt" in cluster.hosts["worker-1"].kernel_args.split()
+            assert ann(cluster, "worker-1")[CURRENT_CONFIG] == CFG
+
+
+async def test_a_graceful_delete_mid_update_waits_for_the_grace_period(tmp_path: Path) -> None:
+    timings = Timings(mcc_update_delay=1000)
+    factor = 0.005
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=factor, timings=timings, node_controller=False
+    ) as cluster:
+        await request_and_hold(cluster, "worker-0", CFG)
+        deleted = cluster.timeline.add("test", "worker-0", "oc delete pod (SIGTERM)")
+        cluster.restart_mcd("worker-0", graceful=True)
+        async with asyncio.timeout(30):
+            restarted = await cluster.timeline.wait_for(
+                lambda e: e.node == "worker-0" and "daemon pod restarted" in e.message
+            )
+        assert (restarted.t - deleted.t) / factor >= 600
+        assert cluster.timeline.select(actor=MCD, contains="SIGTERM ignored mid-update")
+
+
+def _node(name: str, *, desired: str, current: str, state: str, image: str = "x") -> Any:
+    return {
+        "metadata": {
+            "name": name,
+            "annotations": {
+                DESIRED_CONFIG: desired,
+                CURRENT_CONFIG: current,
+                "machineconfiguration.openshift.io/desiredImage": image,
+                STATE: state,
+            },
+        },
+        "spec": {},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_a_node_failing_to_reach_the_target_keeps_the_capacity_at_zero() -> None:
+    nodes = [
+        _node("worker-0", desired="new", current="old", state="Degraded"),
+        _node("worker-1", desired="old", current="old", state="Done"),
+    ]
+    assert rollout_targets(nodes, "new", "x", 1) == []
+    # Degraded in its desired config (current == desired): unavailable, not a candidate.
+    nodes[0] = _node("worker-0", desired="old", current="old", state="Degraded")
+    assert rollout_targets(nodes, "new", "x", 1) == []
+    nodes[0] = _node("worker-0", desired="old", current="old", state="Done")
+    assert [n["metadata"]["name"] for n in rollout_targets(nodes, "new", "x", 1)] == ["worker-0"]
+
+
+async def test_4_18_does_not_drain_for_an_equal_image(tmp_path: Path) -> None:
+    """OCPBUGS-53408 (4.18.z, 4.19+): the MCD skips an update whose images are equal."""
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.01, node_controller=False, version=McoVersion.V4_18
+    ) as cluster:
+        api = cluster.api
+        rv = api.resource_version
+        set_ann(cluster, "worker-1", desired_config=CFG)
+        await api.wait_for(lambda: ann(cluster, "worker-1").get(CURRENT_CONFIG) == CFG, timeout=20)
+        assert not [
+            r
+            for r in api.writes("nodes", user=MCD_USER, since=rv)
+            if wrote_drain(f"drain-{CFG}", "worker-1")(r)
+        ]
+        assert cluster.machines["worker-1"].reboots == 0
+        assert ann(cluster, "worker-1")[STATE] == "Done"
+
+
+@pytest.mark.parametrize("version", [McoVersion.V4_15, McoVersion.V4_16])
+async def test_targets_during_the_build(tmp_path: Path, version: McoVersion) -> None:
+    """4.15 targets the first node with the old image before the build is marked pending,
+    then waits; 4.16+ target no node before the build of the new config succeeded."""
+    async with SimCluster(tmp_path, time_factor=0.01, version=version) as cluster:
+        api = cluster.api
+        rv = api.resource_version
+        rendered = await cluster.create_machine_config("99-worker-files")
+        build = await cluster.wait_build_done(timeout=60)
+        targeted = [
+            r
+            for r in api.writes("nodes", user=MCC_USER, since=rv)
+            if annotations_of(r.after or {}).get(DESIRED_CONFIG) == rendered
+            and annotations_of(r.before or {}).get(DESIRED_CONFIG) != rendered
+        ]
+        during = [
+            r.name for r in targeted if cluster.timeline.since_start(r.time) <= build.finished
+        ]
+        if version is McoVersion.V4_15:
+            assert during == ["worker-0"]
+        else:
+            assert during == []
+            assert build.succeeded
+            assert cluster.cordons() == []
+
+
+async def test_4_18_recordons_a_node_uncordoned_during_its_drain(tmp_path: Path) -> None:
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.002, node_controller=False, version=McoVersion.V4_18
+    ) as cluster:
+        api = cluster.api
+        api.create(
+            "poddisruptionbudgets",
+            {
+                "metadata": {"name": "image-registry", "namespace": REGISTRY_NAMESPACE},
+                "spec": {
+                    "minAvailable": 1,
+                    "selector": {"matchLabels": {"docker-registry": "default"}},
+                },
+            },
+        )
+        set_ann(cluster, "worker-0", desired_drain="drain-" + CFG)
+        async with asyncio.timeout(20):
+            await cluster.timeline.wait_for(lambda e: "Drain failed. Waiting 1 minute" in e.message)
+        api.patch("nodes", "worker-0", {"spec": {"unschedulable": None}})
+        async with asyncio.timeout(20):
+            await cluster.timeline.wait_for(
+                lambda e: "External actor has unexpectedly uncordoned node worker-0" in e.message
+            )
+        await api.wait_for(lambda: api.get("nodes", "worker-0")["spec"].get("unschedulable"), 10)
+        assert ann(cluster, "worker-0").get(LAST_APPLIED_DRAIN) != "drain-" + CFG
+
+
+async def test_4_18_retries_an_evicted_build_pod(tmp_path: Path) -> None:
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.01, node_controller=False, version=McoVersion.V4_18
+    ) as cluster:
+        api = cluster.api
+        api.patch(
+            "machineconfigpools",
+            "worker",
+            {"spec": {"configuration": {"name": CFG}}},
+            patch_type="merge",
+        )
+        first = await api.wait_for(lambda: cluster.build_pods(), timeout=20)
+        pod = first[0]
+        job = f"build-{CFG}"
+        assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == job
+        assert [(o["kind"], o["name"]) for o in pod["metadata"]["ownerReferences"]] == [
+            ("Job", job)
+        ]
+        assert api.get("jobs", job, MCO_NAMESPACE)["spec"]["backoffLimit"] == 3
+        api.delete("pods", pod["metadata"]["name"], MCO_NAMESPACE)  # as an eviction would
+        build = await cluster.wait_build_done(timeout=30)
+        assert build.succeeded, build
+        pods = {r.name for r in api.writes("pods", verb="create") if is_build_pod(r.after or {})}
+        assert len(pods) == 2
+        assert not [r for r in api.writes("nodes", user=MCD_USER) if cordoned(r)]
