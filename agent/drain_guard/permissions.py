@@ -17,19 +17,22 @@ class Scope(StrEnum):
 
     ``CLUSTER`` goes into the ClusterRole; ``OWN_DAEMONSET`` into a namespaced Role limited
     (``resourceNames``) to the agent's own DaemonSet, which it reads on SIGTERM to tell an
-    uninstall from a rolling update; ``SHIELD`` into a Role in each of ``SHIELD_NAMESPACES``,
-    where the shield keeps PodDisruptionBudgets on build pods ("only where build pods run").
+    uninstall from a rolling update; ``MCO`` into a Role in each of ``MCO_NAMESPACES``, where
+    MCO's build pods run: the agent's pod watch reads its node's pods there, and the shield
+    keeps PodDisruptionBudgets on build pods there ("only where build pods run").
     """
 
     CLUSTER = "cluster"
     OWN_DAEMONSET = "own-daemonset"
-    SHIELD = "shield"
+    MCO = "mco"
 
 
-#: Where the shield may write budgets: MCO's namespace, where its build pods run. (With
-#: ``--shield-dependencies`` the agent also looks in openshift-image-registry; without a Role
-#: there it reports that namespace as forbidden and shields the rest.)
-SHIELD_NAMESPACES: tuple[str, ...] = ("openshift-machine-config-operator",)
+#: Where build pods run: MCO's namespace, the default build-pod scope. (``--build-pod-namespace``
+#: and ``--shield-dependencies`` widen the pod watch to every namespace, which needs the
+#: opt-in ClusterRole of docs/install.md; without it the pod watch is refused and the agent is
+#: not ready. ``--shield-dependencies`` also needs a Role on budgets in
+#: openshift-image-registry; without it the shield reports that namespace as forbidden.)
+MCO_NAMESPACES: tuple[str, ...] = ("openshift-machine-config-operator",)
 
 
 @dataclass(frozen=True)
@@ -45,24 +48,35 @@ class Permission:
 PERMISSIONS: tuple[Permission, ...] = (
     # Its own Node: read, watch, and compare-and-swap JSON patches of annotations.
     Permission("", "nodes", frozenset({"get", "list", "watch", "patch"})),
-    # The pods on its Node (field selector spec.nodeName): the build-pod guard.
-    Permission("", "pods", frozenset({"list", "watch"})),
+    # The pods on its Node (field selector spec.nodeName) where build pods run: the build-pod
+    # guard and the shield share this one watch; the shield also lists by a build pod's
+    # labels, to check a budget with them would select that pod alone.
+    Permission("", "pods", frozenset({"list", "watch"}), Scope.MCO),
     # DrainHeld / DrainReleased / DrainHoldExpired Events on the Node, aggregated by patch.
     Permission("", "events", frozenset({"create", "patch"})),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_DAEMONSET),
-    # The shield: budgets on the build pods of its node, in SHIELD_NAMESPACES only.
+    # The shield: budgets on the build pods of its node, in MCO_NAMESPACES only.
     Permission(
         "policy",
         "poddisruptionbudgets",
         frozenset({"list", "watch", "create", "delete"}),
-        Scope.SHIELD,
+        Scope.MCO,
     ),
 )
 
 
-def allowed(api_group: str, resource: str, verb: str) -> bool:
-    """Whether the agent is meant to call ``verb`` on ``resource`` (of ``api_group``)."""
+def allowed(api_group: str, resource: str, verb: str, namespace: str | None) -> bool:
+    """Whether the agent is meant to call ``verb`` on ``resource`` (of ``api_group``) in
+    ``namespace`` (None: a cluster-wide request)."""
     return any(
-        p.api_group == api_group and p.resource == resource and verb in p.verbs for p in PERMISSIONS
+        p.api_group == api_group
+        and p.resource == resource
+        and verb in p.verbs
+        and (
+            p.scope is Scope.CLUSTER
+            or (p.scope is Scope.MCO and namespace in MCO_NAMESPACES)
+            or (p.scope is Scope.OWN_DAEMONSET and namespace is not None)
+        )
+        for p in PERMISSIONS
     )

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from drain_guard.permissions import SHIELD_NAMESPACES
+from drain_guard.permissions import MCO_NAMESPACES
 from tests.deploy.tools import (
     MIN_KUBERNETES,
     WITH_ADMISSION_POLICY,
@@ -126,7 +126,7 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
         elif obj["metadata"]["name"] == "drain-guard-shield":
             # The shield's Role and RoleBinding live where build pods run (drain_guard.permissions).
             assert obj["kind"] in ("Role", "RoleBinding"), key(obj)
-            assert namespace in SHIELD_NAMESPACES, f"{key(obj)} is not where build pods run"
+            assert namespace in MCO_NAMESPACES, f"{key(obj)} is not where build pods run"
         else:
             assert namespace == NAMESPACE, f"{key(obj)} is not in {NAMESPACE}"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from drain_guard.permissions import PERMISSIONS, SHIELD_NAMESPACES, Permission, Scope
+from drain_guard.permissions import PERMISSIONS, MCO_NAMESPACES, Permission, Scope
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one
 
 SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)
@@ -88,8 +88,8 @@ def expected(objects: list[Obj], permissions: Iterable[Permission]) -> set[Grant
         for verb in p.verbs:
             if p.scope is Scope.CLUSTER:
                 grants.add(Grant(p.api_group, p.resource, verb, "", ()))
-            elif p.scope is Scope.SHIELD:
-                for shielded in SHIELD_NAMESPACES:
+            elif p.scope is Scope.MCO:
+                for shielded in MCO_NAMESPACES:
                     grants.add(Grant(p.api_group, p.resource, verb, shielded, ()))
             else:
                 grants.add(Grant(p.api_group, p.resource, verb, namespace, (name,)))

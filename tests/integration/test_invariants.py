@@ -155,7 +155,7 @@ async def test_invariants_over_the_write_log(
             labels = w.obj["metadata"].get("labels") or {}
             assert labels.get(shield.MANAGED_BY_KEY) == shield.MANAGED_BY, w
             assert labels.get(shield.NODE_KEY) == NODE, w
-            assert w.namespace in permissions.SHIELD_NAMESPACES, w
+            assert w.namespace in permissions.MCO_NAMESPACES, w
             continue
         assert (w.resource, w.name) == ("nodes", NODE) or w.resource == "events", w
         if w.resource == "events":
@@ -168,13 +168,30 @@ async def test_every_request_the_agent_sent_is_permitted(
     agent = await start_agent("--max-hold", "3s", "--daemonset", "drain-guard/drain-guard")
     await _scenario(api, agent, tmp_path)
     assert await agent.stop() == 0  # reads the DaemonSet (absent: uninstall, releases)
-    sent = {(verb, res) for (user, verb, res), n in api.requests.items() if user == AGENT_USER}
-    assert ("get", "daemonsets.apps") in sent
-    assert ("patch", "nodes") in sent
-    for verb, resource in sent:
+    sent = {
+        (verb, resource, _namespace_of(path))
+        for _t, user, verb, resource, path, _status in api.request_log
+        if user == AGENT_USER
+    }
+    assert ("get", "daemonsets.apps", "drain-guard") in sent
+    assert ("patch", "nodes", None) in sent
+    # The pod watch reads only where build pods run, never every namespace's pods.
+    assert {(v, n) for v, r, n in sent if r == "pods"} == {
+        ("list", MCO_NS),
+        ("watch", MCO_NS),
+    }
+    for verb, resource, namespace in sent:
         plural, _, group = resource.partition(".")
         assert "/" not in plural, f"subresource {resource} is not in drain_guard.permissions"
-        assert permissions.allowed(group, plural, verb), (verb, resource)
+        assert permissions.allowed(group, plural, verb, namespace), (verb, resource, namespace)
+
+
+def _namespace_of(path: str) -> str | None:
+    """The namespace of a request path (``.../namespaces/NS/RESOURCE...``); None if cluster-wide."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts[:4] and len(parts) > parts.index("namespaces") + 2:
+        return parts[parts.index("namespaces") + 1]
+    return None
 
 
 async def test_nothing_is_decided_before_the_pods_are_known(
