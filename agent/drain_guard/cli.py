@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the agent's HTTP endpoint to include (default: try {DEFAULT_ENDPOINT})",
     )
 
-    release = sub.add_parser("release", help="release a held drain now (outcome manual)")
+    release = sub.add_parser(
+        "release",
+        help="release a held drain now (outcome manual), or remove stale drain-guard keys",
+    )
     _add_client_arguments(release)
     target = release.add_mutually_exclusive_group(required=True)
     target.add_argument("--node-name", help="node whose hold to release")
@@ -119,7 +122,11 @@ def _demo(argv: Sequence[str]) -> int:
 
 
 def node_state(node: NodeObj) -> dict[str, Any]:
-    """What ``status`` shows of one Node, from its annotations alone."""
+    """What ``status`` shows of one Node, from its annotations alone.
+
+    "Held" means exactly what ``release`` can release (:func:`guards.force_release`), so the
+    two commands never disagree; a ``hold-`` value drain-guard did not write is "foreign".
+    """
     ann = node.annotations
     state: dict[str, Any] = {
         "node": node.name,
@@ -128,7 +135,15 @@ def node_state(node: NodeObj) -> dict[str, Any]:
         "unschedulable": node.unschedulable,
         "held": False,
         "holdRequest": ann.get(protocol.HOLD_REQUEST),
+        "staleKeys": list(guards.stale_keys(ann)),
     }
+    try:
+        release = guards.force_release(ann, node.resource_version, protocol.Outcome.MANUAL)
+    except guards.NothingHeldError as exc:
+        if protocol.parse_drain_request(state["desiredDrain"]).verb is protocol.Verb.HOLD:
+            state["foreign"] = str(exc)
+        return state
+    state.update(held=True, heldDrain=release.original)
     try:
         record = protocol.read_hold(ann)
     except protocol.MalformedHold as exc:
@@ -136,8 +151,6 @@ def node_state(node: NodeObj) -> dict[str, Any]:
         return state
     if record is not None:
         state.update(
-            held=True,
-            heldDrain=record.held_drain,
             reasons=[str(r) for r in record.reasons],
             heldSince=protocol.format_rfc3339(record.since),
             detail=record.detail,
@@ -169,7 +182,7 @@ async def _status(args: argparse.Namespace) -> int:
                 return EXIT_FAILURE
             nodes = [node]
         else:
-            nodes = [n for n in await kube.list_nodes() if _is_held(n.annotations)]
+            nodes = [n for n in await kube.list_nodes() if _listed(n)]
     except KubeError as exc:
         print(f"drain-guard status: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -182,7 +195,7 @@ async def _status(args: argparse.Namespace) -> int:
         print(json.dumps(states[0] if node_name else states, indent=2, sort_keys=True))
     else:
         if not states:
-            print("no node has a held drain")
+            print("no node has a hold, a foreign hold value or stale keys")
         for state in states:
             print(render_text(state))
     return EXIT_OK
@@ -197,10 +210,15 @@ async def _add_endpoint(state: dict[str, Any], endpoint: str | None) -> None:
         if endpoint is not None:
             state["agentError"] = f"{url}: {exc}"
         return
-    # The default endpoint may belong to another node's agent (or none): show it only if it
-    # speaks for this node.
-    if endpoint is not None or agent_status.get("node") == state["node"]:
-        state["agent"] = agent_status
+    # The endpoint may belong to another node's agent: the default one is then left out,
+    # an explicit one is shown with a warning.
+    other = agent_status.get("node")
+    if other != state["node"]:
+        if endpoint is None:
+            return
+        state["agentWarning"] = f"{url} is the agent of node {other}, not of {state['node']}"
+        print(f"drain-guard status: warning: {state['agentWarning']}", file=sys.stderr)
+    state["agent"] = agent_status
 
 
 async def _connect(kubeconfig: str | None, command: str) -> Kube | None:
@@ -218,20 +236,32 @@ def render_text(state: Mapping[str, Any]) -> str:
     if state.get("error"):
         lines.append(f"  {state['error']}")
     if state["held"]:
-        lines.append(
-            f"  HELD since {state['heldSince']} for {', '.join(state['reasons'])}:"
-            f" {state['heldDrain']}"
-        )
+        if "reasons" in state:
+            lines.append(
+                f"  HELD since {state['heldSince']} for {', '.join(state['reasons'])}:"
+                f" {state['heldDrain']}"
+            )
+        else:
+            lines.append(f"  HELD: {state['heldDrain']}")
         if state.get("detail"):
             lines.append(f"  detail: {state['detail']}")
+    elif state.get("foreign"):
+        lines.append(f"  no drain-guard hold: {state['foreign']}")
     else:
         lines.append("  no hold")
+    if state["staleKeys"]:
+        lines.append(
+            f"  stale keys: {', '.join(state['staleKeys'])}"
+            " (left by a hold that ended; drain-guard release removes them)"
+        )
     lines.append(f"  desiredDrain: {state['desiredDrain'] or '-'}")
     lines.append(f"  lastAppliedDrain: {state['lastAppliedDrain'] or '-'}")
     if state["unschedulable"]:
         lines.append("  node is cordoned (SchedulingDisabled)")
     if state.get("holdRequest"):
         lines.append(f"  hold request: {state['holdRequest']}")
+    if "agentWarning" in state:
+        lines.append(f"  WARNING: {state['agentWarning']}")
     if "agent" in state:
         agent = state["agent"]
         lines.append(f"  agent: {json.dumps(agent, sort_keys=True)}")
@@ -240,10 +270,19 @@ def render_text(state: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _is_held(annotations: Mapping[str, str]) -> bool:
-    return protocol.HELD_DRAIN in annotations or annotations.get(
-        protocol.DESIRED_DRAIN, ""
-    ).startswith("hold-")
+def _listed(node: NodeObj) -> bool:
+    """Whether ``status`` without ``--node-name`` lists the node: something to look at."""
+    state = node_state(node)
+    return bool(state["held"] or state["staleKeys"] or "foreign" in state)
+
+
+def _releasable(annotations: Mapping[str, str]) -> bool:
+    """What ``release --all`` acts on: a drain-guard hold, or stale drain-guard keys."""
+    try:
+        guards.force_release(annotations, "", protocol.Outcome.MANUAL)
+    except guards.NothingHeldError:
+        return bool(guards.stale_keys(annotations))
+    return True
 
 
 # --- release ----------------------------------------------------------------------------
@@ -255,10 +294,10 @@ async def _release(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     try:
         if args.all:
-            nodes = [n for n in await kube.list_nodes() if _is_held(n.annotations)]
+            nodes = [n for n in await kube.list_nodes() if _releasable(n.annotations)]
             if not nodes:
-                print("drain-guard release: error: no node has a held drain", file=sys.stderr)
-                return EXIT_FAILURE
+                print("nothing to release: no node has a hold or stale keys")
+                return EXIT_OK
             results = [await release_node(kube, n.name) for n in nodes]
             return EXIT_OK if all(results) else EXIT_FAILURE
         return EXIT_OK if await release_node(kube, args.node_name) else EXIT_FAILURE
@@ -287,7 +326,18 @@ async def release_node(kube: Kube, name: str) -> bool:
             release = guards.force_release(
                 node.annotations, node.resource_version, protocol.Outcome.MANUAL
             )
-        except (guards.NothingHeldError, protocol.ProtocolError) as exc:
+        except guards.NothingHeldError as exc:
+            stale = guards.stale_keys(node.annotations)
+            if not stale:
+                print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
+                return False
+            desired = node.annotations.get(protocol.DESIRED_DRAIN)
+            patch = protocol.cleanup_patch(desired, node.annotations, stale)
+            if isinstance(await kube.patch_node_json(name, patch), Applied):
+                print(f"node {name}: nothing held; removed stale {', '.join(stale)}")
+                return True
+            continue
+        except protocol.ProtocolError as exc:
             print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
             return False
         result = await kube.patch_node_json(name, release.patch)

@@ -67,6 +67,7 @@ __all__ = [
     "force_release",
     "hold_detail",
     "parse_hold_request",
+    "stale_keys",
 ]
 
 #: How far in the future ``held-since`` may be before its age counts as unknown.
@@ -488,6 +489,29 @@ def force_release(
         allow_completed=held == last_applied,
     )
     return Release(held, outcome, f"{outcome} release", tuple(patch), record)
+
+
+def stale_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """drain-guard's keys on a Node without a hold that nothing needs any more.
+
+    Left by a hold that was superseded or released by hand while no agent ran, or a
+    ``released`` of a request that moved on. A record of the request that is in
+    ``desiredDrain`` again is not stale: the agent resumes that hold with its age.
+    """
+    desired = annotations.get(DESIRED_DRAIN)
+    if parse_drain_request(desired).verb is Verb.HOLD:
+        return ()
+    keys = tuple(k for k in OWNED_KEYS if k in annotations)
+    if keys and annotations.get(HELD_DRAIN) == desired:
+        try:
+            if read_hold(annotations) is not None:
+                keys = ()
+        except MalformedHold:
+            pass
+    released = annotations.get(RELEASED)
+    if released is not None and released != desired:
+        keys += (RELEASED,)
+    return keys
 
 
 def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:

@@ -10,7 +10,10 @@ import pytest
 from drain_guard import protocol
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.cluster import worker_node
 from tests.helpers import (
+    CONFIG_A,
+    IMAGE_A,
     CONFIG_B,
     IMAGE_B,
     NODE,
@@ -112,11 +115,48 @@ async def test_release_is_manual_and_sticks(
     assert "nothing is held" in err
 
 
-async def test_release_all_refuses_when_nothing_is_held(api: SimApiServer, tmp_path: Path) -> None:
+async def test_release_all_with_nothing_held_is_not_an_error(
+    api: SimApiServer, tmp_path: Path
+) -> None:
     kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
     code, out, err = await run_cli("release", "--all", "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert out == "nothing to release: no node has a hold or stale keys\n"
+
+
+async def test_status_and_release_agree_on_a_hold_superseded_while_no_agent_ran(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    agent = await _hold(api, start_agent)
+    await agent.stop()
+    mcd_request(api, f"drain-{CONFIG_B}-2")  # the MCD writes a newer request over the hold
+    api.create("nodes", worker_node("worker-1", CONFIG_A, IMAGE_A))
+    mcd_request(api, "hold-foreign", name="worker-1")
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+
+    code, out, err = await run_cli("status", "--kubeconfig", kubeconfig, "-o", "json")
+    assert (code, err) == (0, "")
+    states = {s["node"]: s for s in json.loads(out)}
+    assert states[NODE]["held"] is False
+    assert states[NODE]["staleKeys"] == list(protocol.OWNED_KEYS)
+    assert states["worker-1"]["held"] is False
+    assert "not written by drain-guard" in states["worker-1"]["foreign"]
+    code, out, _ = await run_cli("status", "--kubeconfig", kubeconfig, "--node-name", NODE)
+    assert "HELD" not in out
+    assert "stale keys: drain-guard.io/held-drain" in out
+
+    # release --all removes the stale keys and leaves the foreign value alone.
+    code, out, err = await run_cli("release", "--all", "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert f"node {NODE}: nothing held; removed stale drain-guard.io/held-drain" in out
+    ann = node_annotations(api)
+    assert not any(k.startswith(protocol.DG_PREFIX) for k in ann)
+    assert ann[protocol.DESIRED_DRAIN] == f"drain-{CONFIG_B}-2"
+    assert node_annotations(api, "worker-1")[protocol.DESIRED_DRAIN] == "hold-foreign"
+
+    code, out, err = await run_cli("release", "--node-name", "worker-1", "--kubeconfig", kubeconfig)
     assert (code, out) == (1, "")
-    assert err == "drain-guard release: error: no node has a held drain\n"
+    assert "not written by drain-guard" in err
 
 
 async def test_release_all_releases_every_hold(

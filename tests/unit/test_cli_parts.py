@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from drain_guard import protocol
+from drain_guard import guards, protocol
 from drain_guard.cli import build_parser, main, node_state, render_text
 from drain_guard.kube import NodeObj
 
@@ -43,12 +43,57 @@ def test_node_state_without_a_hold() -> None:
     assert "no hold" in render_text(state)
 
 
-def test_node_state_reports_a_malformed_hold() -> None:
+def test_node_state_reports_a_malformed_hold_as_held() -> None:
+    # release can release it (the hold- value is drain-guard's), so status says HELD.
     bad = {**HELD, protocol.HOLD_REASONS: "sunspots"}
     state = node_state(_node(bad))
-    assert state["held"] is False
+    assert state["held"] is True
     assert "sunspots" in state["error"]
-    assert "malformed" in render_text(state)
+    text = render_text(state)
+    assert "malformed" in text
+    assert "HELD: drain-rendered-worker-1" in text
+
+
+SUPERSEDED = {
+    **HELD,
+    protocol.DESIRED_DRAIN: "drain-rendered-worker-2",
+}
+
+
+def test_a_superseded_hold_is_not_held_and_its_keys_are_stale() -> None:
+    state = node_state(_node(SUPERSEDED))
+    assert state["held"] is False
+    assert state["staleKeys"] == list(protocol.OWNED_KEYS)
+    text = render_text(state)
+    assert "HELD" not in text
+    assert "stale keys: drain-guard.io/held-drain" in text
+    assert guards.stale_keys(SUPERSEDED) == protocol.OWNED_KEYS
+
+
+def test_a_foreign_hold_value_is_not_held() -> None:
+    state = node_state(_node({protocol.DESIRED_DRAIN: "hold-by-someone-else"}))
+    assert state["held"] is False
+    assert state["staleKeys"] == []
+    assert "not written by drain-guard" in state["foreign"]
+    assert "no drain-guard hold" in render_text(state)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "stale"),
+    [
+        (HELD, ()),
+        # The MCD wrote the held request again over the hold: the agent resumes it.
+        ({**HELD, protocol.DESIRED_DRAIN: "drain-rendered-worker-1"}, ()),
+        ({protocol.DESIRED_DRAIN: "drain-x", protocol.RELEASED: "drain-x"}, ()),
+        (
+            {protocol.DESIRED_DRAIN: "drain-y", protocol.RELEASED: "drain-x"},
+            (protocol.RELEASED,),
+        ),
+        ({protocol.DESIRED_DRAIN: "drain-y", protocol.HELD_SINCE: "x"}, (protocol.HELD_SINCE,)),
+    ],
+)
+def test_stale_keys(annotations: dict[str, str], stale: tuple[str, ...]) -> None:
+    assert guards.stale_keys(annotations) == stale
 
 
 @pytest.mark.parametrize(
