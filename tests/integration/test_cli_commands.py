@@ -210,3 +210,19 @@ async def test_a_missing_kubeconfig_is_one_line_exit_1(
     assert (code, out) == (1, "")
     assert err.count("\n") == 1
     assert f"cannot load Kubernetes config: kubeconfig {missing} not found" in err
+
+
+async def test_status_warns_about_an_endpoint_of_another_nodes_agent(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    agent = await start_agent()
+    api.create("nodes", worker_node("worker-1", CONFIG_A, IMAGE_A))
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    endpoint = f"http://127.0.0.1:{agent.port}"
+    code, out, err = await run_cli(
+        "status", "--node-name", "worker-1", "--kubeconfig", kubeconfig, "--endpoint", endpoint
+    )
+    assert code == 0
+    warning = f"{endpoint} is the agent of node {NODE}, not of worker-1"
+    assert err == f"drain-guard status: warning: {warning}\n"
+    assert f"WARNING: {warning}" in out
