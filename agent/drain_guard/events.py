@@ -31,9 +31,9 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-import aiohttp
 from kubernetes_asyncio import client as k8s
 
+from drain_guard.kube import KubeError, call_api
 from drain_guard.metrics import Metrics
 from drain_guard.protocol import format_rfc3339, truncate_utf8
 from drain_guard.status import format_duration
@@ -54,7 +54,6 @@ DEFAULT_WINDOW = timedelta(minutes=10)
 CACHE_SIZE = 64
 #: The API server limits an Event's message to 1 KiB in events.k8s.io; keep to that.
 MAX_MESSAGE = 1024
-REQUEST_TIMEOUT = 10.0
 
 
 def _utcnow() -> datetime:
@@ -68,14 +67,6 @@ class _Written:
     name: str
     count: int
     last: datetime
-
-
-class EventError(Exception):
-    """An Event write failed (HTTP status 0 for transport errors)."""
-
-    def __init__(self, status: int, text: str) -> None:
-        super().__init__(f"{status} {text}")
-        self.status = status
 
 
 #: Events waiting to be written; beyond this the API has long been unreachable.
@@ -148,7 +139,7 @@ class EventRecorder:
             if seen is not None and now - seen.last <= self.window:
                 try:
                     await self._patch(seen, message, now)
-                except EventError as exc:
+                except KubeError as exc:
                     if exc.status != 404:
                         self._failed("event_patch", reason, exc)
                         return
@@ -160,7 +151,7 @@ class EventRecorder:
                     return
             try:
                 name = await self._create(reason, message, type, now)
-            except EventError as exc:
+            except KubeError as exc:
                 self._failed("event_create", reason, exc)
                 return
             self._written[cache_key] = _Written(name=name, count=1, last=now)
@@ -173,7 +164,7 @@ class EventRecorder:
         if self.metrics is not None:
             self.metrics.count_event(reason)
 
-    def _failed(self, operation: str, reason: str, exc: EventError) -> None:
+    def _failed(self, operation: str, reason: str, exc: KubeError) -> None:
         log.warning("could not write %s event on node %s: %s", reason, self.node_name, exc)
         if self.metrics is not None:
             self.metrics.count_api_error(operation)
@@ -204,12 +195,12 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": f"{self.component}-{self.node_name}",
         }
-        await self._call(self._core.create_namespaced_event, EVENT_NAMESPACE, body)
+        await call_api(self._core.create_namespaced_event, EVENT_NAMESPACE, body)
         return name
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
         body = {"count": seen.count + 1, "lastTimestamp": format_rfc3339(now), "message": message}
-        await self._call(
+        await call_api(
             self._core.patch_namespaced_event,
             seen.name,
             EVENT_NAMESPACE,
@@ -218,17 +209,6 @@ class EventRecorder:
         )
         seen.count += 1
         seen.last = now
-
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        try:
-            resp = await fn(
-                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-            )
-            async with resp:
-                if not 200 <= resp.status <= 299:
-                    raise EventError(resp.status, (await resp.text())[:200])
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise EventError(0, f"{type(exc).__name__}: {exc}") from exc
 
 
 class EventQueue:

@@ -227,6 +227,25 @@ async def _error_from(resp: aiohttp.ClientResponse) -> KubeError:
     return KubeError(resp.status, reason, _retry_after(resp.headers))
 
 
+async def call_api(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> JsonObj:
+    """Call a generated kubernetes_asyncio API function with a timeout, unparsed, and return
+    its JSON body. Every non-watch call of the agent goes through here, so that every caller
+    sees the same :class:`KubeError`: a non-2xx status with the server's message and
+    ``Retry-After``, or status 0 for a transport error or a body that is not a JSON object."""
+    try:
+        resp = await fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        async with resp:
+            if not 200 <= resp.status <= 299:
+                raise await _error_from(resp)
+            text = await resp.text()
+        body = json.loads(text) if text else {}
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise KubeError(0, f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise KubeError(0, f"malformed response: {type(body).__name__}, not an object")
+    return body
+
+
 async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
     """An ApiClient from ``kubeconfig``, else the in-cluster config, else ~/.kube/config."""
     cfg = k8s.Configuration()
@@ -271,24 +290,15 @@ class Kube:
     async def _call(
         self, operation: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
     ) -> JsonObj:
-        """Call a generated API function unparsed; non-2xx and transport errors → KubeError."""
+        """:func:`call_api`, counted: a 404 is an answer (absent), not an error."""
         try:
-            resp = await fn(
-                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-            )
-            async with resp:
-                if not 200 <= resp.status <= 299:
-                    raise await _error_from(resp)
-                body: JsonObj = await resp.json(content_type=None)
-            self.counters.api_contact()
-            return body
+            body = await call_api(fn, *args, **kwargs)
         except KubeError as exc:
             if exc.status != 404:
                 self.counters.api_error(operation, exc.status)
             raise
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            self.counters.api_error(operation, 0)
-            raise KubeError(0, f"{type(exc).__name__}: {exc}") from exc
+        self.counters.api_contact()
+        return body
 
     async def get_node(self, name: str) -> NodeObj | None:
         try:
@@ -420,18 +430,8 @@ class ListWatch:
                 await asyncio.sleep(delay)
 
     async def _list(self) -> None:
-        resp = await self.list_fn(
-            field_selector=self.field_selector,
-            _preload_content=False,
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-        async with resp:
-            if not 200 <= resp.status <= 299:
-                raise await _error_from(resp)
-            body = await resp.json(content_type=None)
+        body = await call_api(self.list_fn, field_selector=self.field_selector)
         self.counters.api_contact()
-        if not isinstance(body, dict):
-            raise ValueError(f"malformed {self.resource} list: not an object")
         try:
             self.replace(body.get("items") or [])
         except (AttributeError, TypeError) as exc:

@@ -39,24 +39,22 @@ import contextlib
 import enum
 import functools
 import hashlib
-import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import aiohttp
 from kubernetes_asyncio import client as k8s
 
 from drain_guard.kube import (
-    REQUEST_TIMEOUT,
     WATCH_TIMEOUT,
     Backoff,
     JsonObj,
     KubeError,
     ListWatch,
     WatchCache,
+    call_api,
 )
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, is_build_pod
 from drain_guard.selectors import (
@@ -805,28 +803,11 @@ class Shield:
         return deleted
 
     async def _request(self, operation: str, fn: Any, *args: Any, **kwargs: Any) -> JsonObj:
-        """One API call, unparsed; non-2xx and transport errors become KubeError."""
+        """:func:`drain_guard.kube.call_api`, counted: a 404 (gone) or 409 (already there) is
+        an answer the watch catches up with, not an error."""
         try:
-            resp = await fn(
-                *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
-            )
-            async with resp:
-                text = await resp.text()
-                if not 200 <= resp.status <= 299:
-                    raise _kube_error(resp.status, resp.reason or "", text)
-            body: JsonObj = json.loads(text) if text else {}
-            return body
+            return await call_api(fn, *args, **kwargs)
         except KubeError as exc:
-            if exc.status not in (404, 409):  # gone, or already there: the watch catches up
+            if exc.status not in (404, 409):
                 self.metrics.count_api_error(operation)
             raise
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            self.metrics.count_api_error(operation)
-            raise KubeError(0, f"{type(exc).__name__}: {exc}") from exc
-
-
-def _kube_error(status: int, reason: str, text: str) -> KubeError:
-    with contextlib.suppress(ValueError, AttributeError):
-        body = json.loads(text)
-        reason = str(body.get("message") or body.get("reason") or reason)
-    return KubeError(status, reason)

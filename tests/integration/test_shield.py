@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -435,3 +436,19 @@ async def test_a_relisted_watch_neither_duplicates_nor_drops_the_budget(
     await api.wait_for(lambda: not our_budgets(api), timeout=WAIT)
     agent_writes = [(w.verb, w.name) for w in api.writes(PDBS) if w.user == AGENT_USER]
     assert agent_writes == [("create", f"drain-guard-{POD}"), ("delete", f"drain-guard-{POD}")]
+
+
+async def test_a_429_is_retried_after_the_servers_retry_after(
+    api: SimApiServer, start_shield: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="drain_guard.shield")
+    api.faults.error(
+        429, retry_after=1, user=AGENT_USER, verb="create", resource=f"{PDBS}.policy", times=1
+    )
+    add_build_pod(api)
+    running = await start_shield()
+    await protected(api)  # created on the second try
+    assert "poddisruptionbudget_create" in running.metrics.api_errors
+    waits = [r.getMessage() for r in caplog.records if "again in" in r.getMessage()]
+    assert waits
+    assert waits[0].endswith("again in 1.0s"), waits
