@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import aiohttp
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from drain_guard import __version__, guards, protocol
 from drain_guard.config import SettingsError, add_run_arguments, settings_from
 from drain_guard.kube import Applied, Kube, KubeError, NodeObj
+from drain_guard.kubeclient import ConfigException
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psutil
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from drain_guard import __version__, guards, host, protocol
 from drain_guard.config import DaemonSetRef, LogFormat, Settings
@@ -38,6 +37,7 @@ from drain_guard.kube import (
     NodeObj,
     WatchCache,
 )
+from drain_guard.kubeclient import ConfigException
 from drain_guard.metrics import Metrics
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
 from drain_guard.server import make_app, serve

@@ -31,8 +31,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-from kubernetes_asyncio import client as k8s
-
+from drain_guard import kubeclient as k8s
 from drain_guard.kube import KubeError, call_api
 from drain_guard.metrics import Metrics
 from drain_guard.protocol import format_rfc3339, truncate_utf8

@@ -26,11 +26,10 @@ from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import aiohttp
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from drain_guard import __version__
+from drain_guard import kubeclient as k8s
+from drain_guard.kubeclient import ConfigException
 from drain_guard.pods import Pod
 
 log = logging.getLogger(__name__)
@@ -253,19 +252,17 @@ async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
         # The library reports a missing file as a missing current-context: say it plainly.
         if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat at start-up)
             raise ConfigException(f"kubeconfig {kubeconfig} not found")
-        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        await k8s.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         try:
-            k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            k8s.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except ConfigException as in_cluster:
             if not os.path.isfile(DEFAULT_KUBECONFIG):  # noqa: ASYNC240
                 raise ConfigException(
                     f"not in a cluster ({in_cluster}) and no {DEFAULT_KUBECONFIG};"
                     " give --kubeconfig or KUBECONFIG"
                 ) from None
-            await k8s_config.load_kube_config(
-                config_file=DEFAULT_KUBECONFIG, client_configuration=cfg
-            )
+            await k8s.load_kube_config(config_file=DEFAULT_KUBECONFIG, client_configuration=cfg)
     api = k8s.ApiClient(configuration=cfg)
     api.user_agent = f"drain-guard/{__version__}"
     return api

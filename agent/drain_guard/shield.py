@@ -45,8 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kubernetes_asyncio import client as k8s
-
+from drain_guard import kubeclient as k8s
 from drain_guard.kube import (
     WATCH_TIMEOUT,
     Backoff,

@@ -202,3 +202,32 @@ def test_dockerignore_sends_what_the_build_needs_and_no_more() -> None:
         "simulator/drain_guard_sim/apiserver.py",
     ):
         assert _dockerignored(unwanted, patterns), unwanted
+
+
+def _env(stage: Stage) -> dict[str, str]:
+    return dict(w.split("=", 1) for args in stage.all("ENV") for w in shlex.split(args))
+
+
+def test_runs_optimised_from_bytecode_compiled_at_build(stages: list[Stage]) -> None:
+    """PYTHONOPTIMIZE=2 on a read-only root needs its .opt-2.pyc files in the image: else
+    every start compiles every module in memory (measured: more resident memory than none)."""
+    builder, final = stages
+    env = _env(final)
+    assert env["PYTHONOPTIMIZE"] == "2"
+    prefix = env["PYTHONPYCACHEPREFIX"]
+    assert prefix.startswith("/opt/drain-guard/"), "the only tree copied from the builder"
+    (run,) = builder.all("RUN")
+    (compile_step,) = [c for c in run.split("&&") if "compileall" in c]
+    words = shlex.split(compile_step)
+    assert words[0] == f"PYTHONPYCACHEPREFIX={prefix}"
+    assert words[words.index("-o") + 1] == "2"
+    assert {"/opt/drain-guard/lib", "/usr/local/lib/python3.11"} <= set(words)
+    assert "--no-compile" in next(c for c in run.split("&&") if " install " in c)
+
+
+def test_the_systemd_unit_runs_optimised_as_the_image() -> None:
+    unit = (REPO / "systemd" / "drain-guard.service").read_text()
+    (line,) = [x for x in unit.splitlines() if x.startswith("Environment=PYTHON")]
+    settings = dict(w.split("=", 1) for w in shlex.split(line.removeprefix("Environment=")))
+    final = _env(parse_dockerfile(DOCKERFILE.read_text())[1])
+    assert settings == {k: final[k] for k in ("PYTHONOPTIMIZE", "PYTHONPYCACHEPREFIX")}
