@@ -10,7 +10,7 @@ import psutil
 
 from drain_guard import protocol
 from drain_guard_sim.apiserver import SimApiServer
-from tests.conftest import (
+from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,
@@ -43,7 +43,7 @@ async def test_the_optimised_agent_holds_shields_and_releases(
 ) -> None:
     add_build_pod(api)
     agent = await start_agent(env=OPTIMISED)
-    assert psutil.Process(agent.proc.pid).environ().get("PYTHONOPTIMIZE") == "2"
+    assert psutil.Process(agent.pid).environ().get("PYTHONOPTIMIZE") == "2"
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     assert ann[protocol.HOLD_REASONS] == "build-pod"
