@@ -55,11 +55,11 @@ def _defer(name: str) -> None:
         if importlib.machinery.PathFinder.find_spec(f"{name}.{attr}", module.__path__):
             return importlib.import_module(f"{name}.{attr}")
         # ... anything else runs the package's own __init__, as a normal import would have.
-        del module.__getattr__
+        del vars(module)["__getattr__"]
         loader.exec_module(module)
         return getattr(module, attr)
 
-    module.__getattr__ = missing  # type: ignore[method-assign]
+    vars(module)["__getattr__"] = missing  # consulted for names the module lacks
     sys.modules[name] = module
     if parent:
         setattr(sys.modules[parent], child, module)
