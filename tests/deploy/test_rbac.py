@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from drain_guard.permissions import PERMISSIONS, MCO_NAMESPACES, Permission, Scope
+from drain_guard.permissions import MCO_NAMESPACES, PERMISSIONS, Permission, Scope
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one
 
 SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)

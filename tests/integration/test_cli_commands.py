@@ -13,8 +13,8 @@ from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
 from tests.helpers import (
     CONFIG_A,
-    IMAGE_A,
     CONFIG_B,
+    IMAGE_A,
     IMAGE_B,
     NODE,
     StartAgent,
