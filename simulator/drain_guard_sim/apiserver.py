@@ -39,7 +39,7 @@ import secrets
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -164,6 +164,12 @@ class SimApiServer:
         self._rng = random.Random(seed)  # watch timeouts; separate from the faults' draws
         self.requests: Counter[tuple[str, str, str]] = Counter()
         self.request_log: builtins.list[tuple[float, str, str, str, str, int]] = []
+        # What each user was sent, by (user, resource): objects in list responses and watch
+        # events (bookmarks not counted), and bytes of those bodies and streams (bookmarks in).
+        self.served: Counter[tuple[str, str]] = Counter()
+        self.served_bytes: Counter[tuple[str, str]] = Counter()
+        #: Called with (user, resource, object) for every object served in a list or a watch.
+        self.serve_hooks: builtins.list[Callable[[str, str, JsonObj], None]] = []
         self._users_by_token: dict[str, User] = {}
         self._users: dict[str, User] = {}
         self._runner: web.AppRunner | None = None
@@ -657,7 +663,7 @@ class SimApiServer:
         if verb == "watch":
             return await self._watch(request, target, user)
         if verb == "list":
-            return self._list(request, target)
+            return self._list(request, target, user)
         if verb == "get":
             assert target.name is not None
             obj = store.get(rt, target.name, target.namespace)
@@ -794,7 +800,7 @@ class SimApiServer:
         )
         return self._json(result, 201)
 
-    def _list(self, request: web.Request, target: _Target) -> web.Response:
+    def _list(self, request: web.Request, target: _Target, user: str) -> web.Response:
         rt = target.rt
         store = self.store
         query = request.query
@@ -826,7 +832,18 @@ class SimApiServer:
                 )
                 metadata["remainingItemCount"] = len(items) - limit
                 items = items[:limit]
-        return self._maybe_table(request, rt, items, single=False, metadata=metadata)
+        response = self._maybe_table(request, rt, items, single=False, metadata=metadata)
+        self._count_served(user, self._resource_label(target), items, response.content_length or 0)
+        return response
+
+    def _count_served(self, user: str, resource: str, objs: Iterable[JsonObj], size: int) -> None:
+        n = 0
+        for obj in objs:
+            n += 1
+            for hook in self.serve_hooks:
+                hook(user, resource, obj)
+        self.served[(user, resource)] += n
+        self.served_bytes[(user, resource)] += size
 
     def _maybe_table(
         self,
@@ -924,13 +941,14 @@ class SimApiServer:
             # the initial events are queued; the end-of-initial-events bookmark follows them
             watcher.queue.put_nowait(("__INITIAL_END__", {}))
         aborted = False
+        sent = 0  # bookmark bytes
         try:
             while True:
                 now = loop.time()
                 if now >= deadline:
                     break
                 if next_bookmark is not None and now >= next_bookmark and watcher.queue.empty():
-                    await self._send_bookmark(response, rt)
+                    sent += await self._send_bookmark(response, rt)
                     next_bookmark = next_bookmark_at(loop.time())
                     continue
                 if not watcher.queue.empty():
@@ -950,11 +968,13 @@ class SimApiServer:
                     break
                 event_type, obj = item
                 if event_type == "__INITIAL_END__":
-                    await self._send_bookmark(response, rt, initial_end=True)
+                    sent += await self._send_bookmark(response, rt, initial_end=True)
                     continue
-                await self._send(response, event_type, obj)
+                size = await self._send(response, event_type, obj)
+                self._count_served(user, resource, (obj,), size)
         finally:
             self.store.unwatch(watcher)
+            self.served_bytes[(user, resource)] += sent
         if aborted:
             if request.transport is not None:
                 request.transport.abort()
@@ -964,20 +984,22 @@ class SimApiServer:
         return response
 
     @staticmethod
-    async def _send(response: web.StreamResponse, event_type: str, obj: JsonObj) -> None:
-        line = json.dumps({"type": event_type, "object": obj}, separators=(",", ":"))
-        await response.write(line.encode() + b"\n")
+    async def _send(response: web.StreamResponse, event_type: str, obj: JsonObj) -> int:
+        """Write one watch event; returns its size in bytes."""
+        line = json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode()
+        await response.write(line + b"\n")
+        return len(line) + 1
 
     async def _send_bookmark(
         self, response: web.StreamResponse, rt: ResourceType, *, initial_end: bool = False
-    ) -> None:
+    ) -> int:
         metadata: JsonObj = {
             "resourceVersion": str(self.store.resource_version),
             "creationTimestamp": None,
         }
         if initial_end:
             metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
-        await self._send(
+        return await self._send(
             response, "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
                                    "metadata": metadata}
         )  # fmt: skip

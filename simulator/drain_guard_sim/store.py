@@ -211,6 +211,13 @@ class StoreEvent:
     prev: JsonObj | None
 
 
+#: The watch cache's trigger field per resource (kube-apiserver's ``TriggerFunc``: the pod
+#: registry's ``spec.nodeName``, the node registry's ``metadata.name``). A watch whose field
+#: selector pins that field with ``=`` is only offered the events of objects whose value, now
+#: or before the write, is that one; every other watch is offered every event of its resource.
+TRIGGER_FIELDS = {"pods": "spec.nodeName", "nodes": "metadata.name"}
+
+
 @dataclass(eq=False)
 class Watcher:
     """One open watch. ``queue`` carries (type, object) pairs; None ends the stream."""
@@ -223,6 +230,19 @@ class Watcher:
     user: str = ""
     queue: asyncio.Queue[tuple[str, JsonObj] | None] = field(default_factory=asyncio.Queue)
     abort: bool = False  # end by breaking the connection rather than a clean end of stream
+
+    @property
+    def trigger(self) -> str | None:
+        """The trigger field's value this watch is indexed by (the cacher's ``MatcherIndex``)."""
+        trigger_field = TRIGGER_FIELDS.get(self.rt.key)
+        if trigger_field is None:
+            return None
+        if trigger_field == "metadata.name" and self.name is not None:
+            return self.name
+        for req in self.fields.requirements:
+            if req.field == trigger_field and req.equals:
+                return req.value
+        return None
 
     def passes(self, obj: Mapping[str, Any] | None) -> bool:
         if obj is None:
@@ -276,6 +296,9 @@ class Store:
         self._history: deque[StoreEvent] = deque(maxlen=history)
         self._window_start = self._rv  # watches from rv >= this are served from history
         self._watchers: set[Watcher] = set()
+        # The cacher's dispatch: watchers by (resource, trigger value), and the rest by resource.
+        self._by_trigger: dict[tuple[str, str], set[Watcher]] = {}
+        self._unindexed: dict[str, set[Watcher]] = {}
         self._waiters: builtins.list[asyncio.Future[None]] = []
         self.write_log: builtins.list[WriteRecord] = []
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
@@ -352,11 +375,23 @@ class Store:
         if len(self._history) == self._history.maxlen and self._history:
             self._window_start = self._history[0].rv
         self._history.append(event)
-        for watcher in list(self._watchers):
-            if watcher.rt.key != rt.key:
-                continue
+        watchers = set(self._unindexed.get(rt.key, ()))
+        trigger_field = TRIGGER_FIELDS.get(rt.key)
+        if trigger_field is not None:
+            for version in (obj, prev):
+                if version is not None:
+                    value = field_value(version, trigger_field)
+                    watchers |= self._by_trigger.get((rt.key, value), set())
+        shared: JsonObj | None = None  # one copy of the object for every watcher it goes to
+        for watcher in watchers:
             converted = watcher.convert(event)
-            if converted is not None:
+            if converted is None:
+                continue
+            if converted[1] is obj:
+                if shared is None:
+                    shared = copy.deepcopy(obj)
+                watcher.queue.put_nowait((converted[0], shared))
+            else:
                 watcher.queue.put_nowait((converted[0], copy.deepcopy(converted[1])))
 
     def _record(
@@ -811,10 +846,11 @@ class Store:
 
     def _sync_pdbs(self, namespace: str) -> None:
         pdb_rt = self.rt("poddisruptionbudgets")
+        pdbs = sorted((k, v) for k, v in self._bucket(pdb_rt).items() if k[0] == namespace)
+        if not pdbs:
+            return
         pods = [p for (ns, _n), p in self._bucket(self.rt("pods")).items() if ns == namespace]
-        for (ns, _name), pdb in sorted(self._bucket(pdb_rt).items()):
-            if ns != namespace:
-                continue
+        for (_ns, _name), pdb in pdbs:
             status = compute_pdb_status(pdb, pods, self.clock())
             if status == pdb.get("status"):
                 continue
@@ -871,16 +907,29 @@ class Store:
                 ) from None  # fmt: skip
             if since < self._window_start:
                 raise errors.expired(f"too old resource version: {since} ({self._window_start})")
-            for event in self._history:
-                if event.rv > since and event.resource == rt.key:
+            newer: builtins.list[StoreEvent] = []
+            for event in reversed(self._history):  # the events after ``since``, newest first
+                if event.rv <= since:
+                    break
+                newer.append(event)
+            for event in reversed(newer):
+                if event.resource == rt.key:
                     converted = watcher.convert(event)
                     if converted is not None:
                         watcher.queue.put_nowait((converted[0], copy.deepcopy(converted[1])))
         self._watchers.add(watcher)
+        self._dispatch_set(watcher).add(watcher)
         return watcher
+
+    def _dispatch_set(self, watcher: Watcher) -> set[Watcher]:
+        trigger = watcher.trigger
+        if trigger is None:
+            return self._unindexed.setdefault(watcher.rt.key, set())
+        return self._by_trigger.setdefault((watcher.rt.key, trigger), set())
 
     def unwatch(self, watcher: Watcher) -> None:
         self._watchers.discard(watcher)
+        self._dispatch_set(watcher).discard(watcher)
 
     @property
     def watchers(self) -> frozenset[Watcher]:
@@ -897,7 +946,7 @@ class Store:
             if user is not None and watcher.user != user:
                 continue
             watcher.close(abort)
-            self._watchers.discard(watcher)
+            self.unwatch(watcher)
             n += 1
         return n
 

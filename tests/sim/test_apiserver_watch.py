@@ -301,3 +301,27 @@ async def test_send_initial_events_ends_with_an_annotated_bookmark(
     assert added["type"] == "ADDED"
     assert bookmark["type"] == "BOOKMARK"
     assert bookmark["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_a_node_scoped_pod_watch_is_sent_only_its_nodes_pods(
+    sim: SimApiServer, http: aiohttp.ClientSession
+) -> None:
+    """The watch cache's trigger (spec.nodeName): a namespaced watch pinned to a node gets the
+    events of that node's pods in its namespace only, and the simulator counts what it sent."""
+    sim.create("pods", pod("mine", node="worker-0"), NS)
+    sim.create("pods", pod("theirs", node="worker-1"), NS)
+    sim.create("pods", pod("elsewhere", node="worker-0", namespace="other"), "other")
+    params = {"watch": "true", "fieldSelector": "spec.nodeName=worker-0"}
+    async with http.get(f"/api/v1/namespaces/{NS}/pods", params=params) as resp:
+        initial = await read_events(resp, 1)
+        sim.patch("pods", "theirs", {"metadata": {"labels": {"v": "2"}}}, NS)
+        sim.delete("pods", "theirs", NS)
+        sim.patch("pods", "elsewhere", {"metadata": {"labels": {"v": "2"}}}, "other")
+        sim.create("pods", pod("new", node="worker-1"), NS)
+        sim.patch("pods", "mine", {"metadata": {"labels": {"v": "2"}}}, NS)
+        sim.delete("pods", "mine", NS)
+        rest = await read_events(resp, 2)
+    assert summary(initial) == [("ADDED", "mine")]
+    assert summary(rest) == [("MODIFIED", "mine"), ("DELETED", "mine")]
+    assert sum(n for (_user, res), n in sim.served.items() if res == "pods") == 3
+    assert sum(n for (_user, res), n in sim.served_bytes.items() if res == "pods") > 0
