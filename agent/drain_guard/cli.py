@@ -173,7 +173,7 @@ async def _status(args: argparse.Namespace) -> int:
     node_name = args.node_name or os.environ.get("NODE_NAME")
     kube = await _connect(args.kubeconfig, "status")
     if kube is None:
-        return EXIT_FAILURE
+        return EXIT_USAGE
     try:
         if node_name:
             node = await kube.get_node(node_name)
@@ -291,7 +291,7 @@ def _releasable(annotations: Mapping[str, str]) -> bool:
 async def _release(args: argparse.Namespace) -> int:
     kube = await _connect(args.kubeconfig, "release")
     if kube is None:
-        return EXIT_FAILURE
+        return EXIT_USAGE
     try:
         if args.all:
             nodes = [n for n in await kube.list_nodes() if _releasable(n.annotations)]

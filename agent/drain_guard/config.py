@@ -14,9 +14,10 @@ import enum
 import ipaddress
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
 from drain_guard.selectors import (
@@ -36,6 +37,9 @@ DEFAULT_LISTEN = "127.0.0.1:9797"
 MCD_DRAIN_TIMEOUT = timedelta(hours=1)
 # Environment lists of selectors are split on ";" because a selector itself contains commas.
 SELECTOR_ENV_SEPARATOR = ";"
+
+
+_T = TypeVar("_T")
 
 
 class SettingsError(ValueError):
@@ -206,7 +210,7 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         "true",
         "keep a PodDisruptionBudget on each build pod running on the node, so that a drain"
         " that gets past the hold cannot evict it (docs/shield.md)",
-        choices=("true", "false"),
+        boolean=True,
     ),
     _Option(
         "--shield-dependencies",
@@ -232,8 +236,10 @@ RUN_OPTIONS: tuple[_Option, ...] = (
     ),
 )
 
+# The one set of spellings of a boolean, in a flag's value and in the environment alike.
 _TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_BOOL_HELP = "true/false, 1/0, yes/no, on/off"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -242,9 +248,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         dest = opt.flag.removeprefix("--").replace("-", "_")
         default_text = f" (default: {opt.default})" if opt.default is not None else ""
         helptext = f"{opt.help}{default_text} [env {opt.env}]"
-        if opt.boolean:
+        if opt.boolean and opt.default is None:  # a switch: present means true
             parser.add_argument(
                 opt.flag, dest=dest, action="store_true", default=None, help=helptext
+            )
+        elif opt.boolean:
+            parser.add_argument(
+                opt.flag, dest=dest, default=None, metavar="BOOL", help=f"{helptext} ({_BOOL_HELP})"
             )
         elif opt.repeatable:
             parser.add_argument(opt.flag, dest=dest, action="append", default=None, help=helptext)
@@ -271,7 +281,10 @@ def parse_duration(text: str) -> timedelta:
         pos = match.end()
     if pos != len(text):
         raise SettingsError(f"invalid duration {text!r} (expected e.g. 90s, 45m, 1h30m)")
-    return timedelta(seconds=total)
+    try:
+        return timedelta(seconds=total)
+    except (OverflowError, ValueError):  # beyond timedelta's range (about 2.7 million years)
+        raise SettingsError(f"duration {text!r} is too long") from None
 
 
 def parse_listen(text: str) -> Listen:
@@ -320,31 +333,61 @@ def _parse_scope(raw: object) -> PodScope:
     return PodScope.with_opt_ins(names)
 
 
-def _parse_bool(env: str, text: str) -> bool:
+def _parse_bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered in _TRUE:
         return True
     if lowered in _FALSE:
         return False
-    raise SettingsError(f"invalid {env}={text!r} (expected true or false)")
+    raise SettingsError(f"invalid value {text!r} (expected {_BOOL_HELP})")
+
+
+def _flag_pattern(flag: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
-    """Merge flags (``args``), environment and defaults into validated :class:`Settings`."""
+    """Merge flags (``args``), environment and defaults into validated :class:`Settings`.
+
+    An error about a value taken from the environment names the variable, not the flag: the
+    operator has to find it in a manifest or unit file, not on a command line.
+    """
+    from_env: list[_Option] = []
+    try:
+        return _settings(args, environ, from_env)
+    except SettingsError as exc:
+        message = str(exc)
+        for opt in from_env:
+            message = _flag_pattern(opt.flag).sub(opt.env, message)
+        raise SettingsError(message) from None
+
+
+def _named(flag: str, parse: Callable[[str], _T], text: str) -> _T:
+    """``parse(text)``, its error prefixed with the flag it came from."""
+    try:
+        return parse(text)
+    except SettingsError as exc:
+        raise SettingsError(f"{flag}: {exc}") from None
+
+
+def _settings(
+    args: argparse.Namespace, environ: Mapping[str, str], from_env: list[_Option]
+) -> Settings:
     raw: dict[str, object] = {}
     for opt in RUN_OPTIONS:
         dest = opt.flag.removeprefix("--").replace("-", "_")
         value: object = getattr(args, dest, None)
-        if value is None and environ.get(opt.env) is not None:
+        if value is None and environ.get(opt.env, "") != "":  # empty: as if unset
+            from_env.append(opt)
             env_text = environ[opt.env]
-            if opt.boolean:
-                value = _parse_bool(opt.env, env_text)
-            elif opt.repeatable:
+            if opt.repeatable:
                 value = [s.strip() for s in env_text.split(SELECTOR_ENV_SEPARATOR) if s.strip()]
-            elif env_text != "":
+            else:
                 value = env_text
         if value is None:
             value = opt.default
+        if opt.boolean and isinstance(value, str):
+            value = _named(opt.flag, _parse_bool, value)
         if opt.choices is not None and value is not None:
             wanted = str(value).upper() if opt.flag == "--log-level" else str(value)
             if wanted not in opt.choices:
@@ -358,7 +401,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     if not node_name:
         raise SettingsError("--node-name (or NODE_NAME) is required")
 
-    max_hold = parse_duration(str(raw["max_hold"]))
+    max_hold = _named("--max-hold", parse_duration, str(raw["max_hold"]))
     if max_hold <= timedelta(0):
         raise SettingsError("--max-hold must be greater than 0")
     if max_hold >= MCD_DRAIN_TIMEOUT:
@@ -367,7 +410,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
             " after waiting 1h for a drain"
         )
 
-    api_stale_after = parse_duration(str(raw["api_stale_after"]))
+    api_stale_after = _named("--api-stale-after", parse_duration, str(raw["api_stale_after"]))
     if api_stale_after <= timedelta(0):
         raise SettingsError("--api-stale-after must be greater than 0")
 
@@ -394,7 +437,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         raise SettingsError(
             "--daemonset and --release-on-exit exclude each other (DaemonSet or systemd)"
         )
-    shield_build_pods = raw["shield_build_pods"] == "true"
+    shield_build_pods = bool(raw["shield_build_pods"])
     shield_dependencies = bool(raw["shield_dependencies"])
     if shield_dependencies and not shield_build_pods:
         raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
@@ -406,7 +449,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         cmdline_file=str(raw["cmdline_file"]),
         booted_image_source=BootedImageSource(str(raw["booted_image_source"])),
         rpm_ostree_command=command,
-        listen=parse_listen(str(raw["listen"])),
+        listen=_named("--listen", parse_listen, str(raw["listen"])),
         max_hold=max_hold,
         build_pod_selectors=selectors,
         build_pod_scope=scope,

@@ -766,7 +766,7 @@ async def _main(settings: Settings) -> int:
         kube = await Kube.connect(settings.kubeconfig, counters)
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
-        return 1
+        return 2  # an invalid setting, as the CLI's other ones
     events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
     cache = WatchCache()
     shield = make_shield(settings, kube, metrics, cache)

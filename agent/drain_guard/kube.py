@@ -252,7 +252,7 @@ async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
         # The library reports a missing file as a missing current-context: say it plainly.
         if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat at start-up)
             raise ConfigException(f"kubeconfig {kubeconfig} not found")
-        await k8s.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        await _load_kubeconfig(kubeconfig, cfg)
     else:
         try:
             k8s.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -262,10 +262,32 @@ async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
                     f"not in a cluster ({in_cluster}) and no {DEFAULT_KUBECONFIG};"
                     " give --kubeconfig or KUBECONFIG"
                 ) from None
-            await k8s.load_kube_config(config_file=DEFAULT_KUBECONFIG, client_configuration=cfg)
+            await _load_kubeconfig(DEFAULT_KUBECONFIG, cfg)
     api = k8s.ApiClient(configuration=cfg)
     api.user_agent = f"drain-guard/{__version__}"
     return api
+
+
+async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
+    """Load ``path`` into ``cfg``; a malformed file is one ConfigException line.
+
+    The library lets whatever its YAML parser or its walk over the file raises escape
+    (ScannerError, TypeError, AttributeError, ...), many lines long.
+    """
+    try:
+        await k8s.load_kube_config(config_file=path, client_configuration=cfg)
+    except ConfigException as exc:
+        raise ConfigException(f"kubeconfig {path}: {one_line(exc)}") from None
+    except Exception as exc:  # any parse failure of a malformed file
+        raise ConfigException(
+            f"kubeconfig {path} is malformed: {type(exc).__name__}: {one_line(exc)}"
+        ) from None
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception's message on one line, or its type when it has none (a bare timeout)."""
+    text = " ".join(str(exc).split())
+    return text or f"{type(exc).__name__} (no message)"
 
 
 class Kube:

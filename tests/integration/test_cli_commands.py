@@ -202,14 +202,37 @@ async def test_invalid_settings_exit_2_with_one_line(
         ("run", "--node-name", NODE, "--listen", "127.0.0.1:0"),
     ],
 )
-async def test_a_missing_kubeconfig_is_one_line_exit_1(
+async def test_a_missing_kubeconfig_is_one_line_exit_2(
     args: tuple[str, ...], tmp_path: Path
 ) -> None:
     missing = str(tmp_path / "nope")
     code, out, err = await run_cli(*args, "--kubeconfig", missing)
-    assert (code, out) == (1, "")
+    assert (code, out) == (2, "")
     assert err.count("\n") == 1
     assert f"cannot load Kubernetes config: kubeconfig {missing} not found" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("apiVersion: v1\nclusters: [\n  - : x\n", "ParserError"),
+        ("apiVersion: v1\nclusters: 5\ncontexts: 7\ncurrent-context: 3\n", "TypeError"),
+        ("just a string\n", "TypeError"),
+    ],
+)
+@pytest.mark.parametrize(
+    "args",
+    [("status", "--node-name", NODE), ("run", "--node-name", NODE, "--listen", "127.0.0.1:0")],
+)
+async def test_a_malformed_kubeconfig_is_one_line_exit_2(
+    args: tuple[str, ...], text: str, fragment: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    code, out, err = await run_cli(*args, "--kubeconfig", str(path))
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert f"kubeconfig {path} is malformed: {fragment}" in err
 
 
 async def test_status_warns_about_an_endpoint_of_another_nodes_agent(

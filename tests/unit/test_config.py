@@ -114,6 +114,30 @@ def test_release_on_exit_from_environment() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        *[("1", True), ("TRUE", True), ("yes", True), ("On", True)],
+        *[("0", False), ("false", False), ("NO", False), ("off", False)],
+    ],
+)
+def test_every_boolean_takes_the_same_spellings(text: str, value: bool) -> None:
+    for flag in ("RELEASE_ON_EXIT", "SHIELD_BUILD_PODS", "SHIELD_DEPENDENCIES"):
+        env = {f"DRAIN_GUARD_{flag}": text}
+        if flag == "SHIELD_DEPENDENCIES":
+            env["DRAIN_GUARD_SHIELD_BUILD_PODS"] = "true"
+        assert getattr(_parse(["--node-name", "n"], env), flag.lower()) is value
+    assert _parse(["--node-name", "n", "--shield-build-pods", text]).shield_build_pods is value
+
+
+def test_an_empty_variable_is_unset() -> None:
+    s = _parse(
+        ["--node-name", "n"], {"DRAIN_GUARD_SHIELD_BUILD_PODS": "", "DRAIN_GUARD_MAX_HOLD": ""}
+    )
+    assert s.shield_build_pods is True
+    assert s.max_hold == timedelta(minutes=45)
+
+
+@pytest.mark.parametrize(
     ("argv", "env", "fragment"),
     [
         ([], {}, "--node-name (or NODE_NAME) is required"),
@@ -128,7 +152,24 @@ def test_release_on_exit_from_environment() -> None:
         (["--node-name", "n", "--booted-image-source", "x"], {}, "choose from"),
         (["--node-name", "n", "--build-pod-selector", "a in (b"], {}, "--build-pod-selector"),
         (["--node-name", "n", "--rpm-ostree-command", ""], {}, "empty"),
-        (["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "maybe"}, "true or false"),
+        (
+            ["--node-name", "n"],
+            {"DRAIN_GUARD_RELEASE_ON_EXIT": "maybe"},
+            "DRAIN_GUARD_RELEASE_ON_EXIT: invalid value 'maybe' (expected true/false",
+        ),
+        (["--node-name", "n", "--max-hold", "99999999999h"], {}, "--max-hold: duration"),
+        (["--node-name", "n", "--api-stale-after", "9" * 400 + "h"], {}, "is too long"),
+        (["--node-name", "n", "--shield-build-pods", "maybe"], {}, "--shield-build-pods: invalid"),
+        # A value from the environment is named by its variable, not by the flag.
+        (["--node-name", "n"], {"DRAIN_GUARD_MAX_HOLD": "2h"}, "DRAIN_GUARD_MAX_HOLD 2h is not"),
+        (["--node-name", "n"], {"DRAIN_GUARD_MAX_HOLD": "soon"}, "DRAIN_GUARD_MAX_HOLD: invalid"),
+        (["--node-name", "n"], {"DRAIN_GUARD_LISTEN": "9797"}, "DRAIN_GUARD_LISTEN: invalid"),
+        (["--node-name", "n"], {"DRAIN_GUARD_LOG_LEVEL": "x"}, "invalid DRAIN_GUARD_LOG_LEVEL 'x'"),
+        (
+            ["--node-name", "n", "--shield-build-pods", "off"],
+            {"DRAIN_GUARD_SHIELD_DEPENDENCIES": "yes"},
+            "DRAIN_GUARD_SHIELD_DEPENDENCIES needs --shield-build-pods=true",
+        ),
         (
             ["--node-name", "n", "--daemonset", "a/b", "--release-on-exit"],
             {},
