@@ -104,6 +104,7 @@ class Settings:
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
+    observe_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,14 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         None,
         "while a build runs, also shield the machine-os-builder and image registry pods on the"
         " node (off: their budgets outlive a dead agent; docs/shield.md)",
+        boolean=True,
+    ),
+    _Option(
+        "--observe-only",
+        _env_name("--observe-only"),
+        None,
+        "decide as usual but write nothing (no Node patch, no budget, no Event): report what"
+        " would have been done in the log, /status and metrics, for a first rollout",
         boolean=True,
     ),
     _Option(
@@ -460,6 +469,7 @@ def _settings(
         shield_build_pods=shield_build_pods,
         shield_dependencies=shield_dependencies,
         api_stale_after=api_stale_after,
+        observe_only=bool(raw["observe_only"]),
     )
 
 

@@ -207,6 +207,7 @@ class Controller:
             version=__version__,
             started_at=self.started_at,
             generated_at=self.started_at,
+            observe_only=settings.observe_only,
         )
         self._pass_started: float | None = None
         self._synced_logged: set[str] = set()
@@ -218,6 +219,8 @@ class Controller:
         # (the watch's resourceVersion then, the Node as the API returned it), used until
         # the watch delivers something newer.
         self._written: tuple[str, NodeObj] | None = None
+        # --observe-only: the last request that would have been held (counted once).
+        self._would_hold: str | None = None
 
     # StatusSource -------------------------------------------------------------------------
 
@@ -325,6 +328,10 @@ class Controller:
             if not decision.patch:
                 self._settle(decision, node, view)
                 return decision.recheck_at
+            if self.settings.observe_only:
+                # The one place that chooses between writing and reporting a decision.
+                self._report(decision, node, view)
+                return decision.recheck_at
             result = await self.kube.patch_node_json(node.name, decision.patch)
             if isinstance(result, Applied):
                 self._written = (node.resource_version, result.node)
@@ -395,7 +402,8 @@ class Controller:
         held_for = datetime.now(UTC) - record.since
         self._hold = None
         self.metrics.hold_released(outcome.value, held_for.total_seconds())
-        self.events.drain_released(record.held_drain, outcome.value, held_for)
+        if not self.settings.observe_only:  # an Event is a write too
+            self.events.drain_released(record.held_drain, outcome.value, held_for)
         log.info(
             "hold ended",
             extra={
@@ -465,6 +473,19 @@ class Controller:
             )
         self._settle(decision, after, view)
 
+    # Observe-only -------------------------------------------------------------------------
+
+    def _report(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
+        """--observe-only: what would have been written, in the log, /status and metrics.
+
+        Nothing is written, so the Node keeps the request and every pass decides the same
+        hold again: a request is counted once, the first time it would have been held.
+        """
+        if isinstance(decision, guards.Hold) and decision.original != self._would_hold:
+            self._would_hold = decision.original
+            self.metrics.count_would_hold(b.reason.value for b in decision.blocks)
+        self._settle(decision, node, view)
+
     # Status and the decision log ---------------------------------------------------------
 
     def _settle(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
@@ -473,11 +494,18 @@ class Controller:
             self.metrics.count_invalid_input(kind)
         self._invalid = invalid
         name = _status_name(decision, node)
-        self._set_status(name, decision.explain(), node, decision, view)
+        explanation = decision.explain()
+        fields = _decision_fields(node, decision, name)
+        observed = self.settings.observe_only and bool(decision.patch)
+        if observed:
+            explanation = f"observe-only, not written: would {explanation}"
+            fields["observeOnly"] = True
+            fields["why"] = explanation
+        self._set_status(name, explanation, node, decision, view)
         key = _log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
-        if decision.patch or key != self._last_logged:
+        if (decision.patch and not observed) or key != self._last_logged:
             self._last_logged = key
-            log.info("decision", extra={"fields": _decision_fields(node, decision, name)})
+            log.info("decision", extra={"fields": fields})
 
     def _set_status(
         self,
@@ -525,6 +553,7 @@ class Controller:
             desired_image=ann.get(protocol.DESIRED_IMAGE),
             desired_digest=desired_digest,
             booted=booted,
+            observe_only=self.settings.observe_only,
         )
 
     # Shutdown -----------------------------------------------------------------------------
@@ -712,6 +741,8 @@ def _hold_fields(node: str, record: protocol.HoldRecord, settings: Settings) -> 
 
 async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
     """Whether to release holds on exit, and why (uninstall vs rolling update)."""
+    if settings.observe_only:
+        return False, "--observe-only: nothing is written"
     if settings.release_on_exit:
         return True, "--release-on-exit"
     ref: DaemonSetRef | None = settings.daemonset
@@ -743,7 +774,7 @@ def make_shield(
     watch_timeout: int = WATCH_TIMEOUT,
 ) -> Shield | None:
     """The shield as ``drain-guard run`` starts it, on ``pods`` (the agent's pod watch)."""
-    if not settings.shield_build_pods:
+    if not settings.shield_build_pods or settings.observe_only:  # budgets are writes
         # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
         metrics.synced.remove("poddisruptionbudget")
         return None
@@ -768,6 +799,7 @@ async def _main(settings: Settings) -> int:
         log.error("cannot load Kubernetes config: %s", exc)
         return 2  # an invalid setting, as the CLI's other ones
     events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
+    metrics.set_observe_only(settings.observe_only)
     cache = WatchCache()
     shield = make_shield(settings, kube, metrics, cache)
     controller = Controller(settings, kube, metrics, counters, events, cache, shield)
@@ -784,10 +816,11 @@ async def _main(settings: Settings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info(
-        "drain-guard %s guarding node %s (max-hold %s)",
+        "drain-guard %s guarding node %s (max-hold %s)%s",
         __version__,
         settings.node_name,
         settings.max_hold,
+        "; observe-only: deciding, writing nothing" if settings.observe_only else "",
     )
     tasks = [
         asyncio.create_task(kube.watch_node(settings.node_name, controller.cache), name="node"),

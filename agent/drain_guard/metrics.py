@@ -25,6 +25,7 @@ API (used by ``controller``, ``events`` and ``server``)::
     m.count_api_error(operation); m.api_contact(when)
     m.count_invalid_input(kind); m.count_event(reason)
     m.set_shield_budgets(n); m.set_shield_conflicts(n); m.count_shield_blocked_drain()
+    m.set_observe_only(bool); m.count_would_hold(reasons)   # --observe-only
 
 An unknown label value raises ``ValueError``: it is a programming error, and an unbounded
 label would be worse than a crash in a test.
@@ -217,6 +218,18 @@ class Metrics:
             "Cordons of the node while shield budgets held: drains the budgets refuse.",
             registry=r,
         )
+        self.observe_only = Gauge(
+            PREFIX + "observe_only",
+            "1 when the agent runs with --observe-only (decides, writes nothing), else 0.",
+            registry=r,
+        )
+        self.would_holds_total = Counter(
+            PREFIX + "would_holds",
+            "Drain requests an --observe-only agent would have held, per reason (a request"
+            " with two reasons counts in both); 0 when enforcing.",
+            ["reason"],
+            registry=r,
+        )
         self.build_info = Info(
             PREFIX + "build",
             "Agent version and Python version; the value is always 1.",
@@ -227,6 +240,7 @@ class Metrics:
         for reason in REASONS:
             self.hold_active.labels(reason=reason).set(0)
             self.holds_total.labels(reason=reason)
+            self.would_holds_total.labels(reason=reason)
         for outcome in OUTCOMES:
             self.releases_total.labels(outcome=outcome)
         for verb in VERBS:
@@ -261,6 +275,15 @@ class Metrics:
         if reaction_seconds is not None:
             self.reaction_seconds.observe(reaction_seconds)
         self.set_hold(checked, since)
+
+    def set_observe_only(self, on: bool) -> None:
+        """Whether the agent reports instead of writing."""
+        self.observe_only.set(int(on))
+
+    def count_would_hold(self, reasons: Iterable[str]) -> None:
+        """An --observe-only agent would have held a new request for these reasons."""
+        for reason in _reasons(reasons):
+            self.would_holds_total.labels(reason=reason).inc()
 
     def race_lost(self) -> None:
         """The MCC cordoned the node before the hold could be written."""

@@ -97,6 +97,7 @@ class AgentStatus:
     # node's pod watch covers ("*": every one).
     build_pod_namespaces: tuple[str, ...] = ()
     pod_watch_namespace: str = ""
+    observe_only: bool = False  # --observe-only: the decision is reported, never written
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -148,6 +149,7 @@ class AgentStatus:
                 "buildPodNamespaces": list(self.build_pod_namespaces),
                 "podWatchNamespace": self.pod_watch_namespace,
             },
+            "observeOnly": self.observe_only,
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -187,6 +189,7 @@ class AgentStatus:
             shield=data.get("shield"),
             build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
+            observe_only=bool(data.get("observeOnly", False)),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -195,7 +198,8 @@ class AgentStatus:
     def to_text(self) -> str:
         """A short human view: the decision first, then the hold, pods, images, health."""
         now = self.generated_at
-        lines = [f"node {self.node}: {self.decision} - {self.explanation}"]
+        mode = " (observe-only: writes nothing)" if self.observe_only else ""
+        lines = [f"node {self.node}{mode}: {self.decision} - {self.explanation}"]
         if self.held_request is not None:
             lines.append(f"  held request:  {self.held_request}")
             if self.since is not None:
