@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 
 from drain_guard import protocol
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import SimCluster
-from tests.conftest import (
+from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_A,
     IMAGE_B,
-    Agent,
     StartAgent,
     add_build_pod,
     mcd_request,
     metric,
     reap,
-    spawn_agent,
+    spawn,
 )
 
 
@@ -104,16 +104,16 @@ async def test_seed_scenario_observe_only_writes_nothing_and_reports_each_hold(
     """Observe-only agents in the seed scenario: the cluster goes as without drain-guard (the
     build node is drained during the build), and every drain an enforcing agent would have
     held (each drain while a build pod ran or for the booted image) is reported."""
-    agents: list[Agent] = []
+    agents: list[AgentProcess] = []
     async with SimCluster(tmp_path / "cluster", nodes=2, time_factor=0.05) as cluster:
         try:
             for node in cluster.node_names:
-                await spawn_agent(
+                await spawn(
                     node,
                     cluster.agent_kubeconfig(node),
                     cluster.hosts[node],
                     "--observe-only",
-                    on_start=agents.append,
+                    started=agents,
                 )
             await cluster.create_machine_config("99-worker-seed")
             build = await cluster.wait_build_done(timeout=120)
