@@ -75,6 +75,7 @@ def test_json_keys_and_times() -> None:
         "lastApiContact",
         "shield",
         "scope",
+        "observeOnly",
         "version",
         "startedAt",
         "generatedAt",
