@@ -12,7 +12,8 @@ from pathlib import Path
 import yaml
 
 from drain_guard import config
-from tests.deploy.tools import DAEMONSET_DIR, RENDER_TIMEOUT, Obj, agent_container, require_tool
+from tests.deploy.tools import DAEMONSET_DIR, RENDER_TIMEOUT, Obj, agent_container
+from tests.helpers import require_tool
 
 COMPONENT = DAEMONSET_DIR / "components" / "observe-only"
 
