@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from benchmarks import deployed
 from drain_guard import protocol
 from drain_guard_sim.agentproc import AgentProcess, agent_user, spawn_agent
 from drain_guard_sim.apiserver import SimApiServer
@@ -157,12 +158,20 @@ def write_result(name: str, result: Mapping[str, Any], out_dir: Path | None = No
 
 
 async def start_agent(
-    api: SimApiServer, node: str, workdir: Path, *extra: str, image: str = IMAGE_A
+    api: SimApiServer,
+    node: str,
+    workdir: Path,
+    *extra: str,
+    image: str = IMAGE_A,
+    agent: deployed.Agent | None = None,
 ) -> AgentProcess:
-    """Spawn the agent for ``node`` with its own identity and a host tree booted into ``image``."""
+    """Spawn the agent for ``node`` with its own identity and a host tree booted into ``image``,
+    as ``agent`` says (by default ``python -m drain_guard`` in this environment)."""
     host = HostFS(workdir / "hosts" / node, image)
     kubeconfig = api.kubeconfig(agent_user(node), workdir / "kubeconfigs" / node)
-    return await spawn_agent(node, kubeconfig, host, *extra)
+    if agent is None:
+        return await spawn_agent(node, kubeconfig, host, *extra)
+    return await spawn_agent(node, kubeconfig, host, *extra, program=agent.program, env=agent.env)
 
 
 async def seconds_to_ready(agent: AgentProcess, timeout: float = WAIT) -> float:  # noqa: ASYNC109

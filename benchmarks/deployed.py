@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,3 +85,11 @@ def agent(variant: str, tree: Path | None) -> Agent:
     if "-eager" in variant:
         return Agent(variant, python, (python, "-c", EAGER), env)
     return Agent(variant, python, (str(tree / "bin" / "drain-guard"),), env)
+
+
+def tree_for(variants: Iterable[str], workdir: Path) -> Path | None:
+    """A deployed tree in ``workdir`` if any of ``variants`` needs one (about half a minute)."""
+    if set(variants) <= {"development"}:
+        return None
+    print("building the deployed tree (pip install . and compileall)", flush=True)
+    return build(workdir / "drain-guard")

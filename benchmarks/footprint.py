@@ -1,5 +1,9 @@
 """Footprint of one agent process: start to ready, memory, CPU, descriptors, at rest and churn.
 
+The agent runs as deployed (``--variant deployed``): the image's packages alone, installed and
+compiled as the Dockerfile does, run with the image's flags (``benchmarks/deployed.py``);
+``--variant development`` runs ``python -m drain_guard`` in this virtual environment.
+
 - start to ready: spawn of ``python -m drain_guard run`` → first ``/readyz`` 200 (both watches
   listed), over ``--starts`` fresh processes;
 - at rest: CPU seconds over ``--rest-seconds`` windows, per hour and as a share of one core,
@@ -10,8 +14,11 @@
   relabel, delete: the pod count ends where it began) and ``--node-updates`` Node updates
   that are not drain requests; resident memory after each round (flat = no growth between
   rounds) and CPU seconds per round;
-- import cost: resident memory of a bare interpreter, then after importing aiohttp,
-  kubernetes_asyncio and the whole agent, in fresh interpreters (median of ``--imports``).
+- import cost: resident memory of a bare interpreter, then after importing aiohttp, the whole
+  agent, and the rest of kubernetes_asyncio, in fresh interpreters (median of ``--imports``);
+- variants: resident memory and start to ready of each of ``--compare`` (``deployed.VARIANTS``:
+  without the deferred import, without the optimisation, in the development environment),
+  median of ``--compare-starts`` fresh processes each.
 
 ``python -m benchmarks.footprint [--starts N] [--rest-seconds S] ...``
 """
@@ -21,9 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -34,6 +41,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from benchmarks import deployed
 from benchmarks.common import (
     MCO_NS,
     seconds_to_ready,
@@ -59,11 +67,11 @@ def rss():
 out = {"interpreter": rss()}
 import aiohttp
 out["aiohttp"] = rss()
-import kubernetes_asyncio.client, kubernetes_asyncio.config
-out["kubernetes_asyncio"] = rss()
 import drain_guard.controller, drain_guard.cli
 out["agent"] = rss()
-out["kubernetes_validate_loaded"] = int("kubernetes_validate" in sys.modules)
+import kubernetes_asyncio.client
+kubernetes_asyncio.client.V1Pod  # a name the agent does not load: the library's whole client
+out["rest_of_kubernetes_asyncio"] = rss()
 json.dump(out, sys.stdout)
 """
 
@@ -77,6 +85,9 @@ class Params:
     pod_changes: int = 1000
     node_updates: int = 1000
     imports: int = 5
+    variant: str = "deployed"
+    compare: tuple[str, ...] = deployed.VARIANTS
+    compare_starts: int = 3
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -95,20 +106,18 @@ def _snapshot(proc: psutil.Process) -> dict[str, Any]:
     }
 
 
-async def _import_cost(runs: int) -> dict[str, Any]:
+async def _import_cost(runs: int, agent: deployed.Agent) -> dict[str, Any]:
     samples: list[dict[str, int]] = []
     for _ in range(runs):
         out = await asyncio.to_thread(
             subprocess.run,
-            [sys.executable, "-c", IMPORT_SCRIPT],
+            [agent.python, "-c", IMPORT_SCRIPT],
             capture_output=True,
             text=True,
             check=True,
+            env={**os.environ, **agent.env},
         )
         samples.append(json.loads(out.stdout))
-    # In a development venv kubernetes_asyncio also imports kubernetes_validate (a test
-    # dependency it picks up when present); the production image does not have it.
-    validate_loaded = any(s.pop("kubernetes_validate_loaded") for s in samples)
     stages = list(samples[0])
     medians = {s: statistics.median(x[s] for x in samples) for s in stages}
     result: dict[str, Any] = {f"{s}_rss_mib": round(medians[s] / MIB, 2) for s in stages}
@@ -117,8 +126,27 @@ async def _import_cost(runs: int) -> dict[str, Any]:
         if previous is not None:
             result[f"{s}_adds_mib"] = round((medians[s] - medians[previous]) / MIB, 2)
         previous = s
-    result["kubernetes_validate_loaded"] = validate_loaded
     return result
+
+
+async def _variant(api: SimApiServer, agent: deployed.Agent, starts: int, workdir: Path) -> Any:
+    """Median start to ready and resident memory 2 s after ready, over ``starts`` processes."""
+    samples: list[dict[str, Any]] = []
+    for s in range(starts):
+        process = await start_agent(api, NODE, workdir / f"{agent.variant}-{s}", agent=agent)
+        try:
+            ready = await seconds_to_ready(process)
+            await asyncio.sleep(2.0)
+            samples.append({"start_to_ready_s": ready, **_snapshot(psutil.Process(process.pid))})
+        finally:
+            await stop_agent(process)
+    keys = ("start_to_ready_s", "rss_mib", "uss_mib", "cpu_s")
+    return {
+        "variant": agent.variant,
+        "starts": starts,
+        **{k: round(statistics.median(x[k] for x in samples), 3) for k in keys},
+        "rss_mib_runs": [x["rss_mib"] for x in samples],
+    }
 
 
 async def _probe(port: int, path: str, every: float) -> None:
@@ -205,8 +233,9 @@ async def _churn_round(
     }
 
 
-async def measure(params: Params, workdir: Path) -> dict[str, Any]:
-    imports = await _import_cost(params.imports)
+async def measure(params: Params, workdir: Path, tree: Path | None) -> dict[str, Any]:
+    spec = deployed.agent(params.variant, tree)
+    imports = await _import_cost(params.imports, spec)
     print(f"import cost: {imports}", flush=True)
     starts: list[float] = []
     rest: list[dict[str, Any]] = []
@@ -215,7 +244,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
     async with SimApiServer(bookmark_interval=60.0) as api:
         seed_api(api, [NODE])
         for s in range(params.starts):
-            agent = await start_agent(api, NODE, workdir / f"start-{s}")
+            agent = await start_agent(api, NODE, workdir / f"start-{s}", agent=spec)
             try:
                 starts.append(await seconds_to_ready(agent))
             finally:
@@ -226,8 +255,8 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
             await asyncio.sleep(1.0)
             after_start = _snapshot(psutil.Process(agent.pid))
             for r in range(params.rest_runs):
-                for deployed in (False, True):
-                    rest.append(await _rest_window(agent, params.rest_seconds, deployed))
+                for probed in (False, True):
+                    rest.append(await _rest_window(agent, params.rest_seconds, probed))
                     print(f"at rest {r + 1}: {rest[-1]}", flush=True)
             for r in range(params.rounds):
                 churn.append(
@@ -236,11 +265,18 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
                 print(f"churn round {r + 1}: {churn[-1]}", flush=True)
         finally:
             await stop_agent(agent)
+        variants = []
+        for name in params.compare:
+            variants.append(
+                await _variant(api, deployed.agent(name, tree), params.compare_starts, workdir)
+            )
+            print(f"variant: {variants[-1]}", flush=True)
 
     def rest_median(mode: str, key: str) -> float:
         return float(statistics.median(w[key] for w in rest if w["mode"] == mode))
 
     deployed_pct = rest_median("deployed", "core_percent")
+    rss_at_rest = rest_median("deployed", "rss_mib")
     ready_median = statistics.median(starts)
     growth = churn[-1]["rss_mib"] - churn[0]["rss_mib"] if churn else 0.0
     return {
@@ -263,6 +299,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
         },
         "churn": churn,
         "import_cost": imports,
+        "variants": variants,
         "targets": {
             "rest_under_0.5pct_core": {"value_pct": deployed_pct, "met": deployed_pct < 0.5},
             "memory_flat_under_churn": {
@@ -271,6 +308,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
                 "met": growth < 1.0,
             },
             "start_to_ready_under_2s": {"value_s": round(ready_median, 3), "met": ready_median < 2},
+            "rss_at_rest_at_most_64mib": {"value_mib": rss_at_rest, "met": rss_at_rest <= 64.0},
         },
     }
 
@@ -285,6 +323,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
     p.add_argument("--pod-changes", type=int, default=d.pod_changes)
     p.add_argument("--node-updates", type=int, default=d.node_updates)
     p.add_argument("--imports", type=int, default=d.imports)
+    p.add_argument("--variant", choices=deployed.VARIANTS, default=d.variant)
+    p.add_argument("--compare", nargs="*", choices=deployed.VARIANTS, default=list(d.compare))
+    p.add_argument("--compare-starts", type=int, default=d.compare_starts)
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
     params = Params(
@@ -295,6 +336,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
         a.pod_changes,
         a.node_updates,
         a.imports,
+        a.variant,
+        tuple(a.compare),
+        a.compare_starts,
     )
     return params, a.out
 
@@ -302,7 +346,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     params, out = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-footprint-") as tmp:
-        result = asyncio.run(measure(params, Path(tmp)))
+        tree = deployed.tree_for([params.variant, *params.compare], Path(tmp))
+        result = asyncio.run(measure(params, Path(tmp), tree))
     print(f"wrote {write_result('footprint', result, out)}")
     return 0
 

@@ -16,7 +16,9 @@ Three phases in one run, each against ``SimApiServer`` with the agent as its own
 4. baseline: the agent (node worker-0) and a polling script (``benchmarks.baseline``, node
    worker-1) receive the same requests at the same instant; reaction and API requests of both.
 
-``python -m benchmarks.reaction [--requests N] [--runs R] ...``
+The agent runs as deployed (``--variant``, ``benchmarks/deployed.py``) in every phase.
+
+``python -m benchmarks.reaction [--requests N] [--runs R] [--variant V] ...``
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ import asyncio
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client as k8s
 
+from benchmarks import deployed
 from benchmarks.baseline import Poller
 from benchmarks.common import (
     IMAGE_A,
@@ -76,6 +79,8 @@ class Params:
     poll_interval: float = 2.0
     supersede_trials: int = 20
     event_latency: float = 1.0
+    variant: str = "deployed"
+    agent: deployed.Agent | None = None  # how ``variant`` runs; set once its tree is built
 
 
 class Mcd:
@@ -173,7 +178,7 @@ async def _latency_runs(params: Params, workdir: Path) -> dict[str, Any]:
     for r in range(params.runs):
         async with SimApiServer() as api:
             seed_api(api, [AGENT_NODE])
-            agent = await start_agent(api, AGENT_NODE, workdir / f"latency-{r}")
+            agent = await start_agent(api, AGENT_NODE, workdir / f"latency-{r}", agent=params.agent)
             mcd = Mcd(api)
             try:
                 await seconds_to_ready(agent)
@@ -202,7 +207,7 @@ async def _race(params: Params, workdir: Path, delay: float) -> dict[str, Any]:
         timeline = Timeline()
         kubeconfig = api.kubeconfig(MCC_USER, workdir / f"race-{delay}" / "mcc")
         mcc = DrainController(kubeconfig, timeline, Timings(mcc_update_delay=delay))
-        agent = await start_agent(api, AGENT_NODE, workdir / f"race-{delay}")
+        agent = await start_agent(api, AGENT_NODE, workdir / f"race-{delay}", agent=params.agent)
         mcd = Mcd(api)
         won = lost = not_held = 0
         lost_trials: list[int] = []
@@ -256,7 +261,9 @@ async def _supersede(params: Params, workdir: Path, event_latency: float) -> dic
     async with SimApiServer() as api:
         seed_api(api, [AGENT_NODE])
         user = agent_user(AGENT_NODE)
-        agent = await start_agent(api, AGENT_NODE, workdir / f"supersede-{event_latency}")
+        agent = await start_agent(
+            api, AGENT_NODE, workdir / f"supersede-{event_latency}", agent=params.agent
+        )
         mcd = Mcd(api)
         reactions: list[float] = []
         try:
@@ -289,7 +296,7 @@ async def _baseline(params: Params, workdir: Path) -> dict[str, Any]:
     """Agent and polling script side by side on two nodes, same requests, same instants."""
     async with SimApiServer() as api:
         seed_api(api, [AGENT_NODE, POLLER_NODE])
-        agent = await start_agent(api, AGENT_NODE, workdir / "baseline")
+        agent = await start_agent(api, AGENT_NODE, workdir / "baseline", agent=params.agent)
         host = HostFS(workdir / "baseline" / "hosts" / POLLER_NODE, IMAGE_A)
         poller = Poller(
             POLLER_NODE,
@@ -392,6 +399,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
     p.add_argument("--poll-interval", type=float, default=Params.poll_interval)
     p.add_argument("--supersede-trials", type=int, default=Params.supersede_trials)
     p.add_argument("--event-latency", type=float, default=Params.event_latency)
+    p.add_argument("--variant", choices=deployed.VARIANTS, default=Params.variant)
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
     params = Params(
@@ -403,6 +411,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
         a.poll_interval,
         a.supersede_trials,
         a.event_latency,
+        a.variant,
     )
     return params, a.out
 
@@ -410,6 +419,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     params, out = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-reaction-") as tmp:
+        tree = deployed.tree_for([params.variant], Path(tmp))
+        params = replace(params, agent=deployed.agent(params.variant, tree))
         result = asyncio.run(measure(params, Path(tmp)))
     print(f"wrote {write_result('reaction', result, out)}")
     return 0

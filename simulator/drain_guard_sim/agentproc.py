@@ -10,7 +10,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -59,9 +59,13 @@ def run_args(node: str, kubeconfig: Path | str, host: HostFS, *extra: str) -> li
     ]
 
 
-def agent_command(node: str, kubeconfig: Path | str, host: HostFS, *extra: str) -> list[str]:
-    """The whole command line: this interpreter running ``python -m drain_guard run ...``."""
-    return [sys.executable, "-m", "drain_guard", *run_args(node, kubeconfig, host, *extra)]
+def agent_command(
+    node: str, kubeconfig: Path | str, host: HostFS, *extra: str, program: Sequence[str] = ()
+) -> list[str]:
+    """The whole command line: ``program`` (by default this interpreter running ``python -m
+    drain_guard``; the benchmarks also run the agent as its image does) then ``run ...``."""
+    command = program or (sys.executable, "-m", "drain_guard")
+    return [*command, *run_args(node, kubeconfig, host, *extra)]
 
 
 def clean_environment() -> dict[str, str]:
@@ -270,16 +274,18 @@ async def spawn_agent(
     host: HostFS,
     *extra: str,
     env: dict[str, str] | None = None,
+    program: Sequence[str] = (),
     log_path: Path | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> AgentProcess:
     """Start ``drain-guard run`` for ``node`` with JSON logs on any free port (``extra`` flags
     come last, so they win), in an environment without drain-guard settings (plus ``env``).
-    ``log_path`` keeps a copy of the log; ``on_record`` sees each decision record."""
+    ``program`` runs drain-guard (see :func:`agent_command`); ``log_path`` keeps a copy of the
+    log; ``on_record`` sees each decision record."""
     environ = clean_environment()
     environ.update(env or {})
     proc = await asyncio.create_subprocess_exec(
-        *agent_command(node, kubeconfig, host, "--log-format", "json", *extra),
+        *agent_command(node, kubeconfig, host, "--log-format", "json", *extra, program=program),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,

@@ -24,7 +24,7 @@ def _result(out: Path, name: str) -> dict[str, Any]:
 def test_reaction(tmp_path: Path) -> None:
     argv = ["--requests", "3", "--runs", "1", "--race-trials", "2", "--race-delays", "0.1"]
     argv += ["--baseline-trials", "1", "--poll-interval", "0.1", "--supersede-trials", "2"]
-    argv += ["--event-latency", "0.05", "--out", str(tmp_path)]
+    argv += ["--event-latency", "0.05", "--variant", "development", "--out", str(tmp_path)]
     assert reaction.main(argv) == 0
     doc = _result(tmp_path, "reaction")
     assert doc["latency"]["pooled"]["n"] == 3
@@ -42,13 +42,19 @@ def test_reaction(tmp_path: Path) -> None:
 def test_footprint(tmp_path: Path) -> None:
     argv = ["--starts", "1", "--rest-seconds", "0.2", "--rest-runs", "1", "--rounds", "1"]
     argv += ["--pod-changes", "8", "--node-updates", "8", "--imports", "1", "--out", str(tmp_path)]
+    argv += ["--compare", "deployed-eager", "development", "--compare-starts", "1"]
     assert footprint.main(argv) == 0
     doc = _result(tmp_path, "footprint")
+    assert doc["params"]["variant"] == "deployed"
     assert len(doc["start_to_ready_s"]["runs"]) == 1
     assert [w["mode"] for w in doc["rest"]] == ["bare", "deployed"]
     assert doc["churn"][0]["changes"] == 16
     cost = doc["import_cost"]
-    assert cost["kubernetes_asyncio_rss_mib"] >= cost["aiohttp_rss_mib"] > 0
+    assert cost["agent_rss_mib"] >= cost["aiohttp_rss_mib"] > 0
+    # The deferred import leaves most of kubernetes_asyncio out of the agent.
+    assert cost["rest_of_kubernetes_asyncio_adds_mib"] > 0
+    assert [v["variant"] for v in doc["variants"]] == ["deployed-eager", "development"]
+    assert doc["variants"][0]["rss_mib"] > doc["after_start"]["rss_mib"]
 
 
 def test_apiload(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.deployed import DEPLOYED_ENV
 from tests.deploy.tools import REPO
 from tests.helpers import require_tool
 
@@ -223,6 +224,12 @@ def test_runs_optimised_from_bytecode_compiled_at_build(stages: list[Stage]) -> 
     assert words[words.index("-o") + 1] == "2"
     assert {"/opt/drain-guard/lib", "/usr/local/lib/python3.11"} <= set(words)
     assert "--no-compile" in next(c for c in run.split("&&") if " install " in c)
+
+
+def test_the_benchmarks_run_the_agent_as_the_image_does(stages: list[Stage]) -> None:
+    env = _env(stages[1])
+    del env["PATH"]
+    assert env == {k: v.format(tree="/opt/drain-guard") for k, v in DEPLOYED_ENV.items()}
 
 
 def test_the_systemd_unit_runs_optimised_as_the_image() -> None:
