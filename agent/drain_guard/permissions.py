@@ -19,12 +19,14 @@ class Scope(StrEnum):
     (``resourceNames``) to the agent's own DaemonSet, which it reads on SIGTERM to tell an
     uninstall from a rolling update; ``MCO`` into a Role in each of ``MCO_NAMESPACES``, where
     MCO's build pods run: the agent's pod watch reads its node's pods there, and the shield
-    keeps PodDisruptionBudgets on build pods there ("only where build pods run").
+    keeps PodDisruptionBudgets on build pods there ("only where build pods run");
+    ``EVENTS`` into a RoleBinding in ``EVENTS_NAMESPACE``, where Events about a Node live.
     """
 
     CLUSTER = "cluster"
     OWN_DAEMONSET = "own-daemonset"
     MCO = "mco"
+    EVENTS = "events"
 
 
 #: Where build pods run: MCO's namespace, the default build-pod scope. (``--build-pod-namespace``
@@ -33,6 +35,11 @@ class Scope(StrEnum):
 #: not ready. ``--shield-dependencies`` also needs a Role on budgets in
 #: openshift-image-registry; without it the shield reports that namespace as forbidden.)
 MCO_NAMESPACES: tuple[str, ...] = ("openshift-machine-config-operator",)
+
+
+#: Where the agent writes its Events: a Node is cluster-scoped, and Events about cluster-scoped
+#: objects live in ``default`` (as the kubelet's and the machine-config-daemon's do).
+EVENTS_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     # labels, to check a budget with them would select that pod alone.
     Permission("", "pods", frozenset({"list", "watch"}), Scope.MCO),
     # DrainHeld / DrainReleased / DrainHoldExpired Events on the Node, aggregated by patch.
-    Permission("", "events", frozenset({"create", "patch"})),
+    Permission("", "events", frozenset({"create", "patch"}), Scope.EVENTS),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_DAEMONSET),
     # The shield: budgets on the build pods of its node, in MCO_NAMESPACES only.
@@ -76,6 +83,7 @@ def allowed(api_group: str, resource: str, verb: str, namespace: str | None) -> 
         and (
             p.scope is Scope.CLUSTER
             or (p.scope is Scope.MCO and namespace in MCO_NAMESPACES)
+            or (p.scope is Scope.EVENTS and namespace == EVENTS_NAMESPACE)
             or (p.scope is Scope.OWN_DAEMONSET and namespace is not None)
         )
         for p in PERMISSIONS

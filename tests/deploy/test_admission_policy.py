@@ -1,34 +1,30 @@
-"""The ValidatingAdmissionPolicy, evaluated with a CEL interpreter (cel-python).
+"""The ValidatingAdmissionPolicies, evaluated with a CEL interpreter (tests/deploy/admission.py).
 
-The policy's own expressions, as rendered, run against admission requests built from the
-agent's real patches (``drain_guard.protocol`` applied with ``jsonpatch``) and from the writes a
-compromised or buggy agent could try. cel-python implements standard CEL; the policy uses
-only standard CEL (``has``, ``in``, ``all``, ``startsWith``, ``+``, the conditional), not the
-Kubernetes CEL libraries, so the interpreter sees what the API server would. Evaluation
-follows the API server: no matching condition means the policy does not apply; variables
-are evaluated in order; every validation must yield true, and an evaluation error denies
-(``failurePolicy: Fail``).
+Each policy's own expressions, as rendered, run against admission requests built from what
+the agent really writes (its Node patches from ``drain_guard.protocol`` applied with
+``jsonpatch``, the shield's budget manifest, the Event recorder's body) and from the writes a
+compromised or buggy agent could try.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-import celpy
 import jsonpatch
 import pytest
-from celpy.adapter import json_to_cel
-from celpy.celtypes import BoolType, MapType, StringType
-from celpy.evaluation import CELEvalError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes_asyncio.client import ApiClient
 
 from drain_guard import protocol
+from drain_guard.events import EventRecorder
 from drain_guard.protocol import Reason
+from drain_guard.shield import PodState, Role, Want, budget_name
+from tests.deploy.admission import Policy, Verdict
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
 
 AGENT = "system:serviceaccount:drain-guard:drain-guard"
@@ -39,74 +35,35 @@ LAST_APPLIED = "uncordon-rendered-worker-11b0cc"
 SINCE = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    applies: bool
-    denied: tuple[str, ...]  # messages of the failed validations
-
-    @property
-    def admitted(self) -> bool:
-        return not self.denied
-
-
-class Policy:
-    """A ValidatingAdmissionPolicy's CEL, compiled once, evaluated like the API server."""
-
-    def __init__(self, policy: Obj) -> None:
-        self.env = celpy.Environment()
-        spec = policy["spec"]
-        self.conditions = [self._compile(c["expression"]) for c in spec["matchConditions"]]
-        self.variables = [(v["name"], self._compile(v["expression"])) for v in spec["variables"]]
-        self.validations = [
-            (self._compile(v["expression"]), v["message"]) for v in spec["validations"]
-        ]
-
-    def _compile(self, expression: str) -> celpy.Runner:
-        return self.env.program(self.env.compile(expression))
-
-    @staticmethod
-    def _true(program: celpy.Runner, activation: dict[str, Any]) -> bool:
-        try:
-            result = program.evaluate(activation)
-        except CELEvalError:
-            return False
-        return isinstance(result, BoolType) and bool(result)
-
-    def review(
-        self, username: str, extra: Mapping[str, list[str]] | None, old: Obj, new: Obj
-    ) -> Verdict:
-        user: dict[str, Any] = {"username": username}
-        if extra is not None:
-            user["extra"] = dict(extra)
-        activation: dict[str, Any] = {
-            "request": json_to_cel({"operation": "UPDATE", "userInfo": user}),
-            "object": json_to_cel(new),
-            "oldObject": json_to_cel(old),
-        }
-        if not all(self._true(c, activation) for c in self.conditions):
-            return Verdict(applies=False, denied=())
-        variables = MapType({})
-        for name, program in self.variables:
-            activation["variables"] = variables
-            variables = MapType({**variables, StringType(name): program.evaluate(activation)})
-        activation["variables"] = variables
-        denied = tuple(
-            msg for program, msg in self.validations if not self._true(program, activation)
-        )
-        return Verdict(applies=True, denied=denied)
+NODE_POLICY = "drain-guard-node-confinement"
+BUDGET_POLICY = "drain-guard-budget-confinement"
+EVENT_POLICY = "drain-guard-event-confinement"
 
 
 @pytest.fixture(scope="module")
 def policy(rendered: Callable[[str], list[Obj]]) -> Policy:
-    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy"))
+    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy", NODE_POLICY))
 
 
-def test_overlays_ship_the_same_policy(rendered: Callable[[str], list[Obj]]) -> None:
+@pytest.fixture(scope="module")
+def budgets(rendered: Callable[[str], list[Obj]]) -> Policy:
+    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy", BUDGET_POLICY))
+
+
+@pytest.fixture(scope="module")
+def events(rendered: Callable[[str], list[Obj]]) -> Policy:
+    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy", EVENT_POLICY))
+
+
+def test_overlays_ship_the_same_policies(rendered: Callable[[str], list[Obj]]) -> None:
     """What is evaluated here (the kubernetes overlay's) is what every overlay with it ships."""
     kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
     for overlay in WITH_ADMISSION_POLICY:
         for kind in kinds:
-            assert one(rendered(overlay), kind) == one(rendered("kubernetes"), kind)
+            mine = sorted((o for o in rendered(overlay) if o["kind"] == kind), key=str)
+            theirs = sorted((o for o in rendered("kubernetes") if o["kind"] == kind), key=str)
+            assert mine == theirs
+            assert len(mine) == 3
 
 
 def node(**annotations: str) -> Obj:
@@ -209,7 +166,16 @@ def test_other_users_are_not_affected(policy: Policy) -> None:
     after["metadata"]["annotations"][protocol.LAST_APPLIED_DRAIN] = REQUEST
     mcc = "system:serviceaccount:openshift-machine-config-operator:machine-config-controller"
     assert not policy.review(mcc, None, before, after).applies
-    assert not policy.review("system:serviceaccount:other:drain-guard", None, before, after).applies
+    assert not policy.review("system:serviceaccount:drain-guard:other", None, before, after).applies
+    assert not policy.review("drain-guard", None, before, after).applies
+
+
+def test_the_agent_account_is_matched_in_any_namespace(policy: Policy) -> None:
+    """A renamed namespace (kustomize ``namespace:``) keeps the agent confined."""
+    user = "system:serviceaccount:platform-drain-guard:drain-guard"
+    verdict = policy.review(user, {NODE_NAME_CLAIM: ["worker-1"]}, node(), held())
+    assert verdict.applies
+    assert "only the Node it runs on" in " ".join(verdict.denied)
 
 
 # --- what the agent may not do is denied -----------------------------------------------------
@@ -283,6 +249,235 @@ def test_unwrapping_into_something_else_is_denied(policy: Policy) -> None:
     after = copy.deepcopy(before)
     _ann(after)[protocol.DESIRED_DRAIN] = "uncordon-rendered-worker-5620aa"
     assert not by_agent(policy, before, after).admitted
+
+
+def test_a_long_drain_guard_value_is_denied(policy: Policy) -> None:
+    before, after = _changed(lambda n: _ann(n).update({protocol.HOLD_DETAIL: "x" * 1025}))
+    assert "longer than 1024" in " ".join(by_agent(policy, before, after).denied)
+    _ann(after)[protocol.HOLD_DETAIL] = "x" * 1024
+    assert by_agent(policy, before, after).admitted
+
+
+def test_the_longest_detail_the_agent_writes_is_admitted(policy: Policy) -> None:
+    before = node()
+    ops = protocol.hold_patch(REQUEST, LAST_APPLIED, "100", [Reason.BUILD_POD], SINCE, "é" * 5000)
+    assert by_agent(policy, before, patched(before, ops)).admitted
+
+
+def test_too_many_drain_guard_keys_are_denied(policy: Policy) -> None:
+    before = held()
+    after = copy.deepcopy(before)
+    count = sum(k.startswith(protocol.DG_PREFIX) for k in _ann(after))
+    for i in range(8 - count):
+        _ann(after)[f"{protocol.DG_PREFIX}k{i}"] = "v"
+    assert by_agent(policy, before, after).admitted
+    _ann(after)[protocol.DG_PREFIX + "one-more"] = "v"
+    assert "more than 8" in " ".join(by_agent(policy, before, after).denied)
+
+
+# --- budgets (the shield) -------------------------------------------------------------------
+
+BUILD_POD_LABELS = {
+    "openshift.io/build.name": "build-rendered-worker-5620aa",
+    "openshift.io/build.start-policy": "Serial",
+}
+
+
+def budget(node_name: str = NODE, **changes: Any) -> Obj:
+    """The budget the shield itself makes for a build pod (``drain_guard.shield``)."""
+    pod = PodState.from_dict(
+        {
+            "metadata": {
+                "name": "build-rendered-worker-5620aa-build",
+                "namespace": "openshift-machine-config-operator",
+                "uid": "0a1b2c",
+                "labels": BUILD_POD_LABELS,
+            },
+            "spec": {"nodeName": node_name},
+            "status": {"phase": "Running"},
+        }
+    )
+    manifest: Obj = Want(pod, Role.BUILD_POD, budget_name(pod.name, pod.uid)).manifest(node_name)
+    for path, value in changes.items():
+        target = manifest
+        *parents, leaf = path.split("__")
+        for part in parents:
+            target = target[part]
+        if value is None:
+            target.pop(leaf, None)
+        else:
+            target[leaf] = value
+    return manifest
+
+
+def create(policy: Policy, obj: Obj, on: str | None = NODE) -> Verdict:
+    extra = None if on is None else {NODE_NAME_CLAIM: [on]}
+    return policy.review(AGENT, extra, None, obj, operation="CREATE")
+
+
+def delete(policy: Policy, obj: Obj, on: str | None = NODE) -> Verdict:
+    extra = None if on is None else {NODE_NAME_CLAIM: [on]}
+    return policy.review(AGENT, extra, obj, None, operation="DELETE")
+
+
+def test_the_shields_budget_is_admitted(budgets: Policy) -> None:
+    verdict = create(budgets, budget())
+    assert verdict.applies
+    assert verdict.admitted, verdict.denied
+    assert delete(budgets, budget()).admitted
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"machineconfiguration.openshift.io/buildPod": "", "a": "b"},
+        {"machineconfiguration.openshift.io/on-cluster-layering": ""},
+        {"batch.kubernetes.io/job-name": "build-layered-abc", "job-name": "build-layered-abc"},
+    ],
+)
+def test_every_default_build_pod_form_is_admitted(budgets: Policy, labels: dict[str, str]) -> None:
+    obj = budget(spec__selector={"matchLabels": labels})
+    assert create(budgets, obj).admitted
+
+
+DENIED_BUDGETS: dict[str, dict[str, Any]] = {
+    "another node's": {"metadata__labels__drain-guard.io/node": "worker-1"},
+    "unlabelled": {"metadata__labels": None},
+    "not managed by drain-guard": {"metadata__labels__app.kubernetes.io/managed-by": "x"},
+    "no owner": {"metadata__ownerReferences": None},
+    "two owners": {
+        "metadata__ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": "a", "uid": "1"},
+            {"apiVersion": "v1", "kind": "Pod", "name": "b", "uid": "2"},
+        ]
+    },
+    "owned by a Deployment": {
+        "metadata__ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": "a", "uid": "1"}
+        ]
+    },
+    "controller owner": {
+        "metadata__ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": "a", "uid": "1", "controller": True}
+        ]
+    },
+    "minAvailable 0": {"spec__minAvailable": 0},
+    "minAvailable 100%": {"spec__minAvailable": "100%"},
+    "maxUnavailable": {"spec__minAvailable": None, "spec__maxUnavailable": 0},
+    "MCO's controller": {
+        "spec__selector": {"matchLabels": {"k8s-app": "machine-config-controller"}}
+    },
+    "machine-os-builder": {"spec__selector": {"matchLabels": {"k8s-app": "machine-os-builder"}}},
+    "k8s-app with a build key": {
+        "spec__selector": {
+            "matchLabels": {"k8s-app": "machine-config-controller", **BUILD_POD_LABELS}
+        }
+    },
+    "a job not a build": {"spec__selector": {"matchLabels": {"batch.kubernetes.io/job-name": "x"}}},
+    "matchExpressions": {
+        "spec__selector": {
+            "matchLabels": BUILD_POD_LABELS,
+            "matchExpressions": [{"key": "k8s-app", "operator": "Exists"}],
+        }
+    },
+    "no selector": {"spec__selector": None},
+}
+
+
+@pytest.mark.parametrize("change", DENIED_BUDGETS)
+def test_budget_is_denied(budgets: Policy, change: str) -> None:
+    verdict = create(budgets, budget(**DENIED_BUDGETS[change]))
+    assert verdict.applies
+    # Denied by the one rule about it, not by an evaluation error elsewhere.
+    assert len(verdict.denied) == 1, verdict.denied
+
+
+def test_another_nodes_budget_may_not_be_deleted(budgets: Policy) -> None:
+    verdict = delete(budgets, budget("worker-1"))
+    assert "only its own node's budgets" in " ".join(verdict.denied)
+    stranger = budget(metadata__labels={"app": "x"})
+    assert not delete(budgets, stranger).admitted
+
+
+def test_a_budget_is_never_changed(budgets: Policy) -> None:
+    before = budget()
+    after = budget(spec__minAvailable=0)
+    verdict = budgets.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, before, after)
+    assert "never changes a budget" in " ".join(verdict.denied)
+
+
+def test_budgets_without_the_node_claim_are_denied(budgets: Policy) -> None:
+    assert "no node-name claim" in " ".join(create(budgets, budget(), on=None).denied)
+    assert not delete(budgets, budget(), on=None).admitted
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+class _Core:
+    """Stands in for kubernetes_asyncio's CoreV1Api: keeps the Event bodies the recorder sends."""
+
+    def __init__(self) -> None:
+        self.bodies: list[Obj] = []
+
+    async def create_namespaced_event(self, namespace: str, body: Obj, **_: Any) -> Any:
+        self.bodies.append(body)
+        return _Created()
+
+    async def patch_namespaced_event(self, *_: Any, **__: Any) -> Any:
+        return _Created()
+
+
+class _Created:
+    status = 201
+
+    async def __aenter__(self) -> _Created:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    async def text(self) -> str:
+        return ""
+
+
+def recorded_event(node_name: str = NODE) -> Obj:
+    """An Event body exactly as ``drain_guard.events.EventRecorder`` writes it."""
+    core = _Core()
+
+    async def emit() -> None:
+        async with ApiClient() as api:
+            recorder = EventRecorder(api, node_name, node_uid="a-uid")
+            recorder._core = core  # type: ignore[assignment]
+            await recorder.emit("DrainHeld", "Holding drain request")
+
+    asyncio.run(emit())
+    (body,) = core.bodies
+    return body
+
+
+def test_the_agents_event_is_admitted(events: Policy) -> None:
+    body = recorded_event()
+    verdict = create(events, body)
+    assert verdict.applies
+    assert verdict.admitted, verdict.denied
+    bumped = copy.deepcopy(body) | {"count": 2, "message": "again"}
+    assert events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, body, bumped).admitted
+
+
+def test_events_about_anything_else_are_denied(events: Policy) -> None:
+    other = recorded_event("worker-1")
+    assert "its own Node only" in " ".join(create(events, other).denied)
+    pod = recorded_event() | {
+        "involvedObject": {"kind": "Pod", "namespace": "x", "name": NODE, "apiVersion": "v1"}
+    }
+    assert not create(events, pod).admitted
+    bumped = copy.deepcopy(other) | {"count": 2}
+    assert not events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, other, bumped).admitted
+    assert not create(events, recorded_event(), on=None).admitted
+    assert not delete(events, recorded_event()).admitted
+    spoofed = recorded_event() | {"source": {"component": "kubelet", "host": "worker-1"}}
+    assert not create(events, spoofed).admitted
 
 
 # --- properties ---------------------------------------------------------------------------

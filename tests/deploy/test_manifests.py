@@ -17,7 +17,7 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from drain_guard.permissions import MCO_NAMESPACES
+from drain_guard.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
 from tests.deploy.tools import (
     MIN_KUBERNETES,
     WITH_ADMISSION_POLICY,
@@ -127,6 +127,10 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
             # The shield's Role and RoleBinding live where build pods run (drain_guard.permissions).
             assert obj["kind"] in ("Role", "RoleBinding"), key(obj)
             assert namespace in MCO_NAMESPACES, f"{key(obj)} is not where build pods run"
+        elif obj["metadata"]["name"] == "drain-guard-events":
+            # Events about a Node live in `default` (drain_guard.permissions.EVENTS_NAMESPACE).
+            assert obj["kind"] == "RoleBinding", key(obj)
+            assert namespace == EVENTS_NAMESPACE, key(obj)
         else:
             assert namespace == NAMESPACE, f"{key(obj)} is not in {NAMESPACE}"
 

@@ -8,13 +8,20 @@ are listed here, each with its reason, and compared exactly too.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import pytest
 
-from drain_guard.permissions import MCO_NAMESPACES, PERMISSIONS, Permission, Scope
+from drain_guard import events
+from drain_guard.permissions import (
+    EVENTS_NAMESPACE,
+    MCO_NAMESPACES,
+    PERMISSIONS,
+    Permission,
+    Scope,
+)
+from tests.deploy.admission import Policy
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one
 
 SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)
@@ -91,6 +98,8 @@ def expected(objects: list[Obj], permissions: Iterable[Permission]) -> set[Grant
             elif p.scope is Scope.MCO:
                 for shielded in MCO_NAMESPACES:
                     grants.add(Grant(p.api_group, p.resource, verb, shielded, ()))
+            elif p.scope is Scope.EVENTS:
+                grants.add(Grant(p.api_group, p.resource, verb, EVENTS_NAMESPACE, ()))
             else:
                 grants.add(Grant(p.api_group, p.resource, verb, namespace, (name,)))
     return grants
@@ -150,6 +159,17 @@ def test_a_permission_the_roles_lack_is_caught(objects: list[Obj], overlay: str)
     assert granted(objects) != expected(objects, more) | _extra(overlay)
 
 
+def test_events_are_granted_where_the_agent_writes_them() -> None:
+    assert events.EVENT_NAMESPACE == EVENTS_NAMESPACE
+
+
+def test_events_are_granted_in_one_namespace_only(objects: list[Obj]) -> None:
+    """No cluster-wide grant on Events: a compromised agent cannot write them elsewhere."""
+    event_grants = {g for g in granted(objects) if g.resource == "events"}
+    assert event_grants
+    assert {g.namespace for g in event_grants} == {EVENTS_NAMESPACE}
+
+
 def test_own_daemonset_read_is_limited_by_name(objects: list[Obj]) -> None:
     role = one(objects, "Role", "drain-guard")
     (rule,) = role["rules"]
@@ -164,29 +184,41 @@ def test_no_broad_or_dangerous_grant(objects: list[Obj], forbidden: str) -> None
 
 
 @pytest.mark.parametrize("overlay", WITH_ADMISSION_POLICY)
-def test_admission_policy_matches_the_agent_account(objects: list[Obj]) -> None:
-    """The policy's username follows the ServiceAccount the DaemonSet runs as."""
+def test_admission_policies_match_the_agent_account(objects: list[Obj]) -> None:
+    """Every policy applies to the account the DaemonSet runs as, and not to others."""
     account = one(objects, "ServiceAccount")
     daemonset = one(objects, "DaemonSet", "drain-guard")
     assert (
         daemonset["spec"]["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
     )
-    policy = one(objects, "ValidatingAdmissionPolicy")
-    (condition,) = policy["spec"]["matchConditions"]
-    username = (
-        f"system:serviceaccount:{account['metadata']['namespace']}:{account['metadata']['name']}"
-    )
-    assert shlex.split(condition["expression"]) == ["request.userInfo.username", "==", username]
-    assert (account["metadata"]["namespace"], account["metadata"]["name"]) == SERVICE_ACCOUNT
+    meta = account["metadata"]
+    username = f"system:serviceaccount:{meta['namespace']}:{meta['name']}"
+    policies = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert len(policies) == 3
+    for obj in policies:
+        policy = Policy(obj)
+        assert policy.review(username, None, {}, {}).applies, obj["metadata"]["name"]
+        for other in (
+            "system:serviceaccount:openshift-machine-config-operator:machine-config-daemon",
+            f"system:serviceaccount:{meta['namespace']}:default",
+            "system:node:worker-0",
+            "kube:admin",
+        ):
+            assert not policy.review(other, None, {}, {}).applies, (obj["metadata"]["name"], other)
 
 
 @pytest.mark.parametrize("overlay", WITH_ADMISSION_POLICY)
-def test_admission_policy_is_bound_and_denies(objects: list[Obj]) -> None:
-    policy = one(objects, "ValidatingAdmissionPolicy")
-    binding = one(objects, "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
-    assert binding["spec"]["validationActions"] == ["Deny"]
-    assert policy["spec"]["failurePolicy"] == "Fail"
+def test_admission_policies_are_bound_and_deny(objects: list[Obj]) -> None:
+    policies = {
+        o["metadata"]["name"]: o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+    }
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert sorted(b["spec"]["policyName"] for b in bindings) == sorted(policies)
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert "matchResources" not in binding["spec"]
+    for policy in policies.values():
+        assert policy["spec"]["failurePolicy"] == "Fail"
 
 
 def test_scc_use_is_granted_for_the_drain_guard_scc_only(
