@@ -77,6 +77,7 @@ class Policy:
         variables = MapType({})
         for name, program in self.variables:
             activation["variables"] = variables
+            value: Any
             try:
                 value = program.evaluate(activation)
             except CELEvalError as exc:  # the API server evaluates variables lazily
