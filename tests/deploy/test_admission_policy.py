@@ -23,7 +23,8 @@ from kubernetes_asyncio.client import ApiClient
 from drain_guard import protocol
 from drain_guard.events import EventRecorder
 from drain_guard.protocol import Reason
-from drain_guard.shield import PodState, Role, Want, budget_name
+from drain_guard.pods import Pod
+from drain_guard.shield import Role, Want, budget_name
 from tests.deploy.admission import Policy, Verdict
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
 
@@ -285,7 +286,7 @@ BUILD_POD_LABELS = {
 
 def budget(node_name: str = NODE, **changes: Any) -> Obj:
     """The budget the shield itself makes for a build pod (``drain_guard.shield``)."""
-    pod = PodState.from_dict(
+    pod = Pod.from_dict(
         {
             "metadata": {
                 "name": "build-rendered-worker-5620aa-build",
