@@ -410,6 +410,8 @@ class OpenShiftBuildController(Actor):
         while True:
             outcome = await self._run_pod(build, owner, failures, node)
             if outcome is None:
+                if self.version is not McoVersion.V4_15:
+                    await self._clean_up(name, owner)
                 return
             failures += 1
             if failures > limit:
@@ -523,6 +525,20 @@ class OpenShiftBuildController(Actor):
                     _preload_content=False,
                 )
             )
+
+    async def _clean_up(self, name: str, owner: JsonObj) -> None:
+        """4.16+: a finished build's pod (4.18: its Job) is deleted; the MachineOSBuild stays."""
+        if owner["kind"] == "Job":
+            with contextlib.suppress(ApiException):
+                await read_json(
+                    await self.custom.delete_namespaced_custom_object(
+                        "batch", "v1", MCO_NAMESPACE, "jobs", name, _preload_content=False
+                    )
+                )
+        for pod, build in list(self._pod_build.items()):
+            if build == name:
+                await self._delete_pod(pod)
+        self.log(None, f"Build {name}: cleaned up its build pod")
 
     async def _delete_pod(self, pod_name: str) -> None:
         with contextlib.suppress(ApiException):

@@ -1,8 +1,8 @@
 """Chaos runs: the simulated cluster, one real agent process per node, and faults from a seed.
 
-A run (``run_chaos``) starts a ``SimCluster`` (MCO 4.15 actors, on-cluster builds, scaled
-time), one ``drain-guard run`` subprocess per node with its own identity, and plays a fault
-schedule drawn from the seed (``make_schedule``): MachineConfig rollouts (each starts a
+A run (``run_chaos``) starts a ``SimCluster`` (MCO 4.15, 4.16 or 4.18 actors, by seed; on-cluster
+builds, scaled time), one ``drain-guard run`` subprocess per node with its own identity, and plays
+a fault schedule drawn from the seed (``make_schedule``): MachineConfig rollouts (each starts a
 build), API latency and 500/429/503 replies, watch streams cut, forced 410s, agents killed
 with SIGKILL and restarted, the MCD restarted mid-wait, operators releasing holds with
 ``drain-guard release``, builds that fail (their pod deleted), hosts whose booted image cannot
@@ -64,6 +64,7 @@ from drain_guard_sim.mco import (
     MCD_USER,
     MCO_NAMESPACE,
     STATE,
+    McoVersion,
     Timings,
     annotations_of,
 )
@@ -138,8 +139,15 @@ class ChaosConfig:
 
     @property
     def racing_mcc(self) -> bool:
-        """The MCC acts 0.05 s after a request, racing the agent: the race-lost path runs."""
+        """The MCC runs on MCO's own 5 s, racing the agent: in 4.15 it acts 2-3.5 MCO seconds
+        after a request (20-35 ms here), in 4.16+ 5 s after it; the race-lost path runs."""
         return self.seed % 3 == 0
+
+    @property
+    def mco_version(self) -> McoVersion:
+        """The MCO the actors play: seeds cycle through 4.15, 4.16 (and 4.17), 4.18 in runs of
+        six, so every version meets every combination of ``racing_mcc`` and ``shield``."""
+        return list(McoVersion)[(self.seed // 6) % len(McoVersion)]
 
     @property
     def shield(self) -> bool:
@@ -244,7 +252,11 @@ class _Run:
         self.workdir = workdir
         timings = Timings(mcc_update_delay=config.mcc_delay)
         self.cluster = SimCluster(
-            workdir, nodes=config.nodes, time_factor=config.time_factor, timings=timings
+            workdir,
+            nodes=config.nodes,
+            time_factor=config.time_factor,
+            timings=timings,
+            version=config.mco_version,
         )
         self.agents: dict[str, AgentProcess] = {}
         self.history: list[AgentProcess] = []

@@ -1,8 +1,9 @@
 """Chaos runs with real agent processes, judged by the independent checker.
 
-The CI-sized run (two seeds) is part of plain ``pytest``; ``make chaos SEEDS=300`` runs the
-long one. A failure prints the seed, its schedule and the timeline of the node concerned;
-``pytest tests/chaos --chaos-seed=S`` replays that seed's schedule.
+The CI-sized run (four seeds, every MCO version) is part of plain ``pytest``;
+``make chaos SEEDS=300`` runs the long one. A failure prints the seed, its schedule and the
+timeline of the node concerned; ``pytest tests/chaos --chaos-seed=S`` replays that seed's
+schedule.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from drain_guard_sim.chaos import Action, ChaosConfig, ChaosReport, make_schedule, run_chaos
+from drain_guard_sim.mco import McoVersion
 
 
 def _judge(report: ChaosReport) -> None:
@@ -19,16 +21,27 @@ def _judge(report: ChaosReport) -> None:
 
 
 async def test_chaos(chaos_seed: int, tmp_path: Path) -> None:
-    report = await run_chaos(ChaosConfig(seed=chaos_seed), tmp_path)
+    config = ChaosConfig(seed=chaos_seed)
+    report = await run_chaos(config, tmp_path)
     _judge(report)
-    # The run did what it is for: requests came, and agents held and released some.
+    # The run did what it is for: requests came, and agents held and released some (4.16+
+    # never ask for a drain to the booted image, so holds there need a build pod to meet).
     assert report.checked.requests > 0
-    assert report.checked.holds > 0
+    if config.mco_version is McoVersion.V4_15:
+        assert report.checked.holds > 0
 
 
 @pytest.mark.slow
 async def test_chaos_long(chaos_seed: int, tmp_path: Path) -> None:
     _judge(await run_chaos(ChaosConfig(seed=chaos_seed), tmp_path))
+
+
+def test_every_version_meets_every_race_and_shield_combination() -> None:
+    configs = [ChaosConfig(seed=s) for s in range(18)]
+    combos = {(c.mco_version, c.racing_mcc, c.shield) for c in configs}
+    assert len(combos) == 3 * 2 * 2
+    ci = {ChaosConfig(seed=s).mco_version for s in (1, 3, 8, 12)}
+    assert ci == set(McoVersion)
 
 
 def test_the_schedule_is_a_function_of_the_seed() -> None:
