@@ -17,7 +17,7 @@ system-deps:
 	scripts/system-deps.sh
 
 demo: $(STAMP)
-	$(BIN)/drain-guard demo
+	$(BIN)/drain-guard demo $${MCO:+--mco-version $$MCO}
 
 test: $(STAMP) system-deps
 	$(BIN)/pytest

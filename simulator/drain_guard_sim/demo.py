@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from drain_guard_sim.agentproc import AgentError, AgentProcess, spawn_agent
 from drain_guard_sim.cluster import Cordon, Outcome, SimCluster
-from drain_guard_sim.mco import Timings
+from drain_guard_sim.mco import McoVersion, Timings
 from drain_guard_sim.timeline import Timeline, TimelineEntry
 
 __all__ = ["configure_parser", "run"]
@@ -39,6 +39,8 @@ KEY_LINES = (
     ("machine-config-daemon", "Image pullspecs equal"),
     ("machine-config-daemon", "Updating OS to layered image"),
     ("machine-config-daemon", "Marking Degraded"),
+    ("machine-config-daemon", "Already in desired image"),
+    ("node-controller", "Requeueing layered pool"),
     ("node", "rebooted into"),
     ("machine-config-controller", "cordon succeeded"),
     ("machine-config-controller", "evicting pod openshift-machine-config-operator/"),
@@ -64,6 +66,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         choices=("short", "full", "none"),
         default="short",
         help="how much of each run's timeline to print (default: short)",
+    )
+    parser.add_argument(
+        "--mco-version",
+        choices=[v.value for v in McoVersion],
+        default=McoVersion.V4_15.value,
+        help="the MCO the simulated cluster plays: 4.15 (the seed's, default), 4.16 (4.16 and "
+        "4.17), 4.18 (its latest z-stream); docs/mco-versions.md",
     )
     parser.add_argument("--workdir", type=Path, help="keep host trees and logs here")
     parser.add_argument(
@@ -179,7 +188,11 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
     # without changing the story. Every other duration is MCO's own.
     timings = Timings(reboot=20.0)
     async with SimCluster(
-        workdir, nodes=args.nodes, time_factor=args.time_factor, timings=timings
+        workdir,
+        nodes=args.nodes,
+        time_factor=args.time_factor,
+        timings=timings,
+        version=McoVersion(args.mco_version),
     ) as cluster:
         agents: Agents | None = None
         rollout_done = gave_up = False
@@ -334,7 +347,27 @@ def verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str, str, 
     return rows, ok
 
 
-def print_verdict(without: RunResult, with_: RunResult, out: TextIO) -> bool:
+EXPLAINED_4_15 = (
+    "  MCO 4.15's daemon fixes its target image when an update starts. The update begun\n"
+    "  during the build (same image) was held by drain-guard; once the new image existed the\n"
+    '  hold was released, the node drained once, rebooted without a rebase ("Image pullspecs\n'
+    '  equal"), then started the real update, whose drain was already done ("drain is\n'
+    '  already completed on this node"), rebased and rebooted into the new image. The other\n'
+    "  nodes then updated one at a time, each with one drain for a real image change.\n"
+)
+EXPLAINED_LATER = (
+    "  MCO {v} targets no node before the build of the new config has succeeded (4.15\n"
+    "  did, with the old image), so neither run drains a node during the build or for the\n"
+    "  image it runs: drain-guard had nothing to hold. Each node then drained once, for the\n"
+    "  new image. What drain-guard still does on {v}: keep a drain off a node while a build\n"
+    "  pod runs there (a newer MachineConfig's build during a rollout, a drain for another\n"
+    "  reason), which no MCO version does{retry}.\n"
+)
+
+
+def print_verdict(
+    without: RunResult, with_: RunResult, out: TextIO, version: McoVersion = McoVersion.V4_15
+) -> bool:
     rows, ok = verdict(without, with_)
     head = ("", without.title, with_.title)
     widths = [max(len(r[i]) for r in (*rows, head)) for i in range(3)]
@@ -346,14 +379,16 @@ def print_verdict(without: RunResult, with_: RunResult, out: TextIO) -> bool:
     out.write("\nDrains after the build, explained:\n")
     for c in with_.outcome.after_build():
         out.write(f"  - {_cordon_text(c, with_)}\n")
-    out.write(
-        "  MCO 4.15's daemon fixes its target image when an update starts. The update begun\n"
-        "  during the build (same image) was held by drain-guard; once the new image existed the\n"
-        '  hold was released, the node drained once, rebooted without a rebase ("Image pullspecs\n'
-        '  equal"), then started the real update, whose drain was already done ("drain is\n'
-        '  already completed on this node"), rebased and rebooted into the new image. The other\n'
-        "  nodes then updated one at a time, each with one drain for a real image change.\n"
-    )
+    if version is McoVersion.V4_15:
+        out.write(EXPLAINED_4_15)
+    else:
+        retry = (
+            "; 4.18 retries an evicted build\n  pod (a Job, backoffLimit 3), but the build "
+            "starts over, and fails at the fourth"
+            if version.job_builds
+            else ""
+        )
+        out.write(EXPLAINED_LATER.format(v=version.value, retry=retry))
     out.write(
         "\nPASS: no drain during the build, the build succeeded, no drain while the desired image\n"
         "was the booted one.\n"
@@ -372,12 +407,20 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
-    out.write(
-        "drain-guard demo: the seed report (MCO 4.15 on-cluster layering) in a simulated\n"
-        f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
-        "worker-0, and MCO 4.15 targets worker-0 with the new config but the old image\n"
-        "before the build is done.\n"
-    )
+    version = McoVersion(args.mco_version)
+    if version is McoVersion.V4_15:
+        out.write(
+            "drain-guard demo: the seed report (MCO 4.15 on-cluster layering) in a simulated\n"
+            f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
+            "worker-0, and MCO 4.15 targets worker-0 with the new config but the old image\n"
+            "before the build is done. (--mco-version 4.18 plays a later MCO.)\n"
+        )
+    else:
+        out.write(
+            f"drain-guard demo: the seed report's steps on MCO {version.value} in a simulated\n"
+            f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
+            f"worker-0; MCO {version.value} waits for it before it targets any node.\n"
+        )
     out.write("\n-- run 1: without drain-guard --\n")
     out.flush()
     without = await _run_once(args, base / "without", with_agents=False)
@@ -386,6 +429,6 @@ async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
     out.flush()
     with_ = await _run_once(args, base / "with", with_agents=True)
     print_timeline(with_, args.timeline, out)
-    ok = print_verdict(without, with_, out)
+    ok = print_verdict(without, with_, out, version)
     out.flush()
     return 0 if ok else 1

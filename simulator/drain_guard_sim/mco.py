@@ -150,7 +150,7 @@ class Timings:
     # builds: the build controller also waits UpdateDelay after a pool change, then prepares
     # the build (ConfigMaps, the Build object) before it marks the pool BuildPending.
     build_controller_delay: float = 5.0
-    build_prepare: float = 1.0
+    build_prepare: float = 2.0
     build_backoff_limit: int = 3
     build_pod_start: float = 3.0
     build_duration: float = 120.0

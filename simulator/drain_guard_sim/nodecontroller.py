@@ -20,8 +20,10 @@ When a layered pool may roll out (``canLayeredPoolContinue``):
   pending (both wait 5 s after the pool changes; the build controller then prepares the build
   first). A node targeted then gets the new config with the old image: the seed's bug. Once
   BuildPending or Building is True, the rollout waits.
-- 4.16, 4.17, 4.18: only once the build (a MachineOSBuild; here the Build object, kept) of the
-  pool's current rendered config has succeeded and its image is the pool's.
+- 4.16, 4.17: only once the build (a MachineOSBuild; here the Build object, kept) of the
+  pool's current rendered config has succeeded, with the image the pool has then;
+- 4.18 (latest z-stream, OCPBUGS-53408): and only once that build's image is the pool's
+  (``MachineOSBuildIsCurrent``).
 """
 
 from __future__ import annotations
@@ -295,14 +297,16 @@ class NodeController(Actor):
         if self.version.gates_on_build:
             assert self.builds is not None
             build = self.builds.cache.get(f"{MCO_NAMESPACE}/build-{target}")
-            phase = ((build or {}).get("status") or {}).get("phase")
-            if phase == "Complete" and image.endswith(
-                (((build or {}).get("status") or {}).get("output") or {})
-                .get("to", {})
-                .get("imageDigest", "-")
-            ):
-                return None
-            return f"MachineOSBuild for {target} is {phase or 'not there yet'}"
+            status = (build or {}).get("status") or {}
+            phase = status.get("phase")
+            if phase != "Complete":
+                return f"MachineOSBuild for {target} is {phase or 'not there yet'}"
+            built = (status.get("output") or {}).get("to", {}).get("imageDigest", "-")
+            if self.version is McoVersion.V4_18 and not image.endswith(built):
+                # MachineOSBuildIsCurrent (OCPBUGS-53408); 4.16/4.17 go on with the image the
+                # pool has: the residual race, open only until the image is written.
+                return f"Image built successfully, but the pool's image is not {built} yet"
+            return None
         if condition_true(pool, "BuildSuccess"):
             return None
         if condition_true(pool, "BuildPending"):

@@ -58,3 +58,29 @@ async def test_demo_passes_and_explains() -> None:
     assert "PASS: no drain during the build" in text
     assert "Image pullspecs equal, skipping rpm-ostree rebase" in text
     assert "drain is already completed on this node" in text
+
+
+@pytest.mark.timeout(180)
+async def test_demo_on_mco_4_18_has_nothing_to_hold() -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "drain_guard",
+        "demo",
+        "--mco-version",
+        "4.18",
+        "--nodes",
+        "2",
+        "--timeline",
+        "none",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    async with asyncio.timeout(170):
+        out, _ = await proc.communicate()
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert text.count("Complete on worker-0") == 2  # the build succeeds without drain-guard too
+    assert "holds (reasons)                      -                       none" in text
+    assert "MCO 4.18 targets no node before the build" in text
+    assert "retries an evicted build" in text

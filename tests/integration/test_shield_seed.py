@@ -24,9 +24,9 @@ WAIT = 30.0
 
 async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path: Path) -> None:
     # The eviction API ignores budgets for Pending pods (as Kubernetes does), so the build pod
-    # must be Running before the first eviction. The pod comes 6 MCO seconds after the pool
+    # must be Running before the first eviction. The pod comes 7 MCO seconds after the pool
     # changes (the build controller's 5 s delay and its preparation), the cordon 10 s after
-    # (the node controller's and the MCC's 5 s): a pod that starts in 0.5 s leaves 3.5 s.
+    # (the node controller's and the MCC's 5 s): a pod that starts in 0.5 s leaves 2.5 s.
     timings = Timings(build_pod_start=0.5)
     async with SimCluster(tmp_path, time_factor=0.03, timings=timings) as cluster:
         api = cluster.api

@@ -217,7 +217,8 @@ async def test_4_18_does_not_drain_for_an_equal_image(tmp_path: Path) -> None:
 async def test_targets_during_the_build(tmp_path: Path, version: McoVersion) -> None:
     """4.15 targets the first node with the old image before the build is marked pending,
     then waits; 4.16+ target no node before the build of the new config succeeded."""
-    async with SimCluster(tmp_path, time_factor=0.01, version=version) as cluster:
+    # 0.03: the 4.15 node controller wins its race with the build controller by 2 MCO seconds.
+    async with SimCluster(tmp_path, time_factor=0.03, version=version) as cluster:
         api = cluster.api
         rv = api.resource_version
         rendered = await cluster.create_machine_config("99-worker-files")

