@@ -22,6 +22,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
@@ -31,6 +32,8 @@ from drain_guard import __version__
 from drain_guard import kubeclient as k8s
 from drain_guard.kubeclient import ConfigException
 from drain_guard.pods import Pod
+from drain_guard.protocol import format_rfc3339
+from drain_guard.status import format_duration
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ class KubeError(Exception):
     """A failed API call: HTTP status (0 for transport errors), reason and Retry-After."""
 
     def __init__(self, status: int, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{status} {reason}")
+        super().__init__(f"{status} {reason}" if status else f"no answer: {reason}")
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
@@ -193,7 +196,9 @@ class Backoff:
         self.attempt += 1
         if retry_after is not None:
             return min(max(retry_after, 0.0), 120.0)
-        return random.uniform(0, min(self.cap, self.base * 2 ** (self.attempt - 1)))
+        # Equal jitter: spread out, yet never an immediate retry ("retrying in 0.0s").
+        step = min(self.cap, self.base * 2 ** (self.attempt - 1))
+        return float(step / 2 + random.uniform(0, step / 2))
 
     def reset(self) -> None:
         self.attempt = 0
@@ -239,7 +244,7 @@ async def call_api(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any)
             text = await resp.text()
         body = json.loads(text) if text else {}
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise KubeError(0, f"{type(exc).__name__}: {exc}") from exc
+        raise KubeError(0, f"{_name(fn)}: {describe(exc, REQUEST_TIMEOUT)}") from exc
     if not isinstance(body, dict):
         raise KubeError(0, f"malformed response: {type(body).__name__}, not an object")
     return body
@@ -277,17 +282,24 @@ async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
     try:
         await k8s.load_kube_config(config_file=path, client_configuration=cfg)
     except ConfigException as exc:
-        raise ConfigException(f"kubeconfig {path}: {one_line(exc)}") from None
+        raise ConfigException(f"kubeconfig {path}: {' '.join(str(exc).split())}") from None
     except Exception as exc:  # any parse failure of a malformed file
-        raise ConfigException(
-            f"kubeconfig {path} is malformed: {type(exc).__name__}: {one_line(exc)}"
-        ) from None
+        raise ConfigException(f"kubeconfig {path} is malformed: {describe(exc)}") from None
 
 
-def one_line(exc: BaseException) -> str:
-    """The exception's message on one line, or its type when it has none (a bare timeout)."""
+def describe(exc: BaseException, timeout: float | None = None) -> str:
+    """``Type: message`` on one line; never empty, as a bare TimeoutError's message is."""
     text = " ".join(str(exc).split())
-    return text or f"{type(exc).__name__} (no message)"
+    if not text and isinstance(exc, TimeoutError):
+        text = "timed out" if timeout is None else f"no answer within {timeout:g}s"
+    return f"{type(exc).__name__}: {text or 'no detail'}"
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    """The generated API function's name (``read_node``), through functools.partial."""
+    return str(
+        getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "API call")
+    )
 
 
 class Kube:
@@ -371,6 +383,7 @@ class Kube:
             replace=cache.replace_node,
             apply=cache.apply_node,
             counters=self.counters,
+            name=f"node {name}",
             watch_timeout=watch_timeout,
         ).run()
 
@@ -392,6 +405,7 @@ class Kube:
             replace=cache.replace_pods,
             apply=cache.apply_pod,
             counters=self.counters,
+            name=f"pods on node {node_name}" + (f" in {namespace}" if namespace else ""),
             watch_timeout=watch_timeout,
         ).run()
 
@@ -418,10 +432,14 @@ class ListWatch:
     replace: Callable[[Sequence[JsonObj]], None]
     apply: Callable[[str, JsonObj], None]
     counters: Counters
+    #: What the logs call this watch ("pods on node worker-0"); the metrics use ``resource``.
+    name: str = ""
     watch_timeout: int = WATCH_TIMEOUT
     resource_version: str | None = None
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
+    #: When the current run of failures began (wall clock, monotonic), None while it works.
+    _failing: tuple[datetime, float] | None = None
 
     async def run(self) -> None:
         while True:
@@ -434,19 +452,54 @@ class ListWatch:
                 # The server ended the watch (timeoutSeconds): renew from where we are.
                 self.counters.watch_restart(self.resource, "closed")
             except _GoneError:
-                log.info("watch of %s expired (410), listing again", self.resource)
+                log.info("watch of %s expired (410), listing again", self.name or self.resource)
                 self.counters.watch_restart(self.resource, "expired")
                 self.resource_version = None
             except (KubeError, _StreamError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 status = getattr(exc, "status", 0)
                 self.counters.api_error(f"{self.resource}_{self._phase}", status)
-                self.counters.watch_restart(self.resource, "error")
+                self.counters.watch_restart(self.resource, "error")  # retries are counted here
                 if isinstance(exc, _StreamError):
                     self.resource_version = None
                 retry_after = exc.retry_after if isinstance(exc, KubeError) else None
                 delay = self.backoff.next_delay(retry_after if status == 429 else None)
-                log.warning("watch of %s failed (%s), retrying in %.1fs", self.resource, exc, delay)
+                self._failed(exc, status, delay)
                 await asyncio.sleep(delay)
+
+    def _failed(self, exc: Exception, status: int, delay: float) -> None:
+        """Log the change to failing once (WARNING); each retry after it at DEBUG only."""
+        why = str(exc) if isinstance(exc, KubeError | _StreamError) else describe(exc)
+        name = self.name or self.resource
+        if self._failing is not None:
+            log.debug(
+                "watch of %s: %s failed again (%s); retry in %.1fs", name, self._phase, why, delay
+            )
+            return
+        now = datetime.now(UTC)
+        self._failing = (now, time.monotonic())
+        state = "API unreachable" if status == 0 or status >= 500 else "API refusing it"
+        log.warning(
+            "watch of %s: %s since %s (%s failed: %s); retrying with backoff",
+            name,
+            state,
+            format_rfc3339(now),
+            self._phase,
+            why,
+        )
+
+    def _working(self) -> None:
+        """The API answered: log the end of a run of failures, once."""
+        if self._failing is None:
+            return
+        since, start = self._failing
+        self._failing = None
+        log.warning(
+            "watch of %s: API reachable again after %s (failing since %s, %d retries)",
+            self.name or self.resource,
+            format_duration(timedelta(seconds=time.monotonic() - start)),
+            format_rfc3339(since),
+            self.backoff.attempt,
+        )
 
     async def _list(self) -> None:
         body = await call_api(self.list_fn, field_selector=self.field_selector)
@@ -456,6 +509,7 @@ class ListWatch:
         except (AttributeError, TypeError) as exc:
             raise ValueError(f"malformed {self.resource} in list: {exc}") from None
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion", ""))
+        self._working()
         self.backoff.reset()
 
     async def _watch_once(self) -> None:
@@ -480,6 +534,7 @@ class ListWatch:
             if not 200 <= resp.status <= 299:
                 raise await _error_from(resp)
             self.counters.api_contact()
+            self._working()
             # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
             # one Pod with large annotations can be longer than that.
             buffer = b""

@@ -618,6 +618,7 @@ class Shield:
             replace=self._replace_budgets(ns),
             apply=self._apply_budget(ns),
             counters=_Counters(self, ns),
+            name=f"poddisruptionbudgets in {ns.name}",
             watch_timeout=self.watch_timeout,
         ).run()
 

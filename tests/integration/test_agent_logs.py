@@ -7,6 +7,7 @@ import json
 from drain_guard import protocol
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import (
+    AGENT_USER,
     CONFIG_B,
     IMAGE_B,
     MCO_NS,
@@ -14,6 +15,7 @@ from tests.helpers import (
     StartAgent,
     add_build_pod,
     mcd_request,
+    metric,
     wait_annotation,
 )
 
@@ -67,4 +69,30 @@ async def test_a_pod_bigger_than_a_stream_buffer_line(
     api.patch("pods", "build-pod", big, MCO_NS)
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
-    assert not any(r.get("message", "").startswith("watch of pod failed") for r in agent.records)
+    assert not any("watch of" in str(r.get("message")) for r in agent.records)
+
+
+async def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    fault = api.faults.error(503, user=AGENT_USER, verb="list", resource="pods")
+    agent = await start_agent("--log-level", "DEBUG", ready=False)
+    down = await agent.wait_log(lambda r: "watch of pods on node" in str(r.get("message")))
+    assert down["level"] == "WARNING"
+    assert down["message"].startswith(
+        f"watch of pods on node {NODE} in {MCO_NS}: API unreachable since "
+    )
+    assert "503" in down["message"]
+    # Each retry is a DEBUG line (and a count in the metrics), not another WARNING.
+    for _ in range(3):
+        start = len(agent.records)
+        await agent.wait_log(lambda r: "failed again" in str(r.get("message")), start=start)
+    api.faults.remove(fault)
+    up = await agent.wait_log(lambda r: "API reachable again after" in str(r.get("message")))
+    assert up["message"].startswith(f"watch of pods on node {NODE} in {MCO_NS}: API reachable")
+    assert (
+        await metric(agent, "drain_guard_watch_restarts_total", resource="pod", reason="error") >= 3
+    )
+    warnings = [r for r in agent.records if r["level"] == "WARNING" and "watch of" in r["message"]]
+    assert warnings == [down, up]
+    assert not any("in 0.0s" in r["message"] for r in agent.records)
