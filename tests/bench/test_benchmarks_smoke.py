@@ -76,15 +76,21 @@ def test_apiload(tmp_path: Path) -> None:
 
 
 def test_fleet(tmp_path: Path) -> None:
-    argv = ["--sizes", "2", "--processes", "1", "--rest-seconds", "0.1", "--out", str(tmp_path)]
-    assert fleet.main(argv) == 0
+    argv = ["--sizes", "6", "--agents", "2", "--holds", "1", "--settle-seconds", "0.2"]
+    assert fleet.main([*argv, "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "fleet")
     (size,) = doc["sizes"]
-    assert size["nodes"] == 2
+    assert (size["nodes"], size["sampled_agents"]) == (6, 2)
     assert size["hold_reaction"]["n"] == 2
-    assert size["release_reaction"]["n"] == 2
+    # Nodes without an agent process: the simulator holds their three watches each.
+    assert size["phantom_watches"] == 12
+    per_agent = size["per_agent"]
     # A list and a watch each: the Node, its pods (shared with the shield), the budgets.
-    assert size["start_requests_per_node"] == 6
+    assert per_agent["start_requests"] == [6, 6]
+    # worker-0003 is sent its Node and its two MCO pods (daemon, crio proxy), nothing else;
+    # in the rollout, its daemon pod's three events (deleted, added, running).
+    assert per_agent["start_objects"][1] == 3
+    assert per_agent["rollout_objects"] == [3, 3]
 
 
 def test_runner_rejects_unknown_names() -> None:
