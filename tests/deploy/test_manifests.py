@@ -38,10 +38,8 @@ _OPENSHIFT_CUSTOM_KINDS = {
 CUSTOM_KINDS = {
     "openshift": _OPENSHIFT_CUSTOM_KINDS,
     "openshift-4.15": _OPENSHIFT_CUSTOM_KINDS,
-    "kubernetes": {
-        "monitoring.coreos.com/v1 ServiceMonitor",
-        "monitoring.coreos.com/v1 PrometheusRule",
-    },
+    # Applies on a bare cluster: nothing that needs a CRD.
+    "kubernetes": set(),
 }
 CLUSTER_SCOPED = {
     "Namespace",
@@ -75,9 +73,12 @@ def test_overlay_renders_the_whole_deployment(objects: list[Obj], overlay: str) 
         "RoleBinding",
         "DaemonSet",
         "Service",
-        "ServiceMonitor",
-        "PrometheusRule",
     } <= kinds
+    monitoring = {"ServiceMonitor", "PrometheusRule"}
+    if overlay == "kubernetes":
+        assert not monitoring & kinds
+    else:
+        assert monitoring <= kinds
     keys = [key(o) for o in objects]
     assert len(keys) == len(set(keys)), "duplicate objects"
 
@@ -135,6 +136,20 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
             assert namespace == NAMESPACE, f"{key(obj)} is not in {NAMESPACE}"
 
 
+def test_kubernetes_overlay_applies_on_a_bare_cluster(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    """Every namespaced object goes into a namespace the overlay creates or every cluster has
+    (kubectl apply -k fails on a missing one), and no kind needs a CRD (checked by the
+    schema test: CUSTOM_KINDS["kubernetes"] is empty)."""
+    objects = rendered("kubernetes")
+    created = {o["metadata"]["name"] for o in objects if o["kind"] == "Namespace"}
+    used = {o["metadata"]["namespace"] for o in objects if "namespace" in o["metadata"]}
+    assert used <= created | {"default"}, used - created
+    assert set(MCO_NAMESPACES) <= created
+
+
+@pytest.mark.parametrize("overlay", ["openshift", "openshift-4.15"])
 def test_service_monitor_scrapes_the_metrics_service(objects: list[Obj]) -> None:
     monitor = one(objects, "ServiceMonitor", "drain-guard")
     service = one(objects, "Service", "drain-guard-metrics")
@@ -157,10 +172,10 @@ def test_service_monitor_scrapes_the_metrics_service(objects: list[Obj]) -> None
     assert {p["targetPort"] for p in service["spec"]["ports"]} <= pod_ports
 
 
+@pytest.mark.parametrize("overlay", ["openshift", "openshift-4.15"])
 def test_prometheus_rule_is_well_formed(objects: list[Obj]) -> None:
     rules = [o for o in objects if o["kind"] == "PrometheusRule"]
-    if not rules:
-        pytest.skip("daemonset/base/prometheusrule.yaml is not in the base yet")
+    assert rules
     for rule_object in rules:
         groups = rule_object["spec"]["groups"]
         assert groups
