@@ -22,8 +22,8 @@ from kubernetes_asyncio.client import ApiClient
 
 from drain_guard import protocol
 from drain_guard.events import EventRecorder
-from drain_guard.protocol import Reason
 from drain_guard.pods import Pod
+from drain_guard.protocol import Reason
 from drain_guard.shield import Role, Want, budget_name
 from tests.deploy.admission import Policy, Verdict
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
