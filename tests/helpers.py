@@ -12,6 +12,7 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,43 @@ async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, s
         out, err = await proc.communicate()
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+AGENT_POD = "drain-guard-x7k2p"
+
+
+def add_own_daemonset(api: SimApiServer, owns_pod: bool = True) -> list[str]:
+    """The agent's DaemonSet drain-guard/drain-guard and its pod on NODE (controlled by it,
+    or with ``owns_pod=False`` by another DaemonSet); returns the agent's flags naming them."""
+    pod_spec: dict[str, Any] = {"containers": [{"name": "agent", "image": "drain-guard"}]}
+    template = {"metadata": {"labels": {"app": "drain-guard"}}, "spec": pod_spec}
+    spec = {"selector": {"matchLabels": {"app": "drain-guard"}}, "template": template}
+    owner = api.create(
+        "daemonsets",
+        {"metadata": {"name": "drain-guard" if owns_pod else "other"}, "spec": spec},
+        "drain-guard",
+    )
+    if not owns_pod:
+        api.create("daemonsets", {"metadata": {"name": "drain-guard"}, "spec": spec}, "drain-guard")
+    ref = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    api.create(
+        "pods",
+        {
+            "metadata": {
+                "name": AGENT_POD,
+                "labels": {"app": "drain-guard"},
+                "ownerReferences": [ref],
+            },
+            "spec": {"nodeName": NODE, **pod_spec},
+            "status": {"phase": "Running"},
+        },
+        "drain-guard",
+    )
+    return ["--daemonset", "drain-guard/drain-guard", "--pod-name", AGENT_POD]

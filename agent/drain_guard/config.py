@@ -1,8 +1,9 @@
 """Settings of ``drain-guard run`` from flags and the environment, validated.
 
 Flags win over environment variables, which win over defaults. Every flag ``--some-flag`` has
-the variable ``DRAIN_GUARD_SOME_FLAG``, except ``--node-name`` (``NODE_NAME``, what a DaemonSet
-gets from the downward API) and ``--kubeconfig`` (``KUBECONFIG``, as kubectl). Validation
+the variable ``DRAIN_GUARD_SOME_FLAG``, except ``--node-name`` (``NODE_NAME``) and ``--pod-name``
+(``POD_NAME``), what a DaemonSet gets from the downward API, and ``--kubeconfig``
+(``KUBECONFIG``, as kubectl). Validation
 raises :class:`SettingsError` with one human sentence; the CLI prints it on one line and
 exits 2, so a bad manifest shows up as one readable log line rather than a traceback.
 """
@@ -105,6 +106,8 @@ class Settings:
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
     observe_only: bool = False
+    pod_name: str | None = None
+    node_kubeconfig: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,21 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         "KUBECONFIG",
         None,
         "kubeconfig file; without it the in-cluster config, else ~/.kube/config",
+    ),
+    _Option(
+        "--node-kubeconfig",
+        _env_name("--node-kubeconfig"),
+        None,
+        "kubeconfig of the node's own identity (system:node:NAME, e.g. the kubelet's"
+        " /var/lib/kubelet/kubeconfig), used for Node writes only: NodeRestriction then confines"
+        " them to this Node (docs/install.md, Confinement)",
+    ),
+    _Option(
+        "--pod-name",
+        "POD_NAME",
+        None,
+        "this agent's pod (downward API metadata.name); with --daemonset, checked at start to"
+        " be that DaemonSet's",
     ),
     _Option("--host-root", _env_name("--host-root"), "/", "where the host's / is mounted"),
     _Option(
@@ -446,11 +464,18 @@ def _settings(
         raise SettingsError(
             "--daemonset and --release-on-exit exclude each other (DaemonSet or systemd)"
         )
+    pod_name = str(raw["pod_name"] or "").strip() or None
+    if daemonset is not None and pod_name is None:
+        raise SettingsError(
+            "--daemonset needs --pod-name (POD_NAME from the downward API) to check at start"
+            " that the DaemonSet owns this pod"
+        )
     shield_build_pods = bool(raw["shield_build_pods"])
     shield_dependencies = bool(raw["shield_dependencies"])
     if shield_dependencies and not shield_build_pods:
         raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
     kubeconfig = raw["kubeconfig"]
+    node_kubeconfig = raw["node_kubeconfig"]
     return Settings(
         node_name=node_name,
         kubeconfig=None if kubeconfig is None else str(kubeconfig),
@@ -470,6 +495,8 @@ def _settings(
         shield_dependencies=shield_dependencies,
         api_stale_after=api_stale_after,
         observe_only=bool(raw["observe_only"]),
+        pod_name=pod_name,
+        node_kubeconfig=None if node_kubeconfig is None else str(node_kubeconfig),
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from drain_guard import __version__, guards, host, protocol
+from drain_guard import __version__, guards, host, protocol, selfcheck
 from drain_guard.config import DaemonSetRef, LogFormat, Settings
 from drain_guard.events import EventQueue, EventRecorder
 from drain_guard.imageref import ImageRefError, digest_of
@@ -210,6 +210,8 @@ class Controller:
             observe_only=settings.observe_only,
         )
         self._pass_started: float | None = None
+        # Set by the start-up self-check, in the background.
+        self.confinement: selfcheck.Confinement = selfcheck.NOT_CHECKED
         self._synced_logged: set[str] = set()
         self._running = False
         self._last_logged: tuple[str, ...] | None = None
@@ -233,6 +235,7 @@ class Controller:
             shield=None if self.shield is None else self.shield.status().to_json(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
+            confinement=self.confinement.to_json(),
         )
 
     def alive(self) -> bool:
@@ -798,6 +801,21 @@ async def _main(settings: Settings) -> int:
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
         return 2  # an invalid setting, as the CLI's other ones
+    try:
+        if settings.node_kubeconfig is not None:
+            await kube.use_node_credentials(settings.node_kubeconfig)
+        if settings.daemonset is not None:
+            assert settings.pod_name is not None  # config.settings_from requires it
+            await selfcheck.check_daemonset(kube, settings.daemonset, settings.pod_name)
+    except (ConfigException, OSError, ValueError) as exc:
+        log.error("cannot load --node-kubeconfig: %s", exc)
+        await kube.close()
+        return 2
+    except selfcheck.StartupError as exc:
+        log.error("%s", exc)
+        await kube.close()
+        return 2
+    await selfcheck.check_node(kube, settings.node_name)
     events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
     metrics.set_observe_only(settings.observe_only)
     cache = WatchCache()
@@ -833,6 +851,12 @@ async def _main(settings: Settings) -> int:
     if shield is not None:
         tasks.append(asyncio.create_task(shield.run(), name="shield"))
     sender = asyncio.create_task(events.run(), name="events")
+    checker = asyncio.create_task(
+        selfcheck.report_confinement(
+            kube, settings.node_name, metrics, lambda c: setattr(controller, "confinement", c)
+        ),
+        name="confinement",
+    )
     stopper = asyncio.create_task(stop.wait(), name="stop")
     code = 0
     try:
@@ -863,7 +887,8 @@ async def _main(settings: Settings) -> int:
         except TimeoutError:
             log.warning("exiting with Events not yet written")
         sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
+        checker.cancel()
+        await asyncio.gather(sender, checker, return_exceptions=True)
         await runner.cleanup()
         await kube.close()
     return code

@@ -310,6 +310,10 @@ class Kube:
         self.core = k8s.CoreV1Api(api)
         self.apps = k8s.AppsV1Api(api)
         self.counters: Counters = counters or NullCounters()
+        # Node writes go out with the node's own identity when given (use_node_credentials).
+        self.node_kubeconfig: str | None = None
+        self.node_api: k8s.ApiClient | None = None
+        self.node_core = self.core
 
     @classmethod
     async def connect(cls, kubeconfig: str | None, counters: Counters | None = None) -> Kube:
@@ -317,15 +321,33 @@ class Kube:
 
     async def close(self) -> None:
         await self.api.close()
+        if self.node_api is not None:
+            await self.node_api.close()
+
+    async def use_node_credentials(self, kubeconfig: str) -> None:
+        """Send Node writes as the node itself (``system:node:<name>``), whom NodeRestriction
+        confines to its own Node; everything else keeps the agent's own identity. Called again
+        on a 401: the kubelet rotates its client certificate, and the file then names the new
+        one."""
+        api = await load_api_client(kubeconfig)
+        if self.node_api is not None:
+            await self.node_api.close()
+        self.node_kubeconfig, self.node_api, self.node_core = kubeconfig, api, k8s.CoreV1Api(api)
 
     async def _call(
-        self, operation: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+        self,
+        operation: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        _expected: tuple[int, ...] = (404,),
+        **kwargs: Any,
     ) -> JsonObj:
-        """:func:`call_api`, counted: a 404 is an answer (absent), not an error."""
+        """:func:`call_api`, counted: a 404 is an answer (absent), not an error, and so is
+        any status in ``_expected``."""
         try:
             body = await call_api(fn, *args, **kwargs)
         except KubeError as exc:
-            if exc.status != 404:
+            if exc.status not in _expected:
                 self.counters.api_error(operation, exc.status)
             raise
         self.counters.api_contact()
@@ -345,29 +367,70 @@ class Kube:
 
     async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
         """Apply a JSON Patch; a failed ``test`` (422) or a 409 is a :class:`Conflict`."""
-        try:
-            body = await self._call(
-                "node_patch",
-                self.core.patch_node,
-                name,
-                [dict(op) for op in ops],
-                _content_type=JSON_PATCH,
-            )
-        except KubeError as exc:
-            if exc.status in (409, 422):
-                return Conflict(exc.status, exc.reason)
-            raise
-        return Applied(NodeObj.from_dict(body))
+        for attempt in (1, 2):
+            try:
+                body = await self._call(
+                    "node_patch",
+                    self.node_core.patch_node,
+                    name,
+                    [dict(op) for op in ops],
+                    _content_type=JSON_PATCH,
+                )
+            except KubeError as exc:
+                if exc.status in (409, 422):
+                    return Conflict(exc.status, exc.reason)
+                if exc.status == 401 and self.node_kubeconfig is not None and attempt == 1:
+                    log.info("node credentials refused (401); reading them again")
+                    await self.use_node_credentials(self.node_kubeconfig)
+                    continue
+                raise
+            return Applied(NodeObj.from_dict(body))
+        raise AssertionError("unreachable")
 
-    async def daemonset_state(self, namespace: str, name: str) -> DaemonSetState:
+    async def dry_run_patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        """A merge patch of Node ``name`` with ``dryRun=All``, as Node writes are sent:
+        authorization and admission run, nothing is stored. A denial (403) is not counted as
+        an API error: the confinement self-check expects it."""
+        await self._call(
+            "node_patch",
+            self.node_core.patch_node,
+            name,
+            dict(patch),
+            dry_run="All",
+            _content_type="application/merge-patch+json",
+            _expected=(403, 404),
+        )
+
+    async def other_node(self, name: str) -> str | None:
+        """The name of some Node other than ``name`` (None on a single-node cluster)."""
+        body = await self._call(
+            "node_list", self.core.list_node, field_selector=f"metadata.name!={name}", limit=1
+        )
+        items = body.get("items") or ()
+        return str(items[0]["metadata"]["name"]) if items else None
+
+    async def get_daemonset(self, namespace: str, name: str) -> JsonObj | None:
         try:
-            body = await self._call(
+            return await self._call(
                 "daemonset_get", self.apps.read_namespaced_daemon_set, name, namespace
             )
         except KubeError as exc:
             if exc.status == 404:
-                return DaemonSetState.ABSENT
+                return None
             raise
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObj | None:
+        try:
+            return await self._call("pod_get", self.core.read_namespaced_pod, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def daemonset_state(self, namespace: str, name: str) -> DaemonSetState:
+        body = await self.get_daemonset(namespace, name)
+        if body is None:
+            return DaemonSetState.ABSENT
         if (body.get("metadata") or {}).get("deletionTimestamp"):
             return DaemonSetState.DELETING
         return DaemonSetState.PRESENT

@@ -62,6 +62,7 @@ API_OPERATIONS: tuple[str, ...] = (
     "node_list",
     "node_watch",
     "node_patch",
+    "pod_get",
     "pod_list",
     "pod_watch",
     "event_create",
@@ -218,6 +219,12 @@ class Metrics:
             "Cordons of the node while shield budgets held: drains the budgets refuse.",
             registry=r,
         )
+        self.confined = Gauge(
+            PREFIX + "confined",
+            "1 if a dry-run write to another Node was denied at start (Node writes confined to"
+            " this Node), 0 if it was allowed, -1 until checked or if it could not be.",
+            registry=r,
+        )
         self.observe_only = Gauge(
             PREFIX + "observe_only",
             "1 when the agent runs with --observe-only (decides, writes nothing), else 0.",
@@ -256,6 +263,7 @@ class Metrics:
         for event_reason in EVENT_REASONS:
             self.events_emitted_total.labels(reason=event_reason)
         self.image_match.set(-1)
+        self.confined.set(-1)
 
     def count_drain_request(self, verb: str) -> None:
         """A new ``desiredDrain`` value was seen."""
@@ -356,6 +364,10 @@ class Metrics:
     def count_shield_blocked_drain(self) -> None:
         """The node was cordoned while shield budgets held."""
         self.shield_blocked_drains_total.inc()
+
+    def set_confined(self, confined: bool | None) -> None:
+        """The confinement self-check's result (None: not known)."""
+        self.confined.set(-1 if confined is None else int(confined))
 
     def count_event(self, reason: str) -> None:
         """An Event was written (or its count bumped) on the Node."""

@@ -17,7 +17,9 @@ class Scope(StrEnum):
 
     ``CLUSTER`` goes into the ClusterRole; ``OWN_DAEMONSET`` into a namespaced Role limited
     (``resourceNames``) to the agent's own DaemonSet, which it reads on SIGTERM to tell an
-    uninstall from a rolling update; ``MCO`` into a Role in each of ``MCO_NAMESPACES``, where
+    uninstall from a rolling update; ``OWN_NAMESPACE`` into that Role without ``resourceNames``
+    (a pod's name is not known in advance): the agent reads its own pod at start, to check that
+    the DaemonSet owns it; ``MCO`` into a Role in each of ``MCO_NAMESPACES``, where
     MCO's build pods run: the agent's pod watch reads its node's pods there, and the shield
     keeps PodDisruptionBudgets on build pods there ("only where build pods run");
     ``EVENTS`` into a RoleBinding in ``EVENTS_NAMESPACE``, where Events about a Node live.
@@ -25,6 +27,7 @@ class Scope(StrEnum):
 
     CLUSTER = "cluster"
     OWN_DAEMONSET = "own-daemonset"
+    OWN_NAMESPACE = "own-namespace"
     MCO = "mco"
     EVENTS = "events"
 
@@ -63,6 +66,8 @@ PERMISSIONS: tuple[Permission, ...] = (
     Permission("", "events", frozenset({"create", "patch"}), Scope.EVENTS),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_DAEMONSET),
+    # Its own pod, at start: --daemonset must be its controller (drain_guard.selfcheck).
+    Permission("", "pods", frozenset({"get"}), Scope.OWN_NAMESPACE),
     # The shield: budgets on the build pods of its node, in MCO_NAMESPACES only.
     Permission(
         "policy",
@@ -84,7 +89,7 @@ def allowed(api_group: str, resource: str, verb: str, namespace: str | None) -> 
             p.scope is Scope.CLUSTER
             or (p.scope is Scope.MCO and namespace in MCO_NAMESPACES)
             or (p.scope is Scope.EVENTS and namespace == EVENTS_NAMESPACE)
-            or (p.scope is Scope.OWN_DAEMONSET and namespace is not None)
+            or (p.scope in (Scope.OWN_DAEMONSET, Scope.OWN_NAMESPACE) and namespace is not None)
         )
         for p in PERMISSIONS
     )

@@ -98,6 +98,8 @@ class AgentStatus:
     build_pod_namespaces: tuple[str, ...] = ()
     pod_watch_namespace: str = ""
     observe_only: bool = False  # --observe-only: the decision is reported, never written
+    # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
+    confinement: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -150,6 +152,7 @@ class AgentStatus:
                 "podWatchNamespace": self.pod_watch_namespace,
             },
             "observeOnly": self.observe_only,
+            "confinement": self.confinement,
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -190,6 +193,7 @@ class AgentStatus:
             build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
             observe_only=bool(data.get("observeOnly", False)),
+            confinement=data.get("confinement"),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -234,6 +238,9 @@ class AgentStatus:
             lines.append(f"  booted image:  unknown: {self.booted.error}")
         if self.shield is not None:
             lines.append(f"  shield:        {_shield_text(self.shield)}")
+        if self.confinement is not None:
+            confined = {True: "yes", False: "NO", None: "unknown"}[self.confinement["confined"]]
+            lines.append(f"  confined:      {confined}: {self.confinement['detail']}")
         watches = ", ".join(
             f"{name} {'synced' if ok else 'NOT synced'}" for name, ok in sorted(self.synced.items())
         )

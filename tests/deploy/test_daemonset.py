@@ -33,7 +33,11 @@ def _env(spec: Obj, pod_namespace: str) -> dict[str, str]:
             env[var["name"]] = var["value"]
             continue
         field = var["valueFrom"]["fieldRef"]["fieldPath"]
-        env[var["name"]] = {"spec.nodeName": "worker-0", "metadata.namespace": pod_namespace}[field]
+        env[var["name"]] = {
+            "spec.nodeName": "worker-0",
+            "metadata.namespace": pod_namespace,
+            "metadata.name": "drain-guard-x7k2p",
+        }[field]
     return env
 
 
@@ -59,6 +63,7 @@ def test_agent_accepts_its_flags_and_environment(objects: list[Obj]) -> None:
     assert settings.node_name == "worker-0"
     assert settings.daemonset is not None
     assert (settings.daemonset.namespace, settings.daemonset.name) == ("drain-guard", "drain-guard")
+    assert settings.pod_name == "drain-guard-x7k2p"  # the start-up check needs it
     assert not settings.release_on_exit
 
 

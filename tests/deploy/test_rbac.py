@@ -100,6 +100,8 @@ def expected(objects: list[Obj], permissions: Iterable[Permission]) -> set[Grant
                     grants.add(Grant(p.api_group, p.resource, verb, shielded, ()))
             elif p.scope is Scope.EVENTS:
                 grants.add(Grant(p.api_group, p.resource, verb, EVENTS_NAMESPACE, ()))
+            elif p.scope is Scope.OWN_NAMESPACE:
+                grants.add(Grant(p.api_group, p.resource, verb, namespace, ()))
             else:
                 grants.add(Grant(p.api_group, p.resource, verb, namespace, (name,)))
     return grants
@@ -172,8 +174,7 @@ def test_events_are_granted_in_one_namespace_only(objects: list[Obj]) -> None:
 
 def test_own_daemonset_read_is_limited_by_name(objects: list[Obj]) -> None:
     role = one(objects, "Role", "drain-guard")
-    (rule,) = role["rules"]
-    assert rule["resources"] == ["daemonsets"]
+    rule = next(r for r in role["rules"] if r["resources"] == ["daemonsets"])
     assert rule["resourceNames"] == [one(objects, "DaemonSet", "drain-guard")["metadata"]["name"]]
 
 

@@ -22,6 +22,7 @@ from tests.helpers import (
     NODE,
     StartAgent,
     add_build_pod,
+    add_own_daemonset,
     agent_writes,
     mcd_request,
     metric,
@@ -30,16 +31,6 @@ from tests.helpers import (
 )
 
 DRAIN_B = f"drain-{CONFIG_B}"
-DAEMONSET = {
-    "metadata": {"name": "drain-guard", "namespace": "drain-guard"},
-    "spec": {
-        "selector": {"matchLabels": {"app": "drain-guard"}},
-        "template": {
-            "metadata": {"labels": {"app": "drain-guard"}},
-            "spec": {"containers": [{"name": "agent", "image": "drain-guard"}]},
-        },
-    },
-}
 
 
 async def _held(
@@ -96,8 +87,7 @@ async def test_the_age_of_a_resumed_hold_counts_from_held_since(
 async def test_sigterm_during_a_rolling_update_keeps_the_hold(
     api: SimApiServer, start_agent: StartAgent
 ) -> None:
-    api.create("daemonsets", DAEMONSET, "drain-guard")
-    agent, _ = await _held(api, start_agent, "--daemonset", "drain-guard/drain-guard")
+    agent, _ = await _held(api, start_agent, *add_own_daemonset(api))
     rv = api.resource_version
     assert await agent.stop() == 0
     assert node_annotations(api)[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
@@ -108,8 +98,7 @@ async def test_sigterm_during_a_rolling_update_keeps_the_hold(
 async def test_sigterm_after_the_daemonset_is_deleted_releases(
     api: SimApiServer, start_agent: StartAgent
 ) -> None:
-    api.create("daemonsets", DAEMONSET, "drain-guard")
-    agent, _ = await _held(api, start_agent, "--daemonset", "drain-guard/drain-guard")
+    agent, _ = await _held(api, start_agent, *add_own_daemonset(api))
     api.delete("daemonsets", "drain-guard", "drain-guard")
     assert await agent.stop() == 0
     ann = node_annotations(api)
@@ -156,7 +145,8 @@ async def test_shutdown_tells_uninstall_from_rolling_update(
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
     settings = settings_from(
-        parser.parse_args(["--daemonset", "drain-guard/drain-guard"]), {"NODE_NAME": NODE}
+        parser.parse_args(["--daemonset", "drain-guard/drain-guard"]),
+        {"NODE_NAME": NODE, "POD_NAME": "drain-guard-x7k2p"},
     )
     decided, why = await shutdown_releases(settings, cast(Kube, _DaemonSetReader(state)))
     assert decided is release

@@ -25,6 +25,7 @@ from tests.helpers import (
     NODE,
     StartAgent,
     add_build_pod,
+    add_own_daemonset,
     agent_writes,
     mcd_request,
     run_cli,
@@ -165,8 +166,9 @@ async def test_invariants_over_the_write_log(
 async def test_every_request_the_agent_sent_is_permitted(
     api: SimApiServer, start_agent: StartAgent, tmp_path: Path
 ) -> None:
-    agent = await start_agent("--max-hold", "3s", "--daemonset", "drain-guard/drain-guard")
+    agent = await start_agent("--max-hold", "3s", *add_own_daemonset(api))
     await _scenario(api, agent, tmp_path)
+    api.delete("daemonsets", "drain-guard", "drain-guard")
     assert await agent.stop() == 0  # reads the DaemonSet (absent: uninstall, releases)
     sent = {
         (verb, resource, _namespace_of(path))
@@ -175,10 +177,12 @@ async def test_every_request_the_agent_sent_is_permitted(
     }
     assert ("get", "daemonsets.apps", "drain-guard") in sent
     assert ("patch", "nodes", None) in sent
-    # The pod watch reads only where build pods run, never every namespace's pods.
+    # The pod watch reads only where build pods run, never every namespace's pods; the
+    # start-up check reads the agent's own pod.
     assert {(v, n) for v, r, n in sent if r == "pods"} == {
         ("list", MCO_NS),
         ("watch", MCO_NS),
+        ("get", "drain-guard"),
     }
     for verb, resource, namespace in sent:
         plural, _, group = resource.partition(".")

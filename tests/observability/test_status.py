@@ -53,6 +53,7 @@ def held() -> AgentStatus:
         ),
         synced={"pod": True, "node": True},
         last_api_contact=T0 - timedelta(seconds=3),
+        confinement={"confined": True, "detail": "a dry-run write to Node worker-1 was denied"},
     )
 
 
@@ -76,6 +77,7 @@ def test_json_keys_and_times() -> None:
         "shield",
         "scope",
         "observeOnly",
+        "confinement",
         "version",
         "startedAt",
         "generatedAt",
@@ -266,3 +268,10 @@ def test_shield_section_round_trips_and_shows_in_text() -> None:
     assert "ns/build-y also under ns/theirs" in line
     assert "openshift-image-registry forbidden" in line
     assert "shield:" not in held().to_text()
+
+
+@pytest.mark.parametrize(("confined", "shown"), [(True, "yes"), (False, "NO"), (None, "unknown")])
+def test_confinement_shows_in_text(confined: bool | None, shown: str) -> None:
+    status = replace(held(), confinement={"confined": confined, "detail": "why"})
+    assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+    assert f"  confined:      {shown}: why" in status.to_text().splitlines()

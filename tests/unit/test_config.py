@@ -43,6 +43,8 @@ def test_defaults() -> None:
     assert s.max_hold == timedelta(minutes=45)
     assert tuple(str(sel) for sel in s.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
     assert s.daemonset is None
+    assert s.pod_name is None
+    assert s.node_kubeconfig is None
     assert s.release_on_exit is False
     assert s.log_format is LogFormat.TEXT
     assert s.log_level == "INFO"
@@ -55,6 +57,8 @@ def test_environment_fills_in_and_flags_win() -> None:
         "DRAIN_GUARD_MAX_HOLD": "10m",
         "DRAIN_GUARD_LISTEN": "0.0.0.0:0",
         "DRAIN_GUARD_DAEMONSET": "ns/dg",
+        "POD_NAME": "dg-x7k2p",
+        "DRAIN_GUARD_NODE_KUBECONFIG": "/var/lib/kubelet/kubeconfig",
         "DRAIN_GUARD_LOG_FORMAT": "json",
         "DRAIN_GUARD_LOG_LEVEL": "debug",
         "DRAIN_GUARD_BUILD_POD_SELECTOR": "app=a,tier=b; other=c",
@@ -66,6 +70,8 @@ def test_environment_fills_in_and_flags_win() -> None:
     assert s.max_hold == timedelta(minutes=10)
     assert s.listen == Listen("0.0.0.0", 0)
     assert s.daemonset == DaemonSetRef("ns", "dg")
+    assert s.pod_name == "dg-x7k2p"
+    assert s.node_kubeconfig == "/var/lib/kubelet/kubeconfig"
     assert s.log_format is LogFormat.JSON
     assert s.log_level == "DEBUG"
     assert [str(sel) for sel in s.build_pod_selectors] == ["app=a,tier=b", "other=c"]
@@ -148,6 +154,7 @@ def test_an_empty_variable_is_unset() -> None:
         (["--node-name", "n", "--listen", "9797"], {}, "HOST:PORT"),
         (["--node-name", "n", "--listen", "h:70000"], {}, "0-65535"),
         (["--node-name", "n", "--daemonset", "dg"], {}, "NAMESPACE/NAME"),
+        (["--node-name", "n", "--daemonset", "ns/dg"], {}, "--daemonset needs --pod-name"),
         (["--node-name", "n", "--log-format", "xml"], {}, "choose from text, json"),
         (["--node-name", "n", "--booted-image-source", "x"], {}, "choose from"),
         (["--node-name", "n", "--build-pod-selector", "a in (b"], {}, "--build-pod-selector"),

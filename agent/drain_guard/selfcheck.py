@@ -1,0 +1,154 @@
+"""Start-up checks of what would otherwise misbehave silently.
+
+- ``--daemonset`` must name a DaemonSet that exists and owns this pod: the SIGTERM path reads
+  it to tell an uninstall (release holds) from a rolling update (keep them), so a wrong name
+  would release every hold on every restart. The agent refuses to start (exit 2, one line).
+- ``--node-name`` must name a Node: the agent keeps running (a node may register after its
+  agent starts) but says so in its log, not only in ``/readyz``.
+- The agent's Node writes must be confined to its own Node: a server-side dry-run write to
+  another Node (authorization and admission run, nothing is stored) must be denied. The result
+  is the metric ``drain_guard_confined`` and ``confinement`` in ``/status``.
+
+Transient API failures (transport, 429, 5xx) are retried with backoff; nothing else is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from drain_guard.config import DaemonSetRef
+from drain_guard.kube import Backoff, Kube, KubeError
+from drain_guard.metrics import Metrics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: The annotation the confinement probe writes, in dry run only: it names the prober.
+PROBE_ANNOTATION = "drain-guard.io/confinement-probe"
+
+
+class StartupError(Exception):
+    """A setting that names the wrong thing; the message is one line for the operator."""
+
+
+def _transient(exc: KubeError) -> bool:
+    return exc.status == 0 or exc.status == 429 or exc.status >= 500
+
+
+async def _answered(what: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()`` until the API server answers it (transient failures are retried)."""
+    backoff = Backoff()
+    while True:
+        try:
+            return await call()
+        except KubeError as exc:
+            if not _transient(exc):
+                raise
+            delay = backoff.next_delay(exc.retry_after if exc.status == 429 else None)
+            log.warning("%s: API call failed (%s); trying again in %.1fs", what, exc, delay)
+            await asyncio.sleep(delay)
+
+
+async def check_daemonset(kube: Kube, ref: DaemonSetRef, pod_name: str) -> None:
+    """Raise :class:`StartupError` unless DaemonSet ``ref`` exists and controls this pod."""
+    what = f"checking --daemonset {ref}"
+    try:
+        daemonset = await _answered(what, lambda: kube.get_daemonset(ref.namespace, ref.name))
+        pod = await _answered(what, lambda: kube.get_pod(ref.namespace, pod_name))
+    except KubeError as exc:
+        raise StartupError(f"--daemonset {ref}: cannot read it ({exc})") from None
+    if daemonset is None:
+        raise StartupError(
+            f"--daemonset {ref}: no such DaemonSet; it must name this agent's own DaemonSet"
+            " (a kustomize namePrefix or namespace changes it), or every SIGTERM would look"
+            " like an uninstall and release the hold"
+        )
+    if pod is None:
+        raise StartupError(
+            f"--pod-name {pod_name}: no such pod in namespace {ref.namespace}"
+            " (the DaemonSet's namespace)"
+        )
+    uid = (daemonset.get("metadata") or {}).get("uid")
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+    controller = next((o for o in owners if o.get("controller")), None)
+    if controller is None or (controller.get("kind"), controller.get("uid")) != ("DaemonSet", uid):
+        owner = (
+            "nothing"
+            if controller is None
+            else f"{controller.get('kind')} {controller.get('name')}"
+        )
+        raise StartupError(
+            f"--daemonset {ref}: pod {ref.namespace}/{pod_name} is controlled by {owner}, not"
+            " by this DaemonSet; on SIGTERM the agent would judge the wrong DaemonSet"
+        )
+    log.info("DaemonSet %s owns this pod (%s)", ref, pod_name)
+
+
+async def check_node(kube: Kube, name: str) -> None:
+    """Log an unknown ``--node-name`` at once; the agent keeps running (waits for the Node)."""
+    try:
+        node = await _answered("checking --node-name", lambda: kube.get_node(name))
+    except KubeError as exc:
+        log.warning("cannot check that node %s exists: %s", name, exc)
+        return
+    if node is None:
+        log.error(
+            "node %s not found: --node-name (NODE_NAME) names no Node; nothing is held until"
+            " it appears",
+            name,
+        )
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Whether a write to another Node was denied (None: could not be tested), and how."""
+
+    confined: bool | None
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"confined": self.confined, "detail": self.detail}
+
+
+NOT_CHECKED = Confinement(None, "not checked yet")
+
+
+async def check_confinement(kube: Kube, node_name: str) -> Confinement:
+    """Dry-run a write to another Node with the credentials Node writes use; expect 403."""
+    what = "confinement self-check"
+    try:
+        other = await _answered(what, lambda: kube.other_node(node_name))
+    except KubeError as exc:
+        return Confinement(None, f"cannot list Nodes to pick one to test against: {exc}")
+    if other is None:
+        return Confinement(None, "no other Node to test against (a single-node cluster)")
+    probe = {"metadata": {"annotations": {PROBE_ANNOTATION: node_name}}}
+    try:
+        await _answered(what, lambda: kube.dry_run_patch_node(other, probe))
+    except KubeError as exc:
+        if exc.status == 403:
+            return Confinement(True, f"a dry-run write to Node {other} was denied: {exc.reason}")
+        return Confinement(None, f"the dry-run write to Node {other} failed: {exc}")
+    return Confinement(
+        False,
+        f"a dry-run write to Node {other} was allowed: this agent can write every Node"
+        " (docs/install.md, Confinement)",
+    )
+
+
+async def report_confinement(
+    kube: Kube, node_name: str, metrics: Metrics, record: Callable[[Confinement], None]
+) -> None:
+    """Run the confinement check and report it: log, metric, and ``record`` (for /status)."""
+    result = await check_confinement(kube, node_name)
+    record(result)
+    metrics.set_confined(result.confined)
+    fields = {"confined": result.confined}
+    if result.confined:
+        log.info("confinement self-check: %s", result.detail, extra={"fields": fields})
+    else:
+        log.warning("confinement self-check: %s", result.detail, extra={"fields": fields})

@@ -1,0 +1,112 @@
+"""Start-up checks: a wrong --daemonset refuses to start, an unknown --node-name is logged."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from drain_guard.selfcheck import PROBE_ANNOTATION
+from drain_guard_sim.agentproc import AgentProcess
+from drain_guard_sim.apiserver import SimApiServer
+from tests.helpers import (
+    AGENT_POD,
+    StartAgent,
+    add_own_daemonset,
+    metric,
+    node_annotations,
+)
+
+
+async def _refused(start_agent: StartAgent, *flags: str) -> str:
+    """Start the agent, expect exit 2 with one error line; return that line."""
+    agent = await start_agent(*flags, ready=False)
+    assert await agent.stop(0) == 2, agent.log_text()  # signal 0: just wait for the exit
+    errors = [r for r in agent.records if r.get("level") == "ERROR"]
+    assert len(errors) == 1, agent.log_text()
+    assert not any(r.get("message") == "decision" for r in agent.records)
+    return str(errors[0]["message"])
+
+
+async def test_a_daemonset_that_does_not_exist_refuses_to_start(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Finding 5: a wrong name (a kustomize namePrefix) made every SIGTERM an uninstall."""
+    message = await _refused(
+        start_agent, "--daemonset", "drain-guard/prefix-drain-guard", "--pod-name", AGENT_POD
+    )
+    assert "--daemonset drain-guard/prefix-drain-guard: no such DaemonSet" in message
+
+
+async def test_a_daemonset_that_does_not_own_this_pod_refuses_to_start(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    flags = add_own_daemonset(api, owns_pod=False)
+    message = await _refused(start_agent, *flags)
+    assert "is controlled by DaemonSet other, not by this DaemonSet" in message
+
+
+async def test_a_pod_name_that_does_not_exist_refuses_to_start(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_own_daemonset(api)
+    message = await _refused(
+        start_agent, "--daemonset", "drain-guard/drain-guard", "--pod-name", "elsewhere"
+    )
+    assert "--pod-name elsewhere: no such pod in namespace drain-guard" in message
+
+
+async def test_its_own_daemonset_is_accepted(api: SimApiServer, start_agent: StartAgent) -> None:
+    agent = await start_agent(*add_own_daemonset(api))
+    assert any(r.get("message") == f"DaemonSet drain-guard/drain-guard owns this pod ({AGENT_POD})"
+               for r in agent.records)  # fmt: skip
+
+
+@pytest.mark.parametrize("flags", [(), ("--log-format", "text")])
+async def test_an_unknown_node_name_is_logged_at_start(
+    api: SimApiServer, start_agent: StartAgent, flags: tuple[str, ...]
+) -> None:
+    api.delete("nodes", "worker-0")
+    agent = await start_agent(*flags, ready=False)
+    await agent.wait_line("node worker-0 not found: --node-name (NODE_NAME) names no Node")
+    assert agent.proc.returncode is None  # it keeps running: the Node may register later
+
+
+async def _confinement(agent: AgentProcess) -> dict[str, Any]:
+    record = await agent.wait_log(lambda r: "confinement self-check" in str(r.get("message")))
+    status, body = await agent.http("/status")
+    assert status == 200
+    doc: dict[str, Any] = json.loads(body)["confinement"]
+    assert doc["confined"] == record["confined"]
+    assert (
+        await metric(agent, "drain_guard_confined")
+        == {True: 1, False: 0, None: -1}[doc["confined"]]
+    )
+    return doc
+
+
+async def test_a_service_account_that_may_write_every_node_is_reported_unconfined(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """The simulator authorizes service accounts for everything (no admission policy), as an
+    OpenShift 4.15 cluster with only the ClusterRole did: the dry run is allowed."""
+    api.create("nodes", {"metadata": {"name": "worker-1"}})
+    rv = api.resource_version
+    agent = await start_agent()
+    doc = await _confinement(agent)
+    assert doc["confined"] is False
+    assert "a dry-run write to Node worker-1 was allowed" in doc["detail"]
+    assert api.resource_version == rv  # nothing stored
+    assert PROBE_ANNOTATION not in node_annotations(api, "worker-1")
+
+
+async def test_a_single_node_cluster_cannot_be_checked(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    doc = await _confinement(agent)
+    assert doc == {
+        "confined": None,
+        "detail": "no other Node to test against (a single-node cluster)",
+    }
