@@ -109,6 +109,26 @@ class Settings:
     pod_name: str | None = None
     node_kubeconfig: str | None = None
 
+    def effective(self) -> dict[str, object]:
+        """The settings in force, for the agent's start-up line (durations as flags take them)."""
+        return {
+            "node": self.node_name,
+            "kubeconfig": self.kubeconfig or "in-cluster, else ~/.kube/config",
+            "listen": str(self.listen),
+            "maxHold": format_duration(self.max_hold),
+            "apiStaleAfter": format_duration(self.api_stale_after),
+            "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
+            "buildPodScope": self.build_pod_scope.names(),
+            "bootedImageSource": self.booted_image_source.value,
+            "shieldBuildPods": self.shield_build_pods,
+            "shieldDependencies": self.shield_dependencies,
+            "onExit": f"daemonset {self.daemonset}"
+            if self.daemonset is not None
+            else ("release" if self.release_on_exit else "keep holds"),
+            "observeOnly": self.observe_only,
+            "logLevel": self.log_level,
+        }
+
 
 @dataclass(frozen=True)
 class _Option:
@@ -312,6 +332,17 @@ def parse_duration(text: str) -> timedelta:
         return timedelta(seconds=total)
     except (OverflowError, ValueError):  # beyond timedelta's range (about 2.7 million years)
         raise SettingsError(f"duration {text!r} is too long") from None
+
+
+def format_duration(delta: timedelta) -> str:
+    """The inverse of :func:`parse_duration`: ``45m``, ``1h30m``, ``1m30s``, ``250ms``."""
+    millis = round(delta.total_seconds() * 1000)
+    if millis % 1000:
+        return f"{millis}ms"
+    hours, rest = divmod(millis // 1000, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    return text + (f"{seconds}s" if seconds or not text else "")
 
 
 def parse_listen(text: str) -> Listen:

@@ -467,13 +467,12 @@ class Controller:
             if record is not None:
                 await self._ended(record, decision.outcome, after.name, after_desired)
             self._hold = None
-        elif isinstance(decision, guards.CleanUp) and self._hold is not None:
-            await self._ended(
-                self._hold,
-                decision.outcome or protocol.Outcome.SUPERSEDED,
-                after.name,
-                after_desired,
-            )
+        elif isinstance(decision, guards.CleanUp):
+            # decision.ended: a hold that ended while no agent ran (superseded, say) ends now.
+            ended = self._hold or decision.ended
+            if ended is not None:
+                outcome = decision.outcome or protocol.Outcome.SUPERSEDED
+                await self._ended(ended, outcome, after.name, after_desired)
         self._settle(decision, after, view)
 
     # Observe-only -------------------------------------------------------------------------
@@ -840,6 +839,9 @@ async def _main(settings: Settings) -> int:
         settings.max_hold,
         "; observe-only: deciding, writing nothing" if settings.observe_only else "",
     )
+    shielded = [] if shield is None else list(shield.status().namespaces)
+    effective = {"apiServer": kube.api.configuration.host, **settings.effective()}
+    log.info("settings", extra={"fields": {**effective, "shieldNamespaces": shielded}})
     tasks = [
         asyncio.create_task(kube.watch_node(settings.node_name, controller.cache), name="node"),
         asyncio.create_task(

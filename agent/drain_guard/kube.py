@@ -627,6 +627,7 @@ class ListWatch:
         # Events and bookmarks (about one a minute from a real server) show the API alive.
         self.counters.api_contact()
         rv = (obj.get("metadata") or {}).get("resourceVersion")
+        log.debug("watch of %s: %s at resourceVersion %s", self.name or self.resource, kind, rv)
         if kind == "BOOKMARK":
             if rv:
                 self.resource_version = str(rv)

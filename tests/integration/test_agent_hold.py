@@ -280,3 +280,21 @@ async def test_a_hold_request_ends_at_its_expiry_without_any_other_event(
     released = await agent.wait_log(lambda r: r.get("outcome") == "release:safe")
     assert released["reasons"] == ["manual"]
     assert datetime.now(UTC) >= expiry
+
+
+async def test_a_hold_superseded_while_no_agent_ran_is_counted_and_logged_as_ended(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_A})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    await agent.stop()
+    mcd_request(api, DRAIN_C, **{protocol.DESIRED_IMAGE: IMAGE_B})  # over the hold
+
+    agent = await start_agent()
+    ended = await agent.wait_log(lambda r: r.get("message") == "hold ended")
+    assert (ended["request"], ended["outcome"]) == (DRAIN_B, "superseded")
+    assert ended["desiredDrain"] == DRAIN_C
+    assert await metric(agent, "drain_guard_releases_total", outcome="superseded") == 1
+    assert not any(k in node_annotations(api) for k in protocol.OWNED_KEYS)
+    assert not any(r.get("message") == "resuming hold found on the node" for r in agent.records)

@@ -96,3 +96,24 @@ async def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(
     warnings = [r for r in agent.records if r["level"] == "WARNING" and "watch of" in r["message"]]
     assert warnings == [down, up]
     assert not any("in 0.0s" in r["message"] for r in agent.records)
+
+
+async def test_start_up_line_has_the_effective_settings_and_debug_shows_watch_events(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent("--log-level", "debug", "--max-hold", "2700s")
+    settings = await agent.wait_log(lambda r: r.get("message") == "settings")
+    assert settings["apiServer"] == api.url
+    assert settings["maxHold"] == "45m"
+    assert settings["node"] == NODE
+    assert settings["buildPodScope"] == [MCO_NS]
+    assert settings["shieldNamespaces"] == [MCO_NS]
+    assert "openshift.io/build.name" in settings["buildPodSelectors"]
+    assert settings["logLevel"] == "DEBUG"
+    mcd_request(api, f"uncordon-{CONFIG_B}")
+    await agent.wait_log(
+        lambda r: (
+            r["level"] == "DEBUG"
+            and str(r["message"]).startswith(f"watch of node {NODE}: MODIFIED at resourceVersion")
+        )
+    )

@@ -18,6 +18,7 @@ from drain_guard.config import (
     Settings,
     SettingsError,
     add_run_arguments,
+    format_duration,
     parse_duration,
     parse_listen,
     settings_from,
@@ -255,3 +256,12 @@ def test_api_stale_after_is_a_positive_duration() -> None:
     )
     with pytest.raises(SettingsError, match="--api-stale-after must be greater than 0"):
         _parse(["--node-name", "n1", "--api-stale-after", "0s"])
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(2700, "45m"), (5400, "1h30m"), (90, "1m30s"), (0.25, "250ms"), (0, "0s"), (3600, "1h")],
+)
+def test_format_duration_is_what_the_flags_take(seconds: float, text: str) -> None:
+    assert format_duration(timedelta(seconds=seconds)) == text
+    assert parse_duration(text) == timedelta(seconds=seconds)
