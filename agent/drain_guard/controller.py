@@ -200,6 +200,7 @@ class Controller:
         self._seen = _Seen()
         # The hold as this agent last knew it on the Node (written, resumed, or seen).
         self._hold: protocol.HoldRecord | None = None
+        self._last_ended: protocol.HoldRecord | None = None  # counted once, however seen
         self._status = AgentStatus(
             node=settings.node_name,
             decision="starting",
@@ -404,6 +405,7 @@ class Controller:
     ) -> None:
         held_for = datetime.now(UTC) - record.since
         self._hold = None
+        self._last_ended = record
         self.metrics.hold_released(outcome.value, held_for.total_seconds())
         if not self.settings.observe_only:  # an Event is a write too
             self.events.drain_released(record.held_drain, outcome.value, held_for)
@@ -470,7 +472,7 @@ class Controller:
         elif isinstance(decision, guards.CleanUp):
             # decision.ended: a hold that ended while no agent ran (superseded, say) ends now.
             ended = self._hold or decision.ended
-            if ended is not None:
+            if ended is not None and ended != self._last_ended:
                 outcome = decision.outcome or protocol.Outcome.SUPERSEDED
                 await self._ended(ended, outcome, after.name, after_desired)
         self._settle(decision, after, view)
