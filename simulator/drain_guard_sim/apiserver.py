@@ -9,8 +9,11 @@ the eviction subresource honouring PodDisruptionBudgets (whose status the simula
 itself), bearer-token users, a write log, request counters and fault injection.
 
 Known differences from a real server (deliberate, for tests): deletion is immediate (no
-finalizers, no graceful pod deletion); namespaces need not exist; no admission, defaulting or
-schema validation beyond what is listed; LIST ignores ``resourceVersion``/``resourceVersionMatch``
+finalizers, no graceful pod deletion); namespaces need not exist; no authorization but for
+anonymous users and node identities (``add_node_user``: the Node authorizer's static rules and
+NodeRestriction, ``drain_guard_sim.nodeauth``), so a service account may do anything; no other
+admission (no ValidatingAdmissionPolicy), defaulting or schema validation beyond what is
+listed; LIST ignores ``resourceVersion``/``resourceVersionMatch``
 and pages over the current state; a watch from a resourceVersion newer than the current one
 just waits (a real server answers 504 after 3 s); ``kubectl get -w`` (Table watch) is not
 served; PDB ``expectedPods`` counts the selected pods instead of asking their controllers'
@@ -48,7 +51,7 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
-from drain_guard_sim import errors, labels
+from drain_guard_sim import errors, labels, nodeauth
 from drain_guard_sim.errors import ApiError
 from drain_guard_sim.faults import FaultKind, Faults
 from drain_guard_sim.patching import APPLY_PATCH, PATCH_TYPES
@@ -106,6 +109,7 @@ class User:
     name: str
     token: str
     extra: Mapping[str, Any] = field(default_factory=dict)
+    groups: tuple[str, ...] = ()
 
 
 ANONYMOUS = User("system:anonymous", "")
@@ -176,6 +180,7 @@ class SimApiServer:
         self._site: web.TCPSite | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
         self.add_user(ADMIN)
+        self.store.admission = self._admit
 
     # --- lifecycle ---
 
@@ -232,6 +237,42 @@ class SimApiServer:
         self._users[name] = user
         self._users_by_token[user.token] = user
         return user.token
+
+    def add_node_user(self, node: str) -> str:
+        """Register node ``node``'s identity (``system:node:<node>``, group ``system:nodes``,
+        as the kubelet's client certificate carries); returns its bearer token. Its requests
+        go through the Node authorizer and NodeRestriction (``drain_guard_sim.nodeauth``)."""
+        name = nodeauth.NODE_USER_PREFIX + node
+        old = self._users.get(name)
+        if old is not None:
+            self._users_by_token.pop(old.token, None)
+        groups = (nodeauth.NODES_GROUP, "system:authenticated")
+        user = User(name, secrets.token_urlsafe(24), {}, groups)
+        self._users[name] = user
+        self._users_by_token[user.token] = user
+        return user.token
+
+    def _node_of(self, user: str) -> str | None:
+        known = self._users.get(user)
+        return None if known is None else nodeauth.node_name_of(known.name, known.groups)
+
+    def _admit(
+        self,
+        operation: str,
+        rt: ResourceType,
+        subresource: str,
+        user: str,
+        name: str,
+        old: JsonObj | None,
+        new: JsonObj | None,
+    ) -> None:
+        """NodeRestriction, for requests of node identities (others pass)."""
+        node = self._node_of(user)
+        if node is None:
+            return
+        why = nodeauth.admit(node, operation, rt.key, subresource, name, old, new)
+        if why is not None:
+            raise errors.forbidden(rt, name, why)
 
     def add_token(self, name: str, extra: Mapping[str, Any]) -> str:
         """Another bearer token for ``name`` with its own extra claims, as node-bound
@@ -454,6 +495,22 @@ class SimApiServer:
             verb = self._verb(request, target)
             resource = self._resource_label(target)
             if user is ANONYMOUS and target is not None and verb not in ("get", "list", "watch"):
+                raise errors.rbac_forbidden(
+                    target.rt,
+                    target.name or "",
+                    user.name,
+                    verb,
+                    target.namespace,
+                    target.subresource,
+                )
+            node = nodeauth.node_name_of(user.name, user.groups)
+            if (
+                node is not None
+                and target is not None
+                and not nodeauth.authorized(
+                    target.group, target.rt.plural, target.subresource, verb
+                )
+            ):
                 raise errors.rbac_forbidden(
                     target.rt,
                     target.name or "",

@@ -303,6 +303,10 @@ class Store:
         self.write_log: builtins.list[WriteRecord] = []
         self.clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
         self.pdb_controller = pdb_controller
+        #: Admission (runs on create, update, patch and delete, dry runs included, before
+        #: anything is stored): (operation, resource, subresource, user, name, old, new);
+        #: raises ApiError to deny. The API server sets it (NodeRestriction).
+        self.admission: Callable[..., None] | None = None
         self._rng_names = _NameGenerator()
 
     # --- basic state ---
@@ -517,12 +521,26 @@ class Store:
             meta.pop("generation", None)
         if rt.has_status and not keep_status:
             self._reset_status(rt, new)
+        self._admit("CREATE", rt, "", user, name, None, new)
         if dry_run:
             new["metadata"]["resourceVersion"] = ""
             return new
         result = self._commit(rt, "create", user, new, None)
         assert result is not None
         return result
+
+    def _admit(
+        self,
+        operation: str,
+        rt: ResourceType,
+        subresource: str,
+        user: str,
+        name: str,
+        old: JsonObj | None,
+        new: JsonObj | None,
+    ) -> None:
+        if self.admission is not None:
+            self.admission(operation, rt, subresource, user, name, old, new)
 
     @staticmethod
     def _reset_status(rt: ResourceType, obj: JsonObj) -> None:
@@ -640,6 +658,7 @@ class Store:
         subresource: str,
         dry_run: bool,
     ) -> JsonObj:
+        self._admit("UPDATE", rt, subresource, user, old["metadata"]["name"], old, new)
         if dry_run:
             return copy.deepcopy(new)
         if _same(old, new):
@@ -710,6 +729,10 @@ class Store:
                     f"Precondition failed: ResourceVersion in precondition: {rv}, "
                     f"ResourceVersion in object meta: {old['metadata']['resourceVersion']}",
                 )
+        if verb == "delete":
+            self._admit("DELETE", rt, subresource, user, name, old, None)
+        elif subresource == "eviction":  # the eviction's CREATE, on the pod it evicts
+            self._admit("CREATE", rt, subresource, user, name, old, None)
         if dry_run:
             return copy.deepcopy(old)
         result = self._commit(rt, verb, user, None, old, subresource)

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from drain_guard import protocol
 from drain_guard.selfcheck import PROBE_ANNOTATION
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import (
     AGENT_POD,
+    AGENT_USER,
+    CONFIG_B,
+    IMAGE_B,
+    NODE,
     StartAgent,
+    add_build_pod,
     add_own_daemonset,
+    mcd_request,
     metric,
     node_annotations,
+    wait_annotation,
 )
 
 
@@ -110,3 +119,37 @@ async def test_a_single_node_cluster_cannot_be_checked(
         "confined": None,
         "detail": "no other Node to test against (a single-node cluster)",
     }
+
+
+async def test_node_writes_with_the_nodes_identity_are_confined_and_work(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """--node-kubeconfig: Node writes go out as system:node:worker-0, whom NodeRestriction
+    confines to worker-0 (the dry run to worker-1 is denied); holds work; the rest (Events)
+    keeps the agent's own identity."""
+    api.create("nodes", {"metadata": {"name": "worker-1"}})
+    api.add_node_user(NODE)
+    kubeconfig = api.kubeconfig(f"system:node:{NODE}", tmp_path / "node-kubeconfig")
+    rv = api.resource_version
+    agent = await start_agent("--node-kubeconfig", str(kubeconfig))
+    doc = await _confinement(agent)
+    assert doc["confined"] is True
+    assert 'node "worker-0" is not allowed to modify node "worker-1"' in doc["detail"]
+    assert await metric(agent, "drain_guard_api_errors_total", operation="node_patch") == 0
+
+    add_build_pod(api)
+    mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"hold-drain-{CONFIG_B}")
+    node_writers = {w.user for w in api.writes("nodes") if w.rv > rv and w.name == NODE}
+    assert f"system:node:{NODE}" in node_writers
+    assert AGENT_USER not in node_writers
+    await agent.wait_log(lambda r: r.get("message") == "decision" and r.get("outcome") == "hold")
+    event = await api.wait_for_write(lambda w: w.resource == "events", since=rv)
+    assert event.user == AGENT_USER
+
+
+async def test_an_unreadable_node_kubeconfig_is_one_line(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    message = await _refused(start_agent, "--node-kubeconfig", str(tmp_path / "missing"))
+    assert message.startswith("cannot load --node-kubeconfig:")
