@@ -9,13 +9,22 @@ API::
 
 Only GET and HEAD are routed; any other method gets 405 (nothing here changes anything).
 ``/metrics`` is prometheus_client's aiohttp handler on the agent's own registry, so it answers
-in the text format or, when the scraper asks for it, OpenMetrics.
+in the text format or, when the scraper asks for it, OpenMetrics; never compressed.
+
+The server shares the event loop with the hold protocol, so a flood of requests must not
+starve it nor grow the agent past its memory limit: at most ``MAX_CONCURRENT`` requests other
+than the probes are served at once (the rest get 503 at once), a connection idle or stuck in
+a request for ``IDLE_TIMEOUT`` is closed, and malformed requests are logged at most once a
+``BAD_REQUEST_LOG_INTERVAL``, on one line each.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
@@ -26,6 +35,15 @@ from drain_guard.metrics import Metrics
 from drain_guard.status import AgentStatus
 
 log = logging.getLogger(__name__)
+
+#: Requests served at once, probes apart: the handlers are quick, so a few keep scrapes and
+#: `drain-guard status` served while a flood is refused cheaply.
+MAX_CONCURRENT = 4
+#: Seconds a connection may sit idle, or dribble a request in, before it is closed.
+IDLE_TIMEOUT = 10.0
+BAD_REQUEST_LOG_INTERVAL = 60.0
+PROBES = frozenset({"/healthz", "/readyz"})
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class StatusSource(Protocol):
@@ -68,12 +86,55 @@ def make_app(source: StatusSource, metrics: Metrics) -> web.Application:
         body = json.dumps(snapshot.to_json(), indent=2) + "\n"
         return web.Response(text=body, content_type="application/json")
 
-    app = web.Application()
+    busy = asyncio.Semaphore(MAX_CONCURRENT)
+
+    @web.middleware
+    async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in PROBES:  # constant time, and the kubelet must always get through
+            return await handler(request)
+        if busy.locked():
+            return web.Response(status=503, text="busy\n", headers={"Retry-After": "1"})
+        async with busy:
+            return await handler(request)
+
+    app = web.Application(middlewares=[bounded])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/status", status)
-    app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry))
+    app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry, disable_compression=True))
     return app
+
+
+class _BadRequestLog(logging.Filter):
+    """aiohttp logs each malformed request with a traceback: keep one line per interval."""
+
+    def __init__(self, interval: float = BAD_REQUEST_LOG_INTERVAL) -> None:
+        super().__init__()
+        self.interval = interval
+        self.next_at = 0.0
+        self.dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now < self.next_at:
+            self.dropped += 1
+            return False
+        self.next_at = now + self.interval
+        exc = record.exc_info[1] if record.exc_info else None
+        why = " ".join(str(exc).split()) if exc is not None else record.getMessage()
+        more = f" ({self.dropped} more not logged)" if self.dropped else ""
+        record.msg, record.args = "bad HTTP request: %s%s", (why, more)
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        self.dropped = 0
+        return True
+
+
+def _server_log() -> logging.Logger:
+    logger = logging.getLogger(f"{__name__}.requests")
+    if not logger.filters:
+        logger.addFilter(_BadRequestLog())
+    return logger
 
 
 async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, int]:
@@ -82,7 +143,9 @@ async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, in
     Logs ``listening on http://HOST:PORT`` (tests and the demo parse it to find ephemeral
     ports). The caller stops the server with ``await runner.cleanup()``.
     """
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=IDLE_TIMEOUT, logger=_server_log()
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, listen.host, listen.port)

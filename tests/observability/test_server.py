@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -10,8 +11,10 @@ from datetime import UTC, datetime
 
 import aiohttp
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from drain_guard import server
 from drain_guard.config import parse_listen
 from drain_guard.metrics import Metrics
 from drain_guard.server import make_app, serve
@@ -163,3 +166,80 @@ async def test_port_in_use_is_an_error(served: Served) -> None:
     port = int(served.base.rsplit(":", 1)[1])
     with pytest.raises(OSError, match="in use"):
         await serve(make_app(FakeSource(), Metrics()), parse_listen(f"127.0.0.1:{port}"))
+
+
+async def test_metrics_are_never_compressed(served: Served) -> None:
+    headers = {"Accept-Encoding": "gzip, deflate"}
+    async with served.http.get(served.base + "/metrics", headers=headers) as resp:
+        assert resp.status == 200
+        assert "Content-Encoding" not in resp.headers
+
+
+async def test_requests_beyond_the_bound_are_refused_and_probes_still_answer(
+    served: Served,
+) -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    inside = 0
+
+    async def slow_status(request: web.Request) -> web.Response:
+        nonlocal inside
+        inside += 1
+        if inside == server.MAX_CONCURRENT:
+            entered.set()
+        await release.wait()
+        return web.Response(text="ok\n")
+
+    app = make_app(served.source, served.metrics)
+    app.router.add_get("/slow", slow_status)
+    runner, port = await serve(app, parse_listen("127.0.0.1:0"))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        slow = [
+            asyncio.create_task(served.http.get(base + "/slow"))
+            for _ in range(server.MAX_CONCURRENT)
+        ]
+        await entered.wait()
+        async with served.http.get(base + "/metrics") as resp:
+            assert resp.status == 503
+            assert resp.headers["Retry-After"] == "1"
+        async with served.http.get(base + "/healthz") as resp:
+            assert resp.status == 200
+        release.set()
+        for response in await asyncio.gather(*slow):
+            assert response.status == 200
+            response.release()
+        async with served.http.get(base + "/metrics") as resp:
+            assert resp.status == 200
+    finally:
+        await runner.cleanup()
+
+
+async def test_idle_and_slow_connections_are_closed(served: Served) -> None:
+    port = int(served.base.rsplit(":", 1)[1])
+    idle = await asyncio.open_connection("127.0.0.1", port)
+    slow = await asyncio.open_connection("127.0.0.1", port)
+    slow[1].write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+    await slow[1].drain()
+    for reader, writer in (idle, slow):
+        # Closed by the server: EOF (bounded by the test's timeout, not asserted as a time).
+        assert await reader.read() == b""
+        writer.close()
+
+
+async def test_bad_requests_are_logged_on_one_line_at_most_once_an_interval(
+    served: Served, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = int(served.base.rsplit(":", 1)[1])
+    caplog.set_level(logging.DEBUG)
+    for _ in range(20):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /\x00\x01 HTTP/1.1\r\nHost: \xff\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+        writer.close()
+    bad = [r for r in caplog.records if r.name.startswith("drain_guard.server")]
+    bad = [r for r in bad if "bad HTTP request" in r.getMessage()]
+    assert len(bad) == 1
+    assert bad[0].exc_info is None
+    assert "\n" not in bad[0].getMessage()
