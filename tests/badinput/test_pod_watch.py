@@ -43,8 +43,8 @@ class _Response:
     async def __aexit__(self, *exc: object) -> None:
         return None
 
-    async def json(self, content_type: str | None = None) -> Any:
-        return self.body
+    async def text(self) -> str:
+        return json.dumps(self.body)
 
 
 class _Counters:
