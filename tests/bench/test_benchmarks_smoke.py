@@ -85,11 +85,15 @@ def test_fleet(tmp_path: Path) -> None:
     # Nodes without an agent process: the simulator holds their three watches each.
     assert size["phantom_watches"] == 12
     per_agent = size["per_agent"]
-    # A list and a watch each: the Node, its pods (shared with the shield), the budgets.
-    assert per_agent["start_requests"] == [6, 6]
-    # worker-0003 is sent its Node and its two MCO pods (daemon, crio proxy), nothing else;
-    # in the rollout, its daemon pod's three events (deleted, added, running).
-    assert per_agent["start_objects"][1] == 3
+    # One pod list and one pod watch per agent (shared by the guard and the shield).
+    assert (
+        size["start_requests_detail"]["list pods"],
+        size["start_requests_detail"]["watch pods"],
+    ) == (1, 1)
+    # Pods sent at start: worker-0000 its daemon and crio proxy pods and MCO's singletons
+    # placed there, worker-0003 its daemon and crio proxy pods; in the rollout, each agent
+    # its daemon pod's three events (deleted, added, running).
+    assert per_agent["start_pods"] == [6, 2]
     assert per_agent["rollout_objects"] == [3, 3]
 
 
