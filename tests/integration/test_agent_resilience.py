@@ -40,8 +40,8 @@ async def test_relists_after_410_and_keeps_working(
     agent = await start_agent()
     mark = len(agent.records)
     _expired_window(api)
-    for resource in ("node", "pod"):
-        expected = f"watch of {resource} expired (410), listing again"
+    for watch in ("node worker-0", "pods on node worker-0 in openshift-machine-config-operator"):
+        expected = f"watch of {watch} expired (410), listing again"
 
         def is_relist(record: dict[str, Any], expected: str = expected) -> bool:
             return record.get("message") == expected
@@ -63,7 +63,8 @@ async def test_relists_after_a_410_error_event(api: SimApiServer, start_agent: S
     api.faults.expire_watches(times=1, user=AGENT_USER, resource="nodes")
     api.cut_watches(resource="nodes")
     await agent.wait_log(
-        lambda r: r.get("message") == "watch of node expired (410), listing again", start=mark
+        lambda r: r.get("message") == "watch of node worker-0 expired (410), listing again",
+        start=mark,
     )
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     add_build_pod(api)
