@@ -273,7 +273,7 @@ async def measure(params: Params, workdir: Path, tree: Path | None) -> dict[str,
             print(f"variant: {variants[-1]}", flush=True)
 
     def rest_median(mode: str, key: str) -> float:
-        return float(statistics.median(w[key] for w in rest if w["mode"] == mode))
+        return round(float(statistics.median(w[key] for w in rest if w["mode"] == mode)), 4)
 
     deployed_pct = rest_median("deployed", "core_percent")
     rss_at_rest = rest_median("deployed", "rss_mib")
