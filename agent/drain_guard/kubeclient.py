@@ -1,8 +1,8 @@
 """The parts of kubernetes_asyncio the agent uses, imported without the rest.
 
 The library's package ``__init__`` files import every generated API class and about 700 model
-classes (about 13 MiB of the agent's resident memory, docs/benchmarks.md); the agent reads raw
-JSON and needs four API classes. So, before the first import of the library in the process,
+classes (18 MiB of resident memory as deployed, docs/benchmarks.md); the agent reads raw JSON
+and needs three API classes. So, before the first import of the library in the process,
 its four package ``__init__`` files are registered without being run, and the modules the
 agent uses are imported by their own paths. A package's ``__init__`` still runs, as a normal
 import would, the first time anything asks it for a name it does not have yet: nothing the
