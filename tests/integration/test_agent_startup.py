@@ -153,3 +153,25 @@ async def test_an_unreadable_node_kubeconfig_is_one_line(
 ) -> None:
     message = await _refused(start_agent, "--node-kubeconfig", str(tmp_path / "missing"))
     assert message.startswith("cannot load --node-kubeconfig:")
+
+
+async def test_rotated_node_credentials_are_read_again_on_401(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """The kubelet rotates its client certificate: the old one stops working, the file names
+    the new one. The agent's next Node write gets a 401, reads the kubeconfig again, and
+    goes through."""
+    api.add_node_user(NODE)
+    path = tmp_path / "node-kubeconfig"
+    api.kubeconfig(f"system:node:{NODE}", path)
+    agent = await start_agent("--node-kubeconfig", str(path))
+    api.add_node_user(NODE)  # a new credential; the agent's old one is now refused
+    api.kubeconfig(f"system:node:{NODE}", path)
+    rv = api.resource_version
+    add_build_pod(api)
+    mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"hold-drain-{CONFIG_B}")
+    await agent.wait_log(lambda r: "node credentials refused (401)" in str(r.get("message")))
+    assert {w.user for w in api.writes("nodes") if w.rv > rv and w.name == NODE} >= {
+        f"system:node:{NODE}"
+    }
