@@ -46,9 +46,6 @@ class _Response:
     async def text(self) -> str:
         return json.dumps(self.body)
 
-    async def text(self) -> str:
-        return json.dumps(self.body)
-
 
 class _Counters:
     def __init__(self) -> None:
