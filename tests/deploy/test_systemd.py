@@ -119,6 +119,16 @@ def test_unit_is_hardened() -> None:
     assert "ProcSubset" not in unit
 
 
+def test_resources_and_restarts_are_bounded() -> None:
+    unit = unit_settings()
+    assert unit["MemoryMax"] == ["128M"]
+    assert unit["TasksMax"] == ["64"]
+    text = UNIT.read_text()
+    unit_section = text[text.index("[Unit]") : text.index("[Service]")]
+    assert "StartLimitIntervalSec=10min" in unit_section
+    assert "StartLimitBurst=5" in unit_section
+
+
 def test_kubeconfig_is_a_credential() -> None:
     unit = unit_settings()
     (credential,) = unit["LoadCredential"]
