@@ -1,6 +1,6 @@
 """Several agents in one process, for the fleet and API-load benchmarks.
 
-Each agent is assembled from the same parts as ``drain_guard.controller._main``: its own
+Each agent is assembled from the same parts as ``drain_guard.runner._main``: its own
 ``Metrics`` registry, its own ``Kube`` (kubernetes_asyncio ``ApiClient``, so its own connection
 pool and identity), its own ``EventRecorder`` and ``Controller``, and the node and pod
 list-watches. They share only the interpreter and the event loop, which a real deployment does
@@ -31,16 +31,12 @@ from typing import Any
 
 from drain_guard.cli import build_parser
 from drain_guard.config import LogFormat, settings_from
-from drain_guard.controller import (
-    Controller,
-    MetricCounters,
-    configure_logging,
-    make_shield,
-    pod_watch_namespace,
-)
+from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
 from drain_guard.kube import WATCH_TIMEOUT, Kube, WatchCache
-from drain_guard.metrics import Metrics
+from drain_guard.logs import configure_logging
+from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.runner import make_shield
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AGENT_WATCH_TIMEOUT = WATCH_TIMEOUT  # seconds: the timeoutSeconds the agent asks for

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SettingsError as exc:
             print(f"drain-guard run: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        from drain_guard.controller import run_agent  # lazily: status/release need none of it
+        from drain_guard.runner import run_agent  # lazily: status/release need none of it
 
         return run_agent(settings)
     if args.command == "status":

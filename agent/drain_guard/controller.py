@@ -11,38 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import signal
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-import psutil
 
 from drain_guard import __version__, guards, host, protocol, selfcheck
-from drain_guard.config import DaemonSetRef, LogFormat, Settings
-from drain_guard.events import EventQueue, EventRecorder
+from drain_guard.config import Settings
+from drain_guard.events import EventQueue
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.kube import (
-    WATCH_TIMEOUT,
     Applied,
     Backoff,
-    DaemonSetState,
     Kube,
     KubeError,
     NodeObj,
     WatchCache,
 )
-from drain_guard.kubeclient import ConfigException
-from drain_guard.metrics import Metrics
+from drain_guard.logs import decision_fields, hold_fields, log_key
+from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
-from drain_guard.server import make_app, serve
 from drain_guard.shield import Shield, shield_namespaces
-from drain_guard.status import AgentStatus, BootedImageStatus, HoldReasonStatus, PodStatus
+from drain_guard.status import (
+    AgentStatus,
+    BootedImageStatus,
+    HoldReasonStatus,
+    PodStatus,
+    readiness,
+)
 
 log = logging.getLogger("drain_guard.controller")
 
@@ -50,116 +47,6 @@ log = logging.getLogger("drain_guard.controller")
 CAS_ATTEMPTS = 5
 #: The loop counts as stuck (``/healthz`` fails) when one pass takes longer than this.
 STUCK_AFTER = 120.0
-#: On exit, how long to wait for queued Events (the uninstall's DrainReleased) to be written.
-EVENT_FLUSH_TIMEOUT = 5.0
-
-
-# --- logging ----------------------------------------------------------------------------
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object a line: time, level, logger, message, and the record's ``fields``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, Mapping):
-            doc.update(fields)
-        if record.exc_info:
-            doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str)
-
-
-class _TextFormatter(logging.Formatter):
-    """``TIME LEVEL logger: message key=value ...``; values with spaces are quoted."""
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        fields = getattr(record, "fields", None)
-        if isinstance(fields, Mapping):
-            parts = []
-            for key, value in fields.items():
-                text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
-                parts.append(f"{key}={json.dumps(text) if ' ' in text or not text else text}")
-            line += " " + " ".join(parts)
-        return line
-
-
-def configure_logging(fmt: LogFormat, level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if fmt is LogFormat.JSON else _TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    # kubernetes_asyncio logs request bodies at DEBUG; keep them out of the agent's log.
-    logging.getLogger("kubernetes_asyncio").setLevel(max(logging.INFO, root.level))
-
-
-# --- adapters -----------------------------------------------------------------------------
-
-
-class MetricCounters:
-    """kube.Counters onto Metrics, remembering the last successful API contact."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-        self.last_contact: datetime | None = None
-
-    def api_error(self, operation: str, status: int) -> None:
-        self.metrics.count_api_error(operation)
-
-    def api_contact(self) -> None:
-        self.last_contact = datetime.now(UTC)
-        self.metrics.api_contact(self.last_contact)
-
-    def watch_restart(self, resource: str, reason: str) -> None:
-        self.metrics.count_watch_restart(resource, reason)
-
-
-class BootedImageReader:
-    """The booted image, re-read only when the boot (boot time + kernel cmdline) changes."""
-
-    def __init__(self, settings: Settings, metrics: Metrics) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        self._key: tuple[float, str] | None = None
-        self._value: guards.BootedImage | None = None
-
-    def _boot_key(self) -> tuple[float, str]:
-        try:
-            with open(self.settings.cmdline_file, encoding="utf-8", errors="replace") as f:
-                cmdline = f.read()
-        except OSError as exc:
-            cmdline = f"<unreadable: {exc}>"
-        return psutil.boot_time(), cmdline
-
-    def _read(self) -> guards.BootedImage:
-        return host.read_booted_image(
-            host_root=self.settings.host_root,
-            cmdline_file=self.settings.cmdline_file,
-            source=self.settings.booted_image_source.value,
-            rpm_ostree_command=(*self.settings.rpm_ostree_command, "status", "--json"),
-        )
-
-    async def get(self) -> guards.BootedImage:
-        key = await asyncio.to_thread(self._boot_key)
-        if key != self._key or self._value is None:
-            self._value = await asyncio.to_thread(self._read)
-            self._key = key
-            if self._value.error:
-                self.metrics.count_invalid_input("host_file")
-                log.warning("booted image unknown: %s", self._value.error)
-            else:
-                log.info("booted image %s (from %s)", self._value.digest, self._value.source)
-        return self._value
 
 
 # --- the controller -------------------------------------------------------------------------
@@ -194,7 +81,7 @@ class Controller:
         self.counters = counters
         self.events = events
         self.cache = cache
-        self.booted = BootedImageReader(settings, metrics)
+        self.booted = host.BootedImageReader(settings, metrics)
         self.guards = guards.default_guards(settings.build_pod_selectors, settings.build_pod_scope)
         self.started_at = datetime.now(UTC)
         self._seen = _Seen()
@@ -393,7 +280,7 @@ class Controller:
             self.metrics.set_hold([r.value for r in on_node.reasons], on_node.since)
             log.info(
                 "resuming hold found on the node",
-                extra={"fields": _hold_fields(node.name, on_node, self.settings)},
+                extra={"fields": hold_fields(node.name, on_node, self.settings.max_hold)},
             )
 
     async def _ended(
@@ -499,14 +386,14 @@ class Controller:
         self._invalid = invalid
         name = _status_name(decision, node)
         explanation = decision.explain()
-        fields = _decision_fields(node, decision, name)
+        fields = decision_fields(node, decision, name)
         observed = self.settings.observe_only and bool(decision.patch)
         if observed:
             explanation = f"observe-only, not written: would {explanation}"
             fields["observeOnly"] = True
             fields["why"] = explanation
         self._set_status(name, explanation, node, decision, view)
-        key = _log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
+        key = log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
         if (decision.patch and not observed) or key != self._last_logged:
             self._last_logged = key
             log.info("decision", extra={"fields": fields})
@@ -587,36 +474,10 @@ class Controller:
                     )
                 log.info(
                     "decision",
-                    extra={"fields": _decision_fields(result.node, decision, "release")},
+                    extra={"fields": decision_fields(result.node, decision, "release")},
                 )
                 return
         log.warning("could not release on exit: the node kept changing")
-
-
-def readiness(
-    *,
-    node_synced: bool,
-    pods_synced: bool,
-    node_found: bool,
-    node_name: str,
-    last_contact: datetime | None,
-    now: datetime,
-    stale_after: timedelta,
-) -> tuple[bool, str]:
-    """``/readyz``: the watches listed, the Node exists, and the API answered recently
-    (an agent cut off from the API cannot hold anything; it should say so)."""
-    if not node_synced:
-        return False, "node watch not synced"
-    if not pods_synced:
-        return False, "pod watch not synced"
-    if not node_found:
-        return False, f"node {node_name} not found"
-    if last_contact is None or now - last_contact > stale_after:
-        since = (
-            "never" if last_contact is None else f"since {protocol.format_rfc3339(last_contact)}"
-        )
-        return False, f"API server not reached {since} (--api-stale-after {stale_after})"
-    return True, ""
 
 
 def _older(node: NodeObj, than: NodeObj) -> bool:
@@ -692,213 +553,8 @@ def _status_name(decision: guards.Decision, node: NodeObj) -> str:
     return "pass" if request.verb is protocol.Verb.DRAIN and pending else "idle"
 
 
-def _log_key(decision: guards.Decision, request: str | None) -> tuple[str, ...]:
-    """Decisions with the same key are logged once: a hold is not re-logged on every pod event."""
-    if isinstance(decision, guards.Hold):
-        return ("held", decision.original, guards.hold_detail(decision.blocks))
-    if isinstance(decision, guards.Keep | guards.UpdateHold):
-        return ("held", decision.record.held_drain, guards.hold_detail(decision.blocks))
-    return (type(decision).__name__, request or "", decision.explain())
-
-
-def _decision_fields(node: NodeObj, decision: guards.Decision, name: str) -> dict[str, Any]:
-    """The one structured line per decision: node, request, reasons, outcome."""
-    request: str | None
-    reasons: list[str] = []
-    outcome = name
-    if isinstance(decision, guards.Hold):
-        request = decision.original
-        reasons = [b.reason.value for b in decision.blocks]
-    elif isinstance(decision, guards.Keep | guards.UpdateHold):
-        request = decision.record.held_drain
-        reasons = [b.reason.value for b in decision.blocks]
-    elif isinstance(decision, guards.Release):
-        request = decision.original
-        reasons = [r.value for r in decision.record.reasons] if decision.record else []
-        outcome = f"release:{decision.outcome.value}"
-    elif isinstance(decision, guards.Wait):
-        request = decision.request
-        reasons = [u.reason.value for u in decision.unknowns]
-    else:
-        request = node.annotations.get(protocol.DESIRED_DRAIN)
-    return {
-        "node": node.name,
-        "request": request or "",
-        "reasons": reasons,
-        "outcome": outcome,
-        "why": decision.explain(),
-    }
-
-
-def _hold_fields(node: str, record: protocol.HoldRecord, settings: Settings) -> dict[str, Any]:
-    return {
-        "node": node,
-        "request": record.held_drain,
-        "reasons": [r.value for r in record.reasons],
-        "heldSince": protocol.format_rfc3339(record.since),
-        "expiresAt": protocol.format_rfc3339(record.since + settings.max_hold),
-    }
-
-
-# --- the process ------------------------------------------------------------------------
-
-
-async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
-    """Whether to release holds on exit, and why (uninstall vs rolling update)."""
-    if settings.observe_only:
-        return False, "--observe-only: nothing is written"
-    if settings.release_on_exit:
-        return True, "--release-on-exit"
-    ref: DaemonSetRef | None = settings.daemonset
-    if ref is None:
-        return False, "no --daemonset and no --release-on-exit: holds are kept"
-    try:
-        state = await kube.daemonset_state(ref.namespace, ref.name)
-    except KubeError as exc:
-        # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
-        # undoable. So when in doubt, keep.
-        return False, f"cannot read DaemonSet {ref} ({exc}): holds are kept"
-    if state is DaemonSetState.PRESENT:
-        return False, f"DaemonSet {ref} exists (rolling update): holds are kept"
-    return True, f"DaemonSet {ref} is {state.value} (uninstall)"
-
-
 def pod_watch_namespace(settings: Settings) -> str | None:
     """Where the agent's one pod watch looks: the build-pod scope and, with the shield on, the
     shielded namespaces; a single namespace (the default: MCO's) or None for every one."""
     shielded = shield_namespaces(settings.shield_dependencies) if settings.shield_build_pods else ()
     return watch_namespace(settings.build_pod_scope, shielded)
-
-
-def make_shield(
-    settings: Settings,
-    kube: Kube,
-    metrics: Metrics,
-    pods: WatchCache,
-    watch_timeout: int = WATCH_TIMEOUT,
-) -> Shield | None:
-    """The shield as ``drain-guard run`` starts it, on ``pods`` (the agent's pod watch)."""
-    if not settings.shield_build_pods or settings.observe_only:  # budgets are writes
-        # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
-        metrics.synced.remove("poddisruptionbudget")
-        return None
-    return Shield(
-        kube.api,
-        settings.node_name,
-        settings.build_pod_selectors,
-        pods,
-        scope=settings.build_pod_scope,
-        dependencies=settings.shield_dependencies,
-        metrics=metrics,
-        watch_timeout=watch_timeout,
-    )
-
-
-async def _main(settings: Settings) -> int:
-    metrics = Metrics()
-    counters = MetricCounters(metrics)
-    try:
-        kube = await Kube.connect(settings.kubeconfig, counters)
-    except (ConfigException, OSError, ValueError) as exc:
-        log.error("cannot load Kubernetes config: %s", exc)
-        return 2  # an invalid setting, as the CLI's other ones
-    try:
-        if settings.node_kubeconfig is not None:
-            await kube.use_node_credentials(settings.node_kubeconfig)
-        if settings.daemonset is not None:
-            assert settings.pod_name is not None  # config.settings_from requires it
-            await selfcheck.check_daemonset(kube, settings.daemonset, settings.pod_name)
-    except (ConfigException, OSError, ValueError) as exc:
-        log.error("cannot load --node-kubeconfig: %s", exc)
-        await kube.close()
-        return 2
-    except selfcheck.StartupError as exc:
-        log.error("%s", exc)
-        await kube.close()
-        return 2
-    await selfcheck.check_node(kube, settings.node_name)
-    events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
-    metrics.set_observe_only(settings.observe_only)
-    cache = WatchCache()
-    shield = make_shield(settings, kube, metrics, cache)
-    controller = Controller(settings, kube, metrics, counters, events, cache, shield)
-    if settings.daemonset is None and not settings.release_on_exit:
-        log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
-    try:
-        runner, _ = await serve(make_app(controller, metrics), settings.listen)
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc)
-        await kube.close()
-        return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    log.info(
-        "drain-guard %s guarding node %s (max-hold %s)%s",
-        __version__,
-        settings.node_name,
-        settings.max_hold,
-        "; observe-only: deciding, writing nothing" if settings.observe_only else "",
-    )
-    shielded = [] if shield is None else list(shield.status().namespaces)
-    effective = {"apiServer": kube.api.configuration.host, **settings.effective()}
-    log.info("settings", extra={"fields": {**effective, "shieldNamespaces": shielded}})
-    tasks = [
-        asyncio.create_task(kube.watch_node(settings.node_name, controller.cache), name="node"),
-        asyncio.create_task(
-            kube.watch_pods(settings.node_name, cache, pod_watch_namespace(settings)),
-            name="pods",
-        ),
-        asyncio.create_task(controller.run(), name="controller"),
-    ]
-    if shield is not None:
-        tasks.append(asyncio.create_task(shield.run(), name="shield"))
-    sender = asyncio.create_task(events.run(), name="events")
-    checker = asyncio.create_task(
-        selfcheck.report_confinement(
-            kube, settings.node_name, metrics, lambda c: setattr(controller, "confinement", c)
-        ),
-        name="confinement",
-    )
-    stopper = asyncio.create_task(stop.wait(), name="stop")
-    code = 0
-    try:
-        done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not stopper and task.exception() is not None:
-                log.error("%s task failed", task.get_name(), exc_info=task.exception())
-                code = 1
-        log.info("stopping")
-    finally:
-        for task in [*tasks, stopper]:
-            task.cancel()
-        await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        try:
-            release, why = await shutdown_releases(settings, kube)
-            log.info("on exit: %s", why)
-            if release:
-                await controller.release_on_exit()
-                if shield is not None:
-                    # Uninstalled: leave no budgets behind (a rolling update keeps them).
-                    log.info("on exit: removed %d shield budgets", await shield.remove_all())
-        except KubeError as exc:
-            log.error("could not release on exit: %s", exc)
-            code = 1
-        try:
-            async with asyncio.timeout(EVENT_FLUSH_TIMEOUT):
-                await events.flush()
-        except TimeoutError:
-            log.warning("exiting with Events not yet written")
-        sender.cancel()
-        checker.cancel()
-        await asyncio.gather(sender, checker, return_exceptions=True)
-        await runner.cleanup()
-        await kube.close()
-    return code
-
-
-def run_agent(settings: Settings) -> int:
-    """``drain-guard run``: the agent until SIGTERM/SIGINT; 0 after a clean shutdown."""
-    configure_logging(settings.log_format, settings.log_level)
-    return asyncio.run(_main(settings))

@@ -9,8 +9,10 @@ way, is resolved inside it, never outside.
 
 from __future__ import annotations
 
+import asyncio
 import configparser
 import json
+import logging
 import os
 import re
 import subprocess
@@ -18,8 +20,12 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
+from drain_guard.config import Settings
 from drain_guard.guards import BootedImage
 from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.metrics import Metrics
 
 __all__ = [
     "DEFAULT_RPM_OSTREE_COMMAND",
@@ -45,6 +51,8 @@ _OSTREE_ARG_RE = re.compile(r"^/ostree/boot\.[^/]+/[^/]+/[^/]+/[0-9]+$")
 #: may resolve under ``sysroot/`` inside the host root.
 _DEPLOY_RE = re.compile(r"^(?:sysroot/)?ostree/deploy/[^/]+/deploy/[0-9a-f]+\.[0-9]+$")
 _DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+log = logging.getLogger(__name__)
 
 
 class HostError(Exception):
@@ -236,3 +244,41 @@ def read_booted_image(
     if source != "ostree":
         return BootedImage(None, None, source, f"unknown booted-image source {source!r}")
     return read_booted_image_ostree(Path(host_root), Path(cmdline_file))
+
+
+class BootedImageReader:
+    """The booted image, re-read only when the boot (boot time + kernel cmdline) changes."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._key: tuple[float, str] | None = None
+        self._value: BootedImage | None = None
+
+    def _boot_key(self) -> tuple[float, str]:
+        try:
+            with open(self.settings.cmdline_file, encoding="utf-8", errors="replace") as f:
+                cmdline = f.read()
+        except OSError as exc:
+            cmdline = f"<unreadable: {exc}>"
+        return psutil.boot_time(), cmdline
+
+    def _read(self) -> BootedImage:
+        return read_booted_image(
+            host_root=self.settings.host_root,
+            cmdline_file=self.settings.cmdline_file,
+            source=self.settings.booted_image_source.value,
+            rpm_ostree_command=(*self.settings.rpm_ostree_command, "status", "--json"),
+        )
+
+    async def get(self) -> BootedImage:
+        key = await asyncio.to_thread(self._boot_key)
+        if key != self._key or self._value is None:
+            self._value = await asyncio.to_thread(self._read)
+            self._key = key
+            if self._value.error:
+                self.metrics.count_invalid_input("host_file")
+                log.warning("booted image unknown: %s", self._value.error)
+            else:
+                log.info("booted image %s (from %s)", self._value.digest, self._value.source)
+        return self._value

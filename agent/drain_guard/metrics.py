@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from prometheus_client import (
     CollectorRegistry,
@@ -372,3 +372,21 @@ class Metrics:
     def count_event(self, reason: str) -> None:
         """An Event was written (or its count bumped) on the Node."""
         self.events_emitted_total.labels(reason=_check(reason, EVENT_REASONS, "event reason")).inc()
+
+
+class MetricCounters:
+    """kube.Counters onto Metrics, remembering the last successful API contact."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+        self.last_contact: datetime | None = None
+
+    def api_error(self, operation: str, status: int) -> None:
+        self.metrics.count_api_error(operation)
+
+    def api_contact(self) -> None:
+        self.last_contact = datetime.now(UTC)
+        self.metrics.api_contact(self.last_contact)
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        self.metrics.count_watch_restart(resource, reason)

@@ -299,3 +299,27 @@ def format_duration(delta: timedelta) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+def readiness(
+    *,
+    node_synced: bool,
+    pods_synced: bool,
+    node_found: bool,
+    node_name: str,
+    last_contact: datetime | None,
+    now: datetime,
+    stale_after: timedelta,
+) -> tuple[bool, str]:
+    """``/readyz``: the watches listed, the Node exists, and the API answered recently
+    (an agent cut off from the API cannot hold anything; it should say so)."""
+    if not node_synced:
+        return False, "node watch not synced"
+    if not pods_synced:
+        return False, "pod watch not synced"
+    if not node_found:
+        return False, f"node {node_name} not found"
+    if last_contact is None or now - last_contact > stale_after:
+        since = "never" if last_contact is None else f"since {format_rfc3339(last_contact)}"
+        return False, f"API server not reached {since} (--api-stale-after {stale_after})"
+    return True, ""

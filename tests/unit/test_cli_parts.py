@@ -122,7 +122,7 @@ def test_run_does_not_import_the_simulator_or_the_demo() -> None:
     code = (
         "import sys\n"
         "from drain_guard.cli import build_parser\n"
-        "import drain_guard.controller\n"
+        "import drain_guard.runner\n"
         "build_parser().parse_args(['run', '--node-name', 'n'])\n"
         "loaded = [m for m in sys.modules if m.startswith('drain_guard_sim')]\n"
         "assert not loaded, loaded\n"

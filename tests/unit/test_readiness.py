@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard.controller import readiness
+from drain_guard.status import readiness
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 STALE = timedelta(minutes=10)

@@ -1,0 +1,112 @@
+"""The agent's log: JSON or text lines, and the structured fields of its decision lines.
+
+One decision line per change of decision (``decision``), and one line when a hold ends
+(``hold ended``) or is resumed; the demo, the chaos harness and the tests read these fields.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from drain_guard import guards, protocol
+from drain_guard.config import LogFormat
+from drain_guard.kube import NodeObj
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, and the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            doc.update(fields)
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)
+
+
+class _TextFormatter(logging.Formatter):
+    """``TIME LEVEL logger: message key=value ...``; values with spaces are quoted."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, Mapping):
+            parts = []
+            for key, value in fields.items():
+                text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+                parts.append(f"{key}={json.dumps(text) if ' ' in text or not text else text}")
+            line += " " + " ".join(parts)
+        return line
+
+
+def configure_logging(fmt: LogFormat, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt is LogFormat.JSON else _TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # kubernetes_asyncio logs request bodies at DEBUG; keep them out of the agent's log.
+    logging.getLogger("kubernetes_asyncio").setLevel(max(logging.INFO, root.level))
+
+
+def log_key(decision: guards.Decision, request: str | None) -> tuple[str, ...]:
+    """Decisions with the same key are logged once: a hold is not re-logged on every pod event."""
+    if isinstance(decision, guards.Hold):
+        return ("held", decision.original, guards.hold_detail(decision.blocks))
+    if isinstance(decision, guards.Keep | guards.UpdateHold):
+        return ("held", decision.record.held_drain, guards.hold_detail(decision.blocks))
+    return (type(decision).__name__, request or "", decision.explain())
+
+
+def decision_fields(node: NodeObj, decision: guards.Decision, name: str) -> dict[str, Any]:
+    """The one structured line per decision: node, request, reasons, outcome."""
+    request: str | None
+    reasons: list[str] = []
+    outcome = name
+    if isinstance(decision, guards.Hold):
+        request = decision.original
+        reasons = [b.reason.value for b in decision.blocks]
+    elif isinstance(decision, guards.Keep | guards.UpdateHold):
+        request = decision.record.held_drain
+        reasons = [b.reason.value for b in decision.blocks]
+    elif isinstance(decision, guards.Release):
+        request = decision.original
+        reasons = [r.value for r in decision.record.reasons] if decision.record else []
+        outcome = f"release:{decision.outcome.value}"
+    elif isinstance(decision, guards.Wait):
+        request = decision.request
+        reasons = [u.reason.value for u in decision.unknowns]
+    else:
+        request = node.annotations.get(protocol.DESIRED_DRAIN)
+    return {
+        "node": node.name,
+        "request": request or "",
+        "reasons": reasons,
+        "outcome": outcome,
+        "why": decision.explain(),
+    }
+
+
+def hold_fields(node: str, record: protocol.HoldRecord, max_hold: timedelta) -> dict[str, Any]:
+    return {
+        "node": node,
+        "request": record.held_drain,
+        "reasons": [r.value for r in record.reasons],
+        "heldSince": protocol.format_rfc3339(record.since),
+        "expiresAt": protocol.format_rfc3339(record.since + max_hold),
+    }

@@ -1,0 +1,203 @@
+"""``drain-guard run`` as a process: build the parts, run them under one TaskGroup until
+SIGTERM/SIGINT or a part fails, then release on uninstall, flush Events and close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+from drain_guard import __version__, selfcheck
+from drain_guard.config import DaemonSetRef, Settings
+from drain_guard.controller import Controller, pod_watch_namespace
+from drain_guard.events import EventQueue, EventRecorder
+from drain_guard.kube import WATCH_TIMEOUT, DaemonSetState, Kube, KubeError, WatchCache
+from drain_guard.kubeclient import ConfigException
+from drain_guard.logs import configure_logging
+from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.server import make_app, serve
+from drain_guard.shield import Shield
+
+log = logging.getLogger("drain_guard.runner")
+
+#: On exit, how long to wait for queued Events (the uninstall's DrainReleased) to be written.
+EVENT_FLUSH_TIMEOUT = 5.0
+
+
+async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
+    """Whether to release holds on exit, and why (uninstall vs rolling update)."""
+    if settings.observe_only:
+        return False, "--observe-only: nothing is written"
+    if settings.release_on_exit:
+        return True, "--release-on-exit"
+    ref: DaemonSetRef | None = settings.daemonset
+    if ref is None:
+        return False, "no --daemonset and no --release-on-exit: holds are kept"
+    try:
+        state = await kube.daemonset_state(ref.namespace, ref.name)
+    except KubeError as exc:
+        # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
+        # undoable. So when in doubt, keep.
+        return False, f"cannot read DaemonSet {ref} ({exc}): holds are kept"
+    if state is DaemonSetState.PRESENT:
+        return False, f"DaemonSet {ref} exists (rolling update): holds are kept"
+    return True, f"DaemonSet {ref} is {state.value} (uninstall)"
+
+
+def make_shield(
+    settings: Settings,
+    kube: Kube,
+    metrics: Metrics,
+    pods: WatchCache,
+    watch_timeout: int = WATCH_TIMEOUT,
+) -> Shield | None:
+    """The shield as ``drain-guard run`` starts it, on ``pods`` (the agent's pod watch)."""
+    if not settings.shield_build_pods or settings.observe_only:  # budgets are writes
+        # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
+        metrics.synced.remove("poddisruptionbudget")
+        return None
+    return Shield(
+        kube.api,
+        settings.node_name,
+        settings.build_pod_selectors,
+        pods,
+        scope=settings.build_pod_scope,
+        dependencies=settings.shield_dependencies,
+        metrics=metrics,
+        watch_timeout=watch_timeout,
+    )
+
+
+class _StoppedError(Exception):
+    """SIGTERM or SIGINT, or a part of the agent that returned: end the TaskGroup."""
+
+
+async def _part(name: str, coro: Coroutine[Any, Any, None]) -> None:
+    """Run one part; any end of it ends the agent (a failure is logged with its name)."""
+    try:
+        await coro
+    except Exception:
+        log.exception("%s task failed", name)
+        raise
+    raise _StoppedError(name)
+
+
+async def _until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> int:
+    """Run ``parts`` under one TaskGroup until a signal or until one of them ends; the exit
+    code is 1 if a part failed."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def signalled() -> None:
+        await stop.wait()
+
+    code = 0
+    try:
+        async with asyncio.TaskGroup() as group:
+            for name, coro in {**parts, "stop": signalled()}.items():
+                group.create_task(_part(name, coro), name=name)
+    except* _StoppedError:
+        pass
+    except* Exception:
+        code = 1
+    log.info("stopping")
+    return code
+
+
+async def _main(settings: Settings) -> int:
+    metrics = Metrics()
+    counters = MetricCounters(metrics)
+    try:
+        kube = await Kube.connect(settings.kubeconfig, counters)
+    except (ConfigException, OSError, ValueError) as exc:
+        log.error("cannot load Kubernetes config: %s", exc)
+        return 2  # an invalid setting, as the CLI's other ones
+    try:
+        if settings.node_kubeconfig is not None:
+            await kube.use_node_credentials(settings.node_kubeconfig)
+        if settings.daemonset is not None:
+            assert settings.pod_name is not None  # config.settings_from requires it
+            await selfcheck.check_daemonset(kube, settings.daemonset, settings.pod_name)
+    except (ConfigException, OSError, ValueError) as exc:
+        log.error("cannot load --node-kubeconfig: %s", exc)
+        await kube.close()
+        return 2
+    except selfcheck.StartupError as exc:
+        log.error("%s", exc)
+        await kube.close()
+        return 2
+    await selfcheck.check_node(kube, settings.node_name)
+    events = EventQueue(EventRecorder(kube.api, settings.node_name, metrics=metrics))
+    metrics.set_observe_only(settings.observe_only)
+    cache = WatchCache()
+    shield = make_shield(settings, kube, metrics, cache)
+    controller = Controller(settings, kube, metrics, counters, events, cache, shield)
+    if settings.daemonset is None and not settings.release_on_exit:
+        log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
+    try:
+        runner, _ = await serve(make_app(controller, metrics), settings.listen)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc)
+        await kube.close()
+        return 1
+    log.info(
+        "drain-guard %s guarding node %s (max-hold %s)%s",
+        __version__,
+        settings.node_name,
+        settings.max_hold,
+        "; observe-only: deciding, writing nothing" if settings.observe_only else "",
+    )
+    shielded = [] if shield is None else list(shield.status().namespaces)
+    effective = {"apiServer": kube.api.configuration.host, **settings.effective()}
+    log.info("settings", extra={"fields": {**effective, "shieldNamespaces": shielded}})
+    parts = {
+        "node": kube.watch_node(settings.node_name, cache),
+        "pods": kube.watch_pods(settings.node_name, cache, pod_watch_namespace(settings)),
+        "controller": controller.run(),
+    }
+    if shield is not None:
+        parts["shield"] = shield.run()
+    # Events outlive the parts: the uninstall's release below still writes one.
+    sender = asyncio.create_task(events.run(), name="events")
+    checker = asyncio.create_task(
+        selfcheck.report_confinement(
+            kube, settings.node_name, metrics, lambda c: setattr(controller, "confinement", c)
+        ),
+        name="confinement",
+    )
+    try:
+        code = await _until_stopped(parts)
+        try:
+            release, why = await shutdown_releases(settings, kube)
+            log.info("on exit: %s", why)
+            if release:
+                await controller.release_on_exit()
+                if shield is not None:
+                    # Uninstalled: leave no budgets behind (a rolling update keeps them).
+                    log.info("on exit: removed %d shield budgets", await shield.remove_all())
+        except KubeError as exc:
+            log.error("could not release on exit: %s", exc)
+            code = 1
+        try:
+            async with asyncio.timeout(EVENT_FLUSH_TIMEOUT):
+                await events.flush()
+        except TimeoutError:
+            log.warning("exiting with Events not yet written")
+    finally:
+        sender.cancel()
+        checker.cancel()
+        await asyncio.gather(sender, checker, return_exceptions=True)
+        await runner.cleanup()
+        await kube.close()
+    return code
+
+
+def run_agent(settings: Settings) -> int:
+    """``drain-guard run``: the agent until SIGTERM/SIGINT; 0 after a clean shutdown."""
+    configure_logging(settings.log_format, settings.log_level)
+    return asyncio.run(_main(settings))

@@ -1,0 +1,51 @@
+"""The process runner's TaskGroup: how the agent's parts end it, in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import pytest
+
+from drain_guard.runner import _until_stopped
+
+
+async def _forever() -> None:
+    await asyncio.Event().wait()
+
+
+async def test_a_failing_part_ends_the_agent_with_1(caplog: pytest.LogCaptureFixture) -> None:
+    async def boom() -> None:
+        raise RuntimeError("boom")
+
+    cancelled = asyncio.Event()
+
+    async def other() -> None:
+        try:
+            await _forever()
+        finally:
+            cancelled.set()
+
+    assert await _until_stopped({"pods": boom(), "node": other()}) == 1
+    assert cancelled.is_set()
+    failed = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [r.getMessage() for r in failed] == ["pods task failed"]
+    assert failed[0].exc_info is not None
+
+
+async def test_sigterm_ends_the_agent_with_0() -> None:
+    async def term() -> None:
+        await asyncio.sleep(0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        await _forever()
+
+    assert await _until_stopped({"controller": term(), "node": _forever()}) == 0
+
+
+async def test_a_part_that_returns_ends_the_agent_with_0() -> None:
+    async def done() -> None:
+        return None
+
+    assert await _until_stopped({"node": done(), "pods": _forever()}) == 0
