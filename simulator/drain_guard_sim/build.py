@@ -63,7 +63,6 @@ __all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest", "is_b
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
-TERMINAL_PHASES = ("Complete", "Failed", "Error", "Cancelled")
 POD_DELETED_MESSAGE = "The pod for this build was deleted before the build completed."
 
 
