@@ -10,13 +10,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from benchmarks import apiload, fleet, footprint, reaction
+from benchmarks import apiload, fleet, footprint, reaction, scrapeflood
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "reaction": reaction.main,
     "footprint": footprint.main,
     "apiload": apiload.main,
     "fleet": fleet.main,
+    "scrapeflood": scrapeflood.main,
 }
 
 

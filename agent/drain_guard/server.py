@@ -12,8 +12,13 @@ Only GET and HEAD are routed; any other method gets 405 (nothing here changes an
 in the text format or, when the scraper asks for it, OpenMetrics; never compressed.
 
 The server shares the event loop with the hold protocol, so a flood of requests must not
-starve it nor grow the agent past its memory limit: at most ``MAX_CONCURRENT`` requests other
-than the probes are served at once (the rest get 503 at once), a connection idle or stuck in
+starve it nor grow the agent past its memory limit. The handlers never await, so they already
+run one at a time; what a flood grows is their rate (rendering ``/metrics`` takes a few
+milliseconds of the loop). So at most ``RATE`` requests a second other than the probes are
+served, in bursts of up to ``RATE``. The rest get 503 after ``RETRY_AFTER`` seconds, so
+that each connection of a flood costs the loop one cheap answer a second, not thousands; at
+most ``MAX_PENDING`` wait so, beyond them the 503 is immediate and closes the connection. A
+connection idle or stuck in
 a request for ``IDLE_TIMEOUT`` is closed, and malformed requests are logged at most once a
 ``BAD_REQUEST_LOG_INTERVAL``, on one line each.
 """
@@ -36,9 +41,11 @@ from drain_guard.status import AgentStatus
 
 log = logging.getLogger(__name__)
 
-#: Requests served at once, probes apart: the handlers are quick, so a few keep scrapes and
-#: `drain-guard status` served while a flood is refused cheaply.
-MAX_CONCURRENT = 4
+#: Requests a second served, probes apart: scrapers and `drain-guard status` need a few a
+#: minute; a flood beyond this costs the loop a 503 each, not a rendering.
+RATE = 20.0
+RETRY_AFTER = 1
+MAX_PENDING = 512
 #: Seconds a connection may sit idle, or dribble a request in, before it is closed.
 IDLE_TIMEOUT = 10.0
 BAD_REQUEST_LOG_INTERVAL = 60.0
@@ -62,7 +69,28 @@ class StatusSource(Protocol):
         ...
 
 
-def make_app(source: StatusSource, metrics: Metrics) -> web.Application:
+class _Bucket:
+    """A token bucket: ``rate`` a second, up to ``rate`` at once."""
+
+    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
+        self.rate = rate
+        self.clock = clock
+        self.tokens = rate
+        self.at = clock()
+
+    def take(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+def make_app(
+    source: StatusSource, metrics: Metrics, clock: Callable[[], float] = time.monotonic
+) -> web.Application:
     """The aiohttp application; it keeps no state of its own."""
 
     async def healthz(request: web.Request) -> web.Response:
@@ -86,16 +114,26 @@ def make_app(source: StatusSource, metrics: Metrics) -> web.Application:
         body = json.dumps(snapshot.to_json(), indent=2) + "\n"
         return web.Response(text=body, content_type="application/json")
 
-    busy = asyncio.Semaphore(MAX_CONCURRENT)
+    bucket = _Bucket(RATE, clock)
+    pending = 0
 
     @web.middleware
     async def bounded(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in PROBES:  # constant time, and the kubelet must always get through
             return await handler(request)
-        if busy.locked():
-            return web.Response(status=503, text="busy\n", headers={"Retry-After": "1"})
-        async with busy:
+        nonlocal pending
+        if bucket.take():
             return await handler(request)
+        busy = web.Response(status=503, text="busy\n", headers={"Retry-After": str(RETRY_AFTER)})
+        if pending >= MAX_PENDING:
+            busy.force_close()
+            return busy
+        pending += 1
+        try:
+            await asyncio.sleep(RETRY_AFTER)
+        finally:
+            pending -= 1
+        return busy
 
     app = web.Application(middlewares=[bounded])
     app.router.add_get("/healthz", healthz)

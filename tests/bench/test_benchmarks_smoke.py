@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import __main__ as bench_main
-from benchmarks import apiload, fleet, footprint, reaction
+from benchmarks import apiload, fleet, footprint, reaction, scrapeflood
 
 
 def _result(out: Path, name: str) -> dict[str, Any]:
@@ -99,3 +99,12 @@ def test_fleet(tmp_path: Path) -> None:
 
 def test_runner_rejects_unknown_names() -> None:
     assert bench_main.main(["no-such-benchmark"]) == 2
+
+
+def test_scrapeflood(tmp_path: Path) -> None:
+    argv = ["--requests", "3", "--concurrency", "20", "--flood-seconds", "5"]
+    assert scrapeflood.main([*argv, "--flood-requests", "500", "--out", str(tmp_path)]) == 0
+    doc = _result(tmp_path, "scrapeflood")
+    assert doc["idle"]["n"] == 3
+    assert 1 <= doc["flood"]["n"] <= 3
+    assert sum(doc["flood_answers"].values()) <= 500

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 
 import aiohttp
 import pytest
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from drain_guard import server
@@ -175,40 +174,26 @@ async def test_metrics_are_never_compressed(served: Served) -> None:
         assert "Content-Encoding" not in resp.headers
 
 
-async def test_requests_beyond_the_bound_are_refused_and_probes_still_answer(
+async def test_requests_beyond_the_rate_are_refused_and_probes_still_answer(
     served: Served,
 ) -> None:
-    entered = asyncio.Event()
-    release = asyncio.Event()
-    inside = 0
-
-    async def slow_status(request: web.Request) -> web.Response:
-        nonlocal inside
-        inside += 1
-        if inside == server.MAX_CONCURRENT:
-            entered.set()
-        await release.wait()
-        return web.Response(text="ok\n")
-
-    app = make_app(served.source, served.metrics)
-    app.router.add_get("/slow", slow_status)
+    now = 0.0
+    app = make_app(served.source, served.metrics, clock=lambda: now)  # time stands still
     runner, port = await serve(app, parse_listen("127.0.0.1:0"))
     base = f"http://127.0.0.1:{port}"
     try:
-        slow = [
-            asyncio.create_task(served.http.get(base + "/slow"))
-            for _ in range(server.MAX_CONCURRENT)
-        ]
-        await entered.wait()
+        for _ in range(int(server.RATE)):  # one burst
+            async with served.http.get(base + "/metrics") as resp:
+                assert resp.status == 200
         async with served.http.get(base + "/metrics") as resp:
             assert resp.status == 503
             assert resp.headers["Retry-After"] == "1"
-        async with served.http.get(base + "/healthz") as resp:
-            assert resp.status == 200
-        release.set()
-        for response in await asyncio.gather(*slow):
-            assert response.status == 200
-            response.release()
+        async with served.http.get(base + "/status") as resp:
+            assert resp.status == 503
+        for probe in ("/healthz", "/readyz"):
+            async with served.http.get(base + probe) as resp:
+                assert resp.status == 200
+        now = 1.0  # a second later: a full burst again
         async with served.http.get(base + "/metrics") as resp:
             assert resp.status == 200
     finally:
