@@ -1,4 +1,5 @@
-"""``drain-guard-sim demo``: the simulated cluster's own command (``drain-guard demo`` runs it)."""
+"""``drain-guard-sim``: the simulated cluster's own command: ``demo`` (``drain-guard demo`` runs
+it) and ``serve`` (a cluster to try drain-guard by hand)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from drain_guard_sim import demo
+from drain_guard_sim import demo, serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,8 +22,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             description="The seed scenario in a simulated cluster, without and with agents.",
         )
     )
+    serve.configure_parser(
+        sub.add_parser(
+            "serve",
+            help="a simulated cluster to try drain-guard by hand (kubectl, agents, curl)",
+            description="Serve a simulated OpenShift cluster on a fixed loopback port over TLS,"
+            " with MCO's actors, until Ctrl-C; print the commands to try drain-guard in it.",
+        )
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    code: int = demo.run(args)
+    code: int = demo.run(args) if args.command == "demo" else serve.run(args)
     return code
 
 

@@ -41,8 +41,11 @@ def agent_user(node: str) -> str:
     return f"system:serviceaccount:drain-guard:drain-guard-{node}"
 
 
-def run_args(node: str, kubeconfig: Path | str, host: HostFS, *extra: str) -> list[str]:
-    """``drain-guard run`` arguments for ``node``: its identity, its host tree, any free port."""
+def run_args(
+    node: str, kubeconfig: Path | str, host: HostFS, *extra: str, listen: str = "127.0.0.1:0"
+) -> list[str]:
+    """``drain-guard run`` arguments for ``node``: its identity, its host tree, a port (any
+    free one unless ``listen`` says)."""
     return [
         "run",
         "--node-name",
@@ -50,7 +53,7 @@ def run_args(node: str, kubeconfig: Path | str, host: HostFS, *extra: str) -> li
         "--kubeconfig",
         str(kubeconfig),
         "--listen",
-        "127.0.0.1:0",
+        listen,
         "--host-root",
         str(host.root),
         "--cmdline-file",

@@ -33,6 +33,7 @@ Use::
 from __future__ import annotations
 
 import asyncio
+import base64
 import builtins
 import contextlib
 import json
@@ -65,6 +66,7 @@ from drain_guard_sim.store import (
     parse_labels,
 )
 from drain_guard_sim.tables import to_table
+from drain_guard_sim.tls import ServingCert
 
 __all__ = [
     "ADMIN",
@@ -143,6 +145,8 @@ class SimApiServer:
             with ``--anonymous-auth`` and such a ClusterRole does the same. kubectl needs
             it: client-go sends no credentials to an ``http://`` server. An unknown token
             is always a 401.
+        tls: serve HTTPS with this certificate (kubeconfigs then carry its CA), so that
+            kubectl sends its token and may write (``drain-guard-sim serve``).
     """
 
     def __init__(
@@ -157,8 +161,10 @@ class SimApiServer:
         resources: tuple[ResourceType, ...] = RESOURCES,
         clock: Callable[[], datetime] | None = None,
         anonymous_reads: bool = True,
+        tls: ServingCert | None = None,
     ) -> None:
         self.host = host
+        self.tls = tls
         self.anonymous_reads = anonymous_reads
         self._port = port
         self.bookmark_interval = bookmark_interval
@@ -191,7 +197,12 @@ class SimApiServer:
             app, handler_cancellation=True, access_log=None, shutdown_timeout=2.0
         )
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.host, self._port)
+        self._site = web.TCPSite(
+            self._runner,
+            self.host,
+            self._port,
+            ssl_context=None if self.tls is None else self.tls.server_context(),
+        )
         await self._site.start()
         server = self._site._server
         assert server is not None
@@ -222,7 +233,8 @@ class SimApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self._port}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self.host}:{self._port}"
 
     # --- identity ---
 
@@ -302,7 +314,7 @@ class SimApiServer:
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "sim", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "sim", "cluster": self._cluster_entry()}],
             "users": [{"name": user, "user": {"token": token}}],
             "contexts": [
                 {
@@ -317,11 +329,19 @@ class SimApiServer:
         path.chmod(0o600)
         return path
 
+    def _cluster_entry(self) -> JsonObj:
+        if self.tls is None:
+            return {"server": self.url}
+        ca = base64.b64encode(self.tls.ca_file.read_bytes()).decode()
+        return {"server": self.url, "certificate-authority-data": ca}
+
     def api_client(self, user: str = ADMIN) -> Any:
         """A kubernetes_asyncio ``ApiClient`` for ``user`` (close it, or ``async with`` it)."""
         from kubernetes_asyncio.client import ApiClient, Configuration
 
         config = Configuration(host=self.url)
+        if self.tls is not None:
+            config.ssl_ca_cert = str(self.tls.ca_file)
         config.api_key = {"BearerToken": self.token(user)}
         config.api_key_prefix = {"BearerToken": "Bearer"}
         return ApiClient(configuration=config)

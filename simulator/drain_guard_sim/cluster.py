@@ -65,6 +65,7 @@ from drain_guard_sim.mco import (
 )
 from drain_guard_sim.nodecontroller import NodeController, rendered_name
 from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.tls import ServingCert
 
 __all__ = [
     "AGENT_USER",
@@ -291,7 +292,8 @@ class SimCluster:
     4.17; 4.18); ``time_factor`` scales every MCO duration (0.01: a 10 s poll takes 0.1 s);
     ``build_node`` hosts the build pod and the machine-os-builder and registry pods
     (default: the first worker, the node the rollout targets first, as in the seed);
-    ``node_controller=False`` leaves the nodes' desired config and image to the caller.
+    ``node_controller=False`` leaves the nodes' desired config and image to the caller;
+    ``port`` and ``tls`` are the API server's (default: any free port, plain HTTP).
     """
 
     def __init__(
@@ -305,6 +307,8 @@ class SimCluster:
         version: McoVersion = McoVersion.V4_15,
         node_controller: bool = True,
         bookmark_interval: float = 1.0,
+        port: int = 0,
+        tls: ServingCert | None = None,
     ) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if workdir is None:
@@ -316,7 +320,7 @@ class SimCluster:
         self.build_node = build_node or self.node_names[0]
         self.version = version
         self.with_node_controller = node_controller
-        self.api = SimApiServer(bookmark_interval=bookmark_interval)
+        self.api = SimApiServer(bookmark_interval=bookmark_interval, port=port, tls=tls)
         self.timeline = Timeline()
         self.hosts: dict[str, HostFS] = {}
         self.machines: dict[str, NodeMachine] = {}

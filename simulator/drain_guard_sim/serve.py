@@ -1,0 +1,273 @@
+"""``drain-guard-sim serve``: the simulated cluster, left running for hand use.
+
+It serves the API on a fixed loopback port over TLS (client-go sends a kubeconfig's token only
+over TLS, so ``kubectl`` can write), with MCO's actors and N worker nodes with their host
+trees, as the demo has them. It writes an admin kubeconfig, one kubeconfig per node for the
+agents and the manifests the README's "Try it by hand" uses, prints the commands to try, then
+prints the cluster's timeline (what MCO does) until SIGINT or SIGTERM.
+
+The agents are not started here: starting them by hand is the point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shlex
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import yaml
+
+from drain_guard_sim.agentproc import run_args
+from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.mco import MCO_NAMESPACE, ROLE_LABEL, Timings
+from drain_guard_sim.timeline import TimelineEntry
+from drain_guard_sim.tls import ServingCert
+
+__all__ = ["configure_parser", "run"]
+
+DEFAULT_WORKDIR = Path("/tmp/drain-guard-sim")
+DEFAULT_PORT = 16443
+DEFAULT_AGENT_PORT = 19797
+MARKER = ".drain-guard-sim"  # a workdir this command made, and may wipe at the next start
+SEED_CONFIG = "99-worker-seed"
+HAND_BUILD_NODE = "worker-1"  # where the hand-made build pod goes: the rollout's second node
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, default=3, help="worker nodes (default: 3)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"the API server's port on 127.0.0.1 (default: {DEFAULT_PORT})",
+    )
+    parser.add_argument(
+        "--agent-port",
+        type=int,
+        default=DEFAULT_AGENT_PORT,
+        help="the first agent's /status port in the printed commands; worker-N gets this + N"
+        f" (default: {DEFAULT_AGENT_PORT})",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help=f"kubeconfigs, certificates, host trees and manifests; emptied at start if this"
+        f" command made it (default: {DEFAULT_WORKDIR})",
+    )
+    parser.add_argument(
+        "--time-factor",
+        type=float,
+        default=0.25,
+        help="simulated seconds per MCO second (default: 0.25: a 120 s build takes 30 s)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    error = _check(args)
+    if error is not None:
+        print(f"drain-guard-sim serve: {error}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(args, sys.stdout))
+    except OSError as exc:
+        print(f"drain-guard-sim serve: {exc}", file=sys.stderr)
+        return 1
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if args.nodes < 2 or args.nodes > 50:
+        return "--nodes must be from 2 to 50"
+    if not 0 < args.time_factor <= 1:
+        return "--time-factor must be in (0, 1]"
+    if not 1 <= args.port <= 65535:
+        return "--port must be from 1 to 65535"
+    if not 1 <= args.agent_port <= 65535 - args.nodes:
+        return "--agent-port must leave room for one port per node below 65536"
+    with socket.socket() as probe:  # before the workdir of a running serve is emptied
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", args.port))
+        except OSError as exc:
+            return f"cannot listen on 127.0.0.1:{args.port}: {exc.strerror} (another serve?)"
+    workdir: Path = args.workdir
+    if workdir.exists() and not (workdir / MARKER).exists() and any(workdir.iterdir()):
+        return f"--workdir {workdir} is not empty and was not made by drain-guard-sim serve"
+    return None
+
+
+def _fresh(workdir: Path) -> None:
+    """An empty workdir, marked as ours: every run starts from the same state."""
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    (workdir / MARKER).write_text("made by drain-guard-sim serve; emptied at its next start\n")
+
+
+def _manifests(workdir: Path) -> tuple[Path, Path]:
+    """The seed's MachineConfig, and a build pod to create by hand on HAND_BUILD_NODE."""
+    machine_config = workdir / f"{SEED_CONFIG}.yaml"
+    machine_config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "machineconfiguration.openshift.io/v1",
+                "kind": "MachineConfig",
+                "metadata": {"name": SEED_CONFIG, "labels": {ROLE_LABEL: "worker"}},
+                "spec": {
+                    "config": {"ignition": {"version": "3.4.0"}},
+                    "kernelArguments": [SEED_CONFIG],
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    build_pod = workdir / "build-pod.yaml"
+    build_pod.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": "build-by-hand",
+                    "namespace": MCO_NAMESPACE,
+                    "labels": {"openshift.io/build.name": "build-by-hand"},
+                },
+                "spec": {
+                    "nodeName": HAND_BUILD_NODE,
+                    "containers": [{"name": "build", "image": "builder"}],
+                },
+            },
+            sort_keys=False,
+        )
+    )
+    return machine_config, build_pod
+
+
+def _held(node: str, timeout: str) -> str:
+    return (
+        f"kubectl wait node/{node} --for=jsonpath='{{.metadata.annotations.drain-guard\\.io/"
+        f"held-drain}}' --timeout={timeout}"
+    )
+
+
+def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) -> str:
+    """The commands to try, with this run's paths and ports: a script that runs top to
+    bottom in a second terminal (the README's "Try it by hand" shows the default run's)."""
+    machine_config, build_pod = _manifests(args.workdir)
+    q = shlex.quote
+    lines = [
+        "# read and write as the cluster admin",
+        f"export KUBECONFIG={q(str(kubeconfig))}",
+        "kubectl get nodes",
+        "# one agent per node, each with its node-bound identity and its host tree",
+    ]
+    for i, node in enumerate(cluster.node_names):
+        argv = run_args(
+            node,
+            cluster.agent_kubeconfig(node),
+            cluster.hosts[node],
+            listen=f"127.0.0.1:{args.agent_port + i}",
+        )
+        log = args.workdir / f"agent-{node}.log"
+        lines.append(f"drain-guard {shlex.join(argv)} 2>{q(str(log))} &")
+    lines.append(
+        "# wait until each is ready (its watches listed), or MCO may drain before it looks"
+    )
+    for i in range(len(cluster.node_names)):
+        lines.append(
+            f"curl -sf --retry 30 --retry-connrefused --retry-delay 1"
+            f" http://127.0.0.1:{args.agent_port + i}/readyz"
+        )
+    first = f"http://127.0.0.1:{args.agent_port}"
+    second = f"http://127.0.0.1:{args.agent_port + 1}"
+    lines += [
+        f"# a build pod on {HAND_BUILD_NODE} (--validate=false: the simulator serves no OpenAPI"
+        " schema),",
+        "# and an operator's hold request on worker-2",
+        f"kubectl create --validate=false -f {q(str(build_pod))}",
+        "kubectl annotate node worker-2"
+        " 'drain-guard.io/hold-request=2099-01-01T00:00:00Z;tried by hand'",
+        "# the seed scenario: the MachineConfig starts a build on worker-0, and MCO 4.15 asks",
+        "# to drain worker-0 for the image it runs",
+        f"kubectl create --validate=false -f {q(str(machine_config))}",
+        "# worker-0's drain is held: why?",
+        _held("worker-0", "60s"),
+        "kubectl get nodes -o custom-columns='NAME:.metadata.name,"
+        "DRAIN:.metadata.annotations.machineconfiguration\\.openshift\\.io/desiredDrain,"
+        "HELD:.metadata.annotations.drain-guard\\.io/held-drain'",
+        "drain-guard status",
+        f"drain-guard status --node-name worker-0 --endpoint {first}",
+        f"curl -s '{first}/status?format=text'",
+        "# worker-1's agent sees the hand-made build pod: a drain of worker-1 is held while",
+        "# it exists, one of worker-2 while the hold request is there; then remove both",
+        f"curl -s '{second}/status?format=text'",
+        f"kubectl delete pod -n {MCO_NAMESPACE} build-by-hand",
+        "kubectl annotate node worker-2 drain-guard.io/hold-request-",
+        "# stop the agents",
+        "kill $(jobs -p)",
+    ]
+    return "\n".join(lines)
+
+
+async def _print_timeline(cluster: SimCluster, out: TextIO) -> None:
+    timeline = cluster.timeline
+    printed = 0
+    while True:
+        seen = printed
+
+        def new(_entry: TimelineEntry, seen: int = seen) -> bool:
+            return len(timeline.entries) > seen
+
+        await timeline.wait_for(new)
+        entries = timeline.entries
+        for entry in entries[printed:]:
+            out.write(entry.format(cluster.timings.time_factor) + "\n")
+        printed = len(entries)
+        out.flush()
+
+
+async def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    workdir: Path = args.workdir
+    _fresh(workdir)
+    tls = ServingCert.generate(workdir / "pki")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    cluster = SimCluster(
+        workdir,
+        nodes=args.nodes,
+        time_factor=args.time_factor,
+        # A node reboots in 20 s, as in the demo; every other duration is MCO's own.
+        timings=Timings(reboot=20.0),
+        port=args.port,
+        tls=tls,
+    )
+    await cluster.start()
+    printer: asyncio.Task[None] | None = None
+    try:
+        kubeconfig = cluster.api.kubeconfig("system:admin", workdir / "kubeconfig")
+        out.write(
+            f"drain-guard-sim serve: {len(cluster.node_names)} workers on {cluster.api.url};"
+            " Ctrl-C stops it.\n\nIn another terminal, with drain-guard installed"
+            " (. .venv/bin/activate), try:\n\n"
+            f"{commands(cluster, args, kubeconfig)}\n\n"
+            "The cluster's timeline (MCO seconds since the start):\n"
+        )
+        out.flush()
+        printer = asyncio.create_task(_print_timeline(cluster, out))
+        await stop.wait()
+    finally:
+        if printer is not None:
+            printer.cancel()
+            await asyncio.gather(printer, return_exceptions=True)
+        await cluster.stop()
+    out.write("drain-guard-sim serve: stopped\n")
+    out.flush()
+    return 0

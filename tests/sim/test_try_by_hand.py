@@ -1,0 +1,143 @@
+"""The README's "Try it by hand" runs as written, from a fresh state, with the real kubectl.
+
+The section's first block starts ``drain-guard-sim serve``; the second is the script it
+prints, which must be exactly what ``serve`` prints (one source) and is run top to bottom
+with bash, as a user would paste it. Only the workdir and the ports are moved (to a temporary
+directory and free ports), so that the test cannot collide with a cluster someone is trying
+by hand on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from drain_guard_sim import serve
+from tests.helpers import require_tool
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+SECTION = "## Try it by hand"
+READY = "The cluster's timeline"
+
+
+def readme_blocks() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    section = text.split(f"\n{SECTION}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` consecutive free loopback ports, the first for the API and the rest for the
+    agents (found by binding; nothing on this machine hands them out)."""
+    for base in range(23000, 60000, 97):
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return list(range(base, base + count))
+    raise AssertionError("no free ports")
+
+
+def test_readme_section_is_what_serve_prints_with_its_defaults() -> None:
+    serve_block, script = readme_blocks()
+    assert serve_block == ".venv/bin/drain-guard-sim serve"
+    assert f"export KUBECONFIG={serve.DEFAULT_WORKDIR}/kubeconfig" in script
+    assert f"127.0.0.1:{serve.DEFAULT_AGENT_PORT}" in script
+
+
+@pytest.mark.timeout(600)
+async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
+    require_tool("kubectl")
+    serve_block, script = readme_blocks()
+    api_port, *agent_ports = _free_ports(4)
+    workdir = tmp_path / "sim"
+    moves = {str(serve.DEFAULT_WORKDIR): str(workdir), str(serve.DEFAULT_PORT): str(api_port)}
+    for i, port in enumerate(agent_ports):
+        moves[str(serve.DEFAULT_AGENT_PORT + i)] = str(port)
+
+    def moved(text: str) -> str:
+        for old, new in moves.items():
+            text = text.replace(old, new)
+        return text
+
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    for key in [k for k in env if k.startswith("DRAIN_GUARD_") or k == "KUBECONFIG"]:
+        del env[key]
+    argv = [
+        str(REPO / serve_block.split()[0]),
+        *serve_block.split()[1:],
+        "--workdir",
+        str(workdir),
+        "--port",
+        str(api_port),
+        "--agent-port",
+        str(agent_ports[0]),
+    ]
+    server = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=REPO,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    assert server.stdout is not None
+    try:
+        printed: list[str] = []
+        async with asyncio.timeout(60):
+            while READY not in (line := (await server.stdout.readline()).decode()):
+                assert line, "serve exited:\n" + "".join(printed)
+                printed.append(line)
+        shown = "".join(printed).split("try:\n\n", 1)[1].rstrip("\n")
+        assert shown == moved(script)  # the README shows what serve prints
+
+        # As pasted into a terminal; the trap stops the agents if a step fails.
+        user = await asyncio.create_subprocess_exec(
+            "bash",
+            "-e",
+            "-c",
+            "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + moved(script),
+            cwd=tmp_path,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        async with asyncio.timeout(540):
+            out = (await user.communicate())[0].decode()
+        assert user.returncode == 0, out
+    finally:
+        if server.returncode is None:
+            server.send_signal(signal.SIGINT)  # Ctrl-C
+        async with asyncio.timeout(30):
+            rest = (await server.communicate())[0].decode()
+    assert server.returncode == 0, rest
+    assert rest.rstrip().endswith("drain-guard-sim serve: stopped")
+
+    # What the user saw: worker-0's drain held for the build and the unchanged image, and
+    # the hand-made build pod seen by worker-1's agent.
+    assert "node/worker-0 condition met" in out
+    assert "pod/build-by-hand created" in out
+    assert "machineconfig.machineconfiguration.openshift.io/99-worker-seed created" in out
+    assert re.search(r"worker-0 +hold-drain-rendered-worker-\w+ +drain-rendered-worker-", out)
+    assert "HELD since" in out
+    assert "reason:        build-pod" in out
+    assert "reason:        noop-image" in out
+    assert "openshift-machine-config-operator/build-by-hand" in out
+    assert 'pod "build-by-hand" deleted' in out
+    assert "node/worker-2 annotated" in out
