@@ -9,7 +9,7 @@ that tests it. ``tests/sim/test_labels_agree.py`` compares the two on generated 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,37 +48,6 @@ def _int64(text: str) -> int | None:
     return number if -(2**63) <= number < 2**63 else None
 
 
-def _test_for(op: str, values: frozenset[str]) -> Callable[[Mapping[str, str], str], bool]:
-    def has(labels: Mapping[str, str], key: str) -> bool:
-        return key in labels
-
-    def equals(labels: Mapping[str, str], key: str) -> bool:
-        return key in labels and labels[key] in values
-
-    def differs(labels: Mapping[str, str], key: str) -> bool:
-        return key not in labels or labels[key] not in values
-
-    def compares(labels: Mapping[str, str], key: str) -> bool:
-        have = _int64(labels[key]) if key in labels else None
-        (want,) = (_int64(v) for v in values)
-        if have is None or want is None:
-            return False
-        return have > want if op == "gt" else have < want
-
-    tests: dict[str, Callable[[Mapping[str, str], str], bool]] = {
-        "exists": has,
-        "!": lambda labels, key: not has(labels, key),
-        "=": equals,
-        "==": equals,
-        "in": equals,
-        "!=": differs,
-        "notin": differs,
-        "gt": compares,
-        "lt": compares,
-    }
-    return tests[op]
-
-
 @dataclass(frozen=True)
 class _Requirement:
     key: str
@@ -102,7 +71,22 @@ class _Requirement:
         return cls(key, op, values)
 
     def holds(self, labels: Mapping[str, str]) -> bool:
-        return _test_for(self.op, self.values)(labels, self.key)
+        """labels.Requirement.Matches: ``!=`` and ``notin`` also hold when the key is absent;
+        ``gt``/``lt`` hold only for integer label values."""
+        present = self.key in labels
+        if self.op == "exists":
+            return present
+        if self.op == "!":
+            return not present
+        if self.op in ("=", "==", "in"):
+            return present and labels[self.key] in self.values
+        if self.op in ("!=", "notin"):
+            return not present or labels[self.key] not in self.values
+        have = _int64(labels[self.key]) if present else None
+        (want,) = (_int64(v) for v in self.values)
+        if have is None or want is None:
+            return False
+        return have > want if self.op == "gt" else have < want
 
 
 @dataclass(frozen=True)
