@@ -164,6 +164,25 @@ def parse_labels(text: str | None) -> labels.Selector:
         raise errors.bad_request(f"unable to parse requirement: {err}") from None
 
 
+def _selectors(
+    rt: ResourceType,
+    label_selector: str | labels.Selector | None,
+    field_selector: str | FieldSelector | None,
+) -> tuple[labels.Selector, FieldSelector]:
+    """The selectors of a list or watch, given as query text or already parsed."""
+    selected = (
+        label_selector
+        if isinstance(label_selector, labels.Selector)
+        else parse_labels(label_selector)
+    )
+    fields = (
+        field_selector
+        if isinstance(field_selector, FieldSelector)
+        else parse_field_selector(field_selector or "", rt)
+    )
+    return selected, fields
+
+
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     meta = obj.get("metadata") or {}
     found = meta.get("labels") or {}
@@ -349,16 +368,7 @@ class Store:
     ) -> builtins.list[JsonObj]:
         """Matching objects in key order (namespace, name); ``namespace=None`` means all."""
         rt = self.rt(resource)
-        selected = (
-            label_selector
-            if isinstance(label_selector, labels.Selector)
-            else parse_labels(label_selector)
-        )
-        fields = (
-            field_selector
-            if isinstance(field_selector, FieldSelector)
-            else parse_field_selector(field_selector or "", rt)
-        )
+        selected, fields = _selectors(rt, label_selector, field_selector)
         out = []
         for (ns, _name), obj in sorted(self._bucket(rt).items()):
             if rt.namespaced and namespace is not None and ns != namespace:
@@ -906,16 +916,7 @@ class Store:
         current state, as a real server sends them.
         """
         rt = self.rt(resource)
-        selected = (
-            label_selector
-            if isinstance(label_selector, labels.Selector)
-            else parse_labels(label_selector)
-        )
-        fields = (
-            field_selector
-            if isinstance(field_selector, FieldSelector)
-            else parse_field_selector(field_selector or "", rt)
-        )
+        selected, fields = _selectors(rt, label_selector, field_selector)
         watcher = Watcher(rt, namespace if rt.namespaced else None, selected, fields, name, user)
         if resource_version in (None, "", "0"):
             for (_ns, _n), obj in sorted(self._bucket(rt).items()):
