@@ -9,6 +9,8 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.mco import REGISTRY_NAMESPACE
+
 NS = "default"
 
 
@@ -71,3 +73,12 @@ def pdb(
 def node(name: str, **annotations: str) -> Any:
     """A node manifest (typed Any: kubernetes_asyncio's stubs want models, the API takes dicts)."""
     return {"metadata": {"name": name, "annotations": dict(annotations)}, "spec": {}}
+
+
+#: A budget that makes the image registry's pod unevictable: the drain controller retries.
+REGISTRY_BUDGET = pdb(
+    "image-registry",
+    {"matchLabels": {"docker-registry": "default"}},
+    min_available=1,
+    namespace=REGISTRY_NAMESPACE,
+)

@@ -26,6 +26,7 @@ from drain_guard_sim.mco import (
     Timings,
     annotations_of,
 )
+from tests.sim.helpers import REGISTRY_BUDGET
 
 MCC = "machine-config-controller"
 MCD = "machine-config-daemon"
@@ -128,16 +129,7 @@ async def test_mcd_skips_drain_request_when_last_applied_equals(tmp_path: Path) 
 async def test_pdb_makes_drain_retry_then_error_metric_then_succeed(tmp_path: Path) -> None:
     async with SimCluster(tmp_path, nodes=2, time_factor=0.001, node_controller=False) as cluster:
         api = cluster.api
-        api.create(
-            "poddisruptionbudgets",
-            {
-                "metadata": {"name": "image-registry", "namespace": REGISTRY_NAMESPACE},
-                "spec": {
-                    "minAvailable": 1,
-                    "selector": {"matchLabels": {"docker-registry": "default"}},
-                },
-            },
-        )
+        api.create("poddisruptionbudgets", REGISTRY_BUDGET)
         set_ann(cluster, "worker-0", desired_drain="drain-" + CFG)
         tl = cluster.timeline
         async with asyncio.timeout(30):
@@ -326,16 +318,7 @@ async def test_drain_in_flight_is_not_stopped_by_a_new_request(tmp_path: Path) -
     drain it read and writes lastAppliedDrain = that value (what an agent must detect)."""
     async with SimCluster(tmp_path, nodes=2, time_factor=0.01, node_controller=False) as cluster:
         api = cluster.api
-        api.create(
-            "poddisruptionbudgets",
-            {
-                "metadata": {"name": "image-registry", "namespace": REGISTRY_NAMESPACE},
-                "spec": {
-                    "minAvailable": 1,
-                    "selector": {"matchLabels": {"docker-registry": "default"}},
-                },
-            },
-        )
+        api.create("poddisruptionbudgets", REGISTRY_BUDGET)
         set_ann(cluster, "worker-0", desired_drain="drain-" + CFG)
         async with asyncio.timeout(20):
             await cluster.timeline.wait_for(lambda e: "(will retry after 5s)" in e.message)

@@ -22,13 +22,13 @@ from drain_guard_sim.mco import (
     MCC_USER,
     MCD_USER,
     MCO_NAMESPACE,
-    REGISTRY_NAMESPACE,
     STATE,
     McoVersion,
     Timings,
     annotations_of,
 )
 from drain_guard_sim.nodecontroller import rollout_targets
+from tests.sim.helpers import REGISTRY_BUDGET
 from tests.sim.test_mco_actors import CFG, ann, request_and_hold, set_ann, wrote_drain
 
 MCD = "machine-config-daemon"
@@ -245,16 +245,7 @@ async def test_4_18_recordons_a_node_uncordoned_during_its_drain(tmp_path: Path)
         tmp_path, nodes=2, time_factor=0.002, node_controller=False, version=McoVersion.V4_18
     ) as cluster:
         api = cluster.api
-        api.create(
-            "poddisruptionbudgets",
-            {
-                "metadata": {"name": "image-registry", "namespace": REGISTRY_NAMESPACE},
-                "spec": {
-                    "minAvailable": 1,
-                    "selector": {"matchLabels": {"docker-registry": "default"}},
-                },
-            },
-        )
+        api.create("poddisruptionbudgets", REGISTRY_BUDGET)
         set_ann(cluster, "worker-0", desired_drain="drain-" + CFG)
         async with asyncio.timeout(20):
             await cluster.timeline.wait_for(lambda e: "Drain failed. Waiting 1 minute" in e.message)
