@@ -112,8 +112,7 @@ class MachineOSBuilder(Actor):
         timings: Timings,
         version: McoVersion = McoVersion.V4_15,
     ) -> None:
-        super().__init__(kubeconfig, timeline, timings)
-        self.cleanup = version is McoVersion.V4_15
+        super().__init__(kubeconfig, timeline, timings, version)
         self.pools: Informer | None = None
         self.builds: Informer | None = None
         self._phases: dict[str, str] = {}
@@ -234,7 +233,7 @@ class MachineOSBuilder(Actor):
                     BuildFailed=False, BuildSuccess=True, Building=False, Degraded=False
                 ),
             )
-            if self.cleanup:
+            if self.version is McoVersion.V4_15:
                 with contextlib.suppress(ApiException):
                     await read_json(
                         await self.custom.delete_namespaced_custom_object(
@@ -302,9 +301,8 @@ class OpenShiftBuildController(Actor):
         place: Callable[[str], str],
         version: McoVersion = McoVersion.V4_15,
     ) -> None:
-        super().__init__(kubeconfig, timeline, timings)
+        super().__init__(kubeconfig, timeline, timings, version)
         self.place = place
-        self.version = version
         self.builds: Informer | None = None
         self.pods: Informer | None = None
         self._running: dict[str, asyncio.Event] = {}

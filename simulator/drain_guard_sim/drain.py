@@ -75,8 +75,7 @@ class DrainController(Actor):
         timings: Timings,
         version: McoVersion = McoVersion.V4_15,
     ) -> None:
-        super().__init__(kubeconfig, timeline, timings)
-        self.version = version
+        super().__init__(kubeconfig, timeline, timings, version)
         t = self.timings
         self.queue = WorkQueue(t.s(t.rate_limit_base), t.s(t.rate_limit_max))
         self.nodes: Informer | None = None

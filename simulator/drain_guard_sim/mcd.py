@@ -118,11 +118,10 @@ class MachineConfigDaemon(Actor):
         updates: list[UpdateRecord],
         version: McoVersion = McoVersion.V4_15,
     ) -> None:
-        super().__init__(kubeconfig, timeline, timings)
+        super().__init__(kubeconfig, timeline, timings, version)
         self.node_name = node
         self.host = host
         self.updates = updates
-        self.version = version
         #: In an update (from its start to the reboot): SIGTERM is ignored meanwhile.
         self.updating = False
         self.informer: Informer | None = None

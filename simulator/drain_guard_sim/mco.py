@@ -401,10 +401,18 @@ class Actor:
 
     actor_name = "actor"
 
-    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        timeline: Timeline,
+        timings: Timings,
+        version: McoVersion = McoVersion.V4_15,
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.timeline = timeline
         self.timings = timings
+        #: The MCO release whose behaviour this actor plays.
+        self.version = version
         self._api: k8s.ApiClient | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 

@@ -137,10 +137,9 @@ class NodeController(Actor):
         max_unavailable: int = 1,
         version: McoVersion = McoVersion.V4_15,
     ) -> None:
-        super().__init__(kubeconfig, timeline, timings)
+        super().__init__(kubeconfig, timeline, timings, version)
         self.pool_name = pool
         self.max_unavailable = max_unavailable
-        self.version = version
         self.queue = WorkQueue(
             timings.s(timings.rate_limit_base), timings.s(timings.rate_limit_max)
         )
