@@ -38,20 +38,27 @@ def test_verdict_passes_only_when_every_goal_is_met() -> None:
     assert rows[1] == ("build outcome", "Error on worker-0", "Complete on worker-0")
 
 
-@pytest.mark.timeout(240)
-async def test_demo_passes_and_explains() -> None:
+async def run_demo(*args: str) -> tuple[int, str]:
+    """``drain-guard demo ARGS`` as a user runs it: exit code and everything it printed."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "drain_guard",
         "demo",
+        *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+    out, _ = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+@pytest.mark.timeout(240)
+async def test_demo_passes_and_explains() -> None:
     async with asyncio.timeout(220):
-        out, _ = await proc.communicate()
-    text = out.decode()
-    assert proc.returncode == 0, text
+        code, text = await run_demo()
+    assert code == 0, text
     assert "Error (BuildPodDeleted) on worker-0" in text  # the seed, without agents
     assert "Complete on worker-0" in text
     assert "worker-0: build-pod, noop-image" in text
@@ -62,24 +69,9 @@ async def test_demo_passes_and_explains() -> None:
 
 @pytest.mark.timeout(180)
 async def test_demo_on_mco_4_18_has_nothing_to_hold() -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "drain_guard",
-        "demo",
-        "--mco-version",
-        "4.18",
-        "--nodes",
-        "2",
-        "--timeline",
-        "none",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
     async with asyncio.timeout(170):
-        out, _ = await proc.communicate()
-    text = out.decode()
-    assert proc.returncode == 0, text
+        code, text = await run_demo("--mco-version", "4.18", "--nodes", "2", "--timeline", "none")
+    assert code == 0, text
     assert text.count("Complete on worker-0") == 2  # the build succeeds without drain-guard too
     assert "holds (reasons)                      -                       none" in text
     assert "MCO 4.18 targets no node before the build" in text
