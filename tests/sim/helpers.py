@@ -1,4 +1,5 @@
-"""Helpers of the simulator's fidelity suite (its fixtures are in ``conftest.py``)."""
+"""Helpers of the simulator's fidelity suite (its fixtures are in ``conftest.py``): what more
+than one of its test modules uses lives here, never in a test module."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.mco import REGISTRY_NAMESPACE
+from drain_guard_sim.apiserver import WriteRecord
+from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.mco import (
+    DESIRED_CONFIG,
+    DESIRED_DRAIN,
+    LAST_APPLIED_DRAIN,
+    MCD_USER,
+    REGISTRY_NAMESPACE,
+    annotations_of,
+)
 
 NS = "default"
 
@@ -82,3 +92,44 @@ REGISTRY_BUDGET = pdb(
     min_available=1,
     namespace=REGISTRY_NAMESPACE,
 )
+
+
+#: A rendered MachineConfig name, as the MCO's actors see one.
+CFG = "rendered-worker-0123456789abcdef0123456789abcdef"
+
+
+def ann(cluster: SimCluster, node: str) -> dict[str, str]:
+    return annotations_of(cluster.api.get("nodes", node))
+
+
+def set_ann(cluster: SimCluster, node: str, **values: str) -> None:
+    keys = {
+        "desired_drain": DESIRED_DRAIN,
+        "last_applied": LAST_APPLIED_DRAIN,
+        "desired_config": DESIRED_CONFIG,
+    }
+    patch = {"metadata": {"annotations": {keys[k]: v for k, v in values.items()}}}
+    cluster.api.patch("nodes", node, patch)
+
+
+def wrote_drain(value: str, node: str = "worker-0") -> Any:
+    def match(rec: WriteRecord) -> bool:
+        return (
+            rec.user == MCD_USER
+            and rec.resource == "nodes"
+            and rec.name == node
+            and annotations_of(rec.after or {}).get(DESIRED_DRAIN) == value
+            and annotations_of(rec.before or {}).get(DESIRED_DRAIN) != value
+        )
+
+    return match
+
+
+async def request_and_hold(cluster: SimCluster, node: str, config: str) -> WriteRecord:
+    """Give ``node`` a new desired config and, as an agent would, hold the MCD's request."""
+    rv = cluster.api.resource_version
+    set_ann(cluster, node, desired_config=config)
+    request = await cluster.api.wait_for_write(wrote_drain(f"drain-{config}", node), since=rv)
+    # Same event-loop turn as the write notification: before the MCC's UpdateDelay fires.
+    set_ann(cluster, node, desired_drain=f"hold-drain-{config}")
+    return request

@@ -14,7 +14,6 @@ from drain_guard_sim.apiserver import WriteRecord
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.mco import (
     CURRENT_CONFIG,
-    DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
     LAST_APPLIED_DRAIN,
@@ -26,53 +25,15 @@ from drain_guard_sim.mco import (
     Timings,
     annotations_of,
 )
-from tests.sim.helpers import REGISTRY_BUDGET
+from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
 
 MCC = "machine-config-controller"
 MCD = "machine-config-daemon"
-CFG = "rendered-worker-0123456789abcdef0123456789abcdef"
-
-
-def ann(cluster: SimCluster, node: str) -> dict[str, str]:
-    return annotations_of(cluster.api.get("nodes", node))
-
-
-def set_ann(cluster: SimCluster, node: str, **values: str) -> None:
-    keys = {
-        "desired_drain": DESIRED_DRAIN,
-        "last_applied": LAST_APPLIED_DRAIN,
-        "desired_config": DESIRED_CONFIG,
-    }
-    patch = {"metadata": {"annotations": {keys[k]: v for k, v in values.items()}}}
-    cluster.api.patch("nodes", node, patch)
 
 
 def unschedulable(rec: WriteRecord, side: str) -> bool:
     obj: Any = rec.before if side == "before" else rec.after
     return bool(((obj or {}).get("spec") or {}).get("unschedulable", False))
-
-
-def wrote_drain(value: str, node: str = "worker-0") -> Any:
-    def match(rec: WriteRecord) -> bool:
-        return (
-            rec.user == MCD_USER
-            and rec.resource == "nodes"
-            and rec.name == node
-            and annotations_of(rec.after or {}).get(DESIRED_DRAIN) == value
-            and annotations_of(rec.before or {}).get(DESIRED_DRAIN) != value
-        )
-
-    return match
-
-
-async def request_and_hold(cluster: SimCluster, node: str, config: str) -> WriteRecord:
-    """Give ``node`` a new desired config and, as an agent would, hold the MCD's request."""
-    rv = cluster.api.resource_version
-    set_ann(cluster, node, desired_config=config)
-    request = await cluster.api.wait_for_write(wrote_drain(f"drain-{config}", node), since=rv)
-    # Same event-loop turn as the write notification: before the MCC's UpdateDelay fires.
-    set_ann(cluster, node, desired_drain=f"hold-drain-{config}")
-    return request
 
 
 async def test_unknown_verb_leaves_node_untouched_and_is_dropped(tmp_path: Path) -> None:

@@ -28,8 +28,7 @@ from drain_guard_sim.mco import (
     annotations_of,
 )
 from drain_guard_sim.nodecontroller import rollout_targets
-from tests.sim.helpers import REGISTRY_BUDGET
-from tests.sim.test_mco_actors import CFG, ann, request_and_hold, set_ann, wrote_drain
+from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
 
 MCD = "machine-config-daemon"
 
