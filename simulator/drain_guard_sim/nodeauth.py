@@ -2,21 +2,25 @@
 authorizer and the NodeRestriction admission plugin of kube-apiserver, as far as the resources
 the simulator serves go.
 
-From Kubernetes' source (read, not copied): ``pkg/auth/nodeidentifier`` (a node is a user
-named ``system:node:<name>`` in group ``system:nodes``), ``plugin/pkg/auth/authorizer/node``
-(secrets, configmaps, volumes and a few more are authorized through the node/pod graph; every
-other resource against the static ``NodeRules()`` of
-``plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go``) and
-``plugin/pkg/admission/noderestriction`` (a node may modify its own Node only, not its taints
-nor labels outside the kubelet's set; may delete, evict and update the status of pods bound to
-it only; may create mirror pods only).
+Checked line by line against Kubernetes' source (read, not copied): ``pkg/auth/nodeidentifier``
+(a node is a user named ``system:node:<name>`` in group ``system:nodes``),
+``plugin/pkg/auth/authorizer/node/node_authorizer.go`` (secrets, configmaps, volumes, leases,
+CSINodes and a few more are authorized through the node/pod graph; every other resource against
+the static ``NodeRules()`` of ``plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go``) and
+``plugin/pkg/admission/noderestriction/admission.go`` (a node may create and modify its own Node
+only, not its taints nor labels outside the kubelet's set; may delete, evict and update the
+status of pods bound to it only; may create mirror pods only), with the plugin's messages.
 
 Modelled as of Kubernetes 1.28/1.29 (OpenShift 4.15/4.16): without the
 ``AuthorizeNodeWithSelectors`` gate (1.31+), nodes and pods fall to the static rules, so a node
-may read every Node and pod. Not modelled: the graph (the simulator grants no node any
-secret, configmap or volume), leases, CSINodes, ResourceSlices, service account tokens, and
-the label checks on Node *creation*. A denial of authorization is RBAC's message (no
-authorizer allowed it); a denial of admission is ``Forbidden`` with the plugin's reason.
+may read every Node and pod and patch every Node (NodeRestriction then refuses all but its
+own). Events are in the static rules for the core group only (not ``events.k8s.io``), with no
+admission check: a node may create and patch Events in any namespace, about any object. Not
+modelled: the graph (the simulator grants no node any secret, configmap or volume), leases,
+CSINodes, ResourceSlices, service account tokens, ``spec.configSource``, and of a mirror pod's
+checks the owner's UID and its references to secrets, configmaps and claims. A denial of
+authorization is RBAC's message (no authorizer allowed it); a denial of admission is
+``Forbidden`` with the plugin's reason.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def _rule(group: str, resources: str, verbs: str) -> _Rule:
 
 
 _READ = "get list watch"
-#: NodeRules() (1.28), the rules on resources the simulator serves or a node commonly uses.
+#: NodeRules() (1.28/1.29), the rules on resources the simulator serves or a node commonly uses.
 NODE_RULES: tuple[_Rule, ...] = (
     _rule("authentication.k8s.io", "tokenreviews", "create"),
     _rule("authorization.k8s.io", "subjectaccessreviews localsubjectaccessreviews", "create"),
@@ -57,7 +61,6 @@ NODE_RULES: tuple[_Rule, ...] = (
     _rule("", "nodes/status", "update patch"),
     _rule("", "nodes", "update patch"),
     _rule("", "events", "create update patch"),
-    _rule("events.k8s.io", "events", "create update patch"),
     _rule("", "pods", _READ),
     _rule("", "pods", "create delete"),
     _rule("", "pods/status", "update patch"),
@@ -99,12 +102,16 @@ def _admit_node(
 ) -> str | None:
     if name != node:
         return f'node "{node}" is not allowed to modify node "{name}"'
+    if operation == "CREATE" and new is not None:
+        forbidden = _forbidden_labels(_modified(_labels(new), {}))
+        if forbidden:
+            return f'node "{node}" is not allowed to set the following labels: {forbidden}'
     if operation == "UPDATE" and old is not None and new is not None:
         if (old.get("spec") or {}).get("taints") != (new.get("spec") or {}).get("taints"):
             return f'node "{node}" is not allowed to modify taints'
-        forbidden = sorted(k for k in _modified(_labels(old), _labels(new)) if _forbidden_label(k))
+        forbidden = _forbidden_labels(_modified(_labels(old), _labels(new)))
         if forbidden:
-            return f"is not allowed to modify labels: {', '.join(forbidden)}"
+            return f"is not allowed to modify labels: {forbidden}"
     return None
 
 
@@ -115,34 +122,64 @@ def _admit_pod(
     old: Mapping[str, Any] | None,
     new: Mapping[str, Any] | None,
 ) -> str | None:
-    pod = new if (operation, subresource) == ("CREATE", "") else old
-    bound = ((pod or {}).get("spec") or {}).get("nodeName")
-    if subresource == "" and operation == "CREATE":
-        annotations = ((new or {}).get("metadata") or {}).get("annotations") or {}
-        if "kubernetes.io/config.mirror" not in annotations:
-            return (
-                'pod does not have "kubernetes.io/config.mirror" annotation, node'
-                f' "{node}" can only create mirror pods'
-            )
-        if bound != node:
-            return f'node "{node}" can only create pods with spec.nodeName set to itself'
-        return None
-    if subresource == "" and operation == "DELETE":
-        if bound != node:
-            return f'node "{node}" can only delete pods with spec.nodeName set to itself'
-        return None
-    if subresource == "status" and operation == "UPDATE":
-        if bound != node:
+    if subresource == "":
+        if operation == "CREATE":
+            return _admit_mirror_pod(node, new or {})
+        if operation == "DELETE":
+            if _bound(old) != node:
+                return f'node "{node}" can only delete pods with spec.nodeName set to itself'
+            return None
+        return (
+            f'unexpected operation "{operation}", node "{node}" can only create and delete'
+            " mirror pods"
+        )
+    if subresource == "status":
+        if operation != "UPDATE":
+            return f'unexpected operation "{operation}"'
+        if _bound(old) != node:
             return (
                 f'node "{node}" can only update pod status for pods with spec.nodeName set'
                 " to itself"
             )
+        if _labels(old or {}) != _labels(new or {}):
+            return f'node "{node}" cannot update labels through pod status'
         return None
     if subresource == "eviction":
-        if bound != node:
+        if operation != "CREATE":
+            return f"unexpected operation {operation}"
+        if _bound(old) != node:
             return f"node {node} can only evict pods with spec.nodeName set to itself"
         return None
-    return f'unexpected operation "{operation}"'
+    return f"unexpected pod subresource \"{subresource}\", only 'status' and 'eviction' are allowed"
+
+
+def _admit_mirror_pod(node: str, pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata") or {}
+    if "kubernetes.io/config.mirror" not in (meta.get("annotations") or {}):
+        return (
+            'pod does not have "kubernetes.io/config.mirror" annotation, node'
+            f' "{node}" can only create mirror pods'
+        )
+    if _bound(pod) != node:
+        return f'node "{node}" can only create pods with spec.nodeName set to itself'
+    owners = meta.get("ownerReferences") or []
+    if len(owners) > 1:
+        return f'node "{node}" can only create pods with a single owner reference set to itself'
+    owner = owners[0] if owners else {}
+    if (owner.get("apiVersion"), owner.get("kind"), owner.get("name")) != ("v1", "Node", node):
+        return f'node "{node}" can only create pods with an owner reference set to itself'
+    if not owner.get("controller"):
+        return f'node "{node}" can only create pods with a controller owner reference set to itself'
+    if owner.get("blockOwnerDeletion"):
+        return f'node "{node}" must not set blockOwnerDeletion on an owner reference'
+    if (pod.get("spec") or {}).get("serviceAccountName"):
+        return f'node "{node}" can not create pods that reference a service account'
+    return None
+
+
+def _bound(pod: Mapping[str, Any] | None) -> str | None:
+    bound: str | None = ((pod or {}).get("spec") or {}).get("nodeName")
+    return bound
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -172,6 +209,11 @@ _KUBELET_LABELS = frozenset(
     }
 )
 _KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+
+def _forbidden_labels(keys: set[str]) -> str:
+    """The keys a node may not set, sorted and joined as the plugin reports them ("" if none)."""
+    return ", ".join(sorted(k for k in keys if _forbidden_label(k)))
 
 
 def _forbidden_label(key: str) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from drain_guard_sim import nodeauth
 from drain_guard_sim.apiserver import SimApiServer
 
 NODE_USER = "system:node:worker-0"
@@ -138,3 +139,91 @@ async def test_a_name_without_the_group_is_not_a_node(sim: SimApiServer) -> None
     async with aiohttp.ClientSession(base_url=sim.url, headers=headers) as session:
         status, _ = await _patch(session, "/api/v1/nodes/worker-1", PROBE)
     assert status == 200  # not a node identity: NodeRestriction does not apply
+
+
+def test_node_rules_allow_core_events_only() -> None:
+    """NodeRules() grants events in the core group; events.k8s.io is not in them."""
+    assert nodeauth.authorized("", "events", "", "create")
+    assert nodeauth.authorized("", "events", "", "patch")
+    assert not nodeauth.authorized("events.k8s.io", "events", "", "create")
+    assert not nodeauth.authorized("", "events", "", "delete")
+
+
+async def test_a_node_may_not_register_with_a_kubernetes_label(
+    sim: SimApiServer, node_http: aiohttp.ClientSession
+) -> None:
+    sim.delete("nodes", "worker-0")
+    node = {
+        "metadata": {"name": "worker-0", "labels": {"node-role.kubernetes.io/master": ""}},
+        "spec": {},
+    }
+    async with node_http.post("/api/v1/nodes", json=node) as resp:
+        assert resp.status == 403
+        assert (await resp.json())["message"].endswith(
+            'node "worker-0" is not allowed to set the following labels:'
+            " node-role.kubernetes.io/master"
+        )
+    node["metadata"]["labels"] = {"kubernetes.io/hostname": "worker-0", "node.kubernetes.io/x": ""}
+    async with node_http.post("/api/v1/nodes", json=node) as resp:
+        assert resp.status == 201
+
+
+def _mirror_pod(owner: dict[str, Any] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "static-web-worker-0",
+        "namespace": "ns",
+        "annotations": {"kubernetes.io/config.mirror": "hash"},
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"metadata": meta, "spec": {"nodeName": "worker-0", "containers": [{"name": "c"}]}}
+
+
+@pytest.mark.parametrize(
+    ("owner", "message"),
+    [
+        (None, 'node "worker-0" can only create pods with an owner reference set to itself'),
+        (
+            {"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": "u"},
+            'node "worker-0" can only create pods with an owner reference set to itself',
+        ),
+        (
+            {"apiVersion": "v1", "kind": "Node", "name": "worker-0", "uid": "u"},
+            'node "worker-0" can only create pods with a controller owner reference set to itself',
+        ),
+    ],
+)
+async def test_a_mirror_pod_must_be_owned_by_its_node(
+    node_http: aiohttp.ClientSession, owner: dict[str, Any] | None, message: str
+) -> None:
+    async with node_http.post("/api/v1/namespaces/ns/pods", json=_mirror_pod(owner)) as resp:
+        assert resp.status == 403
+        assert (await resp.json())["message"].endswith(message)
+
+
+async def test_a_mirror_pod_owned_by_its_node_is_admitted(
+    node_http: aiohttp.ClientSession,
+) -> None:
+    owner = {"apiVersion": "v1", "kind": "Node", "name": "worker-0", "uid": "u", "controller": True}
+    async with node_http.post("/api/v1/namespaces/ns/pods", json=_mirror_pod(owner)) as resp:
+        assert resp.status == 201, await resp.text()
+
+
+async def test_a_node_may_not_relabel_a_pod_through_its_status(
+    sim: SimApiServer, node_http: aiohttp.ClientSession
+) -> None:
+    sim.create(
+        "pods",
+        {"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"nodeName": "worker-0"}},
+        "ns",
+    )
+    body = {"metadata": {"labels": {"a": "2"}}, "status": {"phase": "Running"}}
+    status, doc = await _patch(node_http, "/api/v1/namespaces/ns/pods/p/status", body)
+    assert (status, doc["message"]) == (
+        403,
+        'pods "p" is forbidden: node "worker-0" cannot update labels through pod status',
+    )
+    status, _ = await _patch(
+        node_http, "/api/v1/namespaces/ns/pods/p/status", body | {"metadata": {}}
+    )
+    assert status == 200
