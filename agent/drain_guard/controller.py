@@ -27,6 +27,7 @@ from drain_guard.kube import (
     Kube,
     KubeError,
     NodeObj,
+    Outage,
     WatchCache,
 )
 from drain_guard.logs import decision_fields, hold_fields, log_key
@@ -150,6 +151,11 @@ class Controller:
         self._running = True
         recheck: datetime | None = None
         retry = Backoff()
+        outage = Outage(
+            f"decisions on node {self.settings.node_name}",
+            log,
+            lambda: self.metrics.count_retry("controller"),
+        )
         try:
             while True:
                 await self._wait(recheck)
@@ -160,9 +166,10 @@ class Controller:
                 try:
                     recheck = await self._pass()
                     retry.reset()
+                    outage.ended()
                 except KubeError as exc:
                     delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
-                    log.warning("API call failed (%s); deciding again in %.1fs", exc, delay)
+                    outage.failed("API call", exc, delay)
                     recheck = datetime.now(UTC) + timedelta(seconds=delay)
                 finally:
                     self._pass_started = None

@@ -204,6 +204,63 @@ class Backoff:
         self.attempt = 0
 
 
+class Outage:
+    """A run of failed API calls of one part of the agent (a watch, the controller's pass, the
+    shield's pass), logged once when it begins and once when it ends, however many retries
+    lie between: each retry is a DEBUG line and a count in the metrics (``count``)."""
+
+    def __init__(
+        self, what: str, logger: logging.Logger, count: Callable[[], None] | None = None
+    ) -> None:
+        self.what = what
+        self.logger = logger
+        self.count = count
+        #: When the run began (wall clock, monotonic), None while the calls work.
+        self._since: tuple[datetime, float] | None = None
+        self._unreachable = False
+        self._retries = 0
+
+    def failed(self, action: str, exc: BaseException, delay: float) -> None:
+        """``action`` failed with ``exc``; the caller retries in ``delay`` seconds."""
+        why = str(exc) if isinstance(exc, KubeError | _StreamError) else describe(exc)
+        status = getattr(exc, "status", 0)
+        if self.count is not None:
+            self.count()
+        if self._since is not None:
+            self._retries += 1
+            self.logger.debug(
+                "%s: %s failed again (%s); retry in %.1fs", self.what, action, why, delay
+            )
+            return
+        now = datetime.now(UTC)
+        self._since, self._retries = (now, time.monotonic()), 1
+        self._unreachable = status == 0 or status >= 500
+        self.logger.warning(
+            "%s: %s since %s (%s failed: %s); retrying in %.1fs, then with backoff",
+            self.what,
+            "API unreachable" if self._unreachable else "API refusing it",
+            format_rfc3339(now),
+            action,
+            why,
+            delay,
+        )
+
+    def ended(self) -> None:
+        """The API answered: log the end of a run of failures, once."""
+        if self._since is None:
+            return
+        since, start = self._since
+        self._since = None
+        self.logger.warning(
+            "%s: %s after %s (failing since %s, %d retries)",
+            self.what,
+            "API reachable again" if self._unreachable else "API accepting it again",
+            format_duration(timedelta(seconds=time.monotonic() - start)),
+            format_rfc3339(since),
+            self._retries,
+        )
+
+
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:
     if not headers:
         return None
@@ -501,8 +558,15 @@ class ListWatch:
     resource_version: str | None = None
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
-    #: When the current run of failures began (wall clock, monotonic), None while it works.
-    _failing: tuple[datetime, float] | None = None
+    outage: Outage = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Each retry counts as a restart of the watch, with reason "error".
+        self.outage = Outage(
+            f"watch of {self.name or self.resource}",
+            log,
+            lambda: self.counters.watch_restart(self.resource, "error"),
+        )
 
     async def run(self) -> None:
         while True:
@@ -521,48 +585,12 @@ class ListWatch:
             except (KubeError, _StreamError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 status = getattr(exc, "status", 0)
                 self.counters.api_error(f"{self.resource}_{self._phase}", status)
-                self.counters.watch_restart(self.resource, "error")  # retries are counted here
                 if isinstance(exc, _StreamError):
                     self.resource_version = None
                 retry_after = exc.retry_after if isinstance(exc, KubeError) else None
                 delay = self.backoff.next_delay(retry_after if status == 429 else None)
-                self._failed(exc, status, delay)
+                self.outage.failed(self._phase, exc, delay)
                 await asyncio.sleep(delay)
-
-    def _failed(self, exc: Exception, status: int, delay: float) -> None:
-        """Log the change to failing once (WARNING); each retry after it at DEBUG only."""
-        why = str(exc) if isinstance(exc, KubeError | _StreamError) else describe(exc)
-        name = self.name or self.resource
-        if self._failing is not None:
-            log.debug(
-                "watch of %s: %s failed again (%s); retry in %.1fs", name, self._phase, why, delay
-            )
-            return
-        now = datetime.now(UTC)
-        self._failing = (now, time.monotonic())
-        state = "API unreachable" if status == 0 or status >= 500 else "API refusing it"
-        log.warning(
-            "watch of %s: %s since %s (%s failed: %s); retrying with backoff",
-            name,
-            state,
-            format_rfc3339(now),
-            self._phase,
-            why,
-        )
-
-    def _working(self) -> None:
-        """The API answered: log the end of a run of failures, once."""
-        if self._failing is None:
-            return
-        since, start = self._failing
-        self._failing = None
-        log.warning(
-            "watch of %s: API reachable again after %s (failing since %s, %d retries)",
-            self.name or self.resource,
-            format_duration(timedelta(seconds=time.monotonic() - start)),
-            format_rfc3339(since),
-            self.backoff.attempt,
-        )
 
     async def _list(self) -> None:
         body = await call_api(self.list_fn, field_selector=self.field_selector)
@@ -572,7 +600,7 @@ class ListWatch:
         except (AttributeError, TypeError) as exc:
             raise ValueError(f"malformed {self.resource} in list: {exc}") from None
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion", ""))
-        self._working()
+        self.outage.ended()
         self.backoff.reset()
 
     async def _watch_once(self) -> None:
@@ -597,7 +625,7 @@ class ListWatch:
             if not 200 <= resp.status <= 299:
                 raise await _error_from(resp)
             self.counters.api_contact()
-            self._working()
+            self.outage.ended()
             # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
             # one Pod with large annotations can be longer than that.
             buffer = b""

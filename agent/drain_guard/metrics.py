@@ -22,7 +22,7 @@ API (used by ``controller``, ``events`` and ``server``)::
     m.clear_hold()                                  # gauges only: no hold (e.g. start-up)
     m.set_build_pods(n); m.set_image_match(True | False | None)
     m.set_synced(resource, bool); m.count_watch_restart(resource, reason)
-    m.count_api_error(operation); m.api_contact(when)
+    m.count_api_error(operation); m.api_contact(when); m.count_retry(part)
     m.count_invalid_input(kind); m.count_event(reason)
     m.set_shield_budgets(n); m.set_shield_conflicts(n); m.count_shield_blocked_drain()
     m.set_observe_only(bool); m.count_would_hold(reasons)   # --observe-only
@@ -74,6 +74,8 @@ API_OPERATIONS: tuple[str, ...] = (
     "poddisruptionbudget_create",
     "poddisruptionbudget_delete",
 )
+#: The loops that retry a failed pass after a backoff (the watches count theirs as restarts).
+RETRY_PARTS: tuple[str, ...] = ("controller", "shield")
 #: Resources the agent watches.
 WATCH_RESOURCES: tuple[str, ...] = ("node", "pod", "poddisruptionbudget")
 #: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
@@ -181,6 +183,13 @@ class Metrics:
             ["resource", "reason"],
             registry=r,
         )
+        self.retries_total = Counter(
+            PREFIX + "retries",
+            "Passes of the controller or the shield that failed on an API error and were"
+            " retried after a backoff, per part.",
+            ["part"],
+            registry=r,
+        )
         self.synced = Gauge(
             PREFIX + "synced",
             "1 when the watch of this resource has listed and is current, else 0.",
@@ -258,6 +267,8 @@ class Metrics:
             self.synced.labels(resource=resource).set(0)
             for why in WATCH_RESTART_REASONS:
                 self.watch_restarts_total.labels(resource=resource, reason=why)
+        for part in RETRY_PARTS:
+            self.retries_total.labels(part=part)
         for kind in INVALID_INPUT_KINDS:
             self.invalid_input_total.labels(kind=kind)
         for event_reason in EVENT_REASONS:
@@ -338,6 +349,10 @@ class Metrics:
             resource=_check(resource, WATCH_RESOURCES, "resource"),
             reason=_check(reason, WATCH_RESTART_REASONS, "watch restart reason"),
         ).inc()
+
+    def count_retry(self, part: str) -> None:
+        """A pass of ``part`` failed on an API error and will be retried."""
+        self.retries_total.labels(part=_check(part, RETRY_PARTS, "retrying part")).inc()
 
     def count_api_error(self, operation: str) -> None:
         """A Kubernetes API call failed."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from drain_guard.config import DaemonSetRef
-from drain_guard.kube import Backoff, Kube, KubeError
+from drain_guard.kube import Backoff, Kube, KubeError, Outage
 from drain_guard.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -42,15 +42,19 @@ def _transient(exc: KubeError) -> bool:
 async def _answered(what: str, call: Callable[[], Awaitable[T]]) -> T:
     """``call()`` until the API server answers it (transient failures are retried)."""
     backoff = Backoff()
+    outage = Outage(what, log)  # each failure counts in drain_guard_api_errors_total
     while True:
         try:
-            return await call()
+            answer = await call()
         except KubeError as exc:
             if not _transient(exc):
                 raise
             delay = backoff.next_delay(exc.retry_after if exc.status == 429 else None)
-            log.warning("%s: API call failed (%s); trying again in %.1fs", what, exc, delay)
+            outage.failed("API call", exc, delay)
             await asyncio.sleep(delay)
+        else:
+            outage.ended()
+            return answer
 
 
 async def check_daemonset(kube: Kube, ref: DaemonSetRef, pod_name: str) -> None:

@@ -52,6 +52,7 @@ from drain_guard.kube import (
     JsonObj,
     KubeError,
     ListWatch,
+    Outage,
     WatchCache,
     call_api,
 )
@@ -433,6 +434,8 @@ class ShieldMetrics(Protocol):
 
     def count_watch_restart(self, resource: str, reason: str) -> None: ...
 
+    def count_retry(self, part: str) -> None: ...
+
     def set_synced(self, resource: str, synced: bool) -> None: ...
 
 
@@ -452,6 +455,9 @@ class NullShieldMetrics:
         return None
 
     def count_watch_restart(self, resource: str, reason: str) -> None:
+        return None
+
+    def count_retry(self, part: str) -> None:
         return None
 
     def set_synced(self, resource: str, synced: bool) -> None:
@@ -584,6 +590,9 @@ class Shield:
             for ns in self._ns.values()
         ]
         retry = Backoff()
+        outage = Outage(
+            f"shield of node {self.node}", log, lambda: self.metrics.count_retry("shield")
+        )
         delay: float | None = None
         try:
             while True:
@@ -599,11 +608,12 @@ class Shield:
                     await self._pass()
                     self._last_error = None
                     retry.reset()
+                    outage.ended()
                     delay = None
                 except KubeError as exc:
                     self._last_error = str(exc)
                     delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
-                    log.warning("shield: API call failed (%s); again in %.1fs", exc, delay)
+                    outage.failed("API call", exc, delay)
                 self._status_changed()
         finally:
             for task in tasks:

@@ -14,6 +14,7 @@ from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,
+    NODE,
     StartAgent,
     add_build_pod,
     agent_writes,
@@ -112,9 +113,29 @@ async def test_backs_off_and_retries_when_the_patch_fails(
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     assert await metric(agent, "drain_guard_api_errors_total", operation="node_patch") == 1
     retry: dict[str, Any] = await agent.wait_log(
-        lambda r: str(r.get("message", "")).startswith("API call failed")
+        lambda r: str(r.get("message", "")).startswith(f"decisions on node {NODE}: ")
     )
-    assert "deciding again in 1.0s" in retry["message"]
+    assert "(API call failed: 429 " in retry["message"]
+    assert "retrying in 1.0s," in retry["message"]
+
+
+async def test_failed_retries_of_a_pass_are_one_warning_and_one_recovery_line(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    add_build_pod(api)
+    agent = await start_agent()
+    api.faults.error(503, user=AGENT_USER, verb="patch", resource="nodes", times=3)
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    up = await agent.wait_log(
+        lambda r: str(r.get("message")).startswith(f"decisions on node {NODE}: API reachable")
+    )
+    ours = [r for r in agent.records if r["message"].startswith(f"decisions on node {NODE}: ")]
+    assert [r["level"] for r in ours] == ["WARNING", "WARNING"]
+    assert "API unreachable since" in ours[0]["message"]
+    assert ours[1] == up
+    assert up["message"].endswith("3 retries)")
+    assert await metric(agent, "drain_guard_retries_total", part="controller") == 3
 
 
 async def test_readyz_fails_while_the_api_does_not_answer(

@@ -82,6 +82,18 @@ async def test_an_unknown_node_name_is_logged_at_start(
     assert agent.proc.returncode is None  # it keeps running: the Node may register later
 
 
+async def test_failed_start_up_checks_are_one_warning_and_one_recovery_line(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """The check of --node-name retries until the API answers: the log says so once."""
+    api.faults.error(503, user=AGENT_USER, verb="get", resource="nodes", times=3)
+    agent = await start_agent("--log-level", "DEBUG")
+    ours = [r for r in agent.records if r["message"].startswith("checking --node-name: ")]
+    assert [r["level"] for r in ours] == ["WARNING", "DEBUG", "DEBUG", "WARNING"]
+    assert "API unreachable since" in ours[0]["message"]
+    assert "API reachable again after" in ours[-1]["message"]
+
+
 async def _confinement(agent: AgentProcess) -> dict[str, Any]:
     record = await agent.wait_log(lambda r: "confinement self-check" in str(r.get("message")))
     status, body = await agent.http("/status")

@@ -47,6 +47,7 @@ class RecordingMetrics:
     api_errors: list[str] = field(default_factory=list)
     synced: dict[str, bool] = field(default_factory=dict)
     restarts: list[tuple[str, str]] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)
 
     def set_shield_budgets(self, count: int) -> None:
         self.budgets.append(count)
@@ -62,6 +63,9 @@ class RecordingMetrics:
 
     def count_watch_restart(self, resource: str, reason: str) -> None:
         self.restarts.append((resource, reason))
+
+    def count_retry(self, part: str) -> None:
+        self.retries.append(part)
 
     def set_synced(self, resource: str, synced: bool) -> None:
         self.synced[resource] = synced
@@ -449,6 +453,25 @@ async def test_a_429_is_retried_after_the_servers_retry_after(
     running = await start_shield()
     await protected(api)  # created on the second try
     assert "poddisruptionbudget_create" in running.metrics.api_errors
-    waits = [r.getMessage() for r in caplog.records if "again in" in r.getMessage()]
+    waits = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
     assert waits
-    assert waits[0].endswith("again in 1.0s"), waits
+    assert "retrying in 1.0s," in waits[0], waits
+
+
+async def test_failed_retries_are_one_warning_and_one_recovery_line(
+    api: SimApiServer, start_shield: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="drain_guard.shield")
+    api.faults.error(503, user=AGENT_USER, verb="create", resource=f"{PDBS}.policy", times=3)
+    add_build_pod(api)
+    running = await start_shield()
+    await protected(api)  # created on the fourth try
+    assert running.metrics.retries == ["shield"] * 3
+    ours = [r for r in caplog.records if r.getMessage().startswith(f"shield of node {NODE}:")]
+    warnings = [r.getMessage() for r in ours if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "API unreachable since" in warnings[0]
+    assert "503" in warnings[0]
+    assert "API reachable again after" in warnings[1]
+    assert warnings[1].endswith("3 retries)")
+    assert sum("failed again" in r.getMessage() for r in ours if r.levelno == logging.DEBUG) == 2
