@@ -509,23 +509,25 @@ class Kube:
 
     async def watch_pods(
         self,
-        node_name: str,
+        node_name: str | None,
         cache: WatchCache,
         namespace: str | None,
         watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
-        """Keep ``cache.pods`` (the pods bound to ``node_name``, in ``namespace`` or in every
-        namespace when None) current until cancelled: the agent's one pod watch."""
+        """Keep ``cache.pods`` (the pods bound to ``node_name``, or every pod when None: the
+        central shield's; in ``namespace``, or in every namespace when None) current until
+        cancelled: the agent's one pod watch."""
+        where = f" in {namespace}" if namespace else ""
         await ListWatch(
             resource="pod",
             list_fn=self.core.list_pod_for_all_namespaces
             if namespace is None
             else functools.partial(self.core.list_namespaced_pod, namespace),
-            field_selector=f"spec.nodeName={node_name}",
+            field_selector="" if node_name is None else f"spec.nodeName={node_name}",
             replace=cache.replace_pods,
             apply=cache.apply_pod,
             counters=self.counters,
-            name=f"pods on node {node_name}" + (f" in {namespace}" if namespace else ""),
+            name=("pods" if node_name is None else f"pods on node {node_name}") + where,
             watch_timeout=watch_timeout,
         ).run()
 

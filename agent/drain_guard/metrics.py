@@ -1,4 +1,4 @@
-"""Prometheus metrics of one agent.
+"""Prometheus metrics of one agent, and of the central shield.
 
 Each ``Metrics`` owns its own ``CollectorRegistry`` (tests and the simulator run several agents
 in one process, and the global registry would mix them). Names follow Prometheus conventions:
@@ -26,6 +26,10 @@ API (used by ``controller``, ``events`` and ``server``)::
     m.count_invalid_input(kind); m.count_event(reason)
     m.set_shield_budgets(n); m.set_shield_conflicts(n); m.count_shield_blocked_drain()
     m.set_observe_only(bool); m.count_would_hold(reasons)   # --observe-only
+
+The central shield (``drain-guard shield``) serves :class:`BaseMetrics`: the part of these that
+means the same for it (API errors, watches, the shield's budgets and conflicts, build info),
+with the label values of the calls and watches it makes only.
 
 An unknown label value raises ``ValueError``: it is a programming error, and an unbounded
 label would be worse than a crash in a test.
@@ -78,6 +82,16 @@ API_OPERATIONS: tuple[str, ...] = (
 RETRY_PARTS: tuple[str, ...] = ("controller", "shield")
 #: Resources the agent watches.
 WATCH_RESOURCES: tuple[str, ...] = ("node", "pod", "poddisruptionbudget")
+#: What the central shield calls and watches: the pods and budgets of MCO's namespace.
+SHIELD_API_OPERATIONS: tuple[str, ...] = (
+    "pod_list",
+    "pod_watch",
+    "poddisruptionbudget_list",
+    "poddisruptionbudget_watch",
+    "poddisruptionbudget_create",
+    "poddisruptionbudget_delete",
+)
+SHIELD_WATCH_RESOURCES: tuple[str, ...] = ("pod", "poddisruptionbudget")
 #: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
 WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
 #: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
@@ -106,14 +120,131 @@ def _reasons(reasons: Iterable[str]) -> frozenset[str]:
     return checked
 
 
-class Metrics:
-    """The metric objects of one agent, on one registry."""
+class BaseMetrics:
+    """What every drain-guard process serves (the agent, the central shield), on one registry:
+    its API calls and watches (label values from ``api_operations`` and ``watch_resources``,
+    every series there from the start) and the shield's budgets."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        api_operations: tuple[str, ...] = SHIELD_API_OPERATIONS,
+        watch_resources: tuple[str, ...] = SHIELD_WATCH_RESOURCES,
+        retry_parts: tuple[str, ...] = ("shield",),
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        self.api_operations = api_operations
+        self.watch_resources = watch_resources
+        self.retry_parts = retry_parts
         r = self.registry
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
+
+        self.api_errors_total = Counter(
+            PREFIX + "api_errors",
+            "Failed Kubernetes API calls, per operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.watch_restarts_total = Counter(
+            PREFIX + "watch_restarts",
+            "Watches restarted, per resource and reason.",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.retries_total = Counter(
+            PREFIX + "retries",
+            "Passes of the controller or the shield that failed on an API error and were"
+            " retried after a backoff, per part.",
+            ["part"],
+            registry=r,
+        )
+        self.synced = Gauge(
+            PREFIX + "synced",
+            "1 when the watch of this resource has listed and is current, else 0.",
+            ["resource"],
+            registry=r,
+        )
+        self.last_api_contact_timestamp_seconds = Gauge(
+            PREFIX + "last_api_contact_timestamp_seconds",
+            "Unix time of the last successful Kubernetes API response; 0 before the first.",
+            registry=r,
+        )
+        self.shield_budgets = Gauge(
+            PREFIX + "shield_budgets",
+            "PodDisruptionBudgets kept on build pods (and dependencies): an agent's, of its node;"
+            " the central shield's, of every node.",
+            registry=r,
+        )
+        self.shield_conflicts = Gauge(
+            PREFIX + "shield_conflicts",
+            "Pods to shield that another PodDisruptionBudget already selects (left alone).",
+            registry=r,
+        )
+        self.build_info = Info(
+            PREFIX + "build",
+            "Agent version and Python version; the value is always 1.",
+            registry=r,
+        )
+
+        self.build_info.info({"version": __version__, "python_version": platform.python_version()})
+        for operation in api_operations:
+            self.api_errors_total.labels(operation=operation)
+        for resource in watch_resources:
+            self.synced.labels(resource=resource).set(0)
+            for why in WATCH_RESTART_REASONS:
+                self.watch_restarts_total.labels(resource=resource, reason=why)
+        for part in retry_parts:
+            self.retries_total.labels(part=part)
+
+    def set_synced(self, resource: str, synced: bool) -> None:
+        """Whether the watch of ``resource`` is listed and current."""
+        self.synced.labels(resource=_check(resource, self.watch_resources, "resource")).set(
+            int(synced)
+        )
+
+    def count_watch_restart(self, resource: str, reason: str) -> None:
+        """A watch was restarted (and ``reason`` says why)."""
+        self.watch_restarts_total.labels(
+            resource=_check(resource, self.watch_resources, "resource"),
+            reason=_check(reason, WATCH_RESTART_REASONS, "watch restart reason"),
+        ).inc()
+
+    def count_retry(self, part: str) -> None:
+        """A pass of ``part`` failed on an API error and will be retried."""
+        self.retries_total.labels(part=_check(part, self.retry_parts, "retrying part")).inc()
+
+    def count_api_error(self, operation: str) -> None:
+        """A Kubernetes API call failed."""
+        self.api_errors_total.labels(
+            operation=_check(operation, self.api_operations, "API operation")
+        ).inc()
+
+    def api_contact(self, when: datetime) -> None:
+        """The Kubernetes API answered successfully at ``when``."""
+        self.last_api_contact_timestamp_seconds.set(when.timestamp())
+
+    def set_shield_budgets(self, count: int) -> None:
+        """Budgets the shield holds now."""
+        self.shield_budgets.set(count)
+
+    def set_shield_conflicts(self, count: int) -> None:
+        """Pods the shield leaves alone because another budget selects them."""
+        self.shield_conflicts.set(count)
+
+
+class Metrics(BaseMetrics):
+    """The metric objects of one agent, on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(
+            registry,
+            api_operations=API_OPERATIONS,
+            watch_resources=WATCH_RESOURCES,
+            retry_parts=RETRY_PARTS,
+        )
+        r = self.registry
 
         self.hold_active = Gauge(
             PREFIX + "hold_active",
@@ -171,31 +302,6 @@ class Metrics:
             "Desired image digest vs booted digest: 1 equal, 0 differ, -1 unknown.",
             registry=r,
         )
-        self.api_errors_total = Counter(
-            PREFIX + "api_errors",
-            "Failed Kubernetes API calls, per operation.",
-            ["operation"],
-            registry=r,
-        )
-        self.watch_restarts_total = Counter(
-            PREFIX + "watch_restarts",
-            "Watches restarted, per resource and reason.",
-            ["resource", "reason"],
-            registry=r,
-        )
-        self.retries_total = Counter(
-            PREFIX + "retries",
-            "Passes of the controller or the shield that failed on an API error and were"
-            " retried after a backoff, per part.",
-            ["part"],
-            registry=r,
-        )
-        self.synced = Gauge(
-            PREFIX + "synced",
-            "1 when the watch of this resource has listed and is current, else 0.",
-            ["resource"],
-            registry=r,
-        )
         self.invalid_input_total = Counter(
             PREFIX + "invalid_input",
             "Input rejected as malformed, per kind.",
@@ -206,21 +312,6 @@ class Metrics:
             PREFIX + "events_emitted",
             "Kubernetes Events written or bumped on the Node, per reason.",
             ["reason"],
-            registry=r,
-        )
-        self.last_api_contact_timestamp_seconds = Gauge(
-            PREFIX + "last_api_contact_timestamp_seconds",
-            "Unix time of the last successful Kubernetes API response; 0 before the first.",
-            registry=r,
-        )
-        self.shield_budgets = Gauge(
-            PREFIX + "shield_budgets",
-            "PodDisruptionBudgets this agent keeps on build pods (and dependencies) of its node.",
-            registry=r,
-        )
-        self.shield_conflicts = Gauge(
-            PREFIX + "shield_conflicts",
-            "Pods to shield that another PodDisruptionBudget already selects (left alone).",
             registry=r,
         )
         self.shield_blocked_drains_total = Counter(
@@ -246,13 +337,7 @@ class Metrics:
             ["reason"],
             registry=r,
         )
-        self.build_info = Info(
-            PREFIX + "build",
-            "Agent version and Python version; the value is always 1.",
-            registry=r,
-        )
 
-        self.build_info.info({"version": __version__, "python_version": platform.python_version()})
         for reason in REASONS:
             self.hold_active.labels(reason=reason).set(0)
             self.holds_total.labels(reason=reason)
@@ -261,14 +346,6 @@ class Metrics:
             self.releases_total.labels(outcome=outcome)
         for verb in VERBS:
             self.drain_requests_total.labels(verb=verb)
-        for operation in API_OPERATIONS:
-            self.api_errors_total.labels(operation=operation)
-        for resource in WATCH_RESOURCES:
-            self.synced.labels(resource=resource).set(0)
-            for why in WATCH_RESTART_REASONS:
-                self.watch_restarts_total.labels(resource=resource, reason=why)
-        for part in RETRY_PARTS:
-            self.retries_total.labels(part=part)
         for kind in INVALID_INPUT_KINDS:
             self.invalid_input_total.labels(kind=kind)
         for event_reason in EVENT_REASONS:
@@ -339,42 +416,9 @@ class Metrics:
         """Desired vs booted digest: True equal, False differ, None unknown."""
         self.image_match.set(-1 if match is None else int(match))
 
-    def set_synced(self, resource: str, synced: bool) -> None:
-        """Whether the watch of ``resource`` is listed and current."""
-        self.synced.labels(resource=_check(resource, WATCH_RESOURCES, "resource")).set(int(synced))
-
-    def count_watch_restart(self, resource: str, reason: str) -> None:
-        """A watch was restarted (and ``reason`` says why)."""
-        self.watch_restarts_total.labels(
-            resource=_check(resource, WATCH_RESOURCES, "resource"),
-            reason=_check(reason, WATCH_RESTART_REASONS, "watch restart reason"),
-        ).inc()
-
-    def count_retry(self, part: str) -> None:
-        """A pass of ``part`` failed on an API error and will be retried."""
-        self.retries_total.labels(part=_check(part, RETRY_PARTS, "retrying part")).inc()
-
-    def count_api_error(self, operation: str) -> None:
-        """A Kubernetes API call failed."""
-        self.api_errors_total.labels(
-            operation=_check(operation, API_OPERATIONS, "API operation")
-        ).inc()
-
-    def api_contact(self, when: datetime) -> None:
-        """The Kubernetes API answered successfully at ``when``."""
-        self.last_api_contact_timestamp_seconds.set(when.timestamp())
-
     def count_invalid_input(self, kind: str) -> None:
         """Some input was rejected as malformed."""
         self.invalid_input_total.labels(kind=_check(kind, INVALID_INPUT_KINDS, "input kind")).inc()
-
-    def set_shield_budgets(self, count: int) -> None:
-        """Budgets the shield holds now."""
-        self.shield_budgets.set(count)
-
-    def set_shield_conflicts(self, count: int) -> None:
-        """Pods the shield leaves alone because another budget selects them."""
-        self.shield_conflicts.set(count)
 
     def count_shield_blocked_drain(self) -> None:
         """The node was cordoned while shield budgets held."""
@@ -390,9 +434,9 @@ class Metrics:
 
 
 class MetricCounters:
-    """kube.Counters onto Metrics, remembering the last successful API contact."""
+    """kube.Counters onto BaseMetrics, remembering the last successful API contact."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: BaseMetrics) -> None:
         self.metrics = metrics
         self.last_contact: datetime | None = None
 

@@ -19,7 +19,7 @@ from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.server import make_app, serve
-from drain_guard.shield import Shield
+from drain_guard.shield import NodeScope, Shield
 
 log = logging.getLogger("drain_guard.runner")
 
@@ -61,12 +61,13 @@ def make_shield(
         return None
     return Shield(
         kube.api,
-        settings.node_name,
+        NodeScope(settings.node_name),
         settings.build_pod_selectors,
         pods,
         scope=settings.build_pod_scope,
         dependencies=settings.shield_dependencies,
         metrics=metrics,
+        on_blocked_drain=metrics.count_shield_blocked_drain,
         watch_timeout=watch_timeout,
     )
 

@@ -1,11 +1,17 @@
-"""The shield: PodDisruptionBudgets that keep build pods on this node from being evicted.
+"""The shield: PodDisruptionBudgets that keep build pods from being evicted.
 
 The hold protocol wins the race with the MCC drain controller by seconds; when it loses (or
 the agent is down, or another tool drains the node) the drain goes through the eviction API,
 which honours PodDisruptionBudgets. So, as a second line of defence, while a build pod runs
-on this node the agent keeps a budget selecting exactly that pod. The budget is owned by the
-pod (ownerReference), so Kubernetes' garbage collector deletes it with the pod even when the
-agent is gone; the agent deletes it itself as soon as the pod has finished.
+a budget selects exactly that pod. The budget is owned by the pod (ownerReference), so
+Kubernetes' garbage collector deletes it with the pod even when the shield is gone; the shield
+deletes it itself as soon as the pod has finished.
+
+One shield, two scopes (:class:`NodeScope`): each node's agent keeps the budgets of its own
+node's build pods (on its pod watch, which is of that node only), or one central shield
+(``drain-guard shield``) keeps those of every node (on a watch of the whole namespace), where
+the agents cannot be confined to their own node's budgets. Either way a budget is labelled
+with its pod's own node, so both keep the same budgets, in the same shape.
 
 Two halves, as everywhere in drain-guard:
 
@@ -24,12 +30,12 @@ makes it fail its sync ("found no controllers for pod") and fall back to its fai
 
 API::
 
-    shield = Shield(api_client, node_name, build_pod_selectors,
-                    dependencies=False, metrics=Metrics() or any ShieldMetrics, or None)
+    shield = Shield(api_client, NodeScope(node_name) or EVERY_NODE, build_pod_selectors, pods,
+                    dependencies=False, metrics=any ShieldMetrics or None)
     await shield.run()              # until cancelled; budgets stay (they guard a dead agent)
-    shield.node_seen(unschedulable) # from the controller's Node watch: counts blocked drains
-    shield.status() -> ShieldStatus # .to_json() for /status (it never gates /readyz)
-    await shield.remove_all()       # uninstall only: delete this node's budgets
+    shield.node_seen(unschedulable) # one node: from the agent's Node watch, counts blocked drains
+    shield.status() -> ShieldStatus # .to_json() for /status (it never gates the agent's /readyz)
+    await shield.remove_all()       # uninstall only: delete the scope's budgets
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ log = logging.getLogger("drain_guard.shield")
 
 MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "drain-guard"
-#: The node whose agent owns a budget (a label value: the node name, or a hash if too long).
+#: The node of the pod a budget shields (a label value: the node name, or a hash if too long).
 NODE_KEY = "drain-guard.io/node"
 #: Why the budget exists: ``build-pod`` or ``dependency``.
 ROLE_KEY = "drain-guard.io/shield"
@@ -127,6 +133,42 @@ def budget_name(pod: str, uid: str) -> str:
     return f"{name[: _MAX_NAME - 9].rstrip('-.')}-{suffix}"
 
 
+@dataclass(frozen=True)
+class NodeScope:
+    """Whose pods a shield keeps budgets for: one node's (``node``, the per-node agent) or
+    every node's (``node`` None, the central shield)."""
+
+    node: str | None
+
+    def covers(self, pod: Pod) -> bool:
+        """``pod`` is bound to a node (a drain evicts only those), and to this one if one."""
+        return bool(pod.node) and (self.node is None or pod.node == self.node)
+
+    def owns(self, budget: BudgetState) -> bool:
+        """``budget`` is one this scope keeps: drain-guard's, labelled with this node (any
+        node, for every node), so stale ones left by an earlier shield are cleaned up too."""
+        if budget.labels.get(MANAGED_BY_KEY) != MANAGED_BY or NODE_KEY not in budget.labels:
+            return False
+        return self.node is None or budget.labels[NODE_KEY] == node_label_value(self.node)
+
+    def label_selector(self) -> str:
+        """The budgets :meth:`owns`, as a label selector."""
+        if self.node is None:
+            return f"{MANAGED_BY_KEY}={MANAGED_BY},{NODE_KEY}"
+        return f"{MANAGED_BY_KEY}={MANAGED_BY},{NODE_KEY}={node_label_value(self.node)}"
+
+    def to_json(self) -> str:
+        """The node, or ``*`` for every node (as ``/status`` shows namespaces)."""
+        return "*" if self.node is None else self.node
+
+    def __str__(self) -> str:
+        return "every node" if self.node is None else f"node {self.node}"
+
+
+#: The central shield's scope.
+EVERY_NODE = NodeScope(None)
+
+
 # --- the pure plan ------------------------------------------------------------------------
 
 
@@ -146,14 +188,8 @@ class BudgetState:
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def ours(self, node: str) -> bool:
-        """Made by the agent of ``node``."""
-        return self.labels.get(MANAGED_BY_KEY) == MANAGED_BY and self.labels.get(
-            NODE_KEY
-        ) == node_label_value(node)
-
     def shields_a_build(self) -> bool:
-        """A build-pod budget of any node's agent, in force: a build runs somewhere."""
+        """A build-pod budget of any node's, in force: a build runs somewhere."""
         return (
             self.labels.get(MANAGED_BY_KEY) == MANAGED_BY
             and self.labels.get(ROLE_KEY) == Role.BUILD_POD.value
@@ -194,8 +230,9 @@ class Want:
     role: Role
     name: str
 
-    def manifest(self, node: str) -> JsonObj:
-        """The PodDisruptionBudget: selects exactly the pod, owned by it, labelled as ours."""
+    def manifest(self) -> JsonObj:
+        """The PodDisruptionBudget: selects exactly the pod, owned by it, labelled as ours
+        with the pod's own node (whichever scope keeps it)."""
         return {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
@@ -204,7 +241,7 @@ class Want:
                 "namespace": self.pod.namespace,
                 "labels": {
                     MANAGED_BY_KEY: MANAGED_BY,
-                    NODE_KEY: node_label_value(node),
+                    NODE_KEY: node_label_value(self.pod.node),
                     ROLE_KEY: self.role.value,
                 },
                 "annotations": {POD_ANNOTATION: self.pod.name},
@@ -218,7 +255,7 @@ class Want:
 
 @dataclass(frozen=True)
 class Held:
-    """A pod this node's agent shields with budget ``budget``."""
+    """A pod the shield keeps budget ``budget`` on."""
 
     pod: Pod
     role: Role
@@ -260,17 +297,17 @@ class Plan:
 
 
 def targets(
-    node: str,
+    nodes: NodeScope,
     pods: Sequence[Pod],
     budgets: Sequence[BudgetState],
     build_selectors: Sequence[BuildPodSelector],
     scope: PodScope = DEFAULT_SCOPE,
     dependency_selectors: Sequence[BuildPodSelector] = (),
 ) -> list[tuple[Pod, Role]]:
-    """Pods on ``node`` to shield: running build pods of the scope; and, while a build runs
-    anywhere (one on this node, or another node's agent keeps a build-pod budget), running
-    pods matching ``dependency_selectors``."""
-    local = [p for p in pods if p.node == node and p.running]
+    """Pods of ``nodes`` to shield: running build pods of the scope; and, while a build runs
+    anywhere (one of these pods, or a build-pod budget of another node's), running pods
+    matching ``dependency_selectors``."""
+    local = [p for p in pods if nodes.covers(p) and p.running]
     out = [(p, Role.BUILD_POD) for p in local if is_build_pod(p, build_selectors, scope)]
     building = bool(out) or any(b.shields_a_build() for b in budgets)
     if dependency_selectors and building:
@@ -285,7 +322,7 @@ def targets(
 
 
 def plan(
-    node: str,
+    nodes: NodeScope,
     pods: Sequence[Pod],
     budgets: Sequence[BudgetState],
     build_selectors: Sequence[BuildPodSelector],
@@ -293,24 +330,24 @@ def plan(
     dependency_selectors: Sequence[BuildPodSelector] = (),
     shared: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Decide from this node's pods and the budgets of the shielded namespaces (pure).
+    """Decide from the pods the shield sees and the budgets of the shielded namespaces (pure).
 
-    A pod gets a budget when nothing else selects it and its labels select no other running
-    pod of its namespace: ``shared`` maps a pod's uid to why its labels do not single it out,
-    as a list by those labels found (the agent sees only its own node's pods; a pod not in
-    ``shared`` has not been checked, and its ``Want`` is checked before it is created). Our
-    budgets (this node's) that shield no wanted pod are stale: the pod finished, went away,
-    or stopped being a build pod (or no build runs any more, for dependencies); at start-up
-    this cleans up what a previous agent left.
+    A pod of ``nodes`` gets a budget when nothing else selects it and its labels select no
+    other running pod of its namespace: ``shared`` maps a pod's uid to why its labels do not
+    single it out, as a list by those labels found (an agent sees only its own node's pods; a
+    pod not in ``shared`` has not been checked, and its ``Want`` is checked before it is
+    created). Our budgets (those ``nodes`` owns) that shield no wanted pod are stale: the pod
+    finished, went away, or stopped being a build pod (or no build runs any more, for
+    dependencies); at start-up this cleans up what a previous shield left.
     """
     shared = shared or {}
-    ours = [b for b in budgets if b.ours(node)]
+    ours = [b for b in budgets if nodes.owns(b)]
     keep: set[str] = set()
     create: list[Want] = []
     held: list[Held] = []
     conflicts: list[Conflict] = []
     unshieldable: list[Unshieldable] = []
-    for pod, role in targets(node, pods, budgets, build_selectors, scope, dependency_selectors):
+    for pod, role in targets(nodes, pods, budgets, build_selectors, scope, dependency_selectors):
         name = budget_name(pod.name, pod.uid)
         mine = next(
             (
@@ -330,7 +367,7 @@ def plan(
                 for b in budgets
                 if b.selects(pod)
                 and b is not mine
-                and not (b.ours(node) and pod.uid in b.owner_uids)
+                and not (nodes.owns(b) and pod.uid in b.owner_uids)
             )
         )
         if mine is not None:
@@ -378,6 +415,7 @@ def not_unique(pod: Pod, pods: Iterable[Pod]) -> str:
 class ShieldStatus:
     """What ``/status`` shows of the shield (``to_json``: camelCase, JSON-ready)."""
 
+    nodes: NodeScope = EVERY_NODE
     namespaces: tuple[str, ...] = ()
     synced: Mapping[str, bool] = field(default_factory=dict)
     forbidden: Mapping[str, str] = field(default_factory=dict)  # namespace → the API's answer
@@ -390,9 +428,10 @@ class ShieldStatus:
 
     def to_json(self) -> dict[str, Any]:
         def pod(p: Pod) -> dict[str, str]:
-            return {"namespace": p.namespace, "name": p.name, "phase": p.phase}
+            return {"namespace": p.namespace, "name": p.name, "node": p.node, "phase": p.phase}
 
         return {
+            "node": self.nodes.to_json(),
             "namespaces": list(self.namespaces),
             "synced": dict(self.synced),
             "forbidden": dict(self.forbidden),
@@ -421,14 +460,13 @@ class ShieldStatus:
 
 
 class ShieldMetrics(Protocol):
-    """Where the shield reports; ``drain_guard.metrics.Metrics`` has these methods (the labels it
-    passes are among ``drain_guard.metrics.API_OPERATIONS`` and ``WATCH_RESOURCES``)."""
+    """Where the shield reports; ``drain_guard.metrics.BaseMetrics`` has these methods (the
+    labels it passes are among ``drain_guard.metrics.SHIELD_API_OPERATIONS`` and
+    ``SHIELD_WATCH_RESOURCES``)."""
 
     def set_shield_budgets(self, count: int) -> None: ...
 
     def set_shield_conflicts(self, count: int) -> None: ...
-
-    def count_shield_blocked_drain(self) -> None: ...
 
     def count_api_error(self, operation: str) -> None: ...
 
@@ -446,9 +484,6 @@ class NullShieldMetrics:
         return None
 
     def set_shield_conflicts(self, count: int) -> None:
-        return None
-
-    def count_shield_blocked_drain(self) -> None:
         return None
 
     def count_api_error(self, operation: str) -> None:
@@ -494,12 +529,12 @@ class _Counters:
 
 
 class Shield:
-    """Keeps this node's budgets in step with its build pods, until cancelled."""
+    """Keeps the budgets of ``nodes``' build pods in step with them, until cancelled."""
 
     def __init__(
         self,
         api: k8s.ApiClient,
-        node: str,
+        nodes: NodeScope,
         build_selectors: Sequence[BuildPodSelector],
         pods: WatchCache,
         *,
@@ -507,17 +542,21 @@ class Shield:
         namespaces: Sequence[str] = DEFAULT_NAMESPACES,
         dependencies: bool = False,
         metrics: ShieldMetrics | None = None,
+        on_blocked_drain: Callable[[], None] | None = None,
         watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
-        self.node = node
+        self.nodes = nodes
         self.build_selectors = tuple(build_selectors)
         self.scope = scope
-        # This node's pods: the agent's one pod watch, shared with the build-pod guard.
+        # The pods of ``nodes``: an agent's one pod watch (its node's, shared with the
+        # build-pod guard), or the central shield's watch of the namespace.
         self.pods = pods
         pods.pod_listeners.append(self._pods_changed)
         self.dependency_selectors = default_dependency_selectors() if dependencies else ()
         names = shield_namespaces(dependencies, namespaces)
         self.metrics: ShieldMetrics = metrics or NullShieldMetrics()
+        # Only an agent sees its Node, so only it counts cordons into its budgets.
+        self._on_blocked_drain = on_blocked_drain
         self.watch_timeout = watch_timeout
         self._core = k8s.CoreV1Api(api)
         self._policy = k8s.PolicyV1Api(api)
@@ -532,6 +571,7 @@ class Shield:
         self._blocked = 0
         self._last_error: str | None = None
         self._updated = asyncio.Event()  # replaced by a fresh one each time it is set
+        self.running = False  # run() is in its loop: /healthz of the central shield
 
     # What the controller calls ----------------------------------------------------------
 
@@ -547,6 +587,7 @@ class Shield:
     def status(self) -> ShieldStatus:
         p = self._plan
         return ShieldStatus(
+            nodes=self.nodes,
             namespaces=tuple(self._ns),
             synced={ns.name: ns.synced for ns in self._ns.values()},
             forbidden={ns.name: ns.forbidden for ns in self._ns.values() if ns.forbidden},
@@ -590,10 +631,9 @@ class Shield:
             for ns in self._ns.values()
         ]
         retry = Backoff()
-        outage = Outage(
-            f"shield of node {self.node}", log, lambda: self.metrics.count_retry("shield")
-        )
+        outage = Outage(f"shield of {self.nodes}", log, lambda: self.metrics.count_retry("shield"))
         delay: float | None = None
+        self.running = True
         try:
             while True:
                 if delay is None:
@@ -616,6 +656,7 @@ class Shield:
                     outage.failed("API call", exc, delay)
                 self._status_changed()
         finally:
+            self.running = False
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -669,7 +710,7 @@ class Shield:
         self._status_changed()
 
     async def _pass(self) -> None:
-        """Plan over this node's pods and the namespaces whose budgets have listed, then write."""
+        """Plan over the pods and the namespaces whose budgets have listed, then write."""
         if not self.pods.pods_synced:
             return
         synced = {ns.name: ns for ns in self._ns.values() if ns.synced}
@@ -677,7 +718,7 @@ class Shield:
         self._shared = {p.uid: self._shared[p.uid] for p in pods if p.uid in self._shared}
         budgets = [b for ns in synced.values() for b in ns.budgets.values()]
         new = plan(
-            self.node,
+            self.nodes,
             pods,
             budgets,
             self.build_selectors,
@@ -703,8 +744,8 @@ class Shield:
     async def _not_unique(self, pod: Pod) -> str:
         """Why a budget selecting ``pod``'s labels would select other pods too (any node's).
 
-        The pod watch shows this node's pods only; one list by the pod's labels, once per
-        build pod, shows what a budget with that selector would cover.
+        An agent's pod watch shows its node's pods only; one list by the pod's labels, once
+        per build pod, shows what a budget with that selector would cover.
         """
         selector = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items()))
         body = await self._request(
@@ -739,10 +780,11 @@ class Shield:
         if self._cordoned and not self._cordon_counted and self._plan.held:
             self._cordon_counted = True
             self._blocked += 1
-            self.metrics.count_shield_blocked_drain()
+            if self._on_blocked_drain is not None:
+                self._on_blocked_drain()
             log.warning(
-                "shield: node %s cordoned while budgets shield %s",
-                self.node,
+                "shield: %s cordoned while budgets shield %s",
+                self.nodes,
                 ", ".join(h.pod.key for h in self._plan.held),
             )
 
@@ -756,7 +798,7 @@ class Shield:
                 "poddisruptionbudget_create",
                 self._policy.create_namespaced_pod_disruption_budget,
                 want.pod.namespace,
-                want.manifest(self.node),
+                want.manifest(),
             )
         except KubeError as exc:
             self._inflight.discard(key)
@@ -794,11 +836,11 @@ class Shield:
         return True
 
     async def remove_all(self) -> int:
-        """Delete this node's budgets (on uninstall; a rolling update keeps them). Returns how
+        """Delete the scope's budgets (on uninstall; a rolling update keeps them). Returns how
         many were deleted; errors are logged, not raised: the garbage collector is the backstop."""
         deleted = 0
+        label = self.nodes.label_selector()
         for ns in self._ns.values():
-            label = f"{MANAGED_BY_KEY}={MANAGED_BY},{NODE_KEY}={node_label_value(self.node)}"
             try:
                 body = await self._request(
                     "poddisruptionbudget_list",

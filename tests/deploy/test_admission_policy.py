@@ -298,7 +298,7 @@ def budget(node_name: str = NODE, **changes: Any) -> Obj:
             "status": {"phase": "Running"},
         }
     )
-    manifest: Obj = Want(pod, Role.BUILD_POD, budget_name(pod.name, pod.uid)).manifest(node_name)
+    manifest: Obj = Want(pod, Role.BUILD_POD, budget_name(pod.name, pod.uid)).manifest()
     for path, value in changes.items():
         target = manifest
         *parents, leaf = path.split("__")

@@ -21,7 +21,7 @@ import pytest
 from drain_guard import protocol
 from drain_guard.kube import Kube, WatchCache
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, Shield
+from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, NodeScope, Shield
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector
@@ -146,7 +146,13 @@ async def start_shield(api: SimApiServer) -> AsyncIterator[Callable[..., Any]]:
         cache = WatchCache()
         pods = asyncio.create_task(Kube(client, metrics).watch_pods(NODE, cache, None))
         shield = Shield(
-            client, NODE, default_build_pod_selectors(), cache, metrics=metrics, **kwargs
+            client,
+            NodeScope(NODE),
+            default_build_pod_selectors(),
+            cache,
+            metrics=metrics,
+            on_blocked_drain=metrics.count_shield_blocked_drain,
+            **kwargs,
         )
         task = asyncio.create_task(shield.run())
         tasks.extend((task, pods))
@@ -282,6 +288,7 @@ async def test_the_agent_deletes_the_budget_when_the_build_pod_finishes(
         {
             "namespace": MCO_NAMESPACE,
             "name": POD,
+            "node": NODE,
             "phase": "Running",
             "role": "build-pod",
             "budget": pdb["metadata"]["name"],

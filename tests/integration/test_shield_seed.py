@@ -13,7 +13,7 @@ from pathlib import Path
 
 from drain_guard.kube import Kube, WatchCache, load_api_client
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, Shield
+from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, NodeScope, Shield
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.gc import GC_USER
 from drain_guard_sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, Timings, annotations_of
@@ -34,7 +34,7 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
         client = await load_api_client(str(cluster.agent_kubeconfig(node)))
         cache = WatchCache()
         pods = asyncio.create_task(Kube(client).watch_pods(node, cache, MCO_NAMESPACE))
-        shield = Shield(client, node, default_build_pod_selectors(), cache)
+        shield = Shield(client, NodeScope(node), default_build_pod_selectors(), cache)
         task = asyncio.create_task(shield.run())
         try:
             rendered = await cluster.create_machine_config("99-worker-seed")

@@ -17,10 +17,11 @@ from drain_guard.selectors import (
     default_build_pod_selectors,
     parse_build_pod_selector,
 )
-from drain_guard.shield import BudgetState, Role, Want, plan
+from drain_guard.shield import EVERY_NODE, BudgetState, NodeScope, Role, Want, plan
 
 NODE = "worker-0"
 OTHER = "worker-1"
+HERE = NodeScope(NODE)
 SELECTORS = default_build_pod_selectors()
 DEPS = shield.default_dependency_selectors()
 BUILD_LABELS = {"openshift.io/build.name": "build-rendered-worker-b"}
@@ -54,11 +55,10 @@ def checked(pods: list[Pod]) -> dict[str, str]:
     return {p.uid: shield.not_unique(p, pods) for p in pods}
 
 
-def ours_for(
-    p: Pod, node: str = NODE, role: Role = Role.BUILD_POD, **overrides: object
-) -> BudgetState:
-    """The budget the plan would create for ``p``, as the API server would return it."""
-    obj = Want(p, role, shield.budget_name(p.name, p.uid)).manifest(node)
+def ours_for(p: Pod, role: Role = Role.BUILD_POD, **overrides: object) -> BudgetState:
+    """The budget the plan would create for ``p`` (labelled with its node), as the API server
+    would return it."""
+    obj = Want(p, role, shield.budget_name(p.name, p.uid)).manifest()
     obj["metadata"]["uid"] = f"pdb-{p.uid}"
     return _replace(BudgetState.from_dict(obj), **overrides)
 
@@ -76,9 +76,9 @@ def foreign(
 
 def test_a_running_build_pod_gets_a_budget_selecting_exactly_it() -> None:
     p = pod()
-    result = plan(NODE, [p, pod("other", labels={"app": "x"})], [], SELECTORS)
+    result = plan(HERE, [p, pod("other", labels={"app": "x"})], [], SELECTORS)
     assert [(w.pod, w.role) for w in result.create] == [(p, Role.BUILD_POD)]
-    body = result.create[0].manifest(NODE)
+    body = result.create[0].manifest()
     assert body["metadata"]["name"] == "drain-guard-build-rendered-worker-b-build"
     assert body["metadata"]["namespace"] == MCO_NAMESPACE
     assert body["metadata"]["labels"] == {
@@ -96,7 +96,7 @@ def test_a_running_build_pod_gets_a_budget_selecting_exactly_it() -> None:
 
 
 def test_pending_build_pods_are_shielded_before_they_run() -> None:
-    assert len(plan(NODE, [pod(phase="Pending")], [], SELECTORS).create) == 1
+    assert len(plan(HERE, [pod(phase="Pending")], [], SELECTORS).create) == 1
 
 
 def test_no_budget_for_build_pods_elsewhere_finished_or_deleting() -> None:
@@ -107,14 +107,14 @@ def test_no_budget_for_build_pods_elsewhere_finished_or_deleting() -> None:
         pod("d", deleting=True, labels={"openshift.io/build.name": "d"}),
         pod("e", labels={"app": "not-a-build"}),
     ]
-    result = plan(NODE, pods, [], SELECTORS)
+    result = plan(HERE, pods, [], SELECTORS)
     assert result == shield.Plan()
 
 
 def test_an_existing_budget_is_kept_not_recreated() -> None:
     p = pod()
     budget = ours_for(p)
-    result = plan(NODE, [p], [budget], SELECTORS)
+    result = plan(HERE, [p], [budget], SELECTORS)
     assert result.create == ()
     assert result.delete == ()
     assert [(h.pod, h.budget) for h in result.held] == [(p, budget.name)]
@@ -124,26 +124,83 @@ def test_the_budget_goes_when_the_pod_finishes_or_is_gone() -> None:
     p = pod()
     budget = ours_for(p)
     done = pod(phase="Succeeded")
-    assert plan(NODE, [done], [budget], SELECTORS).delete == (budget,)
-    assert plan(NODE, [], [budget], SELECTORS).delete == (budget,)
+    assert plan(HERE, [done], [budget], SELECTORS).delete == (budget,)
+    assert plan(HERE, [], [budget], SELECTORS).delete == (budget,)
 
 
 def test_stale_budgets_of_this_node_are_cleaned_but_not_other_nodes() -> None:
     gone = pod("gone", labels={"openshift.io/build.name": "gone"})
-    mine, theirs = ours_for(gone), ours_for(gone, node=OTHER)
-    result = plan(NODE, [], [mine, theirs], SELECTORS)
+    mine = ours_for(gone)
+    theirs = ours_for(pod("gone", labels={"openshift.io/build.name": "gone"}, node=OTHER))
+    result = plan(HERE, [], [mine, theirs], SELECTORS)
     assert result.delete == (mine,)
+
+
+# --- every node: the central shield ---------------------------------------------------------
+
+
+def test_every_node_shields_build_pods_on_any_node_labelled_with_their_own_node() -> None:
+    here, there = pod("a", labels={"openshift.io/build.name": "a"}), pod("b", node=OTHER)
+    result = plan(EVERY_NODE, [here, there, pod("c", labels={"app": "x"})], [], SELECTORS)
+    assert [w.pod for w in result.create] == [here, there]
+    labels = [w.manifest()["metadata"]["labels"]["drain-guard.io/node"] for w in result.create]
+    assert labels == [NODE, OTHER]
+    # The same budgets, in the same shape, as each node's agent would keep.
+    assert [w.manifest() for w in result.create] == [
+        w.manifest()
+        for scope, p in ((HERE, here), (NodeScope(OTHER), there))
+        for w in plan(scope, [p], [], SELECTORS).create
+    ]
+
+
+def test_every_node_keeps_what_an_agent_made_and_cleans_every_node_stale_budget() -> None:
+    kept = pod("kept", node=OTHER)
+    stale = ours_for(pod("gone", labels={"openshift.io/build.name": "g"}, node=OTHER))
+    result = plan(EVERY_NODE, [kept], [ours_for(kept), stale, ours_for(pod("done"))], SELECTORS)
+    assert result.create == ()
+    assert [h.pod for h in result.held] == [kept]
+    assert sorted(b.name for b in result.delete) == ["drain-guard-done", "drain-guard-gone"]
+
+
+def test_every_node_leaves_unscheduled_pods_and_budgets_not_drain_guards() -> None:
+    unscheduled = pod("pending", phase="Pending", node="")
+    unlabelled = _replace(
+        ours_for(pod("x")), labels={"app.kubernetes.io/managed-by": "drain-guard"}
+    )
+    result = plan(EVERY_NODE, [unscheduled], [unlabelled, foreign("f", {"a": "1"})], SELECTORS)
+    assert result == shield.Plan()
+
+
+def test_mco_pods_never_get_a_budget_in_either_scope() -> None:
+    mco = [
+        pod("machine-config-controller-1", labels={"k8s-app": "machine-config-controller"}),
+        pod("machine-os-builder-1", labels={"k8s-app": "machine-os-builder"}, node=OTHER),
+        pod("machine-config-daemon-1", labels={"k8s-app": "machine-config-daemon"}),
+    ]
+    for scope in (HERE, EVERY_NODE):
+        assert plan(scope, mco, [], SELECTORS) == shield.Plan()
+
+
+def test_scopes_select_their_budgets_by_label() -> None:
+    assert HERE.label_selector() == (
+        "app.kubernetes.io/managed-by=drain-guard,drain-guard.io/node=worker-0"
+    )
+    assert (
+        EVERY_NODE.label_selector()
+        == "app.kubernetes.io/managed-by=drain-guard,drain-guard.io/node"
+    )
+    assert (str(HERE), str(EVERY_NODE)) == ("node worker-0", "every node")
 
 
 def test_a_budget_being_deleted_is_not_deleted_again() -> None:
     budget = ours_for(pod(), deleting=True)
-    assert plan(NODE, [], [budget], SELECTORS).delete == ()
+    assert plan(HERE, [], [budget], SELECTORS).delete == ()
 
 
 def test_a_pod_another_budget_selects_is_left_alone_and_reported() -> None:
     p = pod()
     other = foreign("someone-elses", {"openshift.io/build.name": "build-rendered-worker-b"})
-    result = plan(NODE, [p], [other], SELECTORS)
+    result = plan(HERE, [p], [other], SELECTORS)
     assert result.create == ()
     [conflict] = result.conflicts
     assert conflict.pod == p
@@ -155,7 +212,7 @@ def test_a_budget_that_appears_after_ours_is_reported_and_ours_stays() -> None:
     p = pod()
     mine = ours_for(p)
     other = foreign("late", {"openshift.io/build.name": "build-rendered-worker-b"})
-    result = plan(NODE, [p], [mine, other], SELECTORS)
+    result = plan(HERE, [p], [mine, other], SELECTORS)
     assert result.delete == ()
     assert [c.shielded for c in result.conflicts] == [True]
     assert [h.budget for h in result.held] == [mine.name]
@@ -169,7 +226,7 @@ def test_budgets_that_select_nothing_do_not_conflict() -> None:
         foreign("elsewhere", BUILD_LABELS, namespace="default"),
         foreign("other-labels", {"app": "x"}),
     ]
-    result = plan(NODE, [p], others, SELECTORS)
+    result = plan(HERE, [p], others, SELECTORS)
     assert len(result.create) == 1
     assert result.conflicts == ()
 
@@ -178,23 +235,23 @@ def test_a_pod_whose_labels_select_another_active_pod_is_not_shielded() -> None:
     p = pod("job-a", labels={"job-name": "build-x"}, owners=(OwnerRef("Job", "build-x"),))
     twin = pod("job-b", labels={"job-name": "build-x"}, node=OTHER)
     selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:job-name"),)
-    result = plan(NODE, [p], [], selectors, shared=checked([p, twin]))
+    result = plan(HERE, [p], [], selectors, shared=checked([p, twin]))
     assert result.create == ()
     [u] = result.unshieldable
     assert u.pod == p
     assert "job-b" in u.why
     # A finished twin is not selected by the eviction's arithmetic: shielding is fine.
     done = pod("job-b", labels={"job-name": "build-x"}, node=OTHER, phase="Failed")
-    assert len(plan(NODE, [p], [], selectors, shared=checked([p, done])).create) == 1
+    assert len(plan(HERE, [p], [], selectors, shared=checked([p, done])).create) == 1
     # Not checked yet: wanted, and the shield lists by its labels before creating it.
-    assert len(plan(NODE, [p], [], selectors).create) == 1
+    assert len(plan(HERE, [p], [], selectors).create) == 1
 
 
 def test_a_pod_without_labels_cannot_be_selected() -> None:
     # "!foo" matches a pod without labels, so the rule reaches one: no budget can select it.
     selectors = (parse_build_pod_selector(f"{MCO_NAMESPACE}:!foo@Job"),)
     bare = pod("bare", labels={}, owners=(OwnerRef("Job", "x"),))
-    result = plan(NODE, [bare], [], selectors)
+    result = plan(HERE, [bare], [], selectors)
     assert result.create == ()
     assert [(u.pod, "no labels" in u.why) for u in result.unshieldable] == [(bare, True)]
 
@@ -202,10 +259,10 @@ def test_a_pod_without_labels_cannot_be_selected() -> None:
 def test_ours_that_no_longer_selects_the_pod_is_replaced() -> None:
     p = pod()
     stale_selector = ours_for(p, selector=LabelSelector.from_dict({"matchLabels": {"x": "y"}}))
-    first = plan(NODE, [p], [stale_selector], SELECTORS)
+    first = plan(HERE, [p], [stale_selector], SELECTORS)
     assert first.delete == (stale_selector,)
     assert first.create == ()  # the name is still taken; created once the old one is gone
-    second = plan(NODE, [p], [], SELECTORS)
+    second = plan(HERE, [p], [], SELECTORS)
     assert [w.name for w in second.create] == [stale_selector.name]
 
 
@@ -217,28 +274,28 @@ def test_dependencies_only_while_a_build_runs_anywhere() -> None:
         namespace=shield.REGISTRY_NAMESPACE,
     )
     # This agent sees only its node's pods: another node's build shows as that agent's budget.
-    build_elsewhere = ours_for(pod(node=OTHER), node=OTHER)
-    idle = plan(NODE, [builder, registry], [], SELECTORS, dependency_selectors=DEPS)
+    build_elsewhere = ours_for(pod(node=OTHER))
+    idle = plan(HERE, [builder, registry], [], SELECTORS, dependency_selectors=DEPS)
     assert idle.create == ()
-    busy = plan(NODE, [builder, registry], [build_elsewhere], SELECTORS, dependency_selectors=DEPS)
+    busy = plan(HERE, [builder, registry], [build_elsewhere], SELECTORS, dependency_selectors=DEPS)
     assert sorted((w.pod.name, w.role) for w in busy.create) == [
         ("image-registry-1", Role.DEPENDENCY),
         ("machine-os-builder-1", Role.DEPENDENCY),
     ]
-    assert busy.create[0].manifest(NODE)["metadata"]["labels"]["drain-guard.io/shield"] == (
+    assert busy.create[0].manifest()["metadata"]["labels"]["drain-guard.io/shield"] == (
         "dependency"
     )
     # Off by default.
-    assert plan(NODE, [builder, registry], [build_elsewhere], SELECTORS).create == ()
+    assert plan(HERE, [builder, registry], [build_elsewhere], SELECTORS).create == ()
     # A build on this node is enough.
-    here = plan(NODE, [builder, pod()], [], SELECTORS, dependency_selectors=DEPS)
+    here = plan(HERE, [builder, pod()], [], SELECTORS, dependency_selectors=DEPS)
     assert sorted(w.role for w in here.create) == [Role.BUILD_POD, Role.DEPENDENCY]
 
 
 def test_dependency_budgets_go_when_no_build_runs() -> None:
     builder = pod("machine-os-builder-1", labels={"k8s-app": "machine-os-builder"})
     budget = ours_for(builder, role=Role.DEPENDENCY)
-    assert plan(NODE, [builder], [budget], SELECTORS, dependency_selectors=DEPS).delete == (budget,)
+    assert plan(HERE, [builder], [budget], SELECTORS, dependency_selectors=DEPS).delete == (budget,)
 
 
 def test_replicas_sharing_labels_are_not_shielded() -> None:
@@ -246,9 +303,9 @@ def test_replicas_sharing_labels_are_not_shielded() -> None:
     ns = shield.REGISTRY_NAMESPACE
     here = pod("registry-1", labels=labels, namespace=ns)
     there = pod("registry-2", labels=labels, namespace=ns, node=OTHER)
-    elsewhere = ours_for(pod(node=OTHER), node=OTHER)
+    elsewhere = ours_for(pod(node=OTHER))
     result = plan(
-        NODE,
+        HERE,
         [here],
         [elsewhere],
         SELECTORS,
@@ -275,9 +332,10 @@ def test_long_names_and_node_names_fit_kubernetes_limits() -> None:
 def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
     p = pod()
     result = plan(
-        NODE, [p], [foreign("x", {"openshift.io/build.name": "build-rendered-worker-b"})], SELECTORS
+        HERE, [p], [foreign("x", {"openshift.io/build.name": "build-rendered-worker-b"})], SELECTORS
     )
     status = shield.ShieldStatus(
+        nodes=HERE,
         namespaces=(MCO_NAMESPACE,),
         forbidden={"other": "poddisruptionbudget_list forbidden"},
         conflicts=result.conflicts,
@@ -286,6 +344,7 @@ def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
         {
             "namespace": MCO_NAMESPACE,
             "name": p.name,
+            "node": NODE,
             "phase": "Running",
             "role": "build-pod",
             "budgets": [f"{MCO_NAMESPACE}/x"],
@@ -294,6 +353,8 @@ def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
     ]
     assert status["forbidden"] == {"other": "poddisruptionbudget_list forbidden"}
     assert status["budgets"] == []
+    assert status["node"] == NODE
+    assert shield.ShieldStatus().to_json()["node"] == "*"
 
 
 _label = st.sampled_from(["a", "b", "c"])
@@ -314,15 +375,24 @@ def test_every_created_budget_selects_exactly_its_pod_among_active_pods(
         pod(f"p{i}", labels=labels, node=n, phase=ph) for i, (labels, n, ph) in enumerate(specs)
     ]
     mine = [p for p in pods if p.node == NODE]
-    result = plan(NODE, mine, [], selectors, shared=checked(pods))
+    result = plan(HERE, mine, [], selectors, shared=checked(pods))
     for want in result.create:
         budget = BudgetState.from_dict(
-            {**want.manifest(NODE), "metadata": {**want.manifest(NODE)["metadata"], "uid": "u"}}
+            {**want.manifest(), "metadata": {**want.manifest()["metadata"], "uid": "u"}}
         )
         assert [p for p in pods if p.running and budget.selects(p)] == [want.pod]
     shielded = {w.pod.uid for w in result.create} | {u.pod.uid for u in result.unshieldable}
     wanted = {p.uid for p in pods if p.node == NODE and p.running and "a" in p.labels}
     assert shielded == wanted
+    # Every node, seeing every pod: the same guarantee over all of them.
+    everywhere = plan(EVERY_NODE, pods, [], selectors, shared=checked(pods))
+    for want in everywhere.create:
+        budget = BudgetState.from_dict(
+            {**want.manifest(), "metadata": {**want.manifest()["metadata"], "uid": "u"}}
+        )
+        assert [p for p in pods if p.running and budget.selects(p)] == [want.pod]
+    covered = {w.pod.uid for w in everywhere.create} | {u.pod.uid for u in everywhere.unshieldable}
+    assert covered == {p.uid for p in pods if p.running and "a" in p.labels}
 
 
 _budget_labels = st.sampled_from([None, {}, {"a": "1"}, {"a": "2"}, {"b": "1"}])
@@ -348,8 +418,8 @@ def test_no_created_budget_makes_a_second_one_over_an_active_pod(
         b = foreign(f"b{i}", match)
         budgets.append(_replace(b, labels=ours_for(pod()).labels) if mine else b)
     local = [p for p in pods if p.node == NODE]
-    result = plan(NODE, local, budgets, selectors, shared=checked(pods))
-    created = [BudgetState.from_dict(w.manifest(NODE)) for w in result.create]
+    result = plan(HERE, local, budgets, selectors, shared=checked(pods))
+    created = [BudgetState.from_dict(w.manifest()) for w in result.create]
     kept = [b for b in budgets if b not in result.delete]
     for p in pods:
         if not p.running:
