@@ -13,21 +13,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
-from drain_guard import __version__, guards, host, protocol, selfcheck
+from drain_guard import __version__, guards, holds, host, protocol, selfcheck
 from drain_guard.config import Settings
-from drain_guard.events import EventQueue
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.kube import (
     Applied,
     Backoff,
-    Kube,
     KubeError,
     NodeObj,
     Outage,
+    PatchResult,
     WatchCache,
 )
 from drain_guard.logs import decision_fields, hold_fields, log_key
@@ -50,16 +50,46 @@ CAS_ATTEMPTS = 5
 STUCK_AFTER = 120.0
 
 
+# --- what the controller talks to -----------------------------------------------------------
+
+
+class NodeApi(Protocol):
+    """The Node reads and compare-and-swap writes of the loop (``kube.Kube``)."""
+
+    async def get_node(self, name: str) -> NodeObj | None: ...
+
+    async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult: ...
+
+
+class EventSink(Protocol):
+    """Where the loop posts the Node's Events (``events.EventQueue``)."""
+
+    node_uid: str | None
+
+    def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None: ...
+
+    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None: ...
+
+
+class Clock(Protocol):
+    """The time, as the loop reads it: tests inject their own."""
+
+    def now(self) -> datetime: ...
+
+    def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    """The wall clock (aware UTC) and the monotonic clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
 # --- the controller -------------------------------------------------------------------------
-
-
-@dataclass
-class _Seen:
-    """What the loop last saw of the request, to count new requests and time reactions."""
-
-    desired: str | None = None
-    seen_at: float = 0.0  # monotonic: when the watch delivered this desiredDrain value
-    observed: bool = False  # False until the first Node was seen
 
 
 class Controller:
@@ -68,13 +98,15 @@ class Controller:
     def __init__(
         self,
         settings: Settings,
-        kube: Kube,
+        kube: NodeApi,
         metrics: Metrics,
         counters: MetricCounters,
-        events: EventQueue,
+        events: EventSink,
         cache: WatchCache,
         shield: Shield | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock or SystemClock()
         self.settings = settings
         self.shield = shield
         self.kube = kube
@@ -84,11 +116,9 @@ class Controller:
         self.cache = cache
         self.booted = host.BootedImageReader(settings, metrics)
         self.guards = guards.default_guards(settings.build_pod_selectors, settings.build_pod_scope)
-        self.started_at = datetime.now(UTC)
-        self._seen = _Seen()
-        # The hold as this agent last knew it on the Node (written, resumed, or seen).
-        self._hold: protocol.HoldRecord | None = None
-        self._last_ended: protocol.HoldRecord | None = None  # counted once, however seen
+        self.started_at = self.clock.now()
+        # What the agent knows of holds between passes (holds.py derives what happened).
+        self._memory = holds.Memory()
         self._status = AgentStatus(
             node=settings.node_name,
             decision="starting",
@@ -118,7 +148,7 @@ class Controller:
     def status(self) -> AgentStatus:
         return replace(
             self._status,
-            generated_at=datetime.now(UTC),
+            generated_at=self.clock.now(),
             synced={"node": self.cache.node_synced, "pod": self.cache.pods_synced},
             last_api_contact=self.counters.last_contact,
             shield=None if self.shield is None else self.shield.status().to_json(),
@@ -131,7 +161,7 @@ class Controller:
         if not self._running:
             return False
         started = self._pass_started
-        return started is None or time.monotonic() - started < STUCK_AFTER
+        return started is None or self.clock.monotonic() - started < STUCK_AFTER
 
     def ready(self) -> tuple[bool, str]:
         return readiness(
@@ -140,7 +170,7 @@ class Controller:
             node_found=self.cache.node is not None,
             node_name=self.settings.node_name,
             last_contact=self.counters.last_contact,
-            now=datetime.now(UTC),
+            now=self.clock.now(),
             stale_after=self.settings.api_stale_after,
         )
 
@@ -162,15 +192,15 @@ class Controller:
                 self._report_synced()
                 if not self.cache.synced:
                     continue  # invariant 7: no decision before both watches listed
-                self._pass_started = time.monotonic()
+                self._pass_started = self.clock.monotonic()
                 try:
-                    recheck = await self._pass()
+                    recheck = await self.step()
                     retry.reset()
                     outage.ended()
                 except KubeError as exc:
                     delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
                     outage.failed("API call", exc, delay)
-                    recheck = datetime.now(UTC) + timedelta(seconds=delay)
+                    recheck = self.clock.now() + timedelta(seconds=delay)
                 finally:
                     self._pass_started = None
         finally:
@@ -187,7 +217,7 @@ class Controller:
         if recheck is None:
             await self.cache.changed.wait()
         else:
-            timeout = max(0.0, (recheck - datetime.now(UTC)).total_seconds())
+            timeout = max(0.0, (recheck - self.clock.now()).total_seconds())
             # asyncio.timeout, not wait_for: in Python 3.11 wait_for can swallow a cancellation
             # that lands as the event fires, and the loop would then never stop (SIGTERM hung).
             with contextlib.suppress(TimeoutError):
@@ -206,20 +236,21 @@ class Controller:
         self._written = None
         return node
 
-    async def _pass(self) -> datetime | None:
-        """Decide and apply, re-deciding on fresh state after a lost compare-and-swap."""
+    async def step(self) -> datetime | None:
+        """One pass: decide and apply, re-deciding on fresh state after a lost
+        compare-and-swap; returns when to decide again without a watch event, if ever."""
         node = self._current_node()
         for _ in range(CAS_ATTEMPTS):
             if node is None:
                 self._set_status("idle", f"node {self.settings.node_name} not found", None)
                 return None
-            await self._observe(node)
+            self._observe(node)
             view = guards.NodeView(
                 name=node.name,
                 annotations=node.annotations,
                 pods=tuple(self.cache.pods.values()),
                 booted=await self.booted.get(),
-                now=datetime.now(UTC),
+                now=self.clock.now(),
                 resource_version=node.resource_version,
             )
             decision = guards.decide(view, self.guards, self.settings.max_hold)
@@ -233,7 +264,8 @@ class Controller:
             result = await self.kube.patch_node_json(node.name, decision.patch)
             if isinstance(result, Applied):
                 self._written = (node.resource_version, result.node)
-                await self._committed(decision, node, result.node, view)
+                self._applied(decision, node, result.node)
+                self._settle(decision, result.node, view)
                 return decision.recheck_at
             log.info(
                 "compare-and-swap lost (%s %s); deciding again on the current Node",
@@ -247,62 +279,66 @@ class Controller:
         log.warning("node kept changing under %d attempts; waiting for the watch", CAS_ATTEMPTS)
         return None
 
-    # What happened on the Node without us ---------------------------------------------------
+    # Holds: what happened, derived by holds.py, applied here ---------------------------------
 
-    async def _observe(self, node: NodeObj) -> None:
-        """Count new requests; notice holds that ended by someone else's write; resume holds."""
+    def _observe(self, node: NodeObj) -> None:
+        """What someone else's writes did: new requests, holds ended or found on the Node."""
         if self.shield is not None:
             self.shield.node_seen(node.unschedulable)
-        ann = node.annotations
         self.events.node_uid = node.uid or None
-        desired = ann.get(protocol.DESIRED_DRAIN)
-        if desired != self._seen.desired:
-            first = not self._seen.observed
-            self._seen = _Seen(desired, self.cache.node_seen_at or time.monotonic(), True)
-            verb = protocol.parse_drain_request(desired).verb
-            # The value found at start counts only if it still waits for a drain: an old,
-            # applied request is not new to anyone.
-            pending = desired != ann.get(protocol.LAST_APPLIED_DRAIN)
-            if verb is not protocol.Verb.NONE and (pending or not first):
-                self.metrics.count_drain_request(verb.value)
-        on_node = _node_hold(ann)
-        known = self._hold
-        if known is not None and (on_node is None or on_node.held_drain != known.held_drain):
-            if desired == known.held_drain and protocol.HELD_DRAIN in ann:
-                # The MCD wrote the held request again over the hold (it restarted): not an
-                # end; decide() holds it again with the same age, or cleans up and we count.
-                return
-            # Someone else restored the request (drain-guard release, or by hand): manual.
-            # Any other value is the MCD's newer request replacing the held one.
-            verb = protocol.parse_drain_request(desired).verb
-            outcome = (
-                protocol.Outcome.SUPERSEDED
-                if desired != known.held_drain
-                and verb in (protocol.Verb.DRAIN, protocol.Verb.UNCORDON)
-                else protocol.Outcome.MANUAL
-            )
-            await self._ended(known, outcome, node.name, desired)
-        if self._hold is None and on_node is not None:
-            self._hold = on_node
-            self.metrics.set_hold([r.value for r in on_node.reasons], on_node.since)
-            log.info(
-                "resuming hold found on the node",
-                extra={"fields": hold_fields(node.name, on_node, self.settings.max_hold)},
-            )
+        seen_at = self.cache.node_seen_at or self.clock.monotonic()
+        self._apply(
+            holds.observe(self._memory, node.annotations, now=self.clock.now(), seen_at=seen_at),
+            node.name,
+        )
 
-    async def _ended(
-        self,
-        record: protocol.HoldRecord,
-        outcome: protocol.Outcome,
-        node: str,
-        now_value: str | None,
-    ) -> None:
-        held_for = datetime.now(UTC) - record.since
-        self._hold = None
-        self._last_ended = record
-        self.metrics.hold_released(outcome.value, held_for.total_seconds())
+    def _applied(self, decision: guards.Decision, before: NodeObj, after: NodeObj) -> None:
+        """What our own write of ``decision`` did."""
+        change = holds.applied(
+            self._memory,
+            decision,
+            cordoned=before.unschedulable,
+            after=after.annotations,
+            now=self.clock.now(),
+            monotonic=self.clock.monotonic(),
+        )
+        self._apply(change, after.name)
+
+    def _apply(self, change: holds.Change, node: str) -> None:
+        """Keep the new memory; turn each transition into its metrics, Events and log lines."""
+        self._memory = change.memory
+        for t in change.transitions:
+            if isinstance(t, holds.Requested):
+                self.metrics.count_drain_request(t.verb.value)
+            elif isinstance(t, holds.Began):
+                self.metrics.hold_committed(t.reasons, t.since, t.reaction_seconds)
+                self.events.drain_held(t.request, t.reasons, t.detail)
+            elif isinstance(t, holds.Resumed | holds.Updated):
+                self.metrics.set_hold(t.reasons, t.since)
+                self.events.drain_held(t.request, t.reasons, t.detail)
+            elif isinstance(t, holds.Found):
+                self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
+                log.info(
+                    "resuming hold found on the node",
+                    extra={"fields": hold_fields(node, t.record, self.settings.max_hold)},
+                )
+            elif isinstance(t, holds.RaceLost):
+                # The MCC cordoned before the hold landed. Held anyway: an eviction already
+                # running is not stopped, but a failed or retried drain attempt will see the
+                # hold verb and stop, and the MCD cannot proceed (docs/troubleshooting.md).
+                self.metrics.race_lost()
+                log.warning(
+                    "node was already cordoned when the hold was written (race lost)",
+                    extra={"fields": {"node": node, "request": t.request}},
+                )
+            else:
+                self._ended(t, node)
+
+    def _ended(self, ended: holds.Ended, node: str) -> None:
+        record = ended.record
+        self.metrics.hold_released(ended.outcome.value, ended.held_for.total_seconds())
         if not self.settings.observe_only:  # an Event is a write too
-            self.events.drain_released(record.held_drain, outcome.value, held_for)
+            self.events.drain_released(record.held_drain, ended.outcome.value, ended.held_for)
         log.info(
             "hold ended",
             extra={
@@ -310,66 +346,12 @@ class Controller:
                     "node": node,
                     "request": record.held_drain,
                     "reasons": [r.value for r in record.reasons],
-                    "outcome": outcome.value,
-                    "desiredDrain": now_value or "",
-                    "heldSeconds": round(held_for.total_seconds(), 3),
+                    "outcome": ended.outcome.value,
+                    "desiredDrain": ended.desired or "",
+                    "heldSeconds": round(ended.held_for.total_seconds(), 3),
                 }
             },
         )
-
-    # Our own writes -----------------------------------------------------------------------
-
-    async def _committed(
-        self,
-        decision: guards.Decision,
-        before: NodeObj,
-        after: NodeObj,
-        view: guards.NodeView,
-    ) -> None:
-        after_desired = after.annotations.get(protocol.DESIRED_DRAIN)
-        if isinstance(decision, guards.Hold):
-            self._seen = _Seen(after_desired, self._seen.seen_at, True)
-            record = _node_hold(after.annotations)
-            self._hold = record
-            reasons = [b.reason.value for b in decision.blocks]
-            since = record.since if record else decision.since
-            if decision.resumed:
-                # The MCD wrote the held request again: the same hold, same age, not a new one.
-                self.metrics.set_hold(reasons, since)
-            else:
-                reaction = time.monotonic() - self._seen.seen_at
-                self.metrics.hold_committed(reasons, since, reaction)
-            if before.unschedulable:
-                # The MCC cordoned before the hold landed. Held anyway: an eviction already
-                # running is not stopped, but a failed or retried drain attempt will see the
-                # hold verb and stop, and the MCD cannot proceed (docs/troubleshooting.md).
-                self.metrics.race_lost()
-                log.warning(
-                    "node was already cordoned when the hold was written (race lost)",
-                    extra={"fields": {"node": after.name, "request": decision.original}},
-                )
-            self.events.drain_held(decision.original, reasons, guards.hold_detail(decision.blocks))
-        elif isinstance(decision, guards.UpdateHold):
-            self._hold = _node_hold(after.annotations)
-            reasons = [b.reason.value for b in decision.blocks]
-            self.metrics.set_hold(reasons, decision.record.since)
-            self.events.drain_held(
-                decision.record.held_drain, reasons, guards.hold_detail(decision.blocks)
-            )
-        elif isinstance(decision, guards.Release):
-            # The restored request is the MCD's, already counted when it first appeared.
-            self._seen = _Seen(after_desired, self._seen.seen_at, True)
-            record = decision.record or self._hold
-            if record is not None:
-                await self._ended(record, decision.outcome, after.name, after_desired)
-            self._hold = None
-        elif isinstance(decision, guards.CleanUp):
-            # decision.ended: a hold that ended while no agent ran (superseded, say) ends now.
-            ended = self._hold or decision.ended
-            if ended is not None and ended != self._last_ended:
-                outcome = decision.outcome or protocol.Outcome.SUPERSEDED
-                await self._ended(ended, outcome, after.name, after_desired)
-        self._settle(decision, after, view)
 
     # Observe-only -------------------------------------------------------------------------
 
@@ -414,7 +396,7 @@ class Controller:
         view: guards.NodeView | None = None,
     ) -> None:
         ann: Mapping[str, str] = node.annotations if node is not None else {}
-        record = self._hold
+        record = self._memory.hold
         blocks: tuple[guards.Block, ...] = ()
         if isinstance(decision, guards.Hold | guards.UpdateHold | guards.Keep):
             blocks = decision.blocks
@@ -440,7 +422,7 @@ class Controller:
             explanation=explanation,
             version=__version__,
             started_at=self.started_at,
-            generated_at=datetime.now(UTC),
+            generated_at=self.clock.now(),
             desired_drain=ann.get(protocol.DESIRED_DRAIN),
             last_applied_drain=ann.get(protocol.LAST_APPLIED_DRAIN),
             held_request=record.held_drain if record else None,
@@ -474,11 +456,7 @@ class Controller:
                 return
             result = await self.kube.patch_node_json(node.name, decision.patch)
             if isinstance(result, Applied):
-                record = decision.record or _node_hold(node.annotations)
-                if record is not None:
-                    await self._ended(
-                        record, protocol.Outcome.UNINSTALL, node.name, decision.original
-                    )
+                self._applied(decision, node, result.node)
                 log.info(
                     "decision",
                     extra={"fields": decision_fields(result.node, decision, "release")},
@@ -494,19 +472,6 @@ def _older(node: NodeObj, than: NodeObj) -> bool:
         return int(node.resource_version) < int(than.resource_version)
     except ValueError:
         return False
-
-
-def _node_hold(annotations: Mapping[str, str]) -> protocol.HoldRecord | None:
-    """The hold on the Node if it is drain-guard's and in force (desiredDrain = hold-<held>)."""
-    try:
-        record = protocol.read_hold(annotations)
-    except protocol.MalformedHold:
-        return None
-    if record is None:
-        return None
-    if annotations.get(protocol.DESIRED_DRAIN) != protocol.HOLD_PREFIX + record.held_drain:
-        return None
-    return record
 
 
 def _digest(image: str | None) -> str | None:

@@ -1,0 +1,244 @@
+"""A hold's life as the agent tells it: begun, found, resumed, updated, ended and how (pure).
+
+The Node carries the hold (docs/protocol.md); what the agent keeps between passes is only
+``Memory``: the hold it last knew on the Node, the last hold it counted as ended (an end is
+counted once, however it is seen), and the drain request it last saw (a new one is counted,
+and timed for the reaction histogram). Two functions turn that memory and the Node into what
+happened: ``observe()`` before each decision, on the Node as the watch shows it (someone
+else's writes: the MCD's newer request, an operator's release), and ``applied()`` after the
+agent's own write, on the decision and the Node before and after it. The controller applies
+the ``Transition``s they return (metrics, Events, log lines) and keeps the new memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from drain_guard import guards
+from drain_guard.protocol import (
+    DESIRED_DRAIN,
+    HELD_DRAIN,
+    HOLD_PREFIX,
+    LAST_APPLIED_DRAIN,
+    HoldRecord,
+    MalformedHold,
+    Outcome,
+    Verb,
+    parse_drain_request,
+    read_hold,
+)
+
+__all__ = [
+    "Began",
+    "Change",
+    "Ended",
+    "Found",
+    "Memory",
+    "RaceLost",
+    "Requested",
+    "Resumed",
+    "Transition",
+    "Updated",
+    "applied",
+    "hold_on",
+    "observe",
+]
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What the agent knows between passes that the Node does not say."""
+
+    #: The hold as this agent last knew it on the Node (written, resumed, or found).
+    hold: HoldRecord | None = None
+    #: The last hold counted as ended, so that an end seen twice is counted once.
+    last_ended: HoldRecord | None = None
+    #: The ``desiredDrain`` value last seen, and when (monotonic seconds) it was delivered.
+    request: str | None = None
+    request_seen_at: float = 0.0
+    #: False until the first Node was seen: the request found at start is not new to anyone.
+    observed: bool = False
+
+
+@dataclass(frozen=True)
+class Requested:
+    """A new drain request appeared (``drain_guard_drain_requests_total``)."""
+
+    verb: Verb
+
+
+@dataclass(frozen=True)
+class _Holding:
+    """A hold in force after the agent's write: what it holds, why, since when."""
+
+    request: str
+    reasons: tuple[str, ...]
+    detail: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class Began(_Holding):
+    """The agent wrote a new hold: counted, timed from the request's arrival, DrainHeld."""
+
+    reaction_seconds: float
+
+
+@dataclass(frozen=True)
+class Found:
+    """A hold on the Node that this agent did not write in this run (a restart): resumed."""
+
+    record: HoldRecord
+
+
+@dataclass(frozen=True)
+class Resumed(_Holding):
+    """The MCD wrote the held request again (it restarted) and the agent held it again: the
+    same hold, with its age; not a new hold and not an end."""
+
+
+@dataclass(frozen=True)
+class Updated(_Holding):
+    """The reasons or the detail of the hold changed."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The hold ended: ``outcome`` says how; ``desired`` is ``desiredDrain`` afterwards."""
+
+    record: HoldRecord
+    outcome: Outcome
+    desired: str | None
+    held_for: timedelta
+
+
+@dataclass(frozen=True)
+class RaceLost:
+    """The MCC had cordoned before the hold landed (docs/troubleshooting.md)."""
+
+    request: str
+
+
+Transition = Requested | Began | Found | Resumed | Updated | Ended | RaceLost
+
+
+@dataclass(frozen=True)
+class Change:
+    """The memory after a pass, and what happened in it, in order."""
+
+    memory: Memory
+    transitions: tuple[Transition, ...] = ()
+
+
+def hold_on(annotations: Mapping[str, str]) -> HoldRecord | None:
+    """The hold on the Node if it is drain-guard's and in force (desiredDrain = hold-<held>)."""
+    try:
+        record = read_hold(annotations)
+    except MalformedHold:
+        return None
+    if record is None:
+        return None
+    if annotations.get(DESIRED_DRAIN) != HOLD_PREFIX + record.held_drain:
+        return None
+    return record
+
+
+def _end(
+    memory: Memory, record: HoldRecord, outcome: Outcome, desired: str | None, now: datetime
+) -> Change:
+    ended = Ended(record, outcome, desired, now - record.since)
+    return Change(replace(memory, hold=None, last_ended=record), (ended,))
+
+
+def observe(
+    memory: Memory, annotations: Mapping[str, str], *, now: datetime, seen_at: float
+) -> Change:
+    """What the Node as the watch shows it says happened since the agent last looked.
+
+    ``seen_at`` is when (monotonic) the watch delivered this Node.
+    """
+    transitions: list[Transition] = []
+    desired = annotations.get(DESIRED_DRAIN)
+    request = parse_drain_request(desired)
+    if desired != memory.request:
+        # The value found at start counts only if it still waits for a drain: an old,
+        # applied request is not new to anyone.
+        pending = desired != annotations.get(LAST_APPLIED_DRAIN)
+        if request.verb is not Verb.NONE and (pending or memory.observed):
+            transitions.append(Requested(request.verb))
+        memory = replace(memory, request=desired, request_seen_at=seen_at, observed=True)
+    elif not memory.observed:
+        memory = replace(memory, observed=True)
+    on_node = hold_on(annotations)
+    known = memory.hold
+    if known is not None and (on_node is None or on_node.held_drain != known.held_drain):
+        if desired == known.held_drain and HELD_DRAIN in annotations:
+            # The MCD wrote the held request again over the hold (it restarted): not an
+            # end; decide() holds it again with the same age (Resumed), or cleans up.
+            return Change(memory, tuple(transitions))
+        # Someone else restored the request (drain-guard release, or by hand): manual.
+        # A drain or uncordon other than the held one is the MCD's newer request.
+        superseded = desired != known.held_drain and request.verb in (Verb.DRAIN, Verb.UNCORDON)
+        outcome = Outcome.SUPERSEDED if superseded else Outcome.MANUAL
+        change = _end(memory, known, outcome, desired, now)
+        memory = change.memory
+        transitions.extend(change.transitions)
+    if memory.hold is None and on_node is not None:
+        memory = replace(memory, hold=on_node)
+        transitions.append(Found(on_node))
+    return Change(memory, tuple(transitions))
+
+
+def applied(
+    memory: Memory,
+    decision: guards.Decision,
+    *,
+    cordoned: bool,
+    after: Mapping[str, str],
+    now: datetime,
+    monotonic: float,
+) -> Change:
+    """What the agent's own write of ``decision`` did; ``cordoned``: the Node it decided on
+    was already unschedulable; ``after``: the Node's annotations as the API returned them."""
+    after_desired = after.get(DESIRED_DRAIN)
+    transitions: list[Transition] = []
+    if isinstance(decision, guards.Hold):
+        if decision.supersedes is not None and decision.supersedes != memory.last_ended:
+            # The MCD's newer request replaced a hold while no agent ran: that hold ends now.
+            change = _end(memory, decision.supersedes, Outcome.SUPERSEDED, decision.original, now)
+            memory = change.memory
+            transitions.extend(change.transitions)
+        record = hold_on(after)
+        reasons = tuple(b.reason.value for b in decision.blocks)
+        detail = guards.hold_detail(decision.blocks)
+        since = record.since if record is not None else decision.since
+        if decision.resumed:
+            transitions.append(Resumed(decision.original, reasons, detail, since))
+        else:
+            reaction = monotonic - memory.request_seen_at
+            transitions.append(Began(decision.original, reasons, detail, since, reaction))
+        if cordoned:
+            transitions.append(RaceLost(decision.original))
+        # Our own write is not a new request: remember its value, keep when the request came.
+        return Change(replace(memory, hold=record, request=after_desired), tuple(transitions))
+    if isinstance(decision, guards.UpdateHold):
+        reasons = tuple(b.reason.value for b in decision.blocks)
+        detail = guards.hold_detail(decision.blocks)
+        updated = Updated(decision.record.held_drain, reasons, detail, decision.record.since)
+        return Change(replace(memory, hold=hold_on(after)), (updated,))
+    if isinstance(decision, guards.Release):
+        # The restored request is the MCD's, already counted when it first appeared.
+        memory = replace(memory, request=after_desired)
+        record = decision.record or memory.hold
+        if record is None:
+            return Change(replace(memory, hold=None))
+        return _end(memory, record, decision.outcome, after_desired, now)
+    if isinstance(decision, guards.CleanUp):
+        # decision.ended: a hold that ended while no agent ran (superseded, say) ends now.
+        ended = memory.hold or decision.ended
+        if ended is not None and ended != memory.last_ended:
+            outcome = decision.outcome or Outcome.SUPERSEDED
+            return _end(memory, ended, outcome, after_desired, now)
+    return Change(memory)

@@ -1,0 +1,357 @@
+"""The controller's loop in-process: a fake Kube (the Node as a dict, written with real JSON
+Patch semantics), the real watch cache, metrics and host reader, and an injected clock, so
+reaction and hold times are exact. The agent-process tests cover the same paths end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from drain_guard import protocol
+from drain_guard.config import add_run_arguments, settings_from
+from drain_guard.controller import Controller
+from drain_guard.kube import Applied, Conflict, NodeObj, PatchResult, WatchCache
+from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard_sim.cluster import worker_node
+from drain_guard_sim.hostfs import HostFS
+from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, IMAGE_B, MCO_NS, NODE
+
+DRAIN_B = f"drain-{CONFIG_B}"
+DRAIN_C = "drain-rendered-worker-" + "c" * 32
+MAX_HOLD = timedelta(minutes=45)
+
+
+class FakeKube:
+    """The API server's copy of the Node; ``interfere`` runs before a patch lands (a racing
+    writer), and a failed ``test`` operation is the API's 422."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self.node = node
+        self.patches = 0
+        self.interfere: Callable[[], None] | None = None
+
+    def obj(self) -> NodeObj:
+        return NodeObj.from_dict(self.node)
+
+    def write(
+        self, annotations: Mapping[str, str | None], unschedulable: bool | None = None
+    ) -> None:
+        """Someone else (the MCD, an operator) writes the Node; None removes a key."""
+        node = copy.deepcopy(self.node)
+        ann = node["metadata"]["annotations"]
+        for key, value in annotations.items():
+            if value is None:
+                ann.pop(key, None)
+            else:
+                ann[key] = value
+        if unschedulable is not None:
+            node["spec"]["unschedulable"] = unschedulable
+        self._store(node)
+
+    def _store(self, node: dict[str, Any]) -> None:
+        node["metadata"]["resourceVersion"] = str(int(node["metadata"]["resourceVersion"]) + 1)
+        self.node = node
+
+    async def get_node(self, name: str) -> NodeObj | None:
+        return self.obj() if name == NODE else None
+
+    async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
+        assert name == NODE
+        if self.interfere is not None:
+            interfere, self.interfere = self.interfere, None
+            interfere()
+        try:
+            node = jsonpatch.apply_patch(self.node, [dict(op) for op in ops])
+        except (jsonpatch.JsonPatchTestFailed, jsonpatch.JsonPatchConflict) as exc:
+            return Conflict(422, str(exc))
+        self.patches += 1
+        self._store(node)
+        return Applied(self.obj())
+
+
+@dataclass
+class Events:
+    """The Events the controller posts, in order."""
+
+    node_uid: str | None = None
+    posted: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
+        self.posted.append(("DrainHeld", held_drain, tuple(reasons)))
+
+    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
+        self.posted.append(("DrainReleased", held_drain, outcome, held_for))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        # A whole second: held-since (second precision) loses nothing, durations are exact.
+        self.wall = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+        self.mono = 1000.0
+
+    def now(self) -> datetime:
+        return self.wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += timedelta(seconds=seconds)
+        self.mono += seconds
+
+
+@dataclass
+class Env:
+    controller: Controller
+    kube: FakeKube
+    cache: WatchCache
+    clock: FakeClock
+    metrics: Metrics
+    events: Events
+
+    def deliver(self) -> None:
+        """The watch delivers the API's current Node."""
+        self.cache.node = self.kube.obj()
+        self.cache.node_seen_at = self.clock.monotonic()
+
+    async def step(self) -> datetime | None:
+        """The watch delivers the Node, and the loop makes one pass."""
+        self.deliver()
+        return await self.controller.step()
+
+    def value(self, name: str, **labels: str) -> float:
+        found = self.metrics.registry.get_sample_value(name, labels)
+        assert found is not None, name
+        return found
+
+    def annotations(self) -> dict[str, str]:
+        ann: dict[str, str] = self.kube.node["metadata"]["annotations"]
+        return ann
+
+    def build_pod(self, running: bool = True) -> None:
+        pod = {
+            "metadata": {
+                "name": "build-pod",
+                "namespace": MCO_NS,
+                "labels": {"openshift.io/build.name": f"build-{CONFIG_B}"},
+            },
+            "spec": {"nodeName": NODE},
+            "status": {"phase": "Running"},
+        }
+        self.cache.replace_pods([pod] if running else [])
+
+
+def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) -> Env:
+    host = HostFS(tmp_path / "host", IMAGE_A)
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    argv = ["--node-name", NODE, "--host-root", str(host.root)]
+    argv += ["--cmdline-file", str(host.cmdline_file), "--max-hold", "45m", *flags]
+    settings = settings_from(parser.parse_args(argv), {})
+    kube = FakeKube(node or worker_node(NODE, CONFIG_A, IMAGE_A))
+    kube.node["metadata"]["resourceVersion"] = "10"
+    metrics, clock, events = Metrics(), FakeClock(), Events()
+    cache = WatchCache()
+    cache.replace_pods([])
+    cache.node_synced = True
+    controller = Controller(
+        settings, kube, metrics, MetricCounters(metrics), events, cache, clock=clock
+    )
+    return Env(controller, kube, cache, clock, metrics, events)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    return make_env(tmp_path)
+
+
+async def _hold_b(env: Env) -> None:
+    """A build pod runs; the MCD asks for B; 0.25 s later the loop holds it."""
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})
+    env.deliver()
+    env.clock.mono += 0.25  # the pass runs a quarter second after the watch delivered it
+    await env.controller.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+
+
+async def test_a_hold_begins_and_ends_with_its_reaction_and_duration_exact(env: Env) -> None:
+    await _hold_b(env)
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 1
+    assert env.value("drain_guard_reaction_seconds_sum") == 0.25
+    assert env.value("drain_guard_hold_active", reason="build-pod") == 1
+    assert env.value("drain_guard_drain_requests_total", verb="drain") == 1
+    status = env.controller.status()
+    assert (status.decision, status.held_request, status.since) == ("hold", DRAIN_B, env.clock.wall)
+    await env.step()  # the watch shows our own write: nothing new, nothing written
+    assert env.kube.patches == 1
+    assert env.value("drain_guard_drain_requests_total", verb="hold") == 0
+
+    env.clock.advance(600)
+    env.build_pod(running=False)
+    await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="safe") == 1
+    assert env.value("drain_guard_hold_duration_seconds_sum") == 600
+    assert env.value("drain_guard_hold_active", reason="build-pod") == 0
+    assert env.events.posted == [
+        ("DrainHeld", DRAIN_B, ("build-pod",)),
+        ("DrainReleased", DRAIN_B, "safe", timedelta(seconds=600)),
+    ]
+    assert env.controller.status().held_request is None
+
+
+async def test_a_hold_expires_at_max_hold_by_the_decisions_own_recheck(env: Env) -> None:
+    await _hold_b(env)
+    recheck = await env.step()
+    assert recheck == env.clock.wall + MAX_HOLD
+    env.clock.advance(MAX_HOLD.total_seconds())
+    await env.controller.step()  # woken by the recheck time, no watch event
+    assert env.annotations()[protocol.RELEASED] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="expired") == 1
+    assert env.value("drain_guard_hold_duration_seconds_sum") == MAX_HOLD.total_seconds()
+
+
+async def test_the_mcds_newer_request_supersedes_the_hold_and_is_held_anew(env: Env) -> None:
+    await _hold_b(env)
+    env.clock.advance(30)
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_C})
+    await env.step()
+    assert env.annotations()[protocol.HELD_DRAIN] == DRAIN_C
+    assert env.value("drain_guard_releases_total", outcome="superseded") == 1
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 2
+    assert env.events.posted[1:] == [
+        ("DrainReleased", DRAIN_B, "superseded", timedelta(seconds=30)),
+        ("DrainHeld", DRAIN_C, ("build-pod",)),
+    ]
+
+
+async def test_the_mcd_writing_the_held_request_again_resumes_the_same_hold(env: Env) -> None:
+    await _hold_b(env)
+    since = env.annotations()[protocol.HELD_SINCE]
+    env.clock.advance(60)
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B})  # a restarted MCD, over the hold
+    await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert env.annotations()[protocol.HELD_SINCE] == since
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 1
+    assert env.value("drain_guard_hold_duration_seconds_count") == 0
+    assert env.value("drain_guard_hold_active", reason="build-pod") == 1
+
+
+async def test_a_release_by_someone_else_ends_the_hold_as_manual(env: Env) -> None:
+    await _hold_b(env)
+    env.clock.advance(90)
+    release: dict[str, str | None] = dict.fromkeys(protocol.OWNED_KEYS)
+    env.kube.write({**release, protocol.DESIRED_DRAIN: DRAIN_B, protocol.RELEASED: DRAIN_B})
+    await env.step()
+    assert env.value("drain_guard_releases_total", outcome="manual") == 1
+    assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "manual", timedelta(seconds=90))
+    assert env.kube.patches == 1  # released stays: the request is not held again
+    assert "released earlier" in env.controller.status().explanation
+
+
+async def test_a_hold_found_at_start_is_resumed_not_counted(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.build_pod()
+    since = env.clock.wall - timedelta(minutes=5)
+    env.kube.write(
+        {
+            protocol.DESIRED_DRAIN: "hold-" + DRAIN_B,
+            protocol.DESIRED_IMAGE: IMAGE_B,
+            protocol.HELD_DRAIN: DRAIN_B,
+            protocol.HOLD_REASONS: "build-pod",
+            protocol.HELD_SINCE: protocol.format_rfc3339(since),
+            protocol.HOLD_DETAIL: "build-pod: stale detail",
+        }
+    )
+    with caplog.at_level(logging.INFO, "drain_guard.controller"):
+        await env.step()
+    assert caplog.records[0].getMessage() == "resuming hold found on the node"
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 0
+    assert env.value("drain_guard_hold_started_timestamp_seconds") == since.timestamp()
+    # The stale detail was rewritten: an update of the same hold, with its Event.
+    assert env.controller.status().decision == "update-hold"
+    assert env.events.posted == [("DrainHeld", DRAIN_B, ("build-pod",))]
+
+
+async def test_a_hold_superseded_while_no_agent_ran_ends_when_the_new_one_is_written(
+    env: Env,
+) -> None:
+    """The MCD wrote C over hold-B while no agent ran, and C is held too: B's end is counted
+    (before this, only a clean-up counted it; a new hold of C did not)."""
+    env.build_pod()
+    since = env.clock.wall - timedelta(minutes=5)
+    env.kube.write(
+        {
+            protocol.DESIRED_DRAIN: DRAIN_C,
+            protocol.DESIRED_IMAGE: IMAGE_B,
+            protocol.HELD_DRAIN: DRAIN_B,
+            protocol.HOLD_REASONS: "build-pod",
+            protocol.HELD_SINCE: protocol.format_rfc3339(since),
+        }
+    )
+    await env.step()
+    assert env.annotations()[protocol.HELD_DRAIN] == DRAIN_C
+    assert env.value("drain_guard_releases_total", outcome="superseded") == 1
+    assert env.value("drain_guard_hold_duration_seconds_sum") == 300
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 1
+    assert env.value("drain_guard_hold_active", reason="build-pod") == 1
+
+
+async def test_a_hold_written_after_the_cordon_counts_a_lost_race(env: Env) -> None:
+    env.build_pod()
+    env.kube.write(
+        {protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B}, unschedulable=True
+    )
+    await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert env.value("drain_guard_race_lost_total") == 1
+
+
+async def test_a_lost_compare_and_swap_is_decided_again_on_the_current_node(env: Env) -> None:
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})
+    # The MCD's newer request lands between our read and our write: B's patch fails its test.
+    env.kube.interfere = lambda: env.kube.write({protocol.DESIRED_DRAIN: DRAIN_C})
+    await env.step()
+    assert env.annotations()[protocol.HELD_DRAIN] == DRAIN_C
+    assert env.kube.patches == 1
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 1
+
+
+async def test_release_on_exit_ends_the_hold_as_uninstall(env: Env) -> None:
+    await _hold_b(env)
+    env.clock.advance(42)
+    await env.controller.release_on_exit()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="uninstall") == 1
+    assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "uninstall", timedelta(seconds=42))
+
+
+async def test_observe_only_writes_nothing_and_counts_a_would_be_hold_once(
+    tmp_path: Path,
+) -> None:
+    env = make_env(tmp_path, "--observe-only")
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})
+    await env.step()
+    await env.step()
+    assert env.kube.patches == 0
+    assert env.value("drain_guard_would_holds_total", reason="build-pod") == 1
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 0
+    status = env.controller.status()
+    assert status.held_request is None
+    assert status.explanation.startswith("observe-only, not written: would hold")
+    assert env.events.posted == []

@@ -1,0 +1,289 @@
+"""holds.py: every transition of a hold's life, from the memory and the Node, in-process."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from drain_guard import guards, holds, protocol
+from drain_guard.holds import (
+    Began,
+    Ended,
+    Found,
+    Memory,
+    RaceLost,
+    Requested,
+    Resumed,
+    Updated,
+    applied,
+    observe,
+)
+from drain_guard.protocol import (
+    DESIRED_DRAIN,
+    HELD_DRAIN,
+    HELD_SINCE,
+    HOLD_DETAIL,
+    HOLD_REASONS,
+    HOLD_REQUEST,
+    LAST_APPLIED_DRAIN,
+    HoldRecord,
+    Outcome,
+    Reason,
+    Verb,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+MAX_HOLD = timedelta(minutes=45)
+B, C = "drain-rendered-worker-b", "drain-rendered-worker-c"
+UNCORDON_A = "uncordon-rendered-worker-a"
+MANUAL = f"{protocol.format_rfc3339(NOW + timedelta(hours=1))};maintenance"
+
+
+def held(request: str, since: datetime = NOW, detail: str = "manual: x") -> dict[str, str]:
+    """The hold record keys of a hold of ``request``."""
+    return {
+        HELD_DRAIN: request,
+        HOLD_REASONS: "manual",
+        HELD_SINCE: protocol.format_rfc3339(since),
+        HOLD_DETAIL: detail,
+    }
+
+
+def record(request: str, since: datetime = NOW, detail: str = "manual: x") -> HoldRecord:
+    return HoldRecord(request, (Reason.MANUAL,), since, detail)
+
+
+def holding(request: str, **extra: str) -> dict[str, str]:
+    """A Node with ``request`` held by drain-guard."""
+    return {
+        DESIRED_DRAIN: "hold-" + request,
+        LAST_APPLIED_DRAIN: UNCORDON_A,
+        **held(request),
+        **extra,
+    }
+
+
+def decide(annotations: dict[str, str], now: datetime = NOW) -> guards.Decision:
+    view = guards.NodeView(
+        "worker-0", annotations, (), guards.BootedImage(None, None, "test"), now, "7"
+    )
+    return guards.decide(view, (guards.ManualGuard(),), MAX_HOLD)
+
+
+def after(decision: guards.Decision, annotations: dict[str, str]) -> dict[str, str]:
+    """The annotations once ``decision``'s patch is applied (adds and removes only)."""
+    out = dict(annotations)
+    prefix = "/metadata/annotations/"
+    for op in decision.patch:
+        if not op["path"].startswith(prefix):
+            continue
+        key = op["path"][len(prefix) :].replace("~1", "/").replace("~0", "~")
+        if op["op"] == "add":
+            out[key] = op["value"]
+        elif op["op"] == "remove":
+            del out[key]
+    return out
+
+
+def apply(memory: Memory, annotations: dict[str, str], *, cordoned: bool = False) -> holds.Change:
+    decision = decide(annotations)
+    assert decision.patch, decision
+    return applied(
+        memory,
+        decision,
+        cordoned=cordoned,
+        after=after(decision, annotations),
+        now=NOW + timedelta(minutes=5),
+        monotonic=102.5,
+    )
+
+
+# --- observe: new requests --------------------------------------------------------------
+
+
+def test_a_request_pending_at_start_is_counted_and_an_applied_one_is_not() -> None:
+    pending = observe(
+        Memory(), {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, seen_at=1
+    )
+    assert pending.transitions == (Requested(Verb.DRAIN),)
+    assert (pending.memory.request, pending.memory.request_seen_at) == (B, 1)
+    done = observe(Memory(), {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: B}, now=NOW, seen_at=1)
+    assert done.transitions == ()
+    assert done.memory.observed
+
+
+def test_a_new_value_is_counted_once_whatever_its_verb() -> None:
+    start = observe(Memory(), {}, now=NOW, seen_at=1).memory
+    assert start.observed
+    later = observe(
+        start, {DESIRED_DRAIN: UNCORDON_A, LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, seen_at=2
+    )
+    assert later.transitions == (Requested(Verb.UNCORDON),)
+    again = observe(later.memory, {DESIRED_DRAIN: UNCORDON_A}, now=NOW, seen_at=3)
+    assert again.transitions == ()
+    assert again.memory.request_seen_at == 2  # when the request came, not the last event
+
+
+# --- observe: someone else's writes end, resume or reveal a hold ------------------------
+
+
+def _knowing(request: str) -> Memory:
+    return Memory(hold=record(request), request="hold-" + request, observed=True)
+
+
+def test_the_mcds_newer_request_over_the_hold_supersedes_it() -> None:
+    for newer in (C, UNCORDON_A):
+        change = observe(
+            _knowing(B),
+            {DESIRED_DRAIN: newer, **held(B)},
+            now=NOW + timedelta(minutes=3),
+            seen_at=5,
+        )
+        assert change.transitions == (
+            Requested(protocol.parse_drain_request(newer).verb),
+            Ended(record(B), Outcome.SUPERSEDED, newer, timedelta(minutes=3)),
+        )
+        assert change.memory.hold is None
+        assert change.memory.last_ended == record(B)
+
+
+def test_the_held_request_restored_by_someone_else_is_a_manual_end() -> None:
+    # drain-guard release: the request restored, the record removed, released marked.
+    change = observe(_knowing(B), {DESIRED_DRAIN: B, protocol.RELEASED: B}, now=NOW, seen_at=5)
+    assert change.transitions[-1] == Ended(record(B), Outcome.MANUAL, B, timedelta(0))
+
+
+def test_the_mcd_writing_the_held_request_again_is_not_an_end() -> None:
+    change = observe(_knowing(B), {DESIRED_DRAIN: B, **held(B)}, now=NOW, seen_at=5)
+    assert not [t for t in change.transitions if isinstance(t, Ended)]
+    assert change.memory.hold == record(B)  # decide() holds it again: Resumed, below
+
+
+def test_a_hold_on_the_node_unknown_to_the_agent_is_found() -> None:
+    change = observe(Memory(), holding(B), now=NOW, seen_at=1)
+    assert change.transitions == (Requested(Verb.HOLD), Found(record(B)))
+    assert change.memory.hold == record(B)
+    assert observe(change.memory, holding(B), now=NOW, seen_at=2).transitions == ()
+
+
+def test_a_hold_the_agent_knows_and_sees_changes_nothing() -> None:
+    assert observe(_knowing(B), holding(B), now=NOW, seen_at=2).transitions == ()
+
+
+def test_a_record_that_is_not_in_force_is_not_found() -> None:
+    # The keys are there but desiredDrain is not hold-<held-drain>: not a hold in force.
+    assert holds.hold_on({DESIRED_DRAIN: C, **held(B)}) is None
+    assert holds.hold_on({DESIRED_DRAIN: "hold-" + B, HELD_DRAIN: B}) is None  # malformed
+    assert observe(Memory(), {DESIRED_DRAIN: C, **held(B)}, now=NOW, seen_at=1).memory.hold is None
+
+
+# --- applied: the agent's own writes ----------------------------------------------------
+
+
+def _pending(**extra: str) -> dict[str, str]:
+    return {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: UNCORDON_A, HOLD_REQUEST: MANUAL, **extra}
+
+
+def test_a_new_hold_begins_timed_from_the_requests_arrival() -> None:
+    seen = observe(Memory(), _pending(), now=NOW, seen_at=100.0).memory
+    change = apply(seen, _pending())
+    [began] = change.transitions
+    assert isinstance(began, Began)
+    assert (began.request, began.reasons, began.since) == (B, ("manual",), NOW)
+    assert began.reaction_seconds == 2.5
+    assert change.memory.hold is not None
+    assert change.memory.hold.held_drain == B
+    # Our own write is not a new request when the watch shows it.
+    assert (
+        observe(
+            change.memory, after(decide(_pending()), _pending()), now=NOW, seen_at=103
+        ).transitions
+        == ()
+    )
+
+
+def test_a_hold_written_after_the_cordon_is_a_lost_race() -> None:
+    seen = observe(Memory(), _pending(), now=NOW, seen_at=100.0).memory
+    change = apply(seen, _pending(), cordoned=True)
+    assert [type(t) for t in change.transitions] == [Began, RaceLost]
+    assert change.transitions[1] == RaceLost(B)
+
+
+def test_the_held_request_written_again_is_held_again_as_the_same_hold() -> None:
+    since = NOW - timedelta(minutes=10)
+    node = {**_pending(), **held(B, since)}  # the MCD wrote B over hold-B; the record stayed
+    memory = observe(Memory(hold=record(B, since)), node, now=NOW, seen_at=1).memory
+    change = apply(memory, node)
+    [resumed] = change.transitions
+    assert isinstance(resumed, Resumed)
+    assert (resumed.request, resumed.since) == (B, since)
+
+
+def test_a_hold_superseded_while_no_agent_ran_ends_before_the_new_one_begins() -> None:
+    node = {**_pending(**{DESIRED_DRAIN: C}), **held(B)}
+    memory = observe(Memory(), node, now=NOW, seen_at=1).memory
+    change = apply(memory, node)
+    assert [type(t) for t in change.transitions] == [Ended, Began]
+    assert change.transitions[0] == Ended(record(B), Outcome.SUPERSEDED, C, timedelta(minutes=5))
+    assert change.memory.last_ended == record(B)
+
+
+def test_a_superseded_hold_seen_live_is_not_ended_twice() -> None:
+    node = {**_pending(**{DESIRED_DRAIN: C}), **held(B)}
+    seen = observe(_knowing(B), node, now=NOW, seen_at=1)
+    assert isinstance(seen.transitions[-1], Ended)
+    assert [type(t) for t in apply(seen.memory, node).transitions] == [Began]
+
+
+def test_changed_reasons_update_the_hold() -> None:
+    node = holding(B, **{HOLD_REQUEST: MANUAL})  # the detail on the Node is stale
+    change = apply(_knowing(B), node)
+    [updated] = change.transitions
+    assert isinstance(updated, Updated)
+    assert (updated.request, updated.since) == (B, NOW)
+    assert "maintenance" in updated.detail
+
+
+def test_a_release_ends_the_hold_with_its_outcome() -> None:
+    cases = {
+        Outcome.SAFE: holding(B),  # no guard blocks any more
+        Outcome.EXPIRED: {**holding(B), **held(B, NOW - MAX_HOLD - timedelta(minutes=1))},
+        Outcome.RACE_LOST: holding(B, **{LAST_APPLIED_DRAIN: B}),
+    }
+    for outcome, node in cases.items():
+        memory = observe(_knowing(B), node, now=NOW, seen_at=1).memory
+        change = apply(memory, node)
+        [ended] = change.transitions
+        assert isinstance(ended, Ended)
+        assert (ended.outcome, ended.desired) == (outcome, B)
+        assert change.memory.hold is None
+
+
+def test_an_uninstall_release_ends_the_hold_as_uninstall() -> None:
+    node = holding(B)
+    release = guards.force_release(node, "7", Outcome.UNINSTALL)
+    change = applied(
+        _knowing(B), release, cordoned=False, after=after(release, node), now=NOW, monotonic=0
+    )
+    assert change.transitions == (Ended(record(B), Outcome.UNINSTALL, B, timedelta(0)),)
+
+
+def test_an_unreadable_record_released_as_invalid_ends_the_hold_the_agent_knew() -> None:
+    node = {**holding(B), HOLD_REASONS: "sunspots"}
+    change = apply(_knowing(B), node)
+    assert change.transitions == (Ended(record(B), Outcome.INVALID, B, timedelta(minutes=5)),)
+    # Without a record anywhere there is no hold to end.
+    assert apply(Memory(observed=True), node).transitions == ()
+
+
+def test_a_clean_up_of_a_hold_that_ended_while_no_agent_ran_ends_it_once() -> None:
+    node = {DESIRED_DRAIN: C, LAST_APPLIED_DRAIN: UNCORDON_A, **held(B)}  # C: no guard blocks
+    change = apply(observe(Memory(), node, now=NOW, seen_at=1).memory, node)
+    assert change.transitions == (Ended(record(B), Outcome.SUPERSEDED, C, timedelta(minutes=5)),)
+    # Seen live first (observe ended it), the clean-up counts nothing more.
+    seen = observe(_knowing(B), node, now=NOW, seen_at=1)
+    assert apply(seen.memory, node).transitions == ()
+
+
+def test_a_clean_up_of_a_stale_released_marker_ends_nothing() -> None:
+    node = {DESIRED_DRAIN: C, LAST_APPLIED_DRAIN: UNCORDON_A, protocol.RELEASED: B}
+    assert apply(observe(Memory(), node, now=NOW, seen_at=1).memory, node).transitions == ()
