@@ -10,9 +10,13 @@ Emitting never raises into the controller: a failure is logged and counted in
 ``drain_guard_api_errors_total{operation="event_create"|"event_patch"}``; successes count in
 ``drain_guard_events_emitted_total{reason}``.
 
+Events go out with the identity Node writes use (``Kube.node_core``): the node's own where the
+agent has it (``--node-kubeconfig``), whose static rules allow Events, so the agent's service
+account needs no Event right there; the agent's own account otherwise.
+
 API (the controller)::
 
-    events = EventRecorder(api_client, node_name, metrics=metrics)
+    events = EventRecorder(lambda: kube.node_core, node_name, metrics=metrics)
     events.node_uid = node.uid                       # once known; sets involvedObject.uid
     await events.drain_held(held_drain, reasons, detail)
     await events.drain_released(held_drain, outcome, held_for)   # outcome "expired" →
@@ -77,7 +81,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        core_api: Callable[[], k8s.CoreV1Api],
         node_name: str,
         component: str = "drain-guard",
         clock: Callable[[], datetime] = _utcnow,
@@ -86,7 +90,8 @@ class EventRecorder:
         node_uid: str | None = None,
         window: timedelta = DEFAULT_WINDOW,
     ) -> None:
-        self._core = k8s.CoreV1Api(api_client)
+        #: Looked up at each write: the Kube replaces it when it reads rotated credentials.
+        self._core = core_api
         self.node_name = node_name
         self.component = component
         self.clock = clock
@@ -194,13 +199,13 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": f"{self.component}-{self.node_name}",
         }
-        await call_api(self._core.create_namespaced_event, EVENT_NAMESPACE, body)
+        await call_api(self._core().create_namespaced_event, EVENT_NAMESPACE, body)
         return name
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
         body = {"count": seen.count + 1, "lastTimestamp": format_rfc3339(now), "message": message}
         await call_api(
-            self._core.patch_namespaced_event,
+            self._core().patch_namespaced_event,
             seen.name,
             EVENT_NAMESPACE,
             body,

@@ -444,13 +444,16 @@ class Kube:
             return Applied(NodeObj.from_dict(body))
         raise AssertionError("unreachable")
 
-    async def dry_run_patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
-        """A merge patch of Node ``name`` with ``dryRun=All``, as Node writes are sent:
-        authorization and admission run, nothing is stored. A denial (403) is not counted as
-        an API error: the confinement self-check expects it."""
+    async def dry_run_patch_node(
+        self, name: str, patch: Mapping[str, Any], *, own_account: bool = False
+    ) -> None:
+        """A merge patch of Node ``name`` with ``dryRun=All``, as Node writes are sent (or
+        with the agent's own account, ``own_account``): authorization and admission run,
+        nothing is stored. A denial (403) is not counted as an API error: the confinement
+        self-check expects it."""
         await self._call(
             "node_patch",
-            self.node_core.patch_node,
+            (self.core if own_account else self.node_core).patch_node,
             name,
             dict(patch),
             dry_run="All",

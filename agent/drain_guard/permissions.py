@@ -1,9 +1,11 @@
-"""The Kubernetes API calls the agent makes: the one list the RBAC is checked against.
+"""The Kubernetes API calls the agent makes, and who is granted each in every install mode:
+the one list the RBAC is checked against.
 
-Pure data. The deployment tests check that the rendered ClusterRole and Role grant exactly
-this (no more, no less), and an integration test checks that the requests the agent sends to
-the simulator are a subset of it; so the RBAC can neither lag behind the code nor grant what
-nothing uses.
+Pure data. The deployment tests check that each overlay's rendered roles grant its service
+account exactly what :func:`service_account_grants` lists for that mode (no more, no less),
+and that what the node's own identity is to make is within the Node authorizer's rules; an
+integration test checks that the requests the agent sends to the simulator are a subset of
+this; so the RBAC can neither lag behind the code nor grant what nothing uses.
 """
 
 from __future__ import annotations
@@ -47,23 +49,33 @@ EVENTS_NAMESPACE = "default"
 
 @dataclass(frozen=True)
 class Permission:
-    """One RBAC rule: the verbs the agent uses on one resource of one API group."""
+    """One RBAC rule: the verbs the agent uses on one resource of one API group.
+
+    ``node_write``: a write the agent makes with the node's own identity when it has one
+    (``--node-kubeconfig``): Node patches and Events, which the Node authorizer's static rules
+    allow every node and NodeRestriction confines (Node patches) to its own Node. ``shield``:
+    made by the shield only (``--shield-build-pods``).
+    """
 
     api_group: str
     resource: str
     verbs: frozenset[str]
     scope: Scope = Scope.CLUSTER
+    node_write: bool = False
+    shield: bool = False
 
 
 PERMISSIONS: tuple[Permission, ...] = (
-    # Its own Node: read, watch, and compare-and-swap JSON patches of annotations.
-    Permission("", "nodes", frozenset({"get", "list", "watch", "patch"})),
+    # Its own Node: read and watch it (and list Nodes, for the confinement self-check).
+    Permission("", "nodes", frozenset({"get", "list", "watch"})),
+    # Hold and release: compare-and-swap JSON patches of its Node's annotations.
+    Permission("", "nodes", frozenset({"patch"}), node_write=True),
     # The pods on its Node (field selector spec.nodeName) where build pods run: the build-pod
     # guard and the shield share this one watch; the shield also lists by a build pod's
     # labels, to check a budget with them would select that pod alone.
     Permission("", "pods", frozenset({"list", "watch"}), Scope.MCO),
     # DrainHeld / DrainReleased / DrainHoldExpired Events on the Node, aggregated by patch.
-    Permission("", "events", frozenset({"create", "patch"}), Scope.EVENTS),
+    Permission("", "events", frozenset({"create", "patch"}), Scope.EVENTS, node_write=True),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_DAEMONSET),
     # Its own pod, at start: --daemonset must be its controller (drain_guard.selfcheck).
@@ -74,8 +86,68 @@ PERMISSIONS: tuple[Permission, ...] = (
         "poddisruptionbudgets",
         frozenset({"list", "watch", "create", "delete"}),
         Scope.MCO,
+        shield=True,
     ),
 )
+
+
+@dataclass(frozen=True)
+class InstallMode:
+    """How an install runs the agent, as far as its rights go.
+
+    ``node_identity``: Node writes and Events go with the node's own identity
+    (``system:node:<name>``), so the service account holds no write. ``service_account``: the
+    agent has an account of its own at all (the DaemonSet's; the systemd unit has none and
+    runs with the node's identity only, which also reads Nodes and pods). ``shield``: the
+    agent keeps budgets itself (``--shield-build-pods``); where it does not, a central
+    ``drain-guard shield`` Deployment does, with its own account.
+    """
+
+    name: str
+    node_identity: bool
+    service_account: bool
+    shield: bool
+
+
+#: Every install mode: the overlays (by directory name) and the systemd unit. 4.17+ and the
+#: trial overlay confine the service account with the admission policies; 4.15/4.16 and
+#: systemd have none (no ValidatingAdmissionPolicy before Kubernetes 1.30, no pod-bound
+#: token on a host), so there the agent holds no right its node does not already hold.
+INSTALL_MODES: dict[str, InstallMode] = {
+    mode.name: mode
+    for mode in (
+        InstallMode("openshift", node_identity=False, service_account=True, shield=True),
+        InstallMode("kubernetes", node_identity=False, service_account=True, shield=True),
+        InstallMode("openshift-4.15", node_identity=True, service_account=True, shield=False),
+        InstallMode("systemd", node_identity=True, service_account=False, shield=False),
+    )
+}
+
+
+def _used(mode: InstallMode) -> tuple[Permission, ...]:
+    """The calls the agent makes in ``mode``: no shield's without it, and no DaemonSet's or
+    own pod's read without a DaemonSet (the systemd unit)."""
+    own = (Scope.OWN_DAEMONSET, Scope.OWN_NAMESPACE)
+    return tuple(
+        p
+        for p in PERMISSIONS
+        if (mode.shield or not p.shield) and (mode.service_account or p.scope not in own)
+    )
+
+
+def service_account_grants(mode: InstallMode) -> tuple[Permission, ...]:
+    """What the agent's service account must be granted in ``mode`` (nothing without one)."""
+    if not mode.service_account:
+        return ()
+    return tuple(p for p in _used(mode) if not (mode.node_identity and p.node_write))
+
+
+def node_identity_calls(mode: InstallMode) -> tuple[Permission, ...]:
+    """What the agent calls with the node's own identity in ``mode``: its writes, or
+    everything when it has no service account."""
+    if not mode.node_identity:
+        return ()
+    return tuple(p for p in _used(mode) if p.node_write or not mode.service_account)
 
 
 def allowed(api_group: str, resource: str, verb: str, namespace: str | None) -> bool:

@@ -6,8 +6,11 @@
 - ``--node-name`` must name a Node: the agent keeps running (a node may register after its
   agent starts) but says so in its log, not only in ``/readyz``.
 - The agent's Node writes must be confined to its own Node: a server-side dry-run write to
-  another Node (authorization and admission run, nothing is stored) must be denied. The result
-  is the metric ``drain_guard_confined`` and ``confinement`` in ``/status``.
+  another Node (authorization and admission run, nothing is stored) must be denied, to the
+  identity that writes Nodes; and where that is the node's own (``--node-kubeconfig``), to the
+  agent's service account too, which should then hold no Node write at all (its token is in
+  the pod, so a right it keeps is a right an attacker in the pod has). The result is the metric
+  ``drain_guard_confined`` and ``confinement`` in ``/status``.
 
 Transient API failures (transport, 429, 5xx) are retried with backoff; nothing else is.
 """
@@ -122,7 +125,8 @@ NOT_CHECKED = Confinement(None, "not checked yet")
 
 
 async def check_confinement(kube: Kube, node_name: str) -> Confinement:
-    """Dry-run a write to another Node with the credentials Node writes use; expect 403."""
+    """Dry-run a write to another Node with the credentials Node writes use; expect 403. With
+    the node's own credentials, dry-run it with the agent's own account as well: 403 again."""
     what = "confinement self-check"
     try:
         other = await _answered(what, lambda: kube.other_node(node_name))
@@ -134,13 +138,30 @@ async def check_confinement(kube: Kube, node_name: str) -> Confinement:
     try:
         await _answered(what, lambda: kube.dry_run_patch_node(other, probe))
     except KubeError as exc:
-        if exc.status == 403:
-            return Confinement(True, f"a dry-run write to Node {other} was denied: {exc.reason}")
-        return Confinement(None, f"the dry-run write to Node {other} failed: {exc}")
+        if exc.status != 403:
+            return Confinement(None, f"the dry-run write to Node {other} failed: {exc}")
+        denied = f"a dry-run write to Node {other} was denied: {exc.reason}"
+    else:
+        return Confinement(
+            False,
+            f"a dry-run write to Node {other} was allowed: this agent can write every Node"
+            " (docs/install.md, Confinement)",
+        )
+    if kube.node_api is None:
+        return Confinement(True, denied)
+    try:
+        await _answered(what, lambda: kube.dry_run_patch_node(other, probe, own_account=True))
+    except KubeError as exc:
+        if exc.status != 403:
+            return Confinement(
+                None, f"{denied}; the service account's dry-run write to it failed: {exc}"
+            )
+        return Confinement(True, f"{denied}; the service account's was denied too: {exc.reason}")
     return Confinement(
         False,
-        f"a dry-run write to Node {other} was allowed: this agent can write every Node"
-        " (docs/install.md, Confinement)",
+        f"Node writes go with the node's identity ({denied}), but the service account may"
+        f" write Node {other} too: its role must not grant nodes patch (docs/install.md,"
+        " Confinement)",
     )
 
 

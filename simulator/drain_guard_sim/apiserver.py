@@ -10,8 +10,9 @@ itself), bearer-token users, a write log, request counters and fault injection.
 
 Known differences from a real server (deliberate, for tests): deletion is immediate (no
 finalizers, no graceful pod deletion); namespaces need not exist; no authorization but for
-anonymous users and node identities (``add_node_user``: the Node authorizer's static rules and
-NodeRestriction, ``drain_guard_sim.nodeauth``), so a service account may do anything; no other
+anonymous users, node identities (``add_node_user``: the Node authorizer's static rules and
+NodeRestriction, ``drain_guard_sim.nodeauth``) and users given an RBAC check (``restrict``), so
+any other service account may do anything; no other
 admission (no ValidatingAdmissionPolicy), defaulting or schema validation beyond what is
 listed; LIST ignores ``resourceVersion``/``resourceVersionMatch``
 and pages over the current state; a watch from a resourceVersion newer than the current one
@@ -116,6 +117,10 @@ class User:
 
 ANONYMOUS = User("system:anonymous", "")
 
+#: An RBAC check: (API group, resource or resource/subresource, verb, namespace or None for a
+#: cluster-wide request, object name or None) -> allowed.
+Rbac = Callable[[str, str, str, str | None, str | None], bool]
+
 
 @dataclass
 class _Target:
@@ -182,6 +187,7 @@ class SimApiServer:
         self.serve_hooks: builtins.list[Callable[[str, str, JsonObj], None]] = []
         self._users_by_token: dict[str, User] = {}
         self._users: dict[str, User] = {}
+        self._rbac: dict[str, Rbac] = {}
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
@@ -263,6 +269,11 @@ class SimApiServer:
         self._users[name] = user
         self._users_by_token[user.token] = user
         return user.token
+
+    def restrict(self, user: str, rbac: Rbac) -> None:
+        """Authorize ``user``'s requests by ``rbac`` (as RBAC would by the roles bound to it):
+        a request it does not allow gets RBAC's 403, whatever else the user may do."""
+        self._rbac[user] = rbac
 
     def _node_of(self, user: str) -> str | None:
         known = self._users.get(user)
@@ -524,11 +535,25 @@ class SimApiServer:
                     target.subresource,
                 )
             node = nodeauth.node_name_of(user.name, user.groups)
-            if (
-                node is not None
-                and target is not None
-                and not nodeauth.authorized(
-                    target.group, target.rt.plural, target.subresource, verb
+            rbac = self._rbac.get(user.name)
+            if target is not None and (
+                (
+                    node is not None
+                    and not nodeauth.authorized(
+                        target.group, target.rt.plural, target.subresource, verb
+                    )
+                )
+                or (
+                    rbac is not None
+                    and not rbac(
+                        target.group,
+                        f"{target.rt.plural}/{target.subresource}"
+                        if target.subresource
+                        else target.rt.plural,
+                        verb,
+                        target.namespace,
+                        target.name,
+                    )
                 )
             ):
                 raise errors.rbac_forbidden(

@@ -18,7 +18,6 @@ import jsonpatch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kubernetes_asyncio.client import ApiClient
 
 from drain_guard import protocol
 from drain_guard.events import EventRecorder
@@ -447,10 +446,9 @@ def recorded_event(node_name: str = NODE) -> Obj:
     core = _Core()
 
     async def emit() -> None:
-        async with ApiClient() as api:
-            recorder = EventRecorder(api, node_name, node_uid="a-uid")
-            recorder._core = core  # type: ignore[assignment]
-            await recorder.emit("DrainHeld", "Holding drain request")
+        # A stand-in CoreV1Api that records the body instead of sending it.
+        recorder = EventRecorder(lambda: core, node_name, node_uid="a-uid")  # type: ignore[arg-type,return-value]
+        await recorder.emit("DrainHeld", "Holding drain request")
 
     asyncio.run(emit())
     (body,) = core.bodies

@@ -12,17 +12,36 @@ from typing import Any
 import pytest
 
 from drain_guard.config import Settings, add_run_arguments, settings_from
+from drain_guard.permissions import INSTALL_MODES
 from tests.deploy.tools import (
+    KUBELET_CLIENT,
     REPO,
     Obj,
     agent_container,
     container,
     containers,
+    kubelet_kubeconfig,
     one,
     pod_spec,
 )
 
-HOST_PATHS = {"/sysroot/ostree"}  # all the booted-image reader needs (and /proc/cmdline)
+OSTREE = "/sysroot/ostree"  # all the booted-image reader needs (and /proc/cmdline)
+#: Where Node writes and Events go with the node's identity (drain_guard.permissions), the
+#: kubelet's kubeconfig and its client certificates too, and the agent runs as root to read
+#: the 0600 key (tests/deploy/test_node_identity.py).
+KUBELET_CREDENTIALS = {"/var/lib/kubelet/kubeconfig": "File", "/var/lib/kubelet/pki": "Directory"}
+
+
+def host_paths(overlay: str) -> dict[str, str]:
+    """Every host path the overlay's pod mounts, with its hostPath type."""
+    paths = {OSTREE: "Directory"}
+    if INSTALL_MODES[overlay].node_identity:
+        paths |= KUBELET_CREDENTIALS
+    return paths
+
+
+def runs_as_root(overlay: str, container_name: str) -> bool:
+    return INSTALL_MODES[overlay].node_identity and container_name == "drain-guard"
 
 
 def _env(spec: Obj, pod_namespace: str) -> dict[str, str]:
@@ -72,34 +91,38 @@ def test_node_name_comes_from_the_downward_api(objects: list[Obj]) -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
-def test_pod_runs_non_root_with_runtime_default_seccomp(objects: list[Obj]) -> None:
+def test_pod_runs_non_root_with_runtime_default_seccomp(objects: list[Obj], overlay: str) -> None:
     spec = pod_spec(objects)
     context = spec["securityContext"]
-    assert context["runAsNonRoot"] is True
-    assert context["runAsUser"] > 0
+    root = runs_as_root(overlay, "drain-guard")
+    assert context["runAsNonRoot"] is not root
+    assert (context["runAsUser"] == 0) is root
     assert context["seccompProfile"]["type"] == "RuntimeDefault"
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
         assert not spec.get(flag), flag
 
 
-def test_every_container_is_locked_down(objects: list[Obj]) -> None:
+def test_every_container_is_locked_down(objects: list[Obj], overlay: str) -> None:
+    pod_user = pod_spec(objects)["securityContext"]["runAsUser"]
     for c in containers(objects):
         context = c["securityContext"]
         name = c["name"]
         assert context["allowPrivilegeEscalation"] is False, name
         assert context["readOnlyRootFilesystem"] is True, name
-        assert context["runAsNonRoot"] is True, name
         assert context["capabilities"] == {"drop": ["ALL"]}, name
         assert not context.get("privileged"), name
-        assert context.get("runAsUser", 1) > 0, name
+        root = runs_as_root(overlay, name)
+        assert context["runAsNonRoot"] is not root, name
+        assert (context.get("runAsUser", pod_user) == 0) is root, name
         assert all("hostPort" not in p for p in c.get("ports", [])), name
 
 
-def test_host_paths_are_only_the_ostree_directory_and_read_only(objects: list[Obj]) -> None:
+def test_host_paths_are_only_what_the_agent_reads_and_read_only(
+    objects: list[Obj], overlay: str
+) -> None:
     spec = pod_spec(objects)
     host_volumes = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
-    assert {v["path"] for v in host_volumes.values()} == HOST_PATHS
-    assert all(v["type"] == "Directory" for v in host_volumes.values())
+    assert {v["path"]: v["type"] for v in host_volumes.values()} == host_paths(overlay)
     mounts = [
         m
         for c in containers(objects)
@@ -242,3 +265,59 @@ def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:
     with (REPO / "pyproject.toml").open("rb") as f:
         version = tomllib.load(f)["project"]["version"]
     assert agent_container(objects)["image"].rsplit(":", 1)[1] == version
+
+
+def _mounted_from_host(container_spec: Obj, objects: list[Obj], path: str) -> Obj | None:
+    """The read-only mount through which ``path`` in the container is the host's same
+    ``path`` (None if there is none): how the agent reads a file its kubeconfig names."""
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    for mount in container_spec.get("volumeMounts", []):
+        host = volumes[mount["name"]].get("hostPath")
+        at = mount["mountPath"].rstrip("/")
+        if host and (path == at or path.startswith(at + "/")) and host["path"] == at:
+            return dict(mount)
+    return None
+
+
+def test_4_15_reads_the_kubelets_credentials_where_its_kubeconfig_names_them(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    """The node's identity, as the agent loads it: --node-kubeconfig is the kubelet's file,
+    mounted from the host at the same path, and the certificate and key that file names (by
+    absolute path) resolve through a read-only mount of the host's same directory."""
+    objects = rendered("openshift-4.15")
+    agent = agent_container(objects)
+    settings = agent_settings(objects)
+    assert settings.node_kubeconfig == "/var/lib/kubelet/kubeconfig"
+    assert not settings.shield_build_pods  # budgets are the central shield's there
+    user = kubelet_kubeconfig()["users"][0]["user"]  # type: ignore[index]
+    for path in (settings.node_kubeconfig, user["client-certificate"], user["client-key"]):
+        mount = _mounted_from_host(agent, objects, path)
+        assert mount is not None, f"{path} is not mounted from the host"
+        assert mount["readOnly"] is True
+    # The certificate through its directory (the kubelet replaces the link on rotation, which
+    # a file mount would not show), the kubeconfig alone: nothing else of /var/lib/kubelet.
+    mounts = {m["mountPath"] for m in agent["volumeMounts"]}
+    assert {m for m in mounts if m.startswith("/var/lib/kubelet")} == set(KUBELET_CREDENTIALS)
+    assert KUBELET_CLIENT.rsplit("/", 1)[0] in mounts
+    for other in containers(objects):
+        if other["name"] != agent["name"]:
+            assert not {m["mountPath"] for m in other.get("volumeMounts", [])} & set(
+                KUBELET_CREDENTIALS
+            ), other["name"]
+
+
+def test_4_15_admits_the_pod_under_its_scc(rendered: Callable[[str], list[Obj]]) -> None:
+    """The SCC lets the agent run as root and the sidecar as 65532, and no other user; the
+    4.17+ overlay's SCC stays non-root."""
+    objects = rendered("openshift-4.15")
+    run_as = one(objects, "SecurityContextConstraints", "drain-guard")["runAsUser"]
+    assert run_as == {"type": "MustRunAsRange", "uidRangeMin": 0, "uidRangeMax": 65532}
+    pod_user = pod_spec(objects)["securityContext"]["runAsUser"]
+    users = {
+        c["name"]: c["securityContext"].get("runAsUser", pod_user) for c in containers(objects)
+    }
+    assert users == {"drain-guard": 0, "kube-rbac-proxy": 65532}
+    newer = one(rendered("openshift"), "SecurityContextConstraints", "drain-guard")["runAsUser"]
+    assert newer["type"] in {"MustRunAsNonRoot", "MustRunAs"}
+    assert newer.get("uid", 1) > 0

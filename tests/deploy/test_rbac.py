@@ -1,42 +1,35 @@
-"""The rendered RBAC grants the agent exactly ``drain_guard.permissions.PERMISSIONS``.
+"""Each overlay's rendered RBAC grants the agent exactly what ``drain_guard.permissions``
+lists for its install mode (``service_account_grants``).
 
 Exactly: the test fails when a role lacks a verb the code uses and when a role grants one the
 list does not have. Only the roles bound to the agent's service account count. The OpenShift
-overlay also grants that account what its sidecar and its pod admission need; those grants
-are listed here, each with its reason, and compared exactly too.
+overlays also grant that account what its sidecar and its pod admission need; those grants
+are listed here, each with its reason, and compared exactly too. What the agent does with the
+node's own identity instead (``node_identity_calls``) must be within the Node authorizer's
+rules, as the simulator models them from Kubernetes' source.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import pytest
 
 from drain_guard import events
 from drain_guard.permissions import (
     EVENTS_NAMESPACE,
+    INSTALL_MODES,
     MCO_NAMESPACES,
     PERMISSIONS,
     Permission,
     Scope,
+    node_identity_calls,
+    service_account_grants,
 )
+from drain_guard_sim import nodeauth
 from tests.deploy.admission import Policy
+from tests.deploy.rbac import Grant, granted
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one
-
-SERVICE_ACCOUNT = ("drain-guard", "drain-guard")  # (namespace, name)
-
-
-@dataclass(frozen=True, order=True)
-class Grant:
-    """One verb on one resource, where it applies, and for which object names."""
-
-    api_group: str
-    resource: str
-    verb: str
-    namespace: str  # "" for cluster-wide
-    resource_names: tuple[str, ...]  # () for every object
-
 
 # Granted to the agent's service account on OpenShift besides what the agent calls:
 # kube-rbac-proxy (in the agent's pod, so with its account) reviews scrapers' tokens and
@@ -52,39 +45,6 @@ OPENSHIFT_EXTRA = {
         ("drain-guard",),
     ),
 }
-
-
-def _bound_to_agent(binding: Obj) -> bool:
-    return any(
-        s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == SERVICE_ACCOUNT
-        for s in binding.get("subjects", [])
-    )
-
-
-def granted(objects: list[Obj]) -> set[Grant]:
-    """Every grant the rendered objects give the agent's service account."""
-    roles = {
-        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects
-    }
-    grants: set[Grant] = set()
-    for binding in objects:
-        if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"} or not _bound_to_agent(
-            binding
-        ):
-            continue
-        ref = binding["roleRef"]
-        namespace = binding["metadata"].get("namespace", "")
-        role_ns = "" if ref["kind"] == "ClusterRole" else namespace
-        role = roles.get((ref["kind"], role_ns, ref["name"]))
-        assert role is not None, f"{binding['metadata']['name']} binds a missing {ref}"
-        for rule in role.get("rules", []):
-            assert "nonResourceURLs" not in rule
-            names = tuple(sorted(rule.get("resourceNames", [])))
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    for verb in rule["verbs"]:
-                        grants.add(Grant(group, resource, verb, namespace, names))
-    return grants
 
 
 def expected(objects: list[Obj], permissions: Iterable[Permission]) -> set[Grant]:
@@ -130,28 +90,30 @@ def _diff(actual: set[Grant], wanted: set[Grant]) -> str:
     return "\n".join(lines)
 
 
+def _wanted(objects: list[Obj], overlay: str) -> set[Grant]:
+    return expected(objects, service_account_grants(INSTALL_MODES[overlay])) | _extra(overlay)
+
+
 def test_rbac_grants_exactly_what_the_agent_calls(objects: list[Obj], overlay: str) -> None:
     actual = granted(objects)
-    wanted = expected(objects, PERMISSIONS) | _extra(overlay)
+    wanted = _wanted(objects, overlay)
     assert actual == wanted, _diff(actual, wanted)
 
 
 def test_a_missing_verb_is_caught(objects: list[Obj], overlay: str) -> None:
     role = one(objects, "ClusterRole", "drain-guard")
     nodes = next(r for r in role["rules"] if r["resources"] == ["nodes"])
-    nodes["verbs"].remove("patch")
-    wanted = expected(objects, PERMISSIONS) | _extra(overlay)
-    assert "missing: Grant(api_group='', resource='nodes', verb='patch'" in _diff(
-        granted(objects), wanted
+    nodes["verbs"].remove("watch")
+    assert "missing: Grant(api_group='', resource='nodes', verb='watch'" in _diff(
+        granted(objects), _wanted(objects, overlay)
     )
 
 
 def test_an_unused_verb_is_caught(objects: list[Obj], overlay: str) -> None:
     role = one(objects, "ClusterRole", "drain-guard")
     role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
-    wanted = expected(objects, PERMISSIONS) | _extra(overlay)
     assert "granted but unused: Grant(api_group='', resource='secrets', verb='get'" in _diff(
-        granted(objects), wanted
+        granted(objects), _wanted(objects, overlay)
     )
 
 
@@ -165,11 +127,52 @@ def test_events_are_granted_where_the_agent_writes_them() -> None:
     assert events.EVENT_NAMESPACE == EVENTS_NAMESPACE
 
 
-def test_events_are_granted_in_one_namespace_only(objects: list[Obj]) -> None:
-    """No cluster-wide grant on Events: a compromised agent cannot write them elsewhere."""
+def test_events_are_granted_in_one_namespace_only(objects: list[Obj], overlay: str) -> None:
+    """No cluster-wide grant on Events: a compromised agent cannot write them elsewhere. With
+    the node's identity (4.15/4.16) the service account gets no Event right at all."""
     event_grants = {g for g in granted(objects) if g.resource == "events"}
+    if INSTALL_MODES[overlay].node_identity:
+        assert not event_grants
+        return
     assert event_grants
     assert {g.namespace for g in event_grants} == {EVENTS_NAMESPACE}
+
+
+READS = {"get", "list", "watch"}
+
+
+def test_on_4_15_the_service_account_holds_no_write(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    """Issue 11 finding 2: no nodes patch, no Events, no budgets; reads only (besides the
+    sidecar's reviews and the SCC's use, which write nothing)."""
+    own = granted(rendered("openshift-4.15")) - OPENSHIFT_EXTRA
+    assert {g.verb for g in own} == READS, sorted(g for g in own if g.verb not in READS)
+    assert {g.resource for g in own} == {"nodes", "pods", "daemonsets"}
+
+
+def test_the_systemd_unit_needs_no_service_account() -> None:
+    assert service_account_grants(INSTALL_MODES["systemd"]) == ()
+
+
+@pytest.mark.parametrize("mode", sorted(INSTALL_MODES))
+def test_what_goes_with_the_node_identity_is_within_the_node_rules(mode: str) -> None:
+    """Nothing the agent does as its node needs more than NodeRules() grant every node; and
+    where the node identity makes the writes, the service account is granted none of them."""
+    calls = node_identity_calls(INSTALL_MODES[mode])
+    assert bool(calls) == INSTALL_MODES[mode].node_identity
+    for p in calls:
+        for verb in p.verbs:
+            assert nodeauth.authorized(p.api_group, p.resource, "", verb), (mode, p, verb)
+    assert not set(calls) & set(service_account_grants(INSTALL_MODES[mode]))
+
+
+def test_the_node_rules_would_refuse_the_shield() -> None:
+    """Why the shield is off where the node identity writes: NodeRules() grant no budgets."""
+    (budgets,) = (p for p in PERMISSIONS if p.shield)
+    assert not any(
+        nodeauth.authorized(budgets.api_group, budgets.resource, "", v) for v in budgets.verbs
+    )
 
 
 def test_own_daemonset_read_is_limited_by_name(objects: list[Obj]) -> None:

@@ -15,13 +15,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drain_guard.config import RUN_OPTIONS, add_run_arguments, settings_from
-from tests.deploy.tools import REPO
+from tests.deploy.tools import ENV_FILE, KUBELET_CLIENT, REPO, env_file, kubelet_kubeconfig
 from tests.helpers import require_tool
 
 UNIT = REPO / "systemd" / "drain-guard.service"
-ENV_FILE = REPO / "systemd" / "drain-guard.env"
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 # systemd-analyze security's exposure scale is 0-100 (shown as 0.0-10.0): 20 is "OK".
 MAX_EXPOSURE = 20
@@ -42,16 +42,6 @@ def unit_settings() -> dict[str, list[str]]:
             name, _, value = line.partition("=")
             values.setdefault(name, []).append(value)
     return values
-
-
-def env_file(text: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line and not line.startswith("#"):
-            name, _, value = line.partition("=")
-            env[name] = value
-    return env
 
 
 @pytest.fixture
@@ -129,12 +119,46 @@ def test_resources_and_restarts_are_bounded() -> None:
     assert "StartLimitBurst=5" in unit_section
 
 
-def test_kubeconfig_is_a_credential() -> None:
-    unit = unit_settings()
-    (credential,) = unit["LoadCredential"]
-    name, _, source = credential.partition(":")
-    assert source == "/etc/drain-guard/kubeconfig"
-    assert f"KUBECONFIG=%d/{name}" in unit["Environment"]
+def credentials() -> dict[str, str]:
+    """The unit's LoadCredential= settings: credential name -> the file it is read from."""
+    return dict(c.partition(":")[::2] for c in unit_settings()["LoadCredential"])
+
+
+#: Where the unit's credentials appear: /run/credentials/<unit>/<name>.
+CREDENTIALS_DIRECTORY = f"/run/credentials/{UNIT.name}"
+
+
+def test_the_unit_runs_with_the_nodes_identity_only() -> None:
+    """Issue 11 finding 2: no service account; the node's own credentials, handed over as
+    credentials, and a kubeconfig naming them."""
+    creds = credentials()
+    assert creds == {
+        "kubelet-client.pem": KUBELET_CLIENT,
+        "kubeconfig": "/etc/drain-guard/kubeconfig",
+    }
+    assert "KUBECONFIG=%d/kubeconfig" in unit_settings()["Environment"]
+
+
+def test_the_documented_kubeconfig_names_the_credential(tmp_path: Path) -> None:
+    """docs/install.md's command, run as written on a kubelet's kubeconfig, makes a kubeconfig
+    whose certificate and key are the unit's credential, and keeps the server and CA."""
+    (command,) = [
+        line.strip().removesuffix("\\").strip()
+        for line in (REPO / "docs" / "install.md").read_text().splitlines()
+        if line.startswith("sed ") and KUBELET_CLIENT in line
+    ]
+    source = tmp_path / "kubelet-kubeconfig"
+    source.write_text(yaml.safe_dump(kubelet_kubeconfig()))
+    argv = shlex.split(command)
+    proc = subprocess.run(
+        [*argv, str(source)], capture_output=True, text=True, timeout=30, check=True
+    )
+    made = yaml.safe_load(proc.stdout)
+    (name,) = [n for n, path in credentials().items() if path == KUBELET_CLIENT]
+    wanted = kubelet_kubeconfig()
+    user = wanted["users"][0]["user"]  # type: ignore[index]
+    user["client-certificate"] = user["client-key"] = f"{CREDENTIALS_DIRECTORY}/{name}"
+    assert made == wanted
 
 
 def _settings(env: dict[str, str]) -> argparse.Namespace:
@@ -152,6 +176,9 @@ def test_agent_accepts_the_command_line_and_environment_file() -> None:
     assert settings.release_on_exit
     assert settings.daemonset is None
     assert settings.listen.host == "127.0.0.1"
+    # Budgets need a right the node's identity lacks: the central shield keeps them.
+    assert not settings.shield_build_pods
+    assert settings.node_kubeconfig is None  # KUBECONFIG is the node's identity already
 
 
 def test_agent_accepts_every_example_in_the_environment_file() -> None:

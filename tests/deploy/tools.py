@@ -23,8 +23,14 @@ OVERLAYS = ("kubernetes", "openshift", "openshift-4.15")
 MIN_KUBERNETES = {"kubernetes": "1.30.0", "openshift": "1.30.0", "openshift-4.15": "1.28.0"}
 WITH_ADMISSION_POLICY = ("kubernetes", "openshift")
 RENDER_TIMEOUT = 60.0
+#: The systemd unit's settings file (VAR=value lines; systemd's EnvironmentFile=).
+ENV_FILE = REPO / "systemd" / "drain-guard.env"
 
 Obj = dict[str, Any]
+
+#: The kubelet's client certificate and key on RHCOS (one file, a link the kubelet replaces
+#: when it rotates them), as its kubeconfig names them: --cert-dir /var/lib/kubelet/pki.
+KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 
 
 def render(overlay: str) -> list[Obj]:
@@ -75,3 +81,43 @@ def container(objects: list[Obj], name: str) -> Obj:
 
 def agent_container(objects: list[Obj]) -> Obj:
     return container(objects, "drain-guard")
+
+
+def env_file(text: str) -> dict[str, str]:
+    """The variables an EnvironmentFile= sets (comments and blank lines skipped)."""
+    env: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            name, _, value = line.partition("=")
+            env[name] = value
+    return env
+
+
+def kubelet_kubeconfig(server: str = "https://api-int.example.com:6443") -> dict[str, object]:
+    """A kubeconfig as the kubelet writes it after bootstrap (pkg/kubelet/certificate/
+    bootstrap: the bootstrap kubeconfig's server and CA data, the client certificate and key
+    by the certificate store's current path)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "default-cluster",
+                "cluster": {"server": server, "certificate-authority-data": "LS0tLS1CRUdJTg=="},
+            }
+        ],
+        "users": [
+            {
+                "name": "default-auth",
+                "user": {"client-certificate": KUBELET_CLIENT, "client-key": KUBELET_CLIENT},
+            }
+        ],
+        "contexts": [
+            {
+                "name": "default-context",
+                "context": {"cluster": "default-cluster", "user": "default-auth"},
+            }
+        ],
+        "current-context": "default-context",
+    }

@@ -19,6 +19,7 @@ from drain_guard.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
+from drain_guard.kubeclient import CoreV1Api
 from drain_guard.metrics import Metrics
 from drain_guard_sim.apiserver import SimApiServer
 
@@ -66,7 +67,8 @@ class Env:
 async def env() -> AsyncIterator[Env]:
     async with SimApiServer() as api, api.api_client(USER) as client:
         clock, metrics = Clock(), Metrics()
-        recorder = EventRecorder(client, NODE, clock=clock, metrics=metrics)
+        core = CoreV1Api(client)
+        recorder = EventRecorder(lambda: core, NODE, clock=clock, metrics=metrics)
         yield Env(api, recorder, metrics, clock)
 
 

@@ -1,0 +1,169 @@
+"""The agent as the openshift-4.15 overlay and the systemd unit run it: Node writes and Events
+with the node's own identity, the service account read-only (4.15/4.16) or absent (systemd),
+the shield off; holds and releases work, and the self-check reports the agent confined.
+
+The simulator authorizes the service account by the RBAC the overlay renders (``kubectl
+kustomize``), and the node identity by the Node authorizer's rules and NodeRestriction
+(``drain_guard_sim.nodeauth``). It does not evaluate ValidatingAdmissionPolicies, which the
+4.15 overlay has none of anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from drain_guard import protocol
+from drain_guard.permissions import EVENTS_NAMESPACE
+from drain_guard_sim.agentproc import AgentProcess
+from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.hostfs import HostFS
+from tests.deploy.rbac import allows, granted
+from tests.deploy.tools import ENV_FILE, Obj, agent_container, env_file, render
+from tests.helpers import (
+    AGENT_USER,
+    CONFIG_B,
+    IMAGE_B,
+    NODE,
+    StartAgent,
+    add_build_pod,
+    add_own_daemonset,
+    mcd_request,
+    metric,
+    reap,
+    spawn,
+    wait_annotation,
+)
+
+NODE_USER = f"system:node:{NODE}"
+OTHER = "worker-1"
+#: The flags of the overlay's agent that make its identities and its shield (the others,
+#: --host-root, --listen, --log-format, are the test harness's).
+IDENTITY_FLAGS = ("--node-kubeconfig", "--shield-build-pods", "--daemonset")
+
+
+def overlay_flags(objects: list[Obj], node_kubeconfig: Path) -> list[str]:
+    """The 4.15 overlay's identity flags, with the simulator's node kubeconfig in place of
+    the kubelet's file the DaemonSet mounts."""
+    flags = []
+    for arg in agent_container(objects)["args"]:
+        name, _, value = arg.partition("=")
+        if name not in IDENTITY_FLAGS:
+            continue
+        if name == "--node-kubeconfig":
+            assert value == "/var/lib/kubelet/kubeconfig"
+            value = str(node_kubeconfig)
+        flags.append(f"{name}={value.replace('$(POD_NAMESPACE)', 'drain-guard')}")
+    assert {f.partition("=")[0] for f in flags} == set(IDENTITY_FLAGS)
+    return flags
+
+
+async def _hold_and_release(api: SimApiServer, agent: AgentProcess) -> int:
+    """A build pod blocks a drain: held; the pod goes: released. Returns the rv before."""
+    rv = api.resource_version
+    add_build_pod(api)
+    mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"hold-drain-{CONFIG_B}")
+    api.delete("pods", "build-pod", "openshift-machine-config-operator")
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"drain-{CONFIG_B}")
+    await api.wait_for_write(
+        lambda w: w.resource == "events" and w.obj.get("reason") == "DrainReleased", since=rv
+    )
+    return rv
+
+
+async def _confinement(agent: AgentProcess) -> dict[str, Any]:
+    record = await agent.wait_log(lambda r: "confinement self-check" in str(r.get("message")))
+    status, body = await agent.http("/status")
+    assert status == 200
+    doc: dict[str, Any] = json.loads(body)["confinement"]
+    assert doc["confined"] == record["confined"]
+    assert (
+        await metric(agent, "drain_guard_confined")
+        == {True: 1, False: 0, None: -1}[doc["confined"]]
+    )
+    return doc
+
+
+def _writers(api: SimApiServer, since: int) -> set[tuple[str, str]]:
+    """What the agent's identities wrote (the node's and its account's), by resource."""
+    agent = (NODE_USER, AGENT_USER)
+    return {(w.user, w.resource) for w in api.write_log if w.rv > since and w.user in agent}
+
+
+def _own_events_only(api: SimApiServer, since: int) -> None:
+    events = [w for w in api.writes("events") if w.rv > since]
+    assert events
+    for w in events:
+        assert (w.namespace, w.obj["involvedObject"]["name"]) == (EVENTS_NAMESPACE, NODE), w
+
+
+async def test_the_4_15_overlay_writes_as_the_node_and_reads_as_its_account(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    objects = render("openshift-4.15")
+    api.restrict(AGENT_USER, partial(allows, granted(objects)))
+    api.create("nodes", {"metadata": {"name": OTHER}})
+    api.add_node_user(NODE)
+    node_kubeconfig = api.kubeconfig(NODE_USER, tmp_path / "kubelet-kubeconfig")
+    add_own_daemonset(api)
+    flags = overlay_flags(objects, node_kubeconfig)
+    agent = await start_agent(*flags, "--pod-name", "drain-guard-x7k2p")
+
+    doc = await _confinement(agent)
+    assert doc["confined"] is True, doc
+    assert f'node "{NODE}" is not allowed to modify node "{OTHER}"' in doc["detail"]
+    assert "the service account's was denied too" in doc["detail"]
+    assert await metric(agent, "drain_guard_api_errors_total", operation="node_patch") == 0
+
+    rv = await _hold_and_release(api, agent)
+    # Every write is the node's: its Node and its Events; none by the account, no budget.
+    assert _writers(api, rv) == {(NODE_USER, "nodes"), (NODE_USER, "events")}
+    _own_events_only(api, rv)
+    # The account was refused nothing it needed: it only read.
+    refused = [r for r in api.request_log if r[1] == AGENT_USER and r[5] == 403]
+    assert refused == [r for r in refused if r[2] == "patch" and r[3] == "nodes"], refused
+
+
+async def test_a_service_account_that_may_patch_nodes_is_reported_in_node_identity_mode(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """Node writes go with the node's identity, but the account kept nodes patch (an old role
+    left behind): an attacker in the pod could use its token on every Node. Reported as not
+    confined."""
+    api.create("nodes", {"metadata": {"name": OTHER}})
+    api.add_node_user(NODE)
+    kubeconfig = api.kubeconfig(NODE_USER, tmp_path / "kubelet-kubeconfig")
+    agent = await start_agent("--node-kubeconfig", str(kubeconfig))
+    doc = await _confinement(agent)
+    assert doc["confined"] is False, doc
+    assert f"the service account may write Node {OTHER} too" in doc["detail"]
+
+
+async def test_the_systemd_unit_runs_with_the_node_identity_alone(
+    api: SimApiServer, host: HostFS, tmp_path: Path
+) -> None:
+    """The unit's settings (systemd/drain-guard.env: shield off; --release-on-exit) and the
+    node's kubeconfig as its only identity: it reads its Node and pods, holds, releases,
+    writes its Events, is confined, and releases on stop."""
+    api.create("nodes", {"metadata": {"name": OTHER}})
+    api.add_node_user(NODE)
+    kubeconfig = api.kubeconfig(NODE_USER, tmp_path / "kubeconfig")
+    env = {k: v for k, v in env_file(ENV_FILE.read_text()).items() if k.endswith("BUILD_PODS")}
+    assert env == {"DRAIN_GUARD_SHIELD_BUILD_PODS": "false"}
+    started: list[AgentProcess] = []
+    try:
+        agent = await spawn(NODE, kubeconfig, host, "--release-on-exit", started=started, env=env)
+        doc = await _confinement(agent)
+        assert doc["confined"] is True, doc
+        assert "service account" not in doc["detail"]  # it has none
+        rv = await _hold_and_release(api, agent)
+        assert _writers(api, rv) == {(NODE_USER, "nodes"), (NODE_USER, "events")}
+        _own_events_only(api, rv)
+        users = {r[1] for r in api.request_log if r[1] != "admin"}
+        assert users == {NODE_USER}, users
+        assert await agent.stop() == 0
+    finally:
+        await reap(started)
