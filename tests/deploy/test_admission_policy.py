@@ -63,7 +63,7 @@ def test_overlays_ship_the_same_policies(rendered: Callable[[str], list[Obj]]) -
             mine = sorted((o for o in rendered(overlay) if o["kind"] == kind), key=str)
             theirs = sorted((o for o in rendered("kubernetes") if o["kind"] == kind), key=str)
             assert mine == theirs
-            assert len(mine) == 3
+            assert len(mine) == 4  # these three and the pod's (test_pod_confinement)
 
 
 def node(**annotations: str) -> Obj:
