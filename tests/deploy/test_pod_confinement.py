@@ -155,13 +155,15 @@ def test_pods_of_other_accounts_are_not_affected(
 
 
 def _host_volume(pod: Obj) -> Obj:
-    (volume,) = [v for v in pod["spec"]["volumes"] if "hostPath" in v]
+    volumes: list[Obj] = [v for v in pod["spec"]["volumes"] if "hostPath" in v]
+    (volume,) = volumes
     return volume
 
 
 def _host_mount(container: Obj, pod: Obj) -> Obj:
     name = _host_volume(pod)["name"]
-    (mount,) = [m for m in container["volumeMounts"] if m["name"] == name]
+    mounts: list[Obj] = [m for m in container["volumeMounts"] if m["name"] == name]
+    (mount,) = mounts
     return mount
 
 
