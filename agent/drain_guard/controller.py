@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from drain_guard import __version__, guards, holds, host, protocol, selfcheck
 from drain_guard.config import Settings
-from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.kube import (
     Applied,
     Backoff,
@@ -34,13 +33,7 @@ from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
 from drain_guard.shield import Shield, shield_namespaces
-from drain_guard.status import (
-    AgentStatus,
-    BootedImageStatus,
-    HoldReasonStatus,
-    PodStatus,
-    readiness,
-)
+from drain_guard.status import AgentStatus, decided, nothing_decided, readiness
 
 log = logging.getLogger("drain_guard.controller")
 
@@ -242,7 +235,8 @@ class Controller:
         node = self._current_node()
         for _ in range(CAS_ATTEMPTS):
             if node is None:
-                self._set_status("idle", f"node {self.settings.node_name} not found", None)
+                why = f"node {self.settings.node_name} not found"
+                self._status = nothing_decided(self._status, why, self.clock.now())
                 return None
             self._observe(node)
             view = guards.NodeView(
@@ -373,68 +367,29 @@ class Controller:
         for kind, _ in invalid - self._invalid:
             self.metrics.count_invalid_input(kind)
         self._invalid = invalid
-        name = _status_name(decision, node)
-        explanation = decision.explain()
-        fields = decision_fields(node, decision, name)
+        self._status = decided(
+            self._status,
+            decision,
+            annotations=node.annotations,
+            hold=self._memory.hold,
+            booted=view.booted,
+            max_hold=self.settings.max_hold,
+            now=self.clock.now(),
+        )
+        pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
+        if pods is not None:
+            self.metrics.set_build_pods(len(pods.pods))
+        image = guards.evidence(decision.verdicts, guards.ImageCompared)
+        self.metrics.set_image_match(None if image is None else image.equal)
+        fields = decision_fields(node, decision, self._status.decision)
         observed = self.settings.observe_only and bool(decision.patch)
         if observed:
-            explanation = f"observe-only, not written: would {explanation}"
             fields["observeOnly"] = True
-            fields["why"] = explanation
-        self._set_status(name, explanation, node, decision, view)
+            fields["why"] = self._status.explanation
         key = log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
         if (decision.patch and not observed) or key != self._last_logged:
             self._last_logged = key
             log.info("decision", extra={"fields": fields})
-
-    def _set_status(
-        self,
-        name: str,
-        explanation: str,
-        node: NodeObj | None,
-        decision: guards.Decision | None = None,
-        view: guards.NodeView | None = None,
-    ) -> None:
-        ann: Mapping[str, str] = node.annotations if node is not None else {}
-        record = self._memory.hold
-        blocks: tuple[guards.Block, ...] = ()
-        if isinstance(decision, guards.Hold | guards.UpdateHold | guards.Keep):
-            blocks = decision.blocks
-        build_pods: tuple[PodStatus, ...] | None = None
-        booted = BootedImageStatus()
-        desired_digest: str | None = None
-        if view is not None:
-            for guard in self.guards:
-                if isinstance(guard, guards.BuildPodGuard) and view.pods is not None:
-                    found = guard.build_pods(view.pods)
-                    build_pods = tuple(PodStatus(p.namespace, p.name, p.phase) for p in found)
-                    self.metrics.set_build_pods(len(found))
-                if isinstance(guard, guards.NoopImageGuard):
-                    equal, _, _ = guard.compare(view)
-                    self.metrics.set_image_match(equal)
-            booted = BootedImageStatus(
-                view.booted.digest, view.booted.reference, view.booted.source, view.booted.error
-            )
-            desired_digest = _digest(ann.get(protocol.DESIRED_IMAGE))
-        self._status = AgentStatus(
-            node=self.settings.node_name,
-            decision=name,
-            explanation=explanation,
-            version=__version__,
-            started_at=self.started_at,
-            generated_at=self.clock.now(),
-            desired_drain=ann.get(protocol.DESIRED_DRAIN),
-            last_applied_drain=ann.get(protocol.LAST_APPLIED_DRAIN),
-            held_request=record.held_drain if record else None,
-            hold_reasons=tuple(HoldReasonStatus(b.reason.value, b.detail) for b in blocks),
-            since=record.since if record else None,
-            expires_at=record.since + self.settings.max_hold if record else None,
-            build_pods=build_pods,
-            desired_image=ann.get(protocol.DESIRED_IMAGE),
-            desired_digest=desired_digest,
-            booted=booted,
-            observe_only=self.settings.observe_only,
-        )
 
     # Shutdown -----------------------------------------------------------------------------
 
@@ -474,15 +429,6 @@ def _older(node: NodeObj, than: NodeObj) -> bool:
         return False
 
 
-def _digest(image: str | None) -> str | None:
-    if not image:
-        return None
-    try:
-        return digest_of(image)
-    except ImageRefError:
-        return None
-
-
 _INVALID_KIND = {
     protocol.Reason.MANUAL: "hold_request",
     protocol.Reason.NOOP_IMAGE: "image_ref",
@@ -505,24 +451,6 @@ def _invalid_inputs(decision: guards.Decision) -> frozenset[tuple[str, str]]:
     ):
         found.add(("annotation", decision.why))
     return frozenset(found)
-
-
-def _status_name(decision: guards.Decision, node: NodeObj) -> str:
-    if isinstance(decision, guards.Hold):
-        return "hold"
-    if isinstance(decision, guards.Keep):
-        return "holding"
-    if isinstance(decision, guards.UpdateHold):
-        return "update-hold"
-    if isinstance(decision, guards.Release):
-        return "release"
-    if isinstance(decision, guards.Wait):
-        return "wait"
-    request = protocol.parse_drain_request(node.annotations.get(protocol.DESIRED_DRAIN))
-    pending = node.annotations.get(protocol.DESIRED_DRAIN) != node.annotations.get(
-        protocol.LAST_APPLIED_DRAIN
-    )
-    return "pass" if request.verb is protocol.Verb.DRAIN and pending else "idle"
 
 
 def pod_watch_namespace(settings: Settings) -> str | None:

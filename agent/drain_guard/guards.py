@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
@@ -46,6 +46,7 @@ __all__ = [
     "Block",
     "BootedImage",
     "BuildPodGuard",
+    "BuildPodsSeen",
     "CleanUp",
     "Clear",
     "Decision",
@@ -53,6 +54,7 @@ __all__ = [
     "Guard",
     "Hold",
     "Idle",
+    "ImageCompared",
     "Keep",
     "ManualGuard",
     "NodeView",
@@ -64,6 +66,7 @@ __all__ = [
     "Wait",
     "decide",
     "default_guards",
+    "evidence",
     "force_release",
     "hold_detail",
     "parse_hold_request",
@@ -106,11 +109,33 @@ class NodeView:
 
 
 @dataclass(frozen=True)
+class BuildPodsSeen:
+    """The build-pod guard's evidence: the build pods running on the node."""
+
+    pods: tuple[Pod, ...]
+
+
+@dataclass(frozen=True)
+class ImageCompared:
+    """The no-op guard's evidence: desiredImage's digest (None: no image, no digest, or
+    unreadable) and whether it is the booted one (None: the guard cannot know)."""
+
+    desired_digest: str | None
+    equal: bool | None
+
+
+#: What a guard saw, for ``/status`` and the metrics; the decision reads only the verdict, and
+#: two verdicts that say the same are equal whatever their evidence.
+Evidence = BuildPodsSeen | ImageCompared
+
+
+@dataclass(frozen=True)
 class Block:
     """The guard blocks the drain."""
 
     reason: Reason
     detail: str
+    evidence: Evidence | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -119,6 +144,7 @@ class Unknown:
 
     reason: Reason
     detail: str
+    evidence: Evidence | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -131,9 +157,17 @@ class Clear:
     abstained: bool = False
     #: The guard's input was malformed (reported, counted as invalid input).
     invalid: bool = False
+    evidence: Evidence | None = field(default=None, compare=False)
 
 
 Verdict = Block | Unknown | Clear
+
+_E = TypeVar("_E", BuildPodsSeen, ImageCompared)
+
+
+def evidence(verdicts: Sequence[Verdict], kind: type[_E]) -> _E | None:
+    """The first evidence of ``kind`` among the verdicts, if a guard gave one."""
+    return next((v.evidence for v in verdicts if isinstance(v.evidence, kind)), None)
 
 
 class Guard(Protocol):
@@ -166,10 +200,11 @@ class BuildPodGuard:
         if view.pods is None:
             return Unknown(self.reason, "pods on the node are not synced yet")
         found = self.build_pods(view.pods)
+        seen = BuildPodsSeen(tuple(found))
         if not found:
-            return Clear(self.reason, "no build pod on the node")
+            return Clear(self.reason, "no build pod on the node", evidence=seen)
         names = ", ".join(sorted(f"{p.namespace}/{p.name}" for p in found))
-        return Block(self.reason, f"build pod{'s' if len(found) > 1 else ''} {names}")
+        return Block(self.reason, f"build pod{'s' if len(found) > 1 else ''} {names}", seen)
 
 
 class NoopImageGuard:
@@ -177,34 +212,31 @@ class NoopImageGuard:
 
     reason = Reason.NOOP_IMAGE
 
-    def compare(self, view: NodeView) -> tuple[bool | None, str, bool]:
-        """(equal?, why, input invalid?); equal is None when the guard cannot know."""
+    def check(self, view: NodeView) -> Verdict:
         desired = view.annotations.get(DESIRED_IMAGE)
         if not desired:
-            return False, "node is not layered (no desiredImage)", False
+            return Clear(
+                self.reason,
+                "node is not layered (no desiredImage)",
+                evidence=ImageCompared(None, False),
+            )
+        unknown = ImageCompared(None, None)
         try:
-            desired_digest = digest_of(desired)
+            digest = digest_of(desired)
         except ImageRefError as err:
-            return None, f"desiredImage unreadable: {err}", True
-        if desired_digest is None:
-            return None, f"desiredImage {desired} has no digest", False
+            why = f"desiredImage unreadable: {err}"
+            return Clear(self.reason, why, abstained=True, invalid=True, evidence=unknown)
+        if digest is None:
+            why = f"desiredImage {desired} has no digest"
+            return Clear(self.reason, why, abstained=True, evidence=unknown)
         if view.booted.digest is None:
-            why = view.booted.error or "no digest"
-            return None, f"booted image unknown ({view.booted.source}: {why})", False
-        if desired_digest == view.booted.digest:
-            return True, f"desiredImage is the booted image {_short(desired_digest)}", False
-        return (
-            False,
-            f"desiredImage {_short(desired_digest)} differs from booted "
-            f"{_short(view.booted.digest)}",
-            False,
-        )
-
-    def check(self, view: NodeView) -> Verdict:
-        equal, why, invalid = self.compare(view)
-        if equal:
-            return Block(self.reason, why)
-        return Clear(self.reason, why, abstained=equal is None, invalid=invalid)
+            why = f"booted image unknown ({view.booted.source}: {view.booted.error or 'no digest'})"
+            return Clear(self.reason, why, abstained=True, evidence=ImageCompared(digest, None))
+        if digest == view.booted.digest:
+            why = f"desiredImage is the booted image {_short(digest)}"
+            return Block(self.reason, why, ImageCompared(digest, True))
+        why = f"desiredImage {_short(digest)} differs from booted {_short(view.booted.digest)}"
+        return Clear(self.reason, why, evidence=ImageCompared(digest, False))
 
 
 def _short(digest: str) -> str:
@@ -523,23 +555,23 @@ def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Dec
         malformed: str | None = None
     except MalformedHold as err:
         record, malformed = None, str(err)
-    if request.verb is Verb.HOLD:
-        return _decide_held(view, guards, max_hold, request.target, record, malformed)
-    return _decide_unheld(view, guards, max_hold, record, malformed)
-
-
-def _verdicts(
-    view: NodeView, guards: Sequence[Guard]
-) -> tuple[tuple[Verdict, ...], tuple[Block, ...], tuple[Unknown, ...]]:
+    # Every guard speaks on every pass, whether or not a request waits: the decision carries
+    # what each saw (build pods, image digests, malformed input) for /status and the metrics.
     verdicts = tuple(guard.check(view) for guard in guards)
+    if request.verb is Verb.HOLD:
+        return _decide_held(view, verdicts, max_hold, request.target, record, malformed)
+    return _decide_unheld(view, verdicts, max_hold, record, malformed)
+
+
+def _split(verdicts: tuple[Verdict, ...]) -> tuple[tuple[Block, ...], tuple[Unknown, ...]]:
     blocks = tuple(v for v in verdicts if isinstance(v, Block))
     unknowns = tuple(v for v in verdicts if isinstance(v, Unknown))
-    return verdicts, blocks, unknowns
+    return blocks, unknowns
 
 
 def _decide_held(
     view: NodeView,
-    guards: Sequence[Guard],
+    verdicts: tuple[Verdict, ...],
     max_hold: timedelta,
     original: str,
     record: HoldRecord | None,
@@ -549,12 +581,12 @@ def _decide_held(
     value = annotations[DESIRED_DRAIN]
     held = annotations.get(HELD_DRAIN)
     if held is None:
-        return Foreign(value, f"no {HELD_DRAIN}: drain-guard did not write this hold")
+        return Foreign(value, f"no {HELD_DRAIN}: drain-guard did not write this hold", verdicts)
     if held != original:
-        return Foreign(value, f"{HELD_DRAIN} is {held!r}, not {original!r}")
+        return Foreign(value, f"{HELD_DRAIN} is {held!r}, not {original!r}", verdicts)
     last_applied = annotations.get(LAST_APPLIED_DRAIN)
 
-    def release(outcome: Outcome, why: str, verdicts: tuple[Verdict, ...] = ()) -> Release:
+    def release(outcome: Outcome, why: str) -> Release:
         patch = release_patch(
             original,
             last_applied,
@@ -580,7 +612,7 @@ def _decide_held(
         )
     if age >= max_hold:
         return release(Outcome.EXPIRED, f"held for {_minutes(age)}, max-hold {_minutes(max_hold)}")
-    verdicts, blocks, unknowns = _verdicts(view, guards)
+    blocks, unknowns = _split(verdicts)
     if blocks:
         if _reasons(blocks) == ",".join(record.reasons) and hold_detail(blocks) == record.detail:
             return Keep(record, blocks, verdicts)
@@ -588,12 +620,12 @@ def _decide_held(
         return UpdateHold(record, blocks, tuple(patch), verdicts)
     if unknowns:
         return Wait(unknowns, record, original, verdicts)
-    return release(Outcome.SAFE, "no guard blocks", verdicts)
+    return release(Outcome.SAFE, "no guard blocks")
 
 
 def _decide_unheld(
     view: NodeView,
-    guards: Sequence[Guard],
+    verdicts: tuple[Verdict, ...],
     max_hold: timedelta,
     record: HoldRecord | None,
     malformed: str | None,
@@ -603,7 +635,6 @@ def _decide_unheld(
     request = parse_drain_request(desired)
     last_applied = annotations.get(LAST_APPLIED_DRAIN)
     released = annotations.get(RELEASED)
-    verdicts: tuple[Verdict, ...] = ()
 
     why = _not_holdable(request.verb, desired, last_applied, released)
     same = record is not None and record.held_drain == desired
@@ -616,7 +647,7 @@ def _decide_unheld(
             ran_out = True
     if why is None:
         assert desired is not None
-        verdicts, blocks, unknowns = _verdicts(view, guards)
+        blocks, unknowns = _split(verdicts)
         if blocks:
             since = record.since if record is not None and same else view.now
             stale = (RELEASED,) if released is not None else ()

@@ -1,13 +1,15 @@
 """What the agent shows at ``/status`` and in ``drain-guard status``: the answer to
 "why is my drain held?".
 
-Pure: the controller fills an ``AgentStatus`` snapshot (including ``generated_at``, the time it
-was taken, so nothing here reads a clock) and the server renders it. ``docs/status.md`` explains
-each field.
+Pure: ``decided()`` builds an ``AgentStatus`` snapshot from the controller's decision (what the
+guards saw travels in its verdicts; nothing is checked again here), with ``generated_at``, the
+time it was taken, given, so nothing here reads a clock; the server renders it.
+``docs/status.md`` explains each field.
 
 API::
 
-    AgentStatus(node=..., decision=..., explanation=..., ..., started_at=..., generated_at=...)
+    decided(base, decision, annotations=..., hold=..., booted=..., max_hold=..., now=...)
+    nothing_decided(base, explanation, now)  # no Node to decide on
     status.to_json() -> dict[str, Any]      # JSON-ready, camelCase keys, RFC 3339 UTC times
     AgentStatus.from_json(data)             # the inverse (the CLI reads /status over HTTP)
     status.to_text() -> str                 # a few lines for humans (curl ...?format=text)
@@ -21,11 +23,21 @@ drain request is not let through), ``pass`` (a drain request went through: no gu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from drain_guard.protocol import format_rfc3339
+from drain_guard import guards
+from drain_guard.protocol import (
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    LAST_APPLIED_DRAIN,
+    HoldRecord,
+    Verb,
+    format_rfc3339,
+    parse_drain_request,
+)
 
 DECISIONS: tuple[str, ...] = (
     "starting",
@@ -254,6 +266,81 @@ class AgentStatus:
             f"  agent:         {self.version}, up {format_duration(now - self.started_at)}"
         )
         return "\n".join(lines) + "\n"
+
+
+def decision_name(decision: guards.Decision, annotations: Mapping[str, str]) -> str:
+    """The ``decision`` of ``/status`` (one of ``DECISIONS``) for a decision on this Node."""
+    if isinstance(decision, guards.Hold):
+        return "hold"
+    if isinstance(decision, guards.Keep):
+        return "holding"
+    if isinstance(decision, guards.UpdateHold):
+        return "update-hold"
+    if isinstance(decision, guards.Release):
+        return "release"
+    if isinstance(decision, guards.Wait):
+        return "wait"
+    desired = annotations.get(DESIRED_DRAIN)
+    pending = desired != annotations.get(LAST_APPLIED_DRAIN)
+    return "pass" if parse_drain_request(desired).verb is Verb.DRAIN and pending else "idle"
+
+
+def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> AgentStatus:
+    """An ``idle`` snapshot with no decision behind it (the Node is not there): only the
+    agent's identity is kept from ``base``."""
+    return AgentStatus(
+        node=base.node,
+        decision="idle",
+        explanation=explanation,
+        version=base.version,
+        started_at=base.started_at,
+        generated_at=now,
+        observe_only=base.observe_only,
+    )
+
+
+def decided(
+    base: AgentStatus,
+    decision: guards.Decision,
+    *,
+    annotations: Mapping[str, str],
+    hold: HoldRecord | None,
+    booted: guards.BootedImage,
+    max_hold: timedelta,
+    now: datetime,
+) -> AgentStatus:
+    """The snapshot of a decision on a Node with these annotations; ``hold`` is the hold the
+    agent knows on the Node (an observe-only agent's would-be hold is not one), ``base``
+    gives the agent's identity. An observe-only decision that would write says so."""
+    explanation = decision.explain()
+    if base.observe_only and decision.patch:
+        explanation = f"observe-only, not written: would {explanation}"
+    blocks: tuple[guards.Block, ...] = ()
+    if isinstance(decision, guards.Hold | guards.UpdateHold | guards.Keep):
+        blocks = decision.blocks
+    pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
+    image = guards.evidence(decision.verdicts, guards.ImageCompared)
+    return AgentStatus(
+        node=base.node,
+        decision=decision_name(decision, annotations),
+        explanation=explanation,
+        version=base.version,
+        started_at=base.started_at,
+        generated_at=now,
+        desired_drain=annotations.get(DESIRED_DRAIN),
+        last_applied_drain=annotations.get(LAST_APPLIED_DRAIN),
+        held_request=hold.held_drain if hold else None,
+        hold_reasons=tuple(HoldReasonStatus(b.reason.value, b.detail) for b in blocks),
+        since=hold.since if hold else None,
+        expires_at=hold.since + max_hold if hold else None,
+        build_pods=None
+        if pods is None
+        else tuple(PodStatus(p.namespace, p.name, p.phase) for p in pods.pods),
+        desired_image=annotations.get(DESIRED_IMAGE),
+        desired_digest=image.desired_digest if image else None,
+        booted=BootedImageStatus(booted.digest, booted.reference, booted.source, booted.error),
+        observe_only=base.observe_only,
+    )
 
 
 def _shield_text(shield: dict[str, Any]) -> str:

@@ -13,12 +13,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drain_guard import guards
+from drain_guard.pods import Pod
+from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
+from drain_guard.selectors import default_build_pod_selectors
 from drain_guard.status import (
     DECISIONS,
     AgentStatus,
     BootedImageStatus,
     HoldReasonStatus,
     PodStatus,
+    decided,
+    nothing_decided,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -275,3 +281,71 @@ def test_confinement_shows_in_text(confined: bool | None, shown: str) -> None:
     status = replace(held(), confinement={"confined": confined, "detail": "why"})
     assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
     assert f"  confined:      {shown}: why" in status.to_text().splitlines()
+
+
+# --- built from the decision ----------------------------------------------------------------
+
+MCO_NS = "openshift-machine-config-operator"
+REQUEST = "drain-rendered-worker-5620"
+IMAGE = f"image-registry.example/ocb/os@{DIGEST}"
+BOOTED = guards.BootedImage(DIGEST, f"ostree-unverified-registry:{IMAGE}", "ostree")
+BUILD = Pod(MCO_NS, "build-x", "Running", {"openshift.io/build.name": "build-x"})
+BASE = AgentStatus("worker-0", "starting", "", "0.1.0", T0 - timedelta(hours=2), T0)
+MAX_HOLD = timedelta(minutes=45)
+
+
+def _status(
+    annotations: dict[str, str],
+    pods: tuple[Pod, ...] | None,
+    hold: HoldRecord | None = None,
+    base: AgentStatus = BASE,
+) -> AgentStatus:
+    """The snapshot of what decide() says about a Node with these annotations and pods."""
+    view = guards.NodeView("worker-0", annotations, pods, BOOTED, T0, "7")
+    selectors = default_build_pod_selectors()
+    decision = guards.decide(view, guards.default_guards(selectors), MAX_HOLD)
+    return decided(
+        base, decision, annotations=annotations, hold=hold, booted=BOOTED, max_hold=MAX_HOLD, now=T0
+    )
+
+
+def test_a_hold_decision_shows_its_reasons_pods_and_images_from_the_verdicts() -> None:
+    record = HoldRecord(REQUEST, (Reason.BUILD_POD,), T0, "")
+    status = _status({DESIRED_DRAIN: REQUEST, DESIRED_IMAGE: IMAGE}, (BUILD,), record)
+    assert (status.decision, status.held_request) == ("hold", REQUEST)
+    assert [r.reason for r in status.hold_reasons] == ["build-pod", "noop-image"]
+    assert status.build_pods == (PodStatus(MCO_NS, "build-x", "Running"),)
+    assert (status.desired_digest, status.booted.digest) == (DIGEST, DIGEST)
+    assert status.expires_at == T0 + MAX_HOLD
+    assert (status.node, status.started_at, status.generated_at) == (
+        "worker-0",
+        BASE.started_at,
+        T0,
+    )
+
+
+def test_with_no_request_the_guards_evidence_still_shows() -> None:
+    status = _status({DESIRED_IMAGE: "quay.io/os@sha256:" + "b" * 64}, (BUILD,))
+    assert (status.decision, status.held_request, status.hold_reasons) == ("idle", None, ())
+    assert status.build_pods == (PodStatus(MCO_NS, "build-x", "Running"),)
+    assert status.desired_digest == "sha256:" + "b" * 64
+
+
+def test_unsynced_pods_show_as_unknown_and_observe_only_says_what_it_would_do() -> None:
+    annotations = {DESIRED_DRAIN: REQUEST, DESIRED_IMAGE: IMAGE}
+    status = _status(annotations, None, base=replace(BASE, observe_only=True))
+    assert status.build_pods is None
+    assert status.decision == "hold"  # the no-op guard blocks; the pods are not needed
+    assert status.explanation.startswith("observe-only, not written: would hold ")
+    assert status.held_request is None
+
+
+def test_nothing_decided_keeps_only_the_agents_identity() -> None:
+    status = nothing_decided(held(), "node worker-0 not found", T0)
+    assert (status.decision, status.explanation) == ("idle", "node worker-0 not found")
+    assert (status.held_request, status.build_pods, status.desired_drain) == (None, None, None)
+    assert (status.node, status.version, status.started_at) == (
+        "worker-0",
+        "0.1.0",
+        held().started_at,
+    )

@@ -355,3 +355,19 @@ async def test_observe_only_writes_nothing_and_counts_a_would_be_hold_once(
     assert status.held_request is None
     assert status.explanation.startswith("observe-only, not written: would hold")
     assert env.events.posted == []
+
+
+async def test_status_and_gauges_come_from_the_decision_with_no_request_pending(env: Env) -> None:
+    env.build_pod()
+    await env.step()
+    status = env.controller.status()
+    assert (status.decision, status.held_request) == ("idle", None)
+    assert [(p.name, p.phase) for p in status.build_pods or ()] == [("build-pod", "Running")]
+    assert env.value("drain_guard_build_pods") == 1
+    assert env.value("drain_guard_image_match") == 1  # desiredImage is the booted image
+    env.kube.write({protocol.DESIRED_IMAGE: IMAGE_B})
+    env.build_pod(running=False)
+    await env.step()
+    assert env.value("drain_guard_build_pods") == 0
+    assert env.value("drain_guard_image_match") == 0
+    assert env.controller.status().desired_digest == IMAGE_B.rpartition("@")[2]

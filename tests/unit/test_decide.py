@@ -143,6 +143,8 @@ def test_never_held(annotations: dict[str, str], fragment: str) -> None:
     assert isinstance(decision, Idle)
     assert fragment in decision.explain()
     assert decision.patch == ()
+    # The guards spoke all the same: /status shows the build pod, the hold-request's verdict.
+    assert [v.reason for v in decision.verdicts] == list(Reason)
 
 
 def test_no_guard_blocks_idle() -> None:

@@ -11,7 +11,9 @@ from drain_guard.guards import (
     Block,
     BootedImage,
     BuildPodGuard,
+    BuildPodsSeen,
     Clear,
+    ImageCompared,
     ManualGuard,
     NodeView,
     NoopImageGuard,
@@ -179,11 +181,28 @@ def test_noop_reports_malformed_desired_image() -> None:
     assert "unknown transport" in verdict.detail
 
 
-def test_noop_compare_gives_image_match() -> None:
+def test_noop_evidence_gives_image_match_and_the_desired_digest() -> None:
     guard = NoopImageGuard()
-    assert guard.compare(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}))[0] is True
-    assert guard.compare(view({DESIRED_IMAGE: f"{REGISTRY}@{D2}"}))[0] is False
-    assert guard.compare(view({DESIRED_IMAGE: f"{REGISTRY}:v1"}))[0] is None
+
+    def seen(annotations: dict[str, str], booted: BootedImage | None = None) -> object:
+        return guard.check(view(annotations, booted=booted)).evidence
+
+    assert seen({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}) == ImageCompared(D1, True)
+    assert seen({DESIRED_IMAGE: f"{REGISTRY}@{D2}"}) == ImageCompared(D2, False)
+    assert seen({DESIRED_IMAGE: f"{REGISTRY}:v1"}) == ImageCompared(None, None)
+    assert seen({DESIRED_IMAGE: "oci:/nope"}) == ImageCompared(None, None)
+    assert seen({}) == ImageCompared(None, False)  # not layered: not the booted image
+    unknown = BootedImage(None, None, "ostree", "no origin")
+    assert seen({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}, unknown) == ImageCompared(D1, None)
+
+
+def test_build_pod_evidence_lists_the_pods_or_nothing_while_unsynced(
+    build_guard: BuildPodGuard,
+) -> None:
+    pod = build_pod()
+    assert build_guard.check(view(pods=(pod,))).evidence == BuildPodsSeen((pod,))
+    assert build_guard.check(view(pods=())).evidence == BuildPodsSeen(())
+    assert build_guard.check(view(pods=None)).evidence is None
 
 
 # --- manual -------------------------------------------------------------------------------
