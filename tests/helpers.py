@@ -200,3 +200,11 @@ def add_own_daemonset(api: SimApiServer, owns_pod: bool = True) -> list[str]:
         "drain-guard",
     )
     return ["--daemonset", "drain-guard/drain-guard", "--pod-name", AGENT_POD]
+
+
+def namespace_of(path: str) -> str | None:
+    """The namespace of a request path (``.../namespaces/NS/RESOURCE...``); None if cluster-wide."""
+    parts = path.strip("/").split("/")
+    if "namespaces" in parts[:4] and len(parts) > parts.index("namespaces") + 2:
+        return parts[parts.index("namespaces") + 1]
+    return None

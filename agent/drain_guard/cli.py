@@ -1,6 +1,7 @@
-"""``drain-guard run | status | release | demo``.
+"""``drain-guard run | shield | status | release | demo``.
 
-``run`` is the agent. ``status`` and ``release`` are operator tools that talk to the API with
+``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
+keep no budgets. ``status`` and ``release`` are operator tools that talk to the API with
 the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides
 who may release a hold. ``demo`` is imported lazily: the agent never loads the simulator.
 """
@@ -19,7 +20,13 @@ from typing import Any, NoReturn
 import aiohttp
 
 from drain_guard import __version__, guards, protocol
-from drain_guard.config import SettingsError, add_run_arguments, settings_from
+from drain_guard.config import (
+    SettingsError,
+    add_run_arguments,
+    add_shield_arguments,
+    settings_from,
+    shield_settings_from,
+)
 from drain_guard.kube import Applied, Kube, KubeError, NodeObj
 from drain_guard.kubeclient import ConfigException
 
@@ -50,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the agent for one node")
     add_run_arguments(run)
+
+    shield = sub.add_parser(
+        "shield", help="keep the build pods' PodDisruptionBudgets of every node (central shield)"
+    )
+    add_shield_arguments(shield)
 
     status = sub.add_parser("status", help="show a node's hold state")
     _add_client_arguments(status)
@@ -99,6 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drain_guard.runner import run_agent  # lazily: status/release need none of it
 
         return run_agent(settings)
+    if args.command == "shield":
+        try:
+            shield_settings = shield_settings_from(args, os.environ)
+        except SettingsError as exc:
+            print(f"drain-guard shield: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        from drain_guard.central import run_shield
+
+        return run_shield(shield_settings)
     if args.command == "status":
         return asyncio.run(_status(args))
     assert args.command == "release", args.command  # "demo" never reaches the parser

@@ -1,4 +1,5 @@
-"""Settings of ``drain-guard run`` from flags and the environment, validated.
+"""Settings of ``drain-guard run`` (and ``drain-guard shield``) from flags and the
+environment, validated.
 
 Flags win over environment variables, which win over defaults. Every flag ``--some-flag`` has
 the variable ``DRAIN_GUARD_SOME_FLAG``, except ``--node-name`` (``NODE_NAME``) and ``--pod-name``
@@ -32,6 +33,7 @@ from drain_guard.selectors import (
 
 ENV_PREFIX = "DRAIN_GUARD_"
 DEFAULT_LISTEN = "127.0.0.1:9797"
+DEFAULT_SHIELD_LISTEN = "127.0.0.1:9798"
 # The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
 # long would turn "drain later" into "node degraded", and the drain itself needs time after
 # the release, so holds of an hour or more are refused outright rather than merely warned.
@@ -73,8 +75,9 @@ class Listen:
 
 
 @dataclass(frozen=True)
-class DaemonSetRef:
-    """The agent's own DaemonSet, looked up on SIGTERM to tell uninstall from rolling update."""
+class WorkloadRef:
+    """The process's own DaemonSet (the agent) or Deployment (the central shield), looked up
+    on SIGTERM to tell an uninstall from a rolling update."""
 
     namespace: str
     name: str
@@ -96,7 +99,7 @@ class Settings:
     listen: Listen
     max_hold: timedelta
     build_pod_selectors: tuple[BuildPodSelector, ...]
-    daemonset: DaemonSetRef | None
+    daemonset: WorkloadRef | None
     release_on_exit: bool
     log_format: LogFormat
     log_level: str
@@ -283,6 +286,68 @@ RUN_OPTIONS: tuple[_Option, ...] = (
     ),
 )
 
+
+def _run_option(flag: str) -> _Option:
+    return next(opt for opt in RUN_OPTIONS if opt.flag == flag)
+
+
+#: ``drain-guard shield``: the flags it shares with ``run`` mean the same there.
+SHIELD_OPTIONS: tuple[_Option, ...] = (
+    _run_option("--kubeconfig"),
+    _Option(
+        "--listen",
+        _env_name("--listen"),
+        DEFAULT_SHIELD_LISTEN,
+        "HOST:PORT of the status/metrics endpoint (port 0: any free port)",
+    ),
+    _run_option("--api-stale-after"),
+    _Option(
+        "--build-pod-selector",
+        _env_name("--build-pod-selector"),
+        None,
+        f"build pods: [{MCO_NAMESPACE}:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; replaces the"
+        " defaults; in the environment separate selectors with ';'); only pods of"
+        f" {MCO_NAMESPACE} are shielded",
+        repeatable=True,
+    ),
+    _Option(
+        "--deployment",
+        _env_name("--deployment"),
+        None,
+        "NAMESPACE/NAME of the shield's own Deployment, checked at start to exist: on"
+        " SIGTERM the budgets are removed only if it is gone or being deleted (uninstall)",
+    ),
+    _run_option("--log-format"),
+    _run_option("--log-level"),
+)
+
+
+@dataclass(frozen=True)
+class ShieldSettings:
+    """Everything ``drain-guard shield`` needs, already validated."""
+
+    kubeconfig: str | None
+    listen: Listen
+    api_stale_after: timedelta
+    build_pod_selectors: tuple[BuildPodSelector, ...]
+    deployment: WorkloadRef | None
+    log_format: LogFormat
+    log_level: str
+
+    def effective(self) -> dict[str, object]:
+        """The settings in force, for the start-up line."""
+        return {
+            "kubeconfig": self.kubeconfig or "in-cluster, else ~/.kube/config",
+            "listen": str(self.listen),
+            "apiStaleAfter": format_duration(self.api_stale_after),
+            "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
+            "onExit": "keep budgets"
+            if self.deployment is None
+            else f"deployment {self.deployment}",
+            "logLevel": self.log_level,
+        }
+
+
 # The one set of spellings of a boolean, in a flag's value and in the environment alike.
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -291,7 +356,16 @@ _BOOL_HELP = "true/false, 1/0, yes/no, on/off"
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``run`` flags; defaults stay ``None`` so the environment can fill them."""
-    for opt in RUN_OPTIONS:
+    _add_arguments(parser, RUN_OPTIONS)
+
+
+def add_shield_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``shield`` flags, as :func:`add_run_arguments` does."""
+    _add_arguments(parser, SHIELD_OPTIONS)
+
+
+def _add_arguments(parser: argparse.ArgumentParser, options: tuple[_Option, ...]) -> None:
+    for opt in options:
         dest = opt.flag.removeprefix("--").replace("-", "_")
         default_text = f" (default: {opt.default})" if opt.default is not None else ""
         helptext = f"{opt.help}{default_text} [env {opt.env}]"
@@ -363,11 +437,11 @@ def parse_listen(text: str) -> Listen:
     return Listen(host, int(port_text))
 
 
-def parse_daemonset(text: str) -> DaemonSetRef:
+def parse_workload(flag: str, text: str) -> WorkloadRef:
     namespace, sep, name = text.partition("/")
     if not sep or not namespace or not name or "/" in name:
-        raise SettingsError(f"invalid --daemonset {text!r} (expected NAMESPACE/NAME)")
-    return DaemonSetRef(namespace, name)
+        raise SettingsError(f"invalid {flag} {text!r} (expected NAMESPACE/NAME)")
+    return WorkloadRef(namespace, name)
 
 
 def _parse_selector(text: str) -> BuildPodSelector:
@@ -410,9 +484,23 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
     An error about a value taken from the environment names the variable, not the flag: the
     operator has to find it in a manifest or unit file, not on a command line.
     """
+    return _validated(RUN_OPTIONS, args, environ, _settings)
+
+
+def shield_settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> ShieldSettings:
+    """:func:`settings_from` for ``drain-guard shield``."""
+    return _validated(SHIELD_OPTIONS, args, environ, _shield_settings)
+
+
+def _validated(
+    options: tuple[_Option, ...],
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    build: Callable[[dict[str, object]], _T],
+) -> _T:
     from_env: list[_Option] = []
     try:
-        return _settings(args, environ, from_env)
+        return build(_merge(options, args, environ, from_env))
     except SettingsError as exc:
         message = str(exc)
         for opt in from_env:
@@ -428,11 +516,16 @@ def _named(flag: str, parse: Callable[[str], _T], text: str) -> _T:
         raise SettingsError(f"{flag}: {exc}") from None
 
 
-def _settings(
-    args: argparse.Namespace, environ: Mapping[str, str], from_env: list[_Option]
-) -> Settings:
+def _merge(
+    options: tuple[_Option, ...],
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    from_env: list[_Option],
+) -> dict[str, object]:
+    """Each option's value: the flag, else the variable, else the default (checked choices,
+    parsed booleans); the options taken from the environment are added to ``from_env``."""
     raw: dict[str, object] = {}
-    for opt in RUN_OPTIONS:
+    for opt in options:
         dest = opt.flag.removeprefix("--").replace("-", "_")
         value: object = getattr(args, dest, None)
         if value is None and environ.get(opt.env, "") != "":  # empty: as if unset
@@ -454,7 +547,10 @@ def _settings(
                 )
             value = wanted
         raw[dest] = value
+    return raw
 
+
+def _settings(raw: dict[str, object]) -> Settings:
     node_name = str(raw["node_name"] or "").strip()
     if not node_name:
         raise SettingsError("--node-name (or NODE_NAME) is required")
@@ -468,18 +564,8 @@ def _settings(
             " after waiting 1h for a drain"
         )
 
-    api_stale_after = _named("--api-stale-after", parse_duration, str(raw["api_stale_after"]))
-    if api_stale_after <= timedelta(0):
-        raise SettingsError("--api-stale-after must be greater than 0")
-
-    selectors_raw = raw["build_pod_selector"]
-    selectors = default_build_pod_selectors()
-    if selectors_raw is not None:
-        assert isinstance(selectors_raw, list)
-        selectors = tuple(_parse_selector(str(s)) for s in selectors_raw)
-        if not selectors:
-            raise SettingsError("--build-pod-selector given but empty")
-
+    api_stale_after = _api_stale_after(raw)
+    selectors = _selectors(raw)
     scope = _parse_scope(raw["build_pod_namespace"])
     for selector in selectors:
         if selector.namespace is not None and not scope.contains(selector.namespace):
@@ -489,7 +575,9 @@ def _settings(
             )
 
     command = _split_command(str(raw["rpm_ostree_command"]))
-    daemonset = None if raw["daemonset"] is None else parse_daemonset(str(raw["daemonset"]))
+    daemonset = (
+        None if raw["daemonset"] is None else parse_workload("--daemonset", str(raw["daemonset"]))
+    )
     release_on_exit = bool(raw["release_on_exit"])
     if daemonset is not None and release_on_exit:
         raise SettingsError(
@@ -529,6 +617,45 @@ def _settings(
         pod_name=pod_name,
         node_kubeconfig=None if node_kubeconfig is None else str(node_kubeconfig),
     )
+
+
+def _shield_settings(raw: dict[str, object]) -> ShieldSettings:
+    selectors = _selectors(raw)
+    for selector in selectors:
+        if selector.namespace not in (None, MCO_NAMESPACE):
+            raise SettingsError(
+                f"--build-pod-selector {selector} names namespace {selector.namespace}: the"
+                f" central shield keeps budgets in {MCO_NAMESPACE} only"
+            )
+    kubeconfig = raw["kubeconfig"]
+    deployment = raw["deployment"]
+    return ShieldSettings(
+        kubeconfig=None if kubeconfig is None else str(kubeconfig),
+        listen=_named("--listen", parse_listen, str(raw["listen"])),
+        api_stale_after=_api_stale_after(raw),
+        build_pod_selectors=selectors,
+        deployment=None if deployment is None else parse_workload("--deployment", str(deployment)),
+        log_format=LogFormat(str(raw["log_format"])),
+        log_level=str(raw["log_level"]),
+    )
+
+
+def _api_stale_after(raw: Mapping[str, object]) -> timedelta:
+    api_stale_after = _named("--api-stale-after", parse_duration, str(raw["api_stale_after"]))
+    if api_stale_after <= timedelta(0):
+        raise SettingsError("--api-stale-after must be greater than 0")
+    return api_stale_after
+
+
+def _selectors(raw: Mapping[str, object]) -> tuple[BuildPodSelector, ...]:
+    selectors_raw = raw["build_pod_selector"]
+    if selectors_raw is None:
+        return default_build_pod_selectors()
+    assert isinstance(selectors_raw, list)
+    selectors = tuple(_parse_selector(str(s)) for s in selectors_raw)
+    if not selectors:
+        raise SettingsError("--build-pod-selector given but empty")
+    return selectors
 
 
 def _split_command(text: str) -> tuple[str, ...]:

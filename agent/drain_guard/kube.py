@@ -178,7 +178,7 @@ class Conflict:
 PatchResult = Applied | Conflict
 
 
-class DaemonSetState(enum.Enum):
+class WorkloadState(enum.Enum):
     ABSENT = "absent"
     DELETING = "deleting"
     PRESENT = "present"
@@ -487,13 +487,21 @@ class Kube:
                 return None
             raise
 
-    async def daemonset_state(self, namespace: str, name: str) -> DaemonSetState:
-        body = await self.get_daemonset(namespace, name)
-        if body is None:
-            return DaemonSetState.ABSENT
-        if (body.get("metadata") or {}).get("deletionTimestamp"):
-            return DaemonSetState.DELETING
-        return DaemonSetState.PRESENT
+    async def get_deployment(self, namespace: str, name: str) -> JsonObj | None:
+        try:
+            return await self._call(
+                "deployment_get", self.apps.read_namespaced_deployment, name, namespace
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def daemonset_state(self, namespace: str, name: str) -> WorkloadState:
+        return _workload_state(await self.get_daemonset(namespace, name))
+
+    async def deployment_state(self, namespace: str, name: str) -> WorkloadState:
+        return _workload_state(await self.get_deployment(namespace, name))
 
     async def watch_node(
         self, name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
@@ -533,6 +541,14 @@ class Kube:
             name=("pods" if node_name is None else f"pods on node {node_name}") + where,
             watch_timeout=watch_timeout,
         ).run()
+
+
+def _workload_state(body: JsonObj | None) -> WorkloadState:
+    if body is None:
+        return WorkloadState.ABSENT
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return WorkloadState.DELETING
+    return WorkloadState.PRESENT
 
 
 class _GoneError(Exception):

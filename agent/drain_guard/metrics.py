@@ -84,6 +84,7 @@ RETRY_PARTS: tuple[str, ...] = ("controller", "shield")
 WATCH_RESOURCES: tuple[str, ...] = ("node", "pod", "poddisruptionbudget")
 #: What the central shield calls and watches: the pods and budgets of MCO's namespace.
 SHIELD_API_OPERATIONS: tuple[str, ...] = (
+    "deployment_get",
     "pod_list",
     "pod_watch",
     "poddisruptionbudget_list",

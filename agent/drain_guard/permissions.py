@@ -1,5 +1,5 @@
-"""The Kubernetes API calls the agent makes, and who is granted each in every install mode:
-the one list the RBAC is checked against.
+"""The Kubernetes API calls the agent makes, and who is granted each in every install mode;
+and the central shield's: the lists the RBAC is checked against.
 
 Pure data. The deployment tests check that each overlay's rendered roles grant its service
 account exactly what :func:`service_account_grants` lists for that mode (no more, no less),
@@ -17,18 +17,19 @@ from enum import StrEnum
 class Scope(StrEnum):
     """Where a permission is granted.
 
-    ``CLUSTER`` goes into the ClusterRole; ``OWN_DAEMONSET`` into a namespaced Role limited
-    (``resourceNames``) to the agent's own DaemonSet, which it reads on SIGTERM to tell an
-    uninstall from a rolling update; ``OWN_NAMESPACE`` into that Role without ``resourceNames``
-    (a pod's name is not known in advance): the agent reads its own pod at start, to check that
-    the DaemonSet owns it; ``MCO`` into a Role in each of ``MCO_NAMESPACES``, where
-    MCO's build pods run: the agent's pod watch reads its node's pods there, and the shield
-    keeps PodDisruptionBudgets on build pods there ("only where build pods run");
-    ``EVENTS`` into a RoleBinding in ``EVENTS_NAMESPACE``, where Events about a Node live.
+    ``CLUSTER`` goes into the ClusterRole; ``OWN_WORKLOAD`` into a namespaced Role limited
+    (``resourceNames``) to the agent's own DaemonSet (the central shield's own Deployment),
+    which it reads on SIGTERM to tell an uninstall from a rolling update; ``OWN_NAMESPACE`` into
+    that Role without ``resourceNames`` (a pod's name is not known in advance): the agent reads
+    its own pod at start, to check that the DaemonSet owns it; ``MCO`` into a Role in each of
+    ``MCO_NAMESPACES``, where MCO's build pods run: the agent's pod watch reads its node's pods
+    there, and the shield keeps PodDisruptionBudgets on build pods there ("only where build pods
+    run"); ``EVENTS`` into a RoleBinding in ``EVENTS_NAMESPACE``, where Events about a Node
+    live.
     """
 
     CLUSTER = "cluster"
-    OWN_DAEMONSET = "own-daemonset"
+    OWN_WORKLOAD = "own-workload"
     OWN_NAMESPACE = "own-namespace"
     MCO = "mco"
     EVENTS = "events"
@@ -77,7 +78,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     # DrainHeld / DrainReleased / DrainHoldExpired Events on the Node, aggregated by patch.
     Permission("", "events", frozenset({"create", "patch"}), Scope.EVENTS, node_write=True),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
-    Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_DAEMONSET),
+    Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_WORKLOAD),
     # Its own pod, at start: --daemonset must be its controller (drain_guard.selfcheck).
     Permission("", "pods", frozenset({"get"}), Scope.OWN_NAMESPACE),
     # The shield: budgets on the build pods of its node, in MCO_NAMESPACES only.
@@ -127,7 +128,7 @@ INSTALL_MODES: dict[str, InstallMode] = {
 def _used(mode: InstallMode) -> tuple[Permission, ...]:
     """The calls the agent makes in ``mode``: no shield's without it, and no DaemonSet's or
     own pod's read without a DaemonSet (the systemd unit)."""
-    own = (Scope.OWN_DAEMONSET, Scope.OWN_NAMESPACE)
+    own = (Scope.OWN_WORKLOAD, Scope.OWN_NAMESPACE)
     return tuple(
         p
         for p in PERMISSIONS
@@ -150,9 +151,32 @@ def node_identity_calls(mode: InstallMode) -> tuple[Permission, ...]:
     return tuple(p for p in _used(mode) if p.node_write or not mode.service_account)
 
 
-def allowed(api_group: str, resource: str, verb: str, namespace: str | None) -> bool:
-    """Whether the agent is meant to call ``verb`` on ``resource`` (of ``api_group``) in
-    ``namespace`` (None: a cluster-wide request)."""
+#: The central shield's calls (``drain-guard shield``, its own ServiceAccount
+#: ``drain-guard-shield``): where the agents may keep no budgets, it keeps those of every node.
+SHIELD_PERMISSIONS: tuple[Permission, ...] = (
+    # Every pod of MCO's namespace (one watch, not by node); a list by a build pod's labels.
+    Permission("", "pods", frozenset({"list", "watch"}), Scope.MCO),
+    # The budgets on the build pods of every node, in MCO_NAMESPACES only.
+    Permission(
+        "policy",
+        "poddisruptionbudgets",
+        frozenset({"list", "watch", "create", "delete"}),
+        Scope.MCO,
+    ),
+    # Its own Deployment, at start (it exists) and on SIGTERM (gone: uninstall, remove them).
+    Permission("apps", "deployments", frozenset({"get"}), Scope.OWN_WORKLOAD),
+)
+
+
+def allowed(
+    api_group: str,
+    resource: str,
+    verb: str,
+    namespace: str | None,
+    permissions: tuple[Permission, ...] = PERMISSIONS,
+) -> bool:
+    """Whether ``permissions`` (the agent's, or the central shield's) mean to call ``verb``
+    on ``resource`` (of ``api_group``) in ``namespace`` (None: a cluster-wide request)."""
     return any(
         p.api_group == api_group
         and p.resource == resource
@@ -161,7 +185,7 @@ def allowed(api_group: str, resource: str, verb: str, namespace: str | None) -> 
             p.scope is Scope.CLUSTER
             or (p.scope is Scope.MCO and namespace in MCO_NAMESPACES)
             or (p.scope is Scope.EVENTS and namespace == EVENTS_NAMESPACE)
-            or (p.scope in (Scope.OWN_DAEMONSET, Scope.OWN_NAMESPACE) and namespace is not None)
+            or (p.scope in (Scope.OWN_WORKLOAD, Scope.OWN_NAMESPACE) and namespace is not None)
         )
-        for p in PERMISSIONS
+        for p in permissions
     )

@@ -11,10 +11,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 from drain_guard import __version__, selfcheck
-from drain_guard.config import DaemonSetRef, Settings
+from drain_guard.config import Settings, WorkloadRef
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.kube import WATCH_TIMEOUT, DaemonSetState, Kube, KubeError, WatchCache
+from drain_guard.kube import WATCH_TIMEOUT, Kube, KubeError, WatchCache, WorkloadState
 from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import MetricCounters, Metrics
@@ -33,7 +33,7 @@ async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
         return False, "--observe-only: nothing is written"
     if settings.release_on_exit:
         return True, "--release-on-exit"
-    ref: DaemonSetRef | None = settings.daemonset
+    ref: WorkloadRef | None = settings.daemonset
     if ref is None:
         return False, "no --daemonset and no --release-on-exit: holds are kept"
     try:
@@ -42,7 +42,7 @@ async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
         # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
         # undoable. So when in doubt, keep.
         return False, f"cannot read DaemonSet {ref} ({exc}): holds are kept"
-    if state is DaemonSetState.PRESENT:
+    if state is WorkloadState.PRESENT:
         return False, f"DaemonSet {ref} exists (rolling update): holds are kept"
     return True, f"DaemonSet {ref} is {state.value} (uninstall)"
 
@@ -86,7 +86,7 @@ async def _part(name: str, coro: Coroutine[Any, Any, None]) -> None:
     raise _StoppedError(name)
 
 
-async def _until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> int:
+async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> int:
     """Run ``parts`` under one TaskGroup until a signal or until one of them ends; the exit
     code is 1 if a part failed."""
     stop = asyncio.Event()
@@ -172,7 +172,7 @@ async def _main(settings: Settings) -> int:
         name="confinement",
     )
     try:
-        code = await _until_stopped(parts)
+        code = await until_stopped(parts)
         try:
             release, why = await shutdown_releases(settings, kube)
             log.info("on exit: %s", why)

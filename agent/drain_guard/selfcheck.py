@@ -3,6 +3,8 @@
 - ``--daemonset`` must name a DaemonSet that exists and owns this pod: the SIGTERM path reads
   it to tell an uninstall (release holds) from a rolling update (keep them), so a wrong name
   would release every hold on every restart. The agent refuses to start (exit 2, one line).
+- ``--deployment`` (the central shield's) must name a Deployment that exists, for the same
+  reason: a wrong name would remove every budget on every restart.
 - ``--node-name`` must name a Node: the agent keeps running (a node may register after its
   agent starts) but says so in its log, not only in ``/readyz``.
 - The agent's Node writes must be confined to its own Node: a server-side dry-run write to
@@ -23,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from drain_guard.config import DaemonSetRef
+from drain_guard.config import WorkloadRef
 from drain_guard.kube import Backoff, Kube, KubeError, Outage
 from drain_guard.metrics import Metrics
 
@@ -60,7 +62,7 @@ async def _answered(what: str, call: Callable[[], Awaitable[T]]) -> T:
             return answer
 
 
-async def check_daemonset(kube: Kube, ref: DaemonSetRef, pod_name: str) -> None:
+async def check_daemonset(kube: Kube, ref: WorkloadRef, pod_name: str) -> None:
     """Raise :class:`StartupError` unless DaemonSet ``ref`` exists and controls this pod."""
     what = f"checking --daemonset {ref}"
     try:
@@ -93,6 +95,22 @@ async def check_daemonset(kube: Kube, ref: DaemonSetRef, pod_name: str) -> None:
             " by this DaemonSet; on SIGTERM the agent would judge the wrong DaemonSet"
         )
     log.info("DaemonSet %s owns this pod (%s)", ref, pod_name)
+
+
+async def check_deployment(kube: Kube, ref: WorkloadRef) -> None:
+    """Raise :class:`StartupError` unless Deployment ``ref`` (the central shield's) exists."""
+    try:
+        deployment = await _answered(
+            f"checking --deployment {ref}", lambda: kube.get_deployment(ref.namespace, ref.name)
+        )
+    except KubeError as exc:
+        raise StartupError(f"--deployment {ref}: cannot read it ({exc})") from None
+    if deployment is None:
+        raise StartupError(
+            f"--deployment {ref}: no such Deployment; it must name the shield's own Deployment"
+            " (a kustomize namePrefix or namespace changes it), or every SIGTERM would look"
+            " like an uninstall and remove the budgets"
+        )
 
 
 async def check_node(kube: Kube, name: str) -> None:

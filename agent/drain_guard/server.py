@@ -1,8 +1,9 @@
-"""The agent's read-only HTTP endpoint: ``/healthz``, ``/readyz``, ``/status``, ``/metrics``.
+"""The read-only HTTP endpoint of the agent and of the central shield: ``/healthz``,
+``/readyz``, ``/status``, ``/metrics``.
 
 API::
 
-    app = make_app(source, metrics)          # source: any StatusSource (the controller)
+    app = make_app(source, metrics)   # any StatusSource: the controller, the central shield
     runner, port = await serve(app, parse_listen("127.0.0.1:0"))   # logs "listening on http://HOST:PORT"
     ...
     await runner.cleanup()
@@ -30,14 +31,13 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from drain_guard.config import Listen
-from drain_guard.metrics import Metrics
-from drain_guard.status import AgentStatus
+from drain_guard.metrics import BaseMetrics
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,19 @@ PROBES = frozenset({"/healthz", "/readyz"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-class StatusSource(Protocol):
-    """What the server asks the controller."""
+class Snapshot(Protocol):
+    """What ``/status`` serves (``drain_guard.status.AgentStatus`` for the agent)."""
 
-    def status(self) -> AgentStatus:
-        """A snapshot of the agent's view and decision."""
+    def to_json(self) -> dict[str, Any]: ...
+
+    def to_text(self) -> str: ...
+
+
+class StatusSource(Protocol):
+    """What the server asks the controller (or the central shield)."""
+
+    def status(self) -> Snapshot:
+        """A snapshot of the process's view and decision."""
         ...
 
     def alive(self) -> bool:
@@ -89,7 +97,7 @@ class _Bucket:
 
 
 def make_app(
-    source: StatusSource, metrics: Metrics, clock: Callable[[], float] = time.monotonic
+    source: StatusSource, metrics: BaseMetrics, clock: Callable[[], float] = time.monotonic
 ) -> web.Application:
     """The aiohttp application; it keeps no state of its own."""
 

@@ -27,6 +27,7 @@ __all__ = [
     "clean_environment",
     "run_args",
     "spawn_agent",
+    "spawn_shield",
 ]
 
 #: How much of the pipe one read takes; a log line may be longer (it is joined, never cut).
@@ -285,13 +286,50 @@ async def spawn_agent(
     come last, so they win), in an environment without drain-guard settings (plus ``env``).
     ``program`` runs drain-guard (see :func:`agent_command`); ``log_path`` keeps a copy of the
     log; ``on_record`` sees each decision record."""
+    command = agent_command(node, kubeconfig, host, "--log-format", "json", *extra, program=program)
+    return await _spawn(node, command, env, on_record=on_record, log_path=log_path)
+
+
+#: What :func:`spawn_shield`'s process is called in errors (it guards no one node).
+SHIELD = "central-shield"
+
+
+async def spawn_shield(
+    kubeconfig: Path | str, *extra: str, env: dict[str, str] | None = None
+) -> AgentProcess:
+    """Start ``drain-guard shield`` (the central shield) with JSON logs on any free port."""
+    command = [
+        sys.executable,
+        "-m",
+        "drain_guard",
+        "shield",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        *extra,
+    ]
+    return await _spawn(SHIELD, command, env)
+
+
+async def _spawn(
+    name: str,
+    command: Sequence[str],
+    env: dict[str, str] | None,
+    *,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    log_path: Path | None = None,
+) -> AgentProcess:
+    """Run ``command`` without drain-guard settings in its environment (plus ``env``)."""
     environ = clean_environment()
     environ.update(env or {})
     proc = await asyncio.create_subprocess_exec(
-        *agent_command(node, kubeconfig, host, "--log-format", "json", *extra, program=program),
+        *command,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
         env=environ,
     )
-    return AgentProcess.attach(node, proc, on_record=on_record, log_path=log_path)
+    return AgentProcess.attach(name, proc, on_record=on_record, log_path=log_path)

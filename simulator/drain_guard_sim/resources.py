@@ -169,6 +169,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         short_names=("pdb",), reset_status_on_create=True),
     _rt("apps/v1", "daemonsets", "DaemonSet", True, status=True, short_names=("ds",),
         categories=("all",), reset_status_on_create=True),
+    _rt("apps/v1", "deployments", "Deployment", True, status=True, short_names=("deploy",),
+        categories=("all",), reset_status_on_create=True),
     _rt("batch/v1", "jobs", "Job", True, status=True, categories=("all",),
         reset_status_on_create=True),
     _rt("machineconfiguration.openshift.io/v1", "machineconfigs", "MachineConfig", False,

@@ -12,7 +12,7 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.config import add_run_arguments, settings_from
-from drain_guard.kube import DaemonSetState, Kube, KubeError
+from drain_guard.kube import Kube, KubeError, WorkloadState
 from drain_guard.runner import shutdown_releases
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
@@ -120,10 +120,10 @@ class _DaemonSetReader:
     """Stands in for Kube where the simulator cannot go: it has no finalizers, so a
     DaemonSet is never seen with a deletionTimestamp there."""
 
-    def __init__(self, state: DaemonSetState | KubeError) -> None:
+    def __init__(self, state: WorkloadState | KubeError) -> None:
         self.state = state
 
-    async def daemonset_state(self, namespace: str, name: str) -> DaemonSetState:
+    async def daemonset_state(self, namespace: str, name: str) -> WorkloadState:
         assert (namespace, name) == ("drain-guard", "drain-guard")
         if isinstance(self.state, KubeError):
             raise self.state
@@ -133,14 +133,14 @@ class _DaemonSetReader:
 @pytest.mark.parametrize(
     ("state", "release"),
     [
-        (DaemonSetState.PRESENT, False),
-        (DaemonSetState.DELETING, True),
-        (DaemonSetState.ABSENT, True),
+        (WorkloadState.PRESENT, False),
+        (WorkloadState.DELETING, True),
+        (WorkloadState.ABSENT, True),
         (KubeError(403, "forbidden"), False),
     ],
 )
 async def test_shutdown_tells_uninstall_from_rolling_update(
-    state: DaemonSetState | KubeError, release: bool
+    state: WorkloadState | KubeError, release: bool
 ) -> None:
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)

@@ -28,6 +28,7 @@ from tests.helpers import (
     add_own_daemonset,
     agent_writes,
     mcd_request,
+    namespace_of,
     run_cli,
     wait_annotation,
 )
@@ -171,7 +172,7 @@ async def test_every_request_the_agent_sent_is_permitted(
     api.delete("daemonsets", "drain-guard", "drain-guard")
     assert await agent.stop() == 0  # reads the DaemonSet (absent: uninstall, releases)
     sent = {
-        (verb, resource, _namespace_of(path))
+        (verb, resource, namespace_of(path))
         for _t, user, verb, resource, path, _status in api.request_log
         if user == AGENT_USER
     }
@@ -188,14 +189,6 @@ async def test_every_request_the_agent_sent_is_permitted(
         plural, _, group = resource.partition(".")
         assert "/" not in plural, f"subresource {resource} is not in drain_guard.permissions"
         assert permissions.allowed(group, plural, verb, namespace), (verb, resource, namespace)
-
-
-def _namespace_of(path: str) -> str | None:
-    """The namespace of a request path (``.../namespaces/NS/RESOURCE...``); None if cluster-wide."""
-    parts = path.strip("/").split("/")
-    if "namespaces" in parts[:4] and len(parts) > parts.index("namespaces") + 2:
-        return parts[parts.index("namespaces") + 1]
-    return None
 
 
 async def test_nothing_is_decided_before_the_pods_are_known(

@@ -20,6 +20,7 @@ from drain_guard.metrics import (
     VERBS,
     WATCH_RESOURCES,
     WATCH_RESTART_REASONS,
+    BaseMetrics,
     Metrics,
 )
 
@@ -206,7 +207,7 @@ def test_docs_explain_every_label_value(metric: str, values: tuple[str, ...]) ->
     assert not missing
 
 
-def exposed_families(m: Metrics) -> dict[str, tuple[str, frozenset[str]]]:
+def exposed_families(m: BaseMetrics) -> dict[str, tuple[str, frozenset[str]]]:
     """Exposed name → (type, label names) as the text format shows them."""
     out = {}
     for family in m.registry.collect():
@@ -228,3 +229,15 @@ def documented_families() -> dict[str, tuple[str, frozenset[str]]]:
 
 def test_docs_list_every_metric_with_type_and_labels() -> None:
     assert documented_families() == exposed_families(Metrics())
+
+
+def test_the_central_shield_serves_the_documented_subset_and_no_agent_metric() -> None:
+    section = DOCS.read_text().split("## The central shield's metrics")[1].split("\n## ")[0]
+    documented = set(re.findall(r"`(drain_guard_\w+)`", section))
+    documented.discard("drain_guard_shield_blocked_drains_total")  # named as absent
+    exposed = {n for n in exposed_families(BaseMetrics()) if n.startswith("drain_guard_")}
+    assert exposed == documented
+    agent, shield = exposed_families(Metrics()), exposed_families(BaseMetrics())
+    for name in exposed:  # the same type; the agent's labels cover the shield's
+        assert agent[name][0] == shield[name][0]
+        assert agent[name][1] >= shield[name][1]

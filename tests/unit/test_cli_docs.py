@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from drain_guard.cli import build_parser
-from drain_guard.config import RUN_OPTIONS
+from drain_guard.config import RUN_OPTIONS, SHIELD_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-DOCUMENTED_COMMANDS = ("run", "status", "release")
+DOCUMENTED_COMMANDS = ("run", "shield", "status", "release")
 
 
 def _doc_tables() -> dict[str, dict[str, str]]:
@@ -59,6 +60,7 @@ def test_every_flag_is_documented_and_every_documented_flag_exists(command: str)
     assert set(_doc_tables()[command]) == _parser_flags()[command]
 
 
-def test_run_environment_variables_match() -> None:
-    documented = _doc_tables()["run"]
-    assert {opt.flag: opt.env for opt in RUN_OPTIONS} == documented
+@pytest.mark.parametrize(("command", "options"), [("run", RUN_OPTIONS), ("shield", SHIELD_OPTIONS)])
+def test_environment_variables_match(command: str, options: tuple[Any, ...]) -> None:
+    documented = _doc_tables()[command]
+    assert {opt.flag: opt.env for opt in options} == documented

@@ -12,18 +12,25 @@ from hypothesis import strategies as st
 
 from drain_guard.config import (
     BootedImageSource,
-    DaemonSetRef,
     Listen,
     LogFormat,
     Settings,
     SettingsError,
+    ShieldSettings,
+    WorkloadRef,
     add_run_arguments,
+    add_shield_arguments,
     format_duration,
     parse_duration,
     parse_listen,
     settings_from,
+    shield_settings_from,
 )
-from drain_guard.selectors import DEFAULT_BUILD_POD_SELECTORS, MCO_NAMESPACE
+from drain_guard.selectors import (
+    DEFAULT_BUILD_POD_SELECTORS,
+    MCO_NAMESPACE,
+    default_build_pod_selectors,
+)
 
 
 def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
@@ -70,7 +77,7 @@ def test_environment_fills_in_and_flags_win() -> None:
     assert s.kubeconfig == "/env/kubeconfig"
     assert s.max_hold == timedelta(minutes=10)
     assert s.listen == Listen("0.0.0.0", 0)
-    assert s.daemonset == DaemonSetRef("ns", "dg")
+    assert s.daemonset == WorkloadRef("ns", "dg")
     assert s.pod_name == "dg-x7k2p"
     assert s.node_kubeconfig == "/var/lib/kubelet/kubeconfig"
     assert s.log_format is LogFormat.JSON
@@ -265,3 +272,40 @@ def test_api_stale_after_is_a_positive_duration() -> None:
 def test_format_duration_is_what_the_flags_take(seconds: float, text: str) -> None:
     assert format_duration(timedelta(seconds=seconds)) == text
     assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+def shield_settings(*argv: str, env: dict[str, str] | None = None) -> ShieldSettings:
+    parser = argparse.ArgumentParser()
+    add_shield_arguments(parser)
+    return shield_settings_from(parser.parse_args(argv), env or {})
+
+
+def test_shield_settings_default_to_the_build_pods_of_mcos_namespace() -> None:
+    s = shield_settings()
+    assert s.build_pod_selectors == default_build_pod_selectors()
+    assert s.listen == Listen("127.0.0.1", 9798)
+    assert s.deployment is None
+    env = {"DRAIN_GUARD_DEPLOYMENT": "drain-guard/drain-guard-shield"}
+    assert shield_settings(env=env).deployment == WorkloadRef("drain-guard", "drain-guard-shield")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (
+            ["--build-pod-selector", "builds:openshift.io/build.name"],
+            {},
+            "--build-pod-selector builds:openshift.io/build.name names namespace builds: the"
+            f" central shield keeps budgets in {MCO_NAMESPACE} only",
+        ),
+        (["--deployment", "shield"], {}, "invalid --deployment 'shield' (expected NAMESPACE/NAME)"),
+        ([], {"DRAIN_GUARD_DEPLOYMENT": "a/b/c"}, "invalid DRAIN_GUARD_DEPLOYMENT 'a/b/c'"),
+    ],
+)
+def test_shield_settings_refuse_in_one_line(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(SettingsError) as refused:
+        shield_settings(*argv, env=env)
+    assert str(refused.value).startswith(message)
+    assert "\n" not in str(refused.value)
