@@ -6,6 +6,7 @@ The tools are real ones (kubectl's kustomize, hadolint from PyPI, systemd-analyz
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -35,16 +36,41 @@ KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 
 def render(overlay: str) -> list[Obj]:
     """Render ``daemonset/overlays/<overlay>`` with ``kubectl kustomize`` into objects."""
+    return render_dir(DAEMONSET_DIR / "overlays" / overlay)
+
+
+def render_dir(directory: Path) -> list[Obj]:
+    """Render the kustomization in ``directory`` (a user's, say) with ``kubectl kustomize``."""
     kubectl = require_tool("kubectl")
     proc = subprocess.run(
-        [kubectl, "kustomize", str(DAEMONSET_DIR / "overlays" / overlay)],
+        [kubectl, "kustomize", str(directory)],
         capture_output=True,
         text=True,
         timeout=RENDER_TIMEOUT,
         check=False,
     )
-    assert proc.returncode == 0, f"kubectl kustomize {overlay} failed:\n{proc.stderr}"
+    assert proc.returncode == 0, f"kubectl kustomize {directory} failed:\n{proc.stderr}"
     return [doc for doc in yaml.safe_load_all(proc.stdout) if doc is not None]
+
+
+def user_kustomization(directory: Path, overlay: str, **fields: Any) -> Path:
+    """Write a user's kustomization in ``directory``, as docs/install.md shows one: the overlay
+    by a relative path (kustomize refuses nothing else), and ``fields`` besides."""
+    directory.mkdir(parents=True, exist_ok=True)
+    target = os.path.relpath(DAEMONSET_DIR / "overlays" / overlay, directory)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [target],
+        **fields,
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return directory
+
+
+def relative(path: Path, directory: Path) -> str:
+    """``path`` relative to ``directory``, as a kustomization must name it."""
+    return os.path.relpath(path, directory)
 
 
 def key(obj: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -1,0 +1,58 @@
+"""Kubernetes' RBAC authorizer over rendered objects: may this service account do this?
+
+As ``plugin/pkg/auth/authorizer/rbac`` decides a SubjectAccessReview: a ClusterRoleBinding
+applies everywhere, a RoleBinding in its namespace only; a rule matches when its apiGroups,
+resources (``resource/subresource`` for a subresource) and verbs name the request's, or
+``*``, and its resourceNames are empty or name the object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tests.deploy.tools import Obj
+
+
+@dataclass(frozen=True)
+class Request:
+    verb: str
+    api_group: str
+    resource: str
+    namespace: str  # "" for a cluster-wide request
+    subresource: str = ""
+    name: str = ""
+
+
+def _rule_allows(rule: Obj, request: Request) -> bool:
+    resource = request.resource + (f"/{request.subresource}" if request.subresource else "")
+    return (
+        any(g in ("*", request.api_group) for g in rule.get("apiGroups", []))
+        and any(r in ("*", resource) for r in rule.get("resources", []))
+        and any(v in ("*", request.verb) for v in rule["verbs"])
+        and (not rule.get("resourceNames") or request.name in rule["resourceNames"])
+    )
+
+
+def allows(objects: list[Obj], service_account: tuple[str, str], request: Request) -> bool:
+    """Whether the RBAC in ``objects`` allows ``request`` to ``(namespace, name)``."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects
+    }
+    for binding in objects:
+        if binding["kind"] == "RoleBinding":
+            if binding["metadata"]["namespace"] != request.namespace:
+                continue
+        elif binding["kind"] != "ClusterRoleBinding":
+            continue
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and (s.get("namespace"), s.get("name")) == service_account
+            for s in binding.get("subjects", [])
+        ):
+            continue
+        ref = binding["roleRef"]
+        namespace = "" if ref["kind"] == "ClusterRole" else binding["metadata"]["namespace"]
+        role = roles.get((ref["kind"], namespace, ref["name"]))
+        if role and any(_rule_allows(rule, request) for rule in role.get("rules", [])):
+            return True
+    return False

@@ -1,0 +1,244 @@
+"""The OpenShift metrics endpoint: kube-rbac-proxy's flags, TLS profile and authorization.
+
+What the proxy reads is checked as it reads it: each flag against the flags of the pinned
+kube-rbac-proxy version, the TLS flags against OpenShift's TLS profiles turned into Go cipher
+names as MCO does for its own proxies, and the config file (found through the container's
+mount, its volume and the ConfigMap) as the SubjectAccessReview it produces, which the
+rendered RBAC (tests/deploy/authorizer.py) must allow the platform Prometheus and nobody else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+import pytest
+import yaml
+
+from tests.deploy.authorizer import Request, allows
+from tests.deploy.tools import (
+    DAEMONSET_DIR,
+    Obj,
+    container,
+    one,
+    pod_spec,
+    relative,
+    render_dir,
+    user_kustomization,
+)
+
+OPENSHIFT = ("openshift", "openshift-4.15")
+PROMETHEUS = ("openshift-monitoring", "prometheus-k8s")
+
+# The version the manifests pin, and its flags (cmd/kube-rbac-proxy/app/options/options.go of
+# brancz/kube-rbac-proxy v0.21.0). Bump both together, after reading the new options.go.
+PROXY_VERSION = "v0.21.0"
+PROXY_FLAGS = {
+    "secure-listen-address",
+    "upstream",
+    "upstream-force-h2c",
+    "upstream-ca-file",
+    "config-file",
+    "allow-paths",
+    "ignore-paths",
+    "proxy-endpoints-port",
+    "tls-cert-file",
+    "tls-private-key-file",
+    "tls-min-version",
+    "tls-cipher-suites",
+    "upstream-client-cert-file",
+    "upstream-client-key-file",
+    "client-ca-file",
+    "auth-header-fields-enabled",
+    "auth-token-audiences",
+    "kubeconfig",
+    "http2-disable",
+}
+
+# OpenShift's TLS profiles (openshift/api, config/v1 types_tlssecurityprofile.go, TLSProfiles):
+# the minimum version and the ciphers, by their OpenSSL names.
+TLS_PROFILES = {
+    "Intermediate": (
+        "VersionTLS12",
+        (
+            "TLS_AES_128_GCM_SHA256",
+            "TLS_AES_256_GCM_SHA384",
+            "TLS_CHACHA20_POLY1305_SHA256",
+            "ECDHE-ECDSA-AES128-GCM-SHA256",
+            "ECDHE-RSA-AES128-GCM-SHA256",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+            "ECDHE-RSA-AES256-GCM-SHA384",
+            "ECDHE-ECDSA-CHACHA20-POLY1305",
+            "ECDHE-RSA-CHACHA20-POLY1305",
+        ),
+    ),
+    "Modern": (
+        "VersionTLS13",
+        ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"),
+    ),
+}
+# How MCO turns those names into kube-rbac-proxy's --tls-cipher-suites (openshift/library-go,
+# pkg/crypto OpenSSLToIANACipherSuites; Go's crypto/tls names), for the names above.
+OPENSSL_TO_GO = {
+    "TLS_AES_128_GCM_SHA256": "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384": "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256": "TLS_CHACHA20_POLY1305_SHA256",
+    "ECDHE-ECDSA-AES128-GCM-SHA256": "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305": "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "ECDHE-RSA-CHACHA20-POLY1305": "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+}
+
+
+def proxy_flags(objects: list[Obj]) -> dict[str, str]:
+    args = container(objects, "kube-rbac-proxy")["args"]
+    assert all(a.startswith("--") and "=" in a for a in args), args
+    flags = dict(a.removeprefix("--").split("=", 1) for a in args)
+    assert len(flags) == len(args), "a flag is given twice"
+    return flags
+
+
+def profile_flags(profile: str) -> dict[str, str]:
+    minimum, ciphers = TLS_PROFILES[profile]
+    return {
+        "tls-min-version": minimum,
+        "tls-cipher-suites": ",".join(OPENSSL_TO_GO[c] for c in ciphers),
+    }
+
+
+def tls_flags(objects: list[Obj]) -> dict[str, str]:
+    flags = proxy_flags(objects)
+    return {k: flags[k] for k in ("tls-min-version", "tls-cipher-suites")}
+
+
+def config_file(objects: list[Obj]) -> Obj:
+    """The proxy's --config-file, read where the kubelet puts it: the mount that holds the
+    path, its volume, the ConfigMap it names, the key of the file's name."""
+    path = PurePosixPath(proxy_flags(objects)["config-file"])
+    proxy = container(objects, "kube-rbac-proxy")
+    (mount,) = [m for m in proxy["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent]
+    (volume,) = [v for v in pod_spec(objects)["volumes"] if v["name"] == mount["name"]]
+    namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
+    (config_map,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap"
+        and o["metadata"]["name"] == volume["configMap"]["name"]
+        and o["metadata"]["namespace"] == namespace
+    ]
+    parsed: Obj = yaml.safe_load(config_map["data"][path.name])
+    return parsed
+
+
+@pytest.mark.parametrize("overlay", OPENSHIFT)
+def test_every_flag_exists_in_the_pinned_proxy(
+    rendered: Callable[[str], list[Obj]], overlay: str
+) -> None:
+    objects = rendered(overlay)
+    image = container(objects, "kube-rbac-proxy")["image"]
+    assert image.split("@")[0].endswith(f":{PROXY_VERSION}"), image
+    assert set(proxy_flags(objects)) <= PROXY_FLAGS
+
+
+@pytest.mark.parametrize("overlay", OPENSHIFT)
+def test_tls_follows_openshifts_intermediate_profile(
+    rendered: Callable[[str], list[Obj]], overlay: str
+) -> None:
+    """Intermediate is the default of the cluster's APIServer tlsSecurityProfile; MCO renders
+    the same flags for its kube-rbac-proxies from it."""
+    assert tls_flags(rendered(overlay)) == profile_flags("Intermediate")
+
+
+@pytest.mark.parametrize("overlay", OPENSHIFT)
+def test_the_tls_modern_component_switches_to_the_modern_profile(
+    rendered: Callable[[str], list[Obj]], overlay: str, tmp_path: Path
+) -> None:
+    mine = tmp_path / "my-drain-guard"
+    component = DAEMONSET_DIR / "components" / "tls-modern"
+    user_kustomization(mine, overlay, components=[relative(component, mine)])
+    objects = render_dir(mine)
+    assert tls_flags(objects) == profile_flags("Modern")
+    # Nothing else changes.
+    default = rendered(overlay)
+    expected = container(default, "kube-rbac-proxy")
+    expected["args"] = [
+        f"--{k}={profile_flags('Modern')[k]}" if k in profile_flags("Modern") else f"--{k}={v}"
+        for k, v in (a.removeprefix("--").split("=", 1) for a in expected["args"])
+    ]
+    one(default, "DaemonSet", "drain-guard")["spec"]["template"]["spec"]["containers"][1] = expected
+    assert objects == default
+
+
+def test_the_profiles_cipher_names_are_gos(rendered: Callable[[str], list[Obj]]) -> None:
+    """The flag takes Go's crypto/tls names; OpenSSL's (as the profile writes them) are refused
+    at start, and the container crash-loops."""
+    ciphers = tls_flags(rendered("openshift"))["tls-cipher-suites"].split(",")
+    assert set(ciphers) <= set(OPENSSL_TO_GO.values())
+    assert not {c for c in ciphers if "-" in c}
+
+
+@pytest.mark.parametrize("overlay", OPENSHIFT)
+def test_scrapes_are_authorised_by_a_resource_attribute(
+    rendered: Callable[[str], list[Obj]], overlay: str
+) -> None:
+    """As MCO's daemon metrics: the SubjectAccessReview asks for namespace/metrics in the
+    agent's namespace; never a rewrite from the request (a scraper would choose what is
+    checked) and no static authorization."""
+    objects = rendered(overlay)
+    namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
+    assert config_file(objects) == {
+        "authorization": {
+            "resourceAttributes": {
+                "apiVersion": "v1",
+                "resource": "namespace",
+                "subresource": "metrics",
+                "namespace": namespace,
+            }
+        }
+    }
+
+
+def scrape(objects: list[Obj]) -> Request:
+    """The SubjectAccessReview kube-rbac-proxy makes for a scrape (GET is verb get)."""
+    attributes = config_file(objects)["authorization"]["resourceAttributes"]
+    return Request(
+        verb="get",
+        api_group=attributes.get("apiGroup", ""),
+        resource=attributes["resource"],
+        subresource=attributes["subresource"],
+        namespace=attributes["namespace"],
+    )
+
+
+@pytest.mark.parametrize("overlay", OPENSHIFT)
+def test_only_the_platform_prometheus_may_scrape(
+    rendered: Callable[[str], list[Obj]], overlay: str
+) -> None:
+    objects = rendered(overlay)
+    request = scrape(objects)
+    assert allows(objects, PROMETHEUS, request)
+    namespace = request.namespace
+    for other in (
+        (namespace, "drain-guard"),
+        (namespace, "default"),
+        ("openshift-monitoring", "alertmanager-main"),
+        ("openshift-user-workload-monitoring", "prometheus-user-workload"),
+    ):
+        assert not allows(objects, other, request), other
+    # The grant is that one attribute, nothing else.
+    role = one(objects, "Role", "drain-guard-metrics")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["namespace/metrics"], "verbs": ["get"]}
+    ]
+
+
+def test_the_authorizer_has_teeth(rendered: Callable[[str], list[Obj]]) -> None:
+    """Without the Role's binding, the platform Prometheus may not scrape."""
+    objects = [
+        o
+        for o in rendered("openshift")
+        if (o["kind"], o["metadata"]["name"]) != ("RoleBinding", "drain-guard-metrics")
+    ]
+    assert not allows(objects, PROMETHEUS, scrape(objects))
