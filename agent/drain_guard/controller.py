@@ -33,7 +33,7 @@ from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
 from drain_guard.shield import Shield, shield_namespaces
-from drain_guard.status import AgentStatus, decided, nothing_decided, readiness
+from drain_guard.status import AgentStatus, WatchStatus, decided, nothing_decided, readiness
 
 log = logging.getLogger("drain_guard.controller")
 
@@ -142,7 +142,7 @@ class Controller:
         return replace(
             self._status,
             generated_at=self.clock.now(),
-            synced={"node": self.cache.node_synced, "pod": self.cache.pods_synced},
+            watches={r: self._watch(r) for r in ("node", "pod")},
             last_api_contact=self.counters.last_contact,
             shield=None if self.shield is None else self.shield.status().to_json(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
@@ -158,14 +158,16 @@ class Controller:
 
     def ready(self) -> tuple[bool, str]:
         return readiness(
-            node_synced=self.cache.node_synced,
-            pods_synced=self.cache.pods_synced,
+            watches={r: self._watch(r) for r in ("node", "pod")},
             node_found=self.cache.node is not None,
             node_name=self.settings.node_name,
             last_contact=self.counters.last_contact,
             now=self.clock.now(),
             stale_after=self.settings.api_stale_after,
         )
+
+    def _watch(self, resource: str) -> WatchStatus:
+        return self.counters.watches.get(resource, WatchStatus())
 
     # The loop ---------------------------------------------------------------------------
 
@@ -204,7 +206,6 @@ class Controller:
             if synced and resource not in self._synced_logged:
                 self._synced_logged.add(resource)
                 log.info("%s watch synced", resource)
-            self.metrics.set_synced(resource, synced)
 
     async def _wait(self, recheck: datetime | None) -> None:
         if recheck is None:

@@ -33,7 +33,7 @@ from drain_guard import kubeclient as k8s
 from drain_guard.kubeclient import ConfigException
 from drain_guard.pods import Pod
 from drain_guard.protocol import format_rfc3339
-from drain_guard.status import format_duration
+from drain_guard.status import WatchStatus, format_duration
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class Counters(Protocol):
 
     def watch_restart(self, resource: str, reason: str) -> None: ...
 
+    def watch_state(self, resource: str, state: WatchStatus) -> None: ...
+
 
 class NullCounters:
     """Counters for callers without metrics (the CLI)."""
@@ -79,6 +81,9 @@ class NullCounters:
         return None
 
     def watch_restart(self, resource: str, reason: str) -> None:
+        return None
+
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
         return None
 
 
@@ -219,11 +224,19 @@ class Outage:
         self._since: tuple[datetime, float] | None = None
         self._unreachable = False
         self._retries = 0
+        #: The latest failure, while failing.
+        self.error: str | None = None
+
+    @property
+    def since(self) -> datetime | None:
+        """When the current run of failures began; None while the calls work."""
+        return None if self._since is None else self._since[0]
 
     def failed(self, action: str, exc: BaseException, delay: float) -> None:
         """``action`` failed with ``exc``; the caller retries in ``delay`` seconds."""
         why = str(exc) if isinstance(exc, KubeError | _StreamError) else describe(exc)
         status = getattr(exc, "status", 0)
+        self.error = why
         if self.count is not None:
             self.count()
         if self._since is not None:
@@ -250,7 +263,7 @@ class Outage:
         if self._since is None:
             return
         since, start = self._since
-        self._since = None
+        self._since, self.error = None, None
         self.logger.warning(
             "%s: %s after %s (failing since %s, %d retries)",
             self.what,
@@ -579,6 +592,7 @@ class ListWatch:
     resource_version: str | None = None
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
+    _listed: bool = False
     outage: Outage = field(init=False)
 
     def __post_init__(self) -> None:
@@ -611,7 +625,27 @@ class ListWatch:
                 retry_after = exc.retry_after if isinstance(exc, KubeError) else None
                 delay = self.backoff.next_delay(retry_after if status == 429 else None)
                 self.outage.failed(self._phase, exc, delay)
+                self._report_state()
                 await asyncio.sleep(delay)
+
+    def _answered(self) -> None:
+        """A list, or the start of a watch, was answered: the watch is current."""
+        failing = self.outage.since is not None
+        self.outage.ended()
+        if failing or not self._listed:
+            self._listed = True
+            self._report_state()
+
+    def _report_state(self) -> None:
+        self.counters.watch_state(
+            self.resource,
+            WatchStatus(
+                listed=self._listed,
+                watching=self._listed and self.outage.since is None,
+                failing_since=self.outage.since,
+                error=self.outage.error,
+            ),
+        )
 
     async def _list(self) -> None:
         body = await call_api(self.list_fn, field_selector=self.field_selector)
@@ -621,7 +655,7 @@ class ListWatch:
         except (AttributeError, TypeError) as exc:
             raise ValueError(f"malformed {self.resource} in list: {exc}") from None
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion", ""))
-        self.outage.ended()
+        self._answered()
         self.backoff.reset()
 
     async def _watch_once(self) -> None:
@@ -646,7 +680,7 @@ class ListWatch:
             if not 200 <= resp.status <= 299:
                 raise await _error_from(resp)
             self.counters.api_contact()
-            self.outage.ended()
+            self._answered()
             # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
             # one Pod with large annotations can be longer than that.
             buffer = b""

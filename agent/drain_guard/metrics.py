@@ -53,6 +53,7 @@ from prometheus_client import (
 
 from drain_guard import __version__
 from drain_guard.protocol import Outcome, Reason, Verb
+from drain_guard.status import WatchStatus
 
 PREFIX = "drain_guard_"
 
@@ -163,7 +164,8 @@ class BaseMetrics:
         )
         self.synced = Gauge(
             PREFIX + "synced",
-            "1 when the watch of this resource has listed and is current, else 0.",
+            "1 while the watch of this resource has listed and is watching (its last request"
+            " was answered), else 0: 0 before its first list and while it fails and retries.",
             ["resource"],
             registry=r,
         )
@@ -200,7 +202,7 @@ class BaseMetrics:
             self.retries_total.labels(part=part)
 
     def set_synced(self, resource: str, synced: bool) -> None:
-        """Whether the watch of ``resource`` is listed and current."""
+        """Whether the watch of ``resource`` has listed and is watching now."""
         self.synced.labels(resource=_check(resource, self.watch_resources, "resource")).set(
             int(synced)
         )
@@ -435,11 +437,13 @@ class Metrics(BaseMetrics):
 
 
 class MetricCounters:
-    """kube.Counters onto BaseMetrics, remembering the last successful API contact."""
+    """kube.Counters onto BaseMetrics, remembering the last successful API contact and the
+    state of each watch (for ``/status`` and ``/readyz``)."""
 
     def __init__(self, metrics: BaseMetrics) -> None:
         self.metrics = metrics
         self.last_contact: datetime | None = None
+        self.watches: dict[str, WatchStatus] = {}
 
     def api_error(self, operation: str, status: int) -> None:
         self.metrics.count_api_error(operation)
@@ -450,3 +454,7 @@ class MetricCounters:
 
     def watch_restart(self, resource: str, reason: str) -> None:
         self.metrics.count_watch_restart(resource, reason)
+
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
+        self.watches[resource] = state
+        self.metrics.set_synced(resource, state.synced)

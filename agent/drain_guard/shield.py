@@ -70,6 +70,7 @@ from drain_guard.selectors import (
     SelectorError,
     parse_build_pod_selector,
 )
+from drain_guard.status import WatchStatus
 
 log = logging.getLogger("drain_guard.shield")
 
@@ -505,7 +506,8 @@ class _Namespace:
 
     name: str
     budgets: dict[str, BudgetState] = field(default_factory=dict)
-    synced: bool = False
+    synced: bool = False  # listed once: the plan may use its budgets
+    watching: bool = False  # and current now
     forbidden: str | None = None
 
 
@@ -526,6 +528,10 @@ class _Counters:
 
     def watch_restart(self, resource: str, reason: str) -> None:
         self.shield.metrics.count_watch_restart(resource, reason)
+
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
+        self.ns.watching = state.watching
+        self.shield._status_changed()
 
 
 class Shield:
@@ -589,7 +595,7 @@ class Shield:
         return ShieldStatus(
             nodes=self.nodes,
             namespaces=tuple(self._ns),
-            synced={ns.name: ns.synced for ns in self._ns.values()},
+            synced={ns.name: ns.synced and ns.watching for ns in self._ns.values()},
             forbidden={ns.name: ns.forbidden for ns in self._ns.values() if ns.forbidden},
             held=p.held,
             conflicts=p.conflicts,
@@ -612,9 +618,10 @@ class Shield:
             await updated.wait()
 
     def _status_changed(self) -> None:
-        # One gauge for the shield's watches: 0 while a namespace has not listed, including
-        # one the agent may not read (that is an alert: the shield is not working there).
-        self.metrics.set_synced("poddisruptionbudget", all(ns.synced for ns in self._ns.values()))
+        # One gauge for the shield's watches: 0 while a namespace has not listed or is not
+        # watched, including one the agent may not read (an alert: the shield is not working).
+        current = all(ns.synced and ns.watching for ns in self._ns.values())
+        self.metrics.set_synced("poddisruptionbudget", current)
         self._updated.set()
         self._updated = asyncio.Event()
 

@@ -82,6 +82,51 @@ class BootedImageStatus:
 
 
 @dataclass(frozen=True)
+class WatchStatus:
+    """One watch: whether it has listed since start (the agent has a full view, possibly old),
+    whether it is watching now (its last request was answered and nothing failed since), and
+    since when and why not. ``synced`` is both: the view is complete and current."""
+
+    listed: bool = False
+    watching: bool = False
+    failing_since: datetime | None = None
+    error: str | None = None
+
+    @property
+    def synced(self) -> bool:
+        return self.listed and self.watching
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "listed": self.listed,
+            "watching": self.watching,
+            "failingSince": _rfc3339(self.failing_since),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WatchStatus:
+        return cls(
+            listed=bool(data["listed"]),
+            watching=bool(data["watching"]),
+            failing_since=_parse(data["failingSince"]),
+            error=data["error"],
+        )
+
+    def to_text(self, now: datetime) -> str:
+        """``synced``, or what is missing: ``NOT synced: failing since … (2m05s: 503 …)``."""
+        if self.synced:
+            return "synced"
+        if self.failing_since is None:
+            return "NOT synced: not listed yet"
+        age = format_duration(now - self.failing_since)
+        stale = "" if self.listed else ", not listed yet"
+        return (
+            f"NOT synced: failing since {_rfc3339(self.failing_since)} ({age}: {self.error}){stale}"
+        )
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     """A snapshot of one agent's view and decision."""
 
@@ -101,7 +146,7 @@ class AgentStatus:
     desired_image: str | None = None
     desired_digest: str | None = None
     booted: BootedImageStatus = field(default_factory=BootedImageStatus)
-    synced: dict[str, bool] = field(default_factory=dict)  # watch resource → synced
+    watches: dict[str, WatchStatus] = field(default_factory=dict)  # by resource (node, pod)
     last_api_contact: datetime | None = None
     # The shield's own JSON (drain_guard.shield.ShieldStatus.to_json()); None when it is off.
     shield: dict[str, Any] | None = None
@@ -116,8 +161,12 @@ class AgentStatus:
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
             raise ValueError(f"unknown decision {self.decision!r}")
-        for name in ("started_at", "generated_at", "since", "expires_at", "last_api_contact"):
-            value = getattr(self, name)
+        times = {
+            name: getattr(self, name)
+            for name in ("started_at", "generated_at", "since", "expires_at", "last_api_contact")
+        }
+        times.update({f"{r} failing_since": w.failing_since for r, w in self.watches.items()})
+        for name, value in times.items():
             if value is not None and value.tzinfo is None:
                 raise ValueError(f"{name} must be timezone-aware")
 
@@ -156,7 +205,7 @@ class AgentStatus:
                 "bootedSource": self.booted.source,
                 "bootedError": self.booted.error,
             },
-            "synced": dict(sorted(self.synced.items())),
+            "watches": {r: w.to_json() for r, w in sorted(self.watches.items())},
             "lastApiContact": _rfc3339(self.last_api_contact),
             "shield": self.shield,
             "scope": {
@@ -199,7 +248,7 @@ class AgentStatus:
                 source=image["bootedSource"],
                 error=image["bootedError"],
             ),
-            synced={str(k): bool(v) for k, v in data["synced"].items()},
+            watches={str(r): WatchStatus.from_json(w) for r, w in data["watches"].items()},
             last_api_contact=_parse(data["lastApiContact"]),
             shield=data.get("shield"),
             build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
@@ -253,9 +302,7 @@ class AgentStatus:
         if self.confinement is not None:
             confined = {True: "yes", False: "NO", None: "unknown"}[self.confinement["confined"]]
             lines.append(f"  confined:      {confined}: {self.confinement['detail']}")
-        watches = ", ".join(
-            f"{name} {'synced' if ok else 'NOT synced'}" for name, ok in sorted(self.synced.items())
-        )
+        watches = ", ".join(f"{r} {w.to_text(now)}" for r, w in sorted(self.watches.items()))
         contact = (
             "never"
             if self.last_api_contact is None
@@ -390,23 +437,32 @@ def format_duration(delta: timedelta) -> str:
 
 def readiness(
     *,
-    node_synced: bool,
-    pods_synced: bool,
+    watches: Mapping[str, WatchStatus],
     node_found: bool,
     node_name: str,
     last_contact: datetime | None,
     now: datetime,
     stale_after: timedelta,
 ) -> tuple[bool, str]:
-    """``/readyz``: the watches listed, the Node exists, and the API answered recently
-    (an agent cut off from the API cannot hold anything; it should say so)."""
-    if not node_synced:
-        return False, "node watch not synced"
-    if not pods_synced:
-        return False, "pod watch not synced"
+    """``/readyz``: the Node and pod watches listed and not failing for longer than
+    ``stale_after``, the Node exists, and the API answered recently (an agent cut off from the
+    API cannot hold anything; it should say so). A failure shorter than that (a renewal
+    retried) keeps the agent ready."""
+    for resource in ("node", "pod"):
+        watch = watches.get(resource, WatchStatus())
+        if not watch.listed:
+            return False, f"{resource} watch not listed yet"
+        since = watch.failing_since
+        if not watch.watching and since is not None and now - since > stale_after:
+            return False, (
+                f"{resource} watch failing since {format_rfc3339(since)} ({watch.error};"
+                f" --api-stale-after {format_duration(stale_after)})"
+            )
     if not node_found:
         return False, f"node {node_name} not found"
     if last_contact is None or now - last_contact > stale_after:
-        since = "never" if last_contact is None else f"since {format_rfc3339(last_contact)}"
-        return False, f"API server not reached {since} (--api-stale-after {stale_after})"
+        last = "never" if last_contact is None else f"since {format_rfc3339(last_contact)}"
+        return False, (
+            f"API server not reached {last} (--api-stale-after {format_duration(stale_after)})"
+        )
     return True, ""

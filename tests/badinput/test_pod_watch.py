@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from drain_guard.kube import ListWatch, WatchCache
+from drain_guard.status import WatchStatus
 
 MCO_NS = "openshift-machine-config-operator"
 BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}
@@ -60,6 +61,9 @@ class _Counters:
 
     def watch_restart(self, resource: str, reason: str) -> None:
         self.restarts.append((resource, reason))
+
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
+        return None
 
 
 def _event(kind: str, obj: Any) -> bytes:

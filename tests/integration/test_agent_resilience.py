@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from drain_guard import protocol
+from drain_guard.metrics import WATCH_RESOURCES
+from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.faults import Fault, FaultKind
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,
+    MCO_NS,
     NODE,
     StartAgent,
     add_build_pod,
@@ -138,18 +143,88 @@ async def test_failed_retries_of_a_pass_are_one_warning_and_one_recovery_line(
     assert await metric(agent, "drain_guard_retries_total", part="controller") == 3
 
 
-async def test_readyz_fails_while_the_api_does_not_answer(
+async def _status(agent: AgentProcess) -> dict[str, Any]:
+    code, body = await agent.http("/status")
+    assert code == 200
+    doc: dict[str, Any] = json.loads(body)
+    return doc
+
+
+def _time(value: str) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _starts(text: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda record: str(record["message"]).startswith(text)
+
+
+async def test_an_outage_shows_the_watches_not_watching_and_the_contact_stale_then_recovery(
     api: SimApiServer, start_agent: StartAgent
 ) -> None:
-    agent = await start_agent("--api-stale-after", "1s")
-    api.faults.error(503, user=AGENT_USER)
-    api.cut_watches()
-    # No event marks the moment the last contact turns stale: ask the endpoint until it says so.
-    async with asyncio.timeout(15):
-        while True:
-            status, body = await agent.http("/readyz")
-            if status == 503:
-                break
-            await asyncio.sleep(0.2)
-    assert "API server not reached since" in body
-    api.faults.clear()
+    """Issue 14: /status and drain_guard_synced said "synced" through an API outage. Now the
+    watches stay listed (the view is complete, and old), are not watching since the outage
+    began, the last contact stays where it was, and /readyz fails once the outage is longer
+    than --api-stale-after; then all of it recovers without a restart."""
+    api.bookmark_interval = 0.3  # a healthy idle watch shows contact well within the window
+    agent = await start_agent("--api-stale-after", "3s", "--log-level", "DEBUG")
+    watches = (await _status(agent))["watches"]
+    assert {r: (w["listed"], w["watching"]) for r, w in watches.items()} == {
+        "node": (True, True),
+        "pod": (True, True),
+    }
+    for resource in WATCH_RESOURCES:
+        assert await metric(agent, "drain_guard_synced", resource=resource) == 1
+
+    fault = api.faults.error(503, user=AGENT_USER)
+    api.cut_watches(user=AGENT_USER)
+    # The shield's watch of budgets too (its gauge is the third resource).
+    names = [
+        f"node {NODE}",
+        f"pods on node {NODE} in {MCO_NS}",
+        f"poddisruptionbudgets in {MCO_NS}",
+    ]
+    for name in names:
+        await agent.wait_log(_starts(f"watch of {name}: API unreachable since"))
+    during = await _status(agent)
+    contact = _time(during["lastApiContact"])
+    for watch in during["watches"].values():
+        assert (watch["listed"], watch["watching"]) == (True, False)
+        assert _time(watch["failingSince"]) >= contact
+        assert watch["error"].startswith("503 ")
+    for resource in WATCH_RESOURCES:
+        assert await metric(agent, "drain_guard_synced", resource=resource) == 0
+    assert int(await metric(agent, "drain_guard_last_api_contact_timestamp_seconds")) == int(
+        contact.timestamp()
+    )
+    # Retries fail on, past --api-stale-after (the log's own clock says when).
+    failing_since = max(_time(w["failingSince"]) for w in during["watches"].values())
+    await agent.wait_log(
+        lambda r: (
+            "failed again" in str(r["message"])
+            and _time(r["time"]) > failing_since + timedelta(seconds=5)
+        ),
+        timeout=30,
+    )
+    later = await _status(agent)
+    assert later["lastApiContact"] == during["lastApiContact"]  # stale: no contact since
+    assert all(not w["watching"] for w in later["watches"].values())
+    assert "NOT synced: failing since" in (await agent.http("/status?format=text"))[1]
+    code, body = await agent.http("/readyz")
+    assert code == 503
+    assert body.startswith(f"node watch failing since {during['watches']['node']['failingSince']}")
+
+    mark = len(agent.records)
+    api.faults.remove(fault)
+    for name in names:
+        await agent.wait_log(_starts(f"watch of {name}: API reachable again after"), start=mark)
+    after = await _status(agent)
+    assert _time(after["lastApiContact"]) > contact
+    assert {
+        r: (w["listed"], w["watching"], w["failingSince"]) for r, w in after["watches"].items()
+    } == {
+        "node": (True, True, None),
+        "pod": (True, True, None),
+    }
+    for resource in WATCH_RESOURCES:
+        assert await metric(agent, "drain_guard_synced", resource=resource) == 1
+    assert await agent.http("/readyz") == (200, "ok\n")

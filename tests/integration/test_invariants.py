@@ -206,7 +206,7 @@ async def test_nothing_is_decided_before_the_pods_are_known(
     await agent.wait_log(lambda r: r.get("message") == "node watch synced")
     await agent.wait_log(lambda r: "API unreachable since" in str(r.get("message", "")))
     status, body = await agent.http("/readyz")
-    assert (status, body.strip()) == (503, "pod watch not synced")
+    assert (status, body.strip()) == (503, "pod watch not listed yet")
     assert not any(r.get("message") == "decision" for r in agent.records)
     assert agent_writes(api, since=rv, resource="nodes") == []
 

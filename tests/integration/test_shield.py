@@ -22,6 +22,7 @@ from drain_guard import protocol
 from drain_guard.kube import Kube, WatchCache
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, NodeScope, Shield
+from drain_guard.status import WatchStatus
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector
@@ -80,6 +81,9 @@ class RecordingMetrics:
 
     def watch_restart(self, resource: str, reason: str) -> None:
         self.restarts.append((resource, reason))
+
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
+        return None
 
 
 @dataclass

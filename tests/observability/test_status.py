@@ -23,6 +23,7 @@ from drain_guard.status import (
     BootedImageStatus,
     HoldReasonStatus,
     PodStatus,
+    WatchStatus,
     decided,
     nothing_decided,
 )
@@ -30,6 +31,7 @@ from drain_guard.status import (
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 DIGEST = "sha256:" + "a" * 64
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+CURRENT = WatchStatus(listed=True, watching=True)
 
 
 def held() -> AgentStatus:
@@ -57,7 +59,7 @@ def held() -> AgentStatus:
             reference=f"ostree-unverified-registry:image-registry.example/ocb/os@{DIGEST}",
             source="/ostree/deploy/rhcos/deploy/abc.0.origin",
         ),
-        synced={"pod": True, "node": True},
+        watches={"pod": CURRENT, "node": CURRENT},
         last_api_contact=T0 - timedelta(seconds=3),
         confinement={"confined": True, "detail": "a dry-run write to Node worker-1 was denied"},
     )
@@ -78,7 +80,7 @@ def test_json_keys_and_times() -> None:
         "timeLeftSeconds",
         "buildPods",
         "image",
-        "synced",
+        "watches",
         "lastApiContact",
         "shield",
         "scope",
@@ -100,7 +102,13 @@ def test_json_keys_and_times() -> None:
         {"namespace": "openshift-machine-config-operator", "name": "build-x", "phase": "Running"}
     ]
     assert doc["image"]["bootedSource"] == "/ostree/deploy/rhcos/deploy/abc.0.origin"
-    assert list(doc["synced"]) == ["node", "pod"]
+    assert list(doc["watches"]) == ["node", "pod"]
+    assert doc["watches"]["pod"] == {
+        "listed": True,
+        "watching": True,
+        "failingSince": None,
+        "error": None,
+    }
     for key in ("since", "expiresAt", "lastApiContact", "startedAt", "generatedAt"):
         assert RFC3339.fullmatch(doc[key]), key
     json.dumps(doc)
@@ -189,13 +197,39 @@ def test_text_for_unknowns() -> None:
         generated_at=T0,
         desired_drain="drain-rendered-worker-2",
         booted=BootedImageStatus(source="rpm-ostree status --json", error="no booted deployment"),
-        synced={"node": True, "pod": False},
+        watches={"node": CURRENT, "pod": WatchStatus()},
     )
     text = status.to_text()
     assert "desiredDrain:  drain-rendered-worker-2" in text
     assert "build pods:    unknown (pod watch not synced)" in text
     assert "booted image:  unknown: no booted deployment" in text
-    assert "pod NOT synced; last API contact never" in text
+    assert "pod NOT synced: not listed yet; last API contact never" in text
+
+
+def test_an_outage_is_not_synced_with_a_stale_contact_time() -> None:
+    """Through an API outage the watches are listed (the view is complete, and old) but not
+    watching, since when and why; the last contact shows how old the view is."""
+    failing = WatchStatus(
+        listed=True, failing_since=T0 - timedelta(minutes=2, seconds=5), error="503 unavailable"
+    )
+    status = replace(
+        held(),
+        watches={"node": failing, "pod": failing},
+        last_api_contact=T0 - timedelta(minutes=3),
+    )
+    doc = status.to_json()
+    assert doc["watches"]["node"] == {
+        "listed": True,
+        "watching": False,
+        "failingSince": "2026-03-01T11:57:55Z",
+        "error": "503 unavailable",
+    }
+    assert doc["lastApiContact"] == "2026-03-01T11:57:00Z"
+    assert (
+        "watches:       node NOT synced: failing since 2026-03-01T11:57:55Z (2m05s: 503"
+        " unavailable), pod NOT synced: failing since" in status.to_text()
+    )
+    assert "; last API contact 3m00s ago" in status.to_text()
 
 
 texts = st.text(st.characters(codec="utf-8"), max_size=30)
@@ -220,7 +254,11 @@ times = st.datetimes(
         st.none() | texts,
         st.none() | texts,
     ),
-    synced=st.dictionaries(texts, st.booleans(), max_size=3),
+    watches=st.dictionaries(
+        texts,
+        st.builds(WatchStatus, st.booleans(), st.booleans(), st.none() | times, st.none() | texts),
+        max_size=3,
+    ),
 )
 def test_round_trip_any(
     node: str,
@@ -232,7 +270,7 @@ def test_round_trip_any(
     started: datetime,
     generated: datetime,
     booted: BootedImageStatus,
-    synced: dict[str, bool],
+    watches: dict[str, WatchStatus],
 ) -> None:
     status = AgentStatus(
         node=node,
@@ -246,7 +284,7 @@ def test_round_trip_any(
         since=since,
         expires_at=since,
         booted=booted,
-        synced=dict(sorted(synced.items())),
+        watches=dict(sorted(watches.items())),
     )
     assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
     assert status.to_text().startswith(f"node {node}: {decision} - ")
