@@ -127,8 +127,9 @@ class Controller:
         self._synced_logged: set[str] = set()
         self._running = False
         self._last_logged: tuple[str, ...] | None = None
-        # Malformed inputs of the last decision: each is counted once, when it appears.
-        self._invalid: frozenset[tuple[str, str]] = frozenset()
+        # Malformed inputs of the last decision: each is logged and counted once, when it
+        # appears, however many passes see it.
+        self._invalid: frozenset[guards.InvalidInput] = frozenset()
         # The watch lags behind our own patches (and GETs after a lost compare-and-swap):
         # (the watch's resourceVersion then, the Node as the API returned it), used until
         # the watch delivers something newer.
@@ -364,10 +365,7 @@ class Controller:
     # Status and the decision log ---------------------------------------------------------
 
     def _settle(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
-        invalid = _invalid_inputs(decision)
-        for kind, _ in invalid - self._invalid:
-            self.metrics.count_invalid_input(kind)
-        self._invalid = invalid
+        self._report_invalid(decision, node.name)
         self._status = decided(
             self._status,
             decision,
@@ -391,6 +389,19 @@ class Controller:
         if (decision.patch and not observed) or key != self._last_logged:
             self._last_logged = key
             log.info("decision", extra={"fields": fields})
+
+    def _report_invalid(self, decision: guards.Decision, node: str) -> None:
+        invalid = guards.invalid_inputs(decision)
+        for bad in invalid:
+            if bad not in self._invalid:
+                self.metrics.count_invalid_input(bad.kind)
+                log.warning(
+                    "invalid input ignored: %s: %s",
+                    bad.what,
+                    bad.why,
+                    extra={"fields": {"node": node, "kind": bad.kind, "what": bad.what}},
+                )
+        self._invalid = frozenset(invalid)
 
     # Shutdown -----------------------------------------------------------------------------
 
@@ -428,30 +439,6 @@ def _older(node: NodeObj, than: NodeObj) -> bool:
         return int(node.resource_version) < int(than.resource_version)
     except ValueError:
         return False
-
-
-_INVALID_KIND = {
-    protocol.Reason.MANUAL: "hold_request",
-    protocol.Reason.NOOP_IMAGE: "image_ref",
-}
-
-
-def _invalid_inputs(decision: guards.Decision) -> frozenset[tuple[str, str]]:
-    """(metric kind, what) of every malformed input behind this decision."""
-    found = {
-        (_INVALID_KIND.get(v.reason, "annotation"), v.detail)
-        for v in decision.verdicts
-        if isinstance(v, guards.Clear) and v.invalid
-    }
-    if isinstance(decision, guards.Release) and decision.outcome is protocol.Outcome.INVALID:
-        found.add(("annotation", decision.why))
-    if (
-        isinstance(decision, guards.CleanUp)
-        and decision.ended is None  # hold keys without a readable record: malformed
-        and any(k in protocol.OWNED_KEYS for k in decision.keys)
-    ):
-        found.add(("annotation", decision.why))
-    return frozenset(found)
 
 
 def pod_watch_namespace(settings: Settings) -> str | None:

@@ -55,6 +55,7 @@ __all__ = [
     "Hold",
     "Idle",
     "ImageCompared",
+    "InvalidInput",
     "Keep",
     "ManualGuard",
     "NodeView",
@@ -69,6 +70,7 @@ __all__ = [
     "evidence",
     "force_release",
     "hold_detail",
+    "invalid_inputs",
     "parse_hold_request",
     "stale_keys",
 ]
@@ -129,6 +131,25 @@ class ImageCompared:
 Evidence = BuildPodsSeen | ImageCompared
 
 
+#: How much of a malformed value ``InvalidInput`` repeats (logs and /status stay small).
+MAX_INVALID_BYTES = 256
+
+
+@dataclass(frozen=True)
+class InvalidInput:
+    """Malformed input, ignored: ``kind`` as ``drain_guard_invalid_input_total`` counts it,
+    ``what`` names the annotation and its value, ``why`` says what is wrong with it."""
+
+    kind: str
+    what: str
+    why: str
+
+    @classmethod
+    def of(cls, kind: str, key: str, value: str, why: str) -> InvalidInput:
+        what = f"{key}={truncate_utf8(repr(value), MAX_INVALID_BYTES)}"
+        return cls(kind, what, truncate_utf8(" ".join(why.split()), MAX_INVALID_BYTES))
+
+
 @dataclass(frozen=True)
 class Block:
     """The guard blocks the drain."""
@@ -155,8 +176,8 @@ class Clear:
     detail: str
     #: The guard could not compare and abstained (never hold on a guess).
     abstained: bool = False
-    #: The guard's input was malformed (reported, counted as invalid input).
-    invalid: bool = False
+    #: The guard's input was malformed: reported and counted, never held on.
+    invalid: InvalidInput | None = None
     evidence: Evidence | None = field(default=None, compare=False)
 
 
@@ -225,7 +246,8 @@ class NoopImageGuard:
             digest = digest_of(desired)
         except ImageRefError as err:
             why = f"desiredImage unreadable: {err}"
-            return Clear(self.reason, why, abstained=True, invalid=True, evidence=unknown)
+            bad = InvalidInput.of("image_ref", DESIRED_IMAGE, desired, str(err))
+            return Clear(self.reason, why, abstained=True, invalid=bad, evidence=unknown)
         if digest is None:
             why = f"desiredImage {desired} has no digest"
             return Clear(self.reason, why, abstained=True, evidence=unknown)
@@ -261,11 +283,9 @@ class ManualGuard:
         try:
             expiry, why = parse_hold_request(text)
         except ValueError as err:
-            return Clear(
-                self.reason,
-                f"{HOLD_REQUEST} ignored: {err}; expected <RFC 3339 expiry>[;<reason>]",
-                invalid=True,
-            )
+            why = f"{err}; expected <RFC 3339 expiry>[;<reason>]"
+            bad = InvalidInput.of("hold_request", HOLD_REQUEST, text, why)
+            return Clear(self.reason, f"{HOLD_REQUEST} ignored: {why}", invalid=bad)
         if expiry <= view.now:
             return Clear(self.reason, f"hold-request expired at {format_rfc3339(expiry)}")
         detail = f"hold-request until {format_rfc3339(expiry)}"
@@ -279,6 +299,22 @@ def hold_detail(blocks: Sequence[Block]) -> str:
     """The ``hold-detail`` text for a set of blocks: one line, within the 1 KiB limit."""
     text = "; ".join(f"{b.reason}: {b.detail}" for b in blocks)
     return truncate_utf8(" ".join(text.split()))
+
+
+def invalid_inputs(decision: Decision) -> tuple[InvalidInput, ...]:
+    """Every malformed input behind this decision: what a guard read, and an unreadable hold
+    record (released as ``invalid``, or cleaned up)."""
+    found = [v.invalid for v in decision.verdicts if isinstance(v, Clear) and v.invalid]
+    record = "hold record (drain-guard.io/*)"
+    if isinstance(decision, Release) and decision.outcome is Outcome.INVALID:
+        found.append(InvalidInput("annotation", record, decision.why))
+    if (
+        isinstance(decision, CleanUp)
+        and decision.ended is None  # hold keys without a readable record: malformed
+        and any(k in OWNED_KEYS for k in decision.keys)
+    ):
+        found.append(InvalidInput("annotation", record, decision.why))
+    return tuple(found)
 
 
 def _reasons(blocks: Sequence[Block]) -> str:

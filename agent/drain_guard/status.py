@@ -69,6 +69,16 @@ class PodStatus:
 
 
 @dataclass(frozen=True)
+class InvalidInputStatus:
+    """Malformed input the agent ignores: its kind (as the metric counts it), the annotation
+    and value, and what is wrong with it."""
+
+    kind: str
+    what: str
+    why: str
+
+
+@dataclass(frozen=True)
 class BootedImageStatus:
     """The booted OS image, where it was read, and why it could not be if it was not.
 
@@ -157,6 +167,7 @@ class AgentStatus:
     observe_only: bool = False  # --observe-only: the decision is reported, never written
     # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
     confinement: dict[str, Any] | None = None
+    invalid_inputs: tuple[InvalidInputStatus, ...] = ()
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -214,6 +225,9 @@ class AgentStatus:
             },
             "observeOnly": self.observe_only,
             "confinement": self.confinement,
+            "invalidInputs": [
+                {"kind": i.kind, "what": i.what, "why": i.why} for i in self.invalid_inputs
+            ],
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -255,6 +269,10 @@ class AgentStatus:
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
             observe_only=bool(data.get("observeOnly", False)),
             confinement=data.get("confinement"),
+            invalid_inputs=tuple(
+                InvalidInputStatus(i["kind"], i["what"], i["why"])
+                for i in data.get("invalidInputs", ())
+            ),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -297,6 +315,8 @@ class AgentStatus:
             lines.append(f"  booted image:  {self.booted.digest} (from {self.booted.source})")
         elif self.booted.error is not None:
             lines.append(f"  booted image:  unknown: {self.booted.error}")
+        for bad in self.invalid_inputs:
+            lines.append(f"  invalid input: {bad.what} ignored: {bad.why}")
         if self.shield is not None:
             lines.append(f"  shield:        {_shield_text(self.shield)}")
         if self.confinement is not None:
@@ -387,6 +407,9 @@ def decided(
         desired_digest=image.desired_digest if image else None,
         booted=BootedImageStatus(booted.digest, booted.reference, booted.source, booted.error),
         observe_only=base.observe_only,
+        invalid_inputs=tuple(
+            InvalidInputStatus(i.kind, i.what, i.why) for i in guards.invalid_inputs(decision)
+        ),
     )
 
 

@@ -8,6 +8,7 @@ and keeps running. A build pod runs on the node throughout, so a guess would sho
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,6 +30,7 @@ from tests.helpers import (
 )
 
 DRAIN_B = f"drain-{CONFIG_B}"
+DRAIN_C = "drain-rendered-worker-" + "c" * 32
 ADMIN = "system:admin"
 
 
@@ -190,3 +192,38 @@ async def test_desired_image_without_digest_or_unreadable_never_holds_noop(
     for k in ("image_ref", "annotation", "hold_request"):
         expected = 1 if k == kind else 0
         assert await metric(agent, "drain_guard_invalid_input_total", kind=k) == expected, k
+
+
+async def test_a_malformed_hold_request_is_reported_once_per_value_with_no_request_pending(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    agent = await start_agent()
+    _admin(api, {protocol.HOLD_REQUEST: "tomorrow;dentist"})
+    warned = await agent.wait_log(lambda r: r.get("kind") == "hold_request")
+    assert warned["level"] == "WARNING"
+    assert warned["what"] == "drain-guard.io/hold-request='tomorrow;dentist'"
+    assert "'tomorrow' is not an RFC 3339 time" in warned["message"]
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="hold_request") == 1
+    _, body = await agent.http("/status")
+    [bad] = json.loads(body)["invalidInputs"]
+    assert (bad["kind"], bad["what"]) == ("hold_request", warned["what"])
+    _, text = await agent.http("/status?format=text")
+    assert f"invalid input: {warned['what']} ignored: " in text
+
+    # More passes over the same value (a request comes and goes through): not again.
+    mark = len(agent.records)
+    rv = mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    assert (await _decision(agent, mark, DRAIN_B))["outcome"] == "pass"
+    assert _drain_writes(api, rv) == []
+    # Another bad value: reported once more; a fixed one leaves the list.
+    _admin(api, {protocol.HOLD_REQUEST: "next week"})
+    again = await agent.wait_log(lambda r: r.get("kind") == "hold_request", mark)
+    assert again["what"] == "drain-guard.io/hold-request='next week'"
+    assert [r for r in agent.records[mark:] if r.get("kind") == "hold_request"] == [again]
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="hold_request") == 2
+    _admin(api, {protocol.HOLD_REQUEST: None})
+    mark = len(agent.records)
+    mcd_request(api, DRAIN_C, **{protocol.DESIRED_IMAGE: IMAGE_B})  # a pass after the fix
+    await _decision(agent, mark, DRAIN_C)
+    _, body = await agent.http("/status")
+    assert json.loads(body)["invalidInputs"] == []

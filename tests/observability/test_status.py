@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import guards
+from drain_guard import guards, protocol
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.selectors import default_build_pod_selectors
@@ -22,6 +22,7 @@ from drain_guard.status import (
     AgentStatus,
     BootedImageStatus,
     HoldReasonStatus,
+    InvalidInputStatus,
     PodStatus,
     WatchStatus,
     decided,
@@ -86,6 +87,7 @@ def test_json_keys_and_times() -> None:
         "scope",
         "observeOnly",
         "confinement",
+        "invalidInputs",
         "version",
         "startedAt",
         "generatedAt",
@@ -259,6 +261,7 @@ times = st.datetimes(
         st.builds(WatchStatus, st.booleans(), st.booleans(), st.none() | times, st.none() | texts),
         max_size=3,
     ),
+    invalid=st.lists(st.builds(InvalidInputStatus, texts, texts, texts), max_size=2),
 )
 def test_round_trip_any(
     node: str,
@@ -271,6 +274,7 @@ def test_round_trip_any(
     generated: datetime,
     booted: BootedImageStatus,
     watches: dict[str, WatchStatus],
+    invalid: list[InvalidInputStatus],
 ) -> None:
     status = AgentStatus(
         node=node,
@@ -285,6 +289,7 @@ def test_round_trip_any(
         expires_at=since,
         booted=booted,
         watches=dict(sorted(watches.items())),
+        invalid_inputs=tuple(invalid),
     )
     assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
     assert status.to_text().startswith(f"node {node}: {decision} - ")
@@ -387,3 +392,23 @@ def test_nothing_decided_keeps_only_the_agents_identity() -> None:
         "0.1.0",
         held().started_at,
     )
+
+
+def test_a_malformed_hold_request_shows_as_invalid_input_with_no_request_pending() -> None:
+    status = _status({protocol.HOLD_REQUEST: "tomorrow;dentist"}, ())
+    assert status.decision == "idle"
+    [bad] = status.invalid_inputs
+    assert (bad.kind, bad.what) == (
+        "hold_request",
+        "drain-guard.io/hold-request='tomorrow;dentist'",
+    )
+    assert "'tomorrow' is not an RFC 3339 time" in bad.why
+    assert status.to_json()["invalidInputs"] == [
+        {"kind": "hold_request", "what": bad.what, "why": bad.why}
+    ]
+    assert f"  invalid input: {bad.what} ignored: {bad.why}\n" in status.to_text()
+    assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
+    # A huge value is cut: logs and /status stay small.
+    huge = _status({protocol.HOLD_REQUEST: "x" * 100_000}, ())
+    assert len(huge.invalid_inputs[0].what.encode()) < 400
+    assert len(huge.invalid_inputs[0].why.encode()) <= 256

@@ -371,3 +371,23 @@ async def test_status_and_gauges_come_from_the_decision_with_no_request_pending(
     assert env.value("drain_guard_build_pods") == 0
     assert env.value("drain_guard_image_match") == 0
     assert env.controller.status().desired_digest == IMAGE_B.rpartition("@")[2]
+
+
+async def test_a_malformed_hold_request_is_logged_and_counted_once_per_value(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.kube.write({protocol.HOLD_REQUEST: "tomorrow"})
+    with caplog.at_level(logging.WARNING, "drain_guard.controller"):
+        for _ in range(3):
+            await env.step()
+        env.kube.write({protocol.HOLD_REQUEST: "soon"})
+        await env.step()
+        await env.step()
+    assert [r.getMessage().split(":")[1] for r in caplog.records] == [
+        " drain-guard.io/hold-request='tomorrow'",
+        " drain-guard.io/hold-request='soon'",
+    ]
+    assert env.value("drain_guard_invalid_input_total", kind="hold_request") == 2
+    assert [i.what for i in env.controller.status().invalid_inputs] == [
+        "drain-guard.io/hold-request='soon'"
+    ]
