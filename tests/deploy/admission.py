@@ -10,6 +10,7 @@ validation must yield true, and an evaluation error denies (``failurePolicy: Fai
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from celpy.adapter import json_to_cel
 from celpy.celtypes import BoolType, MapType, StringType
 from celpy.evaluation import CELEvalError
 
-from tests.deploy.tools import Obj
+from tests.deploy.tools import Obj, one
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,52 @@ class Policy:
             msg for program, msg in self.validations if not self._true(program, activation)
         )
         return Verdict(applies=True, denied=denied)
+
+
+def scc(objects: list[Obj]) -> Obj:
+    return one(objects, "SecurityContextConstraints", "drain-guard")
+
+
+def admitted_pod(objects: list[Obj], namespace: str | None = None) -> Obj:
+    """The DaemonSet's pod as validating admission sees it: after the ServiceAccount admission
+    plugin added the token volume and, on OpenShift, the SCC set its defaults (it runs as a
+    mutating plugin, before any ValidatingAdmissionPolicy)."""
+    daemonset = one(objects, "DaemonSet", "drain-guard")
+    template = copy.deepcopy(daemonset["spec"]["template"])
+    spec = template["spec"]
+    spec["volumes"].append(
+        {
+            "name": "kube-api-access-x7k2p",
+            "projected": {
+                "defaultMode": 420,
+                "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt"}]}},
+                ],
+            },
+        }
+    )
+    for container in spec["containers"]:
+        container.setdefault("volumeMounts", []).append(
+            {
+                "name": "kube-api-access-x7k2p",
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "readOnly": True,
+            }
+        )
+    if any(o["kind"] == "SecurityContextConstraints" for o in objects):
+        constraints = scc(objects)
+        security = spec["securityContext"]
+        security["fsGroup"] = constraints["fsGroup"]["ranges"][0]["min"]
+        security["supplementalGroups"] = [constraints["supplementalGroups"]["ranges"][0]["min"]]
+        security["seLinuxOptions"] = {"level": "s0:c27,c4"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "drain-guard-x7k2p",
+            "namespace": namespace or daemonset["metadata"]["namespace"],
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": spec,
+    }

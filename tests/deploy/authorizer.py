@@ -3,14 +3,18 @@
 As ``plugin/pkg/auth/authorizer/rbac`` decides a SubjectAccessReview: a ClusterRoleBinding
 applies everywhere, a RoleBinding in its namespace only; a rule matches when its apiGroups,
 resources (``resource/subresource`` for a subresource) and verbs name the request's, or
-``*``, and its resourceNames are empty or name the object.
+``*``, and its resourceNames are empty or name the object. And the review kube-rbac-proxy
+makes for a scrape, from its config file as the pod mounts it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
-from tests.deploy.tools import Obj
+import yaml
+
+from tests.deploy.tools import Obj, container, one, pod_spec
 
 
 @dataclass(frozen=True)
@@ -56,3 +60,35 @@ def allows(objects: list[Obj], service_account: tuple[str, str], request: Reques
         if role and any(_rule_allows(rule, request) for rule in role.get("rules", [])):
             return True
     return False
+
+
+def proxy_config(objects: list[Obj]) -> Obj:
+    """The proxy's --config-file, read where the kubelet puts it: the mount that holds the
+    path, its volume, the ConfigMap it names, the key of the file's name."""
+    proxy = container(objects, "kube-rbac-proxy")
+    (flag,) = [a for a in proxy["args"] if a.startswith("--config-file=")]
+    path = PurePosixPath(flag.removeprefix("--config-file="))
+    (mount,) = [m for m in proxy["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent]
+    (volume,) = [v for v in pod_spec(objects)["volumes"] if v["name"] == mount["name"]]
+    namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
+    (config_map,) = [
+        o
+        for o in objects
+        if o["kind"] == "ConfigMap"
+        and o["metadata"]["name"] == volume["configMap"]["name"]
+        and o["metadata"]["namespace"] == namespace
+    ]
+    parsed: Obj = yaml.safe_load(config_map["data"][path.name])
+    return parsed
+
+
+def scrape(objects: list[Obj]) -> Request:
+    """The SubjectAccessReview kube-rbac-proxy makes for a scrape (GET is verb get)."""
+    attributes = proxy_config(objects)["authorization"]["resourceAttributes"]
+    return Request(
+        verb="get",
+        api_group=attributes.get("apiGroup", ""),
+        resource=attributes["resource"],
+        subresource=attributes["subresource"],
+        namespace=attributes["namespace"],
+    )

@@ -10,18 +10,16 @@ rendered RBAC (tests/deploy/authorizer.py) must allow the platform Prometheus an
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.deploy.authorizer import Request, allows
+from tests.deploy.authorizer import allows, proxy_config, scrape
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     Obj,
     container,
     one,
-    pod_spec,
     relative,
     render_dir,
     user_kustomization,
@@ -113,25 +111,6 @@ def tls_flags(objects: list[Obj]) -> dict[str, str]:
     return {k: flags[k] for k in ("tls-min-version", "tls-cipher-suites")}
 
 
-def config_file(objects: list[Obj]) -> Obj:
-    """The proxy's --config-file, read where the kubelet puts it: the mount that holds the
-    path, its volume, the ConfigMap it names, the key of the file's name."""
-    path = PurePosixPath(proxy_flags(objects)["config-file"])
-    proxy = container(objects, "kube-rbac-proxy")
-    (mount,) = [m for m in proxy["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent]
-    (volume,) = [v for v in pod_spec(objects)["volumes"] if v["name"] == mount["name"]]
-    namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
-    (config_map,) = [
-        o
-        for o in objects
-        if o["kind"] == "ConfigMap"
-        and o["metadata"]["name"] == volume["configMap"]["name"]
-        and o["metadata"]["namespace"] == namespace
-    ]
-    parsed: Obj = yaml.safe_load(config_map["data"][path.name])
-    return parsed
-
-
 @pytest.mark.parametrize("overlay", OPENSHIFT)
 def test_every_flag_exists_in_the_pinned_proxy(
     rendered: Callable[[str], list[Obj]], overlay: str
@@ -188,7 +167,7 @@ def test_scrapes_are_authorised_by_a_resource_attribute(
     checked) and no static authorization."""
     objects = rendered(overlay)
     namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
-    assert config_file(objects) == {
+    assert proxy_config(objects) == {
         "authorization": {
             "resourceAttributes": {
                 "apiVersion": "v1",
@@ -198,18 +177,6 @@ def test_scrapes_are_authorised_by_a_resource_attribute(
             }
         }
     }
-
-
-def scrape(objects: list[Obj]) -> Request:
-    """The SubjectAccessReview kube-rbac-proxy makes for a scrape (GET is verb get)."""
-    attributes = config_file(objects)["authorization"]["resourceAttributes"]
-    return Request(
-        verb="get",
-        api_group=attributes.get("apiGroup", ""),
-        resource=attributes["resource"],
-        subresource=attributes["subresource"],
-        namespace=attributes["namespace"],
-    )
 
 
 @pytest.mark.parametrize("overlay", OPENSHIFT)

@@ -15,61 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.deploy.admission import Policy, Verdict
+from tests.deploy.admission import Policy, Verdict, admitted_pod, scc
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one, pod_spec
 
 POD_POLICY = "drain-guard-pod-confinement"
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
 UID = 65532
-
-
-def scc(objects: list[Obj]) -> Obj:
-    return one(objects, "SecurityContextConstraints", "drain-guard")
-
-
-def admitted_pod(objects: list[Obj], namespace: str | None = None) -> Obj:
-    """The DaemonSet's pod as validating admission sees it: after the ServiceAccount admission
-    plugin added the token volume and, on OpenShift, the SCC set its defaults (it runs as a
-    mutating plugin, before any ValidatingAdmissionPolicy)."""
-    daemonset = one(objects, "DaemonSet", "drain-guard")
-    template = copy.deepcopy(daemonset["spec"]["template"])
-    spec = template["spec"]
-    spec["volumes"].append(
-        {
-            "name": "kube-api-access-x7k2p",
-            "projected": {
-                "defaultMode": 420,
-                "sources": [
-                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt"}]}},
-                ],
-            },
-        }
-    )
-    for container in spec["containers"]:
-        container.setdefault("volumeMounts", []).append(
-            {
-                "name": "kube-api-access-x7k2p",
-                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                "readOnly": True,
-            }
-        )
-    if any(o["kind"] == "SecurityContextConstraints" for o in objects):
-        constraints = scc(objects)
-        security = spec["securityContext"]
-        security["fsGroup"] = constraints["fsGroup"]["ranges"][0]["min"]
-        security["supplementalGroups"] = [constraints["supplementalGroups"]["ranges"][0]["min"]]
-        security["seLinuxOptions"] = {"level": "s0:c27,c4"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "drain-guard-x7k2p",
-            "namespace": namespace or daemonset["metadata"]["namespace"],
-            "labels": template["metadata"]["labels"],
-        },
-        "spec": spec,
-    }
 
 
 @pytest.fixture(scope="module")
