@@ -24,6 +24,7 @@ from drain_guard.config import (
     SettingsError,
     add_run_arguments,
     add_shield_arguments,
+    default_max_hold,
     settings_from,
     shield_settings_from,
 )
@@ -136,7 +137,11 @@ def _demo(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    os.execv(sys.executable, [sys.executable, "-m", "drain_guard_sim", "demo", *argv])
+    # The demo's agents hold as long as the agent's default, scaled like every MCO duration:
+    # passed in (before the user's flags, which win), so there is no second copy of it.
+    max_hold = f"{default_max_hold().total_seconds():g}"
+    demo = [sys.executable, "-m", "drain_guard_sim", "demo", "--agent-max-hold", max_hold]
+    os.execv(sys.executable, [*demo, *argv])
 
 
 # --- status -----------------------------------------------------------------------------

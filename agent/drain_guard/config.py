@@ -291,6 +291,14 @@ def _run_option(flag: str) -> _Option:
     return next(opt for opt in RUN_OPTIONS if opt.flag == flag)
 
 
+def default_max_hold() -> timedelta:
+    """``--max-hold``'s default, defined once in ``RUN_OPTIONS``; ``drain-guard demo`` hands it
+    to the simulator's demo, which cannot import the agent."""
+    default = _run_option("--max-hold").default
+    assert default is not None
+    return parse_duration(default)
+
+
 #: ``drain-guard shield``: the flags it shares with ``run`` mean the same there.
 SHIELD_OPTIONS: tuple[_Option, ...] = (
     _run_option("--kubeconfig"),

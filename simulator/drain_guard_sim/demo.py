@@ -74,6 +74,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="the MCO the simulated cluster plays: 4.15 (the seed's, default), 4.16 (4.16 and "
         "4.17), 4.18 (its latest z-stream); docs/mco-versions.md",
     )
+    parser.add_argument(
+        "--agent-max-hold",
+        type=float,
+        required=True,
+        metavar="SECONDS",
+        help="the agents' --max-hold in MCO seconds, scaled by --time-factor like every MCO"
+        " duration; drain-guard demo passes the agent's own default (the simulator does not"
+        " import the agent, so it keeps no copy of it)",
+    )
     parser.add_argument("--workdir", type=Path, help="keep host trees and logs here")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="give up after this many seconds per run"
@@ -86,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not 0 < args.time_factor <= 1:
         print("drain-guard demo: --time-factor must be in (0, 1]", file=sys.stderr)
+        return 2
+    if not args.agent_max_hold > 0:
+        print("drain-guard demo: --agent-max-hold must be above 0", file=sys.stderr)
         return 2
     try:
         return asyncio.run(_demo(args, sys.stdout))
@@ -100,9 +112,11 @@ def run(args: argparse.Namespace) -> int:
 class Agents:
     """One agent per node, as a DaemonSet would run them; a node's reboot restarts its agent."""
 
-    def __init__(self, cluster: SimCluster, logdir: Path) -> None:
+    def __init__(self, cluster: SimCluster, logdir: Path, max_hold: float) -> None:
         self.cluster = cluster
         self.logdir = logdir
+        # The agents' --max-hold in simulated seconds (MCO's scaled, as every duration here).
+        self.max_hold = max(1, round(max_hold * cluster.timings.time_factor))
         self.procs: dict[str, AgentProcess] = {}
         self.decisions: list[tuple[str, dict[str, Any]]] = []
         self._last: dict[str, tuple[str, str]] = {}
@@ -110,13 +124,12 @@ class Agents:
 
     async def start(self, node: str) -> None:
         cluster = self.cluster
-        max_hold = max(1, round(45 * 60 * cluster.timings.time_factor))
         agent = await spawn_agent(
             node,
             cluster.agent_kubeconfig(node),
             cluster.hosts[node],
             "--max-hold",
-            f"{max_hold}s",
+            f"{self.max_hold}s",
             log_path=self.logdir / f"agent-{node}.log",
             on_record=lambda record: self._decision(node, record),
         )
@@ -198,7 +211,7 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
         rollout_done = gave_up = False
         try:
             if with_agents:
-                agents = Agents(cluster, workdir)
+                agents = Agents(cluster, workdir, args.agent_max_hold)
                 for node in cluster.node_names:
                     await agents.start(node)
                 cluster.reboot_hooks.append(agents.restart)

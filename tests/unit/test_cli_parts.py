@@ -9,6 +9,7 @@ import pytest
 
 from drain_guard import guards, protocol
 from drain_guard.cli import build_parser, main, node_state, render_text
+from drain_guard.config import settings_from
 from drain_guard.kube import NodeObj
 
 HELD = {
@@ -128,3 +129,39 @@ def test_run_does_not_import_the_simulator_or_the_demo() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_demo_hands_the_agents_own_max_hold_default_to_the_simulator(
+    monkeypatch: pytest.MonkeyPatch, no_env: None
+) -> None:
+    """One place for the default: the demo's agents get it from ``drain-guard run``'s own
+    table, passed before the user's flags (which win), never a copy in the simulator."""
+    handed: list[str] = []
+
+    def execv(path: str, argv: list[str]) -> None:
+        handed.extend(argv)
+
+    monkeypatch.setattr("os.execv", execv)
+    main(["demo", "--nodes", "2"])
+    run = settings_from(build_parser().parse_args(["run", "--node-name", "n"]), {})
+    assert handed[1:] == [
+        "-m",
+        "drain_guard_sim",
+        "demo",
+        "--agent-max-hold",
+        f"{run.max_hold.total_seconds():g}",
+        "--nodes",
+        "2",
+    ]
+
+
+def test_the_simulators_demo_without_the_agents_max_hold_is_a_usage_error() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "drain_guard_sim", "demo", "--nodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "the following arguments are required: --agent-max-hold" in proc.stderr
