@@ -222,12 +222,13 @@ def test_probes_reach_the_agent(rendered: Callable[[str], list[Obj]]) -> None:
         assert get.get("scheme", "HTTP") == "HTTP"
 
 
+@pytest.mark.parametrize("overlay", ["openshift", "openshift-4.15"])
 def test_openshift_serves_metrics_only_through_the_proxy(
-    rendered: Callable[[str], list[Obj]],
+    rendered: Callable[[str], list[Obj]], overlay: str
 ) -> None:
     """OpenShift: the agent listens on loopback; kube-rbac-proxy serves TLS and lets only the
     kubelet's probe paths through unauthenticated."""
-    objects = rendered("openshift")
+    objects = rendered(overlay)
     settings = agent_settings(objects)
     assert settings.listen.host == "127.0.0.1"
     agent = agent_container(objects)
