@@ -145,7 +145,7 @@ def write_result(name: str, result: Mapping[str, Any], out_dir: Path | None = No
     directory.mkdir(parents=True, exist_ok=True)
     doc = {
         "benchmark": name,
-        "finished_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "finished_at": protocol.format_rfc3339(datetime.now(UTC)),
         "machine": machine(),
         **result,
     }

@@ -137,7 +137,7 @@ async def test_a_hold_drain_guard_did_not_write_is_left_alone(
         ("yesterday", "release:invalid"),
         ("2024-13-45T99:00:00Z", "release:invalid"),
         ("", "release:invalid"),
-        ((datetime.now(UTC) + timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%SZ"), "release:expired"),
+        (protocol.format_rfc3339(datetime.now(UTC) + timedelta(days=3)), "release:expired"),
     ],
 )
 async def test_held_since_unreadable_or_in_the_future_releases_and_says_so(

@@ -16,7 +16,7 @@ import pytest
 
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.checker import Checked, CheckerConfig, Interval, check, intersect, longest
-from drain_guard_sim.store import WriteRecord
+from drain_guard_sim.store import WriteRecord, rfc3339
 
 MCO = "machineconfiguration.openshift.io/"
 DD, LA = MCO + "desiredDrain", MCO + "lastAppliedDrain"
@@ -51,7 +51,7 @@ def ann(
 
 
 def since(seconds: float) -> str:
-    return (BASE + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(BASE + timedelta(seconds=seconds))
 
 
 def hold(api: SimApiServer, value: str, at: float = 0.0, user: str = AGENT) -> None:

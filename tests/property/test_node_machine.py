@@ -36,6 +36,7 @@ from drain_guard.protocol import (
     HOLD_REQUEST,
     LAST_APPLIED_DRAIN,
     Outcome,
+    format_rfc3339,
 )
 from drain_guard.selectors import default_build_pod_selectors
 
@@ -214,7 +215,7 @@ class NodeMachine(RuleBasedStateMachine):
 
     @rule(minutes=st.integers(min_value=-5, max_value=60), drop=st.booleans(), react=st.booleans())
     def operator_hold_request(self, minutes: int, drop: bool, react: bool) -> None:
-        until = (self.now + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        until = format_rfc3339(self.now + timedelta(minutes=minutes))
         self.write({HOLD_REQUEST: None if drop else f"{until};chaos"})
         self.react(react)
 

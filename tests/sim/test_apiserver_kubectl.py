@@ -1,4 +1,5 @@
-"""kubectl reads from the simulator through the kubeconfig it writes (skipped without kubectl).
+"""kubectl reads from the simulator through the kubeconfig it writes (``require_tool``: skipped
+without kubectl on a developer's machine, failed in CI).
 
 client-go sends no credentials to an ``http://`` server, so kubectl reads as
 ``system:anonymous``, which the simulator (like a server with anonymous auth and a read-only
@@ -8,22 +9,18 @@ role) allows for get, list and watch.
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 import yaml
 
 from drain_guard_sim.apiserver import SimApiServer
+from tests.helpers import require_tool
 from tests.sim.helpers import pod
-
-KUBECTL = shutil.which("kubectl")
-pytestmark = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 
 
 async def kubectl(sim: SimApiServer, *args: str) -> str:
-    assert KUBECTL is not None
     proc = await asyncio.create_subprocess_exec(
-        KUBECTL,
+        require_tool("kubectl"),
         "--kubeconfig",
         str(sim.kubeconfig("viewer")),
         *args,
