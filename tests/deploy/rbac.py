@@ -22,22 +22,22 @@ class Grant:
     resource_names: tuple[str, ...]  # () for every object
 
 
-def _bound_to_agent(binding: Obj) -> bool:
+def _bound_to(binding: Obj, account: tuple[str, str]) -> bool:
     return any(
-        s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == SERVICE_ACCOUNT
+        s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == account
         for s in binding.get("subjects", [])
     )
 
 
-def granted(objects: list[Obj]) -> set[Grant]:
-    """Every grant the rendered objects give the agent's service account."""
+def granted(objects: list[Obj], account: tuple[str, str] = SERVICE_ACCOUNT) -> set[Grant]:
+    """Every grant the rendered objects give ``account`` (the agent's service account)."""
     roles = {
         (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects
     }
     grants: set[Grant] = set()
     for binding in objects:
-        if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"} or not _bound_to_agent(
-            binding
+        if binding["kind"] not in {"ClusterRoleBinding", "RoleBinding"} or not _bound_to(
+            binding, account
         ):
             continue
         ref = binding["roleRef"]

@@ -19,10 +19,13 @@ from tests.deploy.tools import (
     Obj,
     agent_container,
     container,
+    container_env,
     containers,
+    expand_args,
     kubelet_kubeconfig,
     one,
     pod_spec,
+    probe_port,
 )
 
 OSTREE = "/sysroot/ostree"  # all the booted-image reader needs (and /proc/cmdline)
@@ -44,33 +47,12 @@ def runs_as_root(overlay: str, container_name: str) -> bool:
     return INSTALL_MODES[overlay].node_identity and container_name == "drain-guard"
 
 
-def _env(spec: Obj, pod_namespace: str) -> dict[str, str]:
-    """The container's environment as the kubelet would give it (downward API resolved)."""
-    env: dict[str, str] = {}
-    for var in spec.get("env", []):
-        if "value" in var:
-            env[var["name"]] = var["value"]
-            continue
-        field = var["valueFrom"]["fieldRef"]["fieldPath"]
-        env[var["name"]] = {
-            "spec.nodeName": "worker-0",
-            "metadata.namespace": pod_namespace,
-            "metadata.name": "drain-guard-x7k2p",
-        }[field]
-    return env
-
-
-def _expand(arg: str, env: dict[str, str]) -> str:
-    """Kubernetes' $(VAR) expansion in args."""
-    return re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
-
-
 def agent_settings(objects: list[Obj]) -> Settings:
     """Parse the container's args and environment with the agent's own settings code."""
     daemonset = one(objects, "DaemonSet", "drain-guard")
     agent = agent_container(objects)
-    env = _env(agent, daemonset["metadata"]["namespace"])
-    args = [_expand(a, env) for a in agent["args"]]
+    env = container_env(agent, daemonset["metadata"]["namespace"])
+    args = [expand_args(a, env) for a in agent["args"]]
     assert args[0] == "run"
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
@@ -186,18 +168,6 @@ def _mebibytes(quantity: str) -> float:
     match = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", quantity)
     assert match, f"unexpected memory quantity {quantity}"
     return int(match.group(1)) * units[match.group(2)]
-
-
-def probe_port(probed: Obj, port: str | int) -> int:
-    """The port the kubelet probes: a number as it is; a name looked up in the probed
-    container's own ``ports`` only (the kubelet never looks in the pod's other containers, and
-    an unknown name makes every probe fail)."""
-    if isinstance(port, int):
-        return port
-    found = [p["containerPort"] for p in probed.get("ports", []) if p.get("name") == port]
-    assert len(found) == 1, f"container {probed['name']} declares no port named {port!r}"
-    number: int = found[0]
-    return number
 
 
 def test_probe_port_resolution_is_the_kubelets() -> None:

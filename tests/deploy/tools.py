@@ -7,6 +7,7 @@ The tools are real ones (kubectl's kustomize, hadolint from PyPI, systemd-analyz
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -147,3 +148,36 @@ def kubelet_kubeconfig(server: str = "https://api-int.example.com:6443") -> dict
         ],
         "current-context": "default-context",
     }
+
+
+def container_env(spec: Obj, pod_namespace: str) -> dict[str, str]:
+    """The container's environment as the kubelet would give it (downward API resolved)."""
+    env: dict[str, str] = {}
+    for var in spec.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        field = var["valueFrom"]["fieldRef"]["fieldPath"]
+        env[var["name"]] = {
+            "spec.nodeName": "worker-0",
+            "metadata.namespace": pod_namespace,
+            "metadata.name": "drain-guard-x7k2p",
+        }[field]
+    return env
+
+
+def expand_args(arg: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in args."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
+
+
+def probe_port(probed: Obj, port: str | int) -> int:
+    """The port the kubelet probes: a number as it is; a name looked up in the probed
+    container's own ``ports`` only (the kubelet never looks in the pod's other containers, and
+    an unknown name makes every probe fail)."""
+    if isinstance(port, int):
+        return port
+    found = [p["containerPort"] for p in probed.get("ports", []) if p.get("name") == port]
+    assert len(found) == 1, f"container {probed['name']} declares no port named {port!r}"
+    number: int = found[0]
+    return number

@@ -1,0 +1,204 @@
+"""The central shield's manifests (``daemonset/components/central-shield``), rendered with
+``kubectl kustomize`` alone (the systemd install applies it so) and inside the ``openshift-4.15``
+overlay, read the way the API server, the scheduler and the kubelet read them."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+import kubernetes_validate
+import pytest
+
+from drain_guard.config import ShieldSettings, add_shield_arguments, shield_settings_from
+from drain_guard.permissions import (
+    INSTALL_MODES,
+    MCO_NAMESPACES,
+    SHIELD_PERMISSIONS,
+    Scope,
+    service_account_grants,
+)
+from tests.deploy.rbac import Grant, granted
+from tests.deploy.tools import (
+    DAEMONSET_DIR,
+    MIN_KUBERNETES,
+    OVERLAYS,
+    Obj,
+    container_env,
+    expand_args,
+    one,
+    probe_port,
+    render_dir,
+)
+
+COMPONENT = DAEMONSET_DIR / "components" / "central-shield"
+ACCOUNT = ("drain-guard", "drain-guard-shield")
+LATEST = kubernetes_validate.latest_version()
+CUSTOM_KINDS = {"monitoring.coreos.com/v1 ServiceMonitor"}
+
+
+@pytest.fixture(scope="module")
+def alone() -> list[Obj]:
+    """The component as ``oc apply -k daemonset/components/central-shield`` renders it."""
+    return render_dir(COMPONENT)
+
+
+@pytest.fixture(params=["alone", "openshift-4.15"])
+def objects(
+    request: pytest.FixtureRequest, alone: list[Obj], rendered: Callable[[str], list[Obj]]
+) -> list[Obj]:
+    return alone if request.param == "alone" else rendered("openshift-4.15")
+
+
+def pod(objects: list[Obj]) -> Obj:
+    spec: Obj = one(objects, "Deployment", "drain-guard-shield")["spec"]["template"]["spec"]
+    return spec
+
+
+def shield_settings(objects: list[Obj]) -> ShieldSettings:
+    """The container's args and environment, parsed by the shield's own settings code."""
+    (box,) = pod(objects)["containers"]
+    env = container_env(box, "drain-guard")
+    args = [expand_args(a, env) for a in box["args"]]
+    assert args[0] == "shield"
+    parser = argparse.ArgumentParser()
+    add_shield_arguments(parser)
+    return shield_settings_from(parser.parse_args(args[1:]), env)
+
+
+@pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])
+def test_the_component_validates_against_kubernetes_schemas(alone: list[Obj], newest: bool) -> None:
+    version = LATEST if newest else MIN_KUBERNETES["openshift-4.15"]
+    without_schema = set()
+    for obj in alone:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            without_schema.add(f"{obj['apiVersion']} {obj['kind']}")
+    assert without_schema == CUSTOM_KINDS
+
+
+def test_the_overlays_without_an_admission_policy_run_it_and_only_they(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    for overlay in OVERLAYS:
+        deployments = [o for o in rendered(overlay) if o["kind"] == "Deployment"]
+        central = not INSTALL_MODES[overlay].shield
+        assert [d["metadata"]["name"] for d in deployments] == (
+            ["drain-guard-shield"] if central else []
+        ), overlay
+
+
+def test_no_install_mode_lets_an_agent_write_budgets_unconfined(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    """Issue 11 finding 3: an agent's account may write budgets only where the admission
+    policy drain-guard-budget-confinement confines it to its own node's."""
+    for overlay in OVERLAYS:
+        objects = rendered(overlay)
+        writes = {
+            g
+            for g in granted(objects)
+            if g.resource == "poddisruptionbudgets" and g.verb not in ("get", "list", "watch")
+        }
+        policies = {
+            o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
+        }
+        assert not writes or "drain-guard-budget-confinement" in policies, overlay
+    assert not [p for p in service_account_grants(INSTALL_MODES["systemd"]) if p.shield]
+
+
+def test_its_account_is_granted_exactly_the_shields_calls(objects: list[Obj]) -> None:
+    ref = shield_settings(objects).deployment
+    assert ref is not None
+    assert (ref.namespace, ref.name) == ("drain-guard", "drain-guard-shield")
+    wanted = set()
+    for p in SHIELD_PERMISSIONS:
+        for verb in p.verbs:
+            if p.scope is Scope.MCO:
+                wanted |= {Grant(p.api_group, p.resource, verb, ns, ()) for ns in MCO_NAMESPACES}
+            else:
+                assert p.scope is Scope.OWN_WORKLOAD
+                wanted.add(Grant(p.api_group, p.resource, verb, ref.namespace, (ref.name,)))
+    actual = granted(objects, ACCOUNT)
+    assert actual == wanted, sorted(actual ^ wanted)
+    # Nothing cluster-wide: no Node, no Event, no budget outside MCO's namespace.
+    assert all(g.namespace for g in actual)
+
+
+def test_the_deployment_runs_one_shield_on_the_control_plane(objects: list[Obj]) -> None:
+    deployment = one(objects, "Deployment", "drain-guard-shield")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    spec = pod(objects)
+    assert spec["serviceAccountName"] == ACCOUNT[1]
+    assert spec["nodeSelector"] == {"node-role.kubernetes.io/master": ""}
+    # OpenShift 4.15's masters carry both taints; the pod must tolerate each to schedule.
+    master_taints = [
+        {"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"},
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+    ]
+    for taint in master_taints:
+        assert any(
+            t.get("key") == taint["key"]
+            and t.get("effect") in (None, taint["effect"])
+            and t.get("operator") == "Exists"
+            for t in spec["tolerations"]
+        ), taint
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+
+
+def test_the_pod_is_restricted_v2(objects: list[Obj]) -> None:
+    """What OpenShift's restricted-v2 SCC admits: non-root with the namespace's UID (so no
+    runAsUser of its own), no capabilities, no escalation, RuntimeDefault seccomp, no host
+    path, port or namespace."""
+    spec = pod(objects)
+    annotations = one(objects, "Deployment", "drain-guard-shield")["spec"]["template"]["metadata"]
+    assert annotations["annotations"]["openshift.io/required-scc"] == "restricted-v2"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(key)
+    assert all("hostPath" not in v for v in spec.get("volumes", []))
+    for box in spec["containers"]:
+        ctx = box["securityContext"]
+        assert "runAsUser" not in ctx
+        assert "runAsUser" not in spec["securityContext"]
+        assert ctx["allowPrivilegeEscalation"] is False
+        assert ctx["readOnlyRootFilesystem"] is True
+        assert ctx["capabilities"] == {"drop": ["ALL"]}
+        assert all("hostPort" not in p for p in box.get("ports", []))
+
+
+def test_probes_reach_its_own_listener(objects: list[Obj]) -> None:
+    (box,) = pod(objects)["containers"]
+    listen = shield_settings(objects).listen
+    assert listen.host == "0.0.0.0"  # the kubelet probes the pod IP
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = box[probe]["httpGet"]
+        assert get["path"] == path
+        assert probe_port(box, get["port"]) == listen.port
+
+
+def test_prometheus_scrapes_it_as_its_own_job(objects: list[Obj]) -> None:
+    """The Service, selected by the shield's ServiceMonitor only, names the job
+    ``drain-guard-shield`` (the agents' alerts leave that job out)."""
+    service = one(objects, "Service", "drain-guard-shield")
+    labels = one(objects, "Deployment", "drain-guard-shield")["spec"]["template"]["metadata"][
+        "labels"
+    ]
+    assert service["spec"]["selector"].items() <= labels.items()
+    (port,) = service["spec"]["ports"]
+    (box,) = pod(objects)["containers"]
+    assert probe_port(box, port["targetPort"]) == shield_settings(objects).listen.port
+    monitors = [
+        m
+        for m in objects
+        if m["kind"] == "ServiceMonitor"
+        and m["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    ]
+    assert [m["metadata"]["name"] for m in monitors] == ["drain-guard-shield"]
+    assert [e["port"] for e in monitors[0]["spec"]["endpoints"]] == [port["name"]]
