@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -28,7 +29,9 @@ from tests.deploy.tools import (
     expand_args,
     one,
     probe_port,
+    relative,
     render_dir,
+    user_kustomization,
 )
 
 COMPONENT = DAEMONSET_DIR / "components" / "central-shield"
@@ -56,9 +59,14 @@ def pod(objects: list[Obj]) -> Obj:
 
 
 def shield_settings(objects: list[Obj]) -> ShieldSettings:
-    """The container's args and environment, parsed by the shield's own settings code."""
+    return shield_settings_in(objects, "drain-guard")
+
+
+def shield_settings_in(objects: list[Obj], namespace: str) -> ShieldSettings:
+    """The container's args and environment (its pod in ``namespace``), parsed by the
+    shield's own settings code."""
     (box,) = pod(objects)["containers"]
-    env = container_env(box, "drain-guard")
+    env = container_env(box, namespace)
     args = [expand_args(a, env) for a in box["args"]]
     assert args[0] == "shield"
     parser = argparse.ArgumentParser()
@@ -202,3 +210,23 @@ def test_prometheus_scrapes_it_as_its_own_job(objects: list[Obj]) -> None:
     ]
     assert [m["metadata"]["name"] for m in monitors] == ["drain-guard-shield"]
     assert [e["port"] for e in monitors[0]["spec"]["endpoints"]] == [port["name"]]
+
+
+def test_an_install_in_another_namespace_keeps_its_rights_where_they_act(tmp_path: Path) -> None:
+    """docs/install.md, "Another namespace": the account moves, its Role on pods and budgets
+    stays in MCO's namespace and is bound to the moved account."""
+    mine = tmp_path / "mine"
+    fixups = relative(DAEMONSET_DIR / "transformers" / "renamed-namespace", mine)
+    objects = render_dir(
+        user_kustomization(mine, "openshift-4.15", namespace="other-ns", transformers=[fixups])
+    )
+    assert not granted(objects, ACCOUNT)
+    moved = granted(objects, ("other-ns", ACCOUNT[1]))
+    assert {(g.resource, g.namespace) for g in moved} == {
+        ("pods", "openshift-machine-config-operator"),
+        ("poddisruptionbudgets", "openshift-machine-config-operator"),
+        ("deployments", "other-ns"),
+    }
+    ref = shield_settings_in(objects, "other-ns").deployment
+    assert ref is not None
+    assert (ref.namespace, ref.name) == ("other-ns", "drain-guard-shield")

@@ -128,11 +128,8 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
             "drain-guard-shield",
             "drain-guard-central-shield",
         ):
-            # The shields' rights live where build pods run (drain_guard.permissions); the
-            # central shield's read of its own Deployment, in its namespace.
-            assert namespace in MCO_NAMESPACES or (
-                obj["metadata"]["name"] == "drain-guard-central-shield" and namespace == NAMESPACE
-            ), f"{key(obj)} is not where build pods run"
+            # The shields' rights live where build pods run (drain_guard.permissions).
+            assert namespace in MCO_NAMESPACES, f"{key(obj)} is not where build pods run"
         elif obj["metadata"]["name"] == "drain-guard-events":
             # Events about a Node live in `default` (drain_guard.permissions.EVENTS_NAMESPACE).
             assert obj["kind"] == "RoleBinding", key(obj)
