@@ -4,7 +4,8 @@ One process, its own identity, one watch of every pod of MCO's namespace: a budg
 build pod on any node, labelled with that pod's node; the eviction API then refuses to evict
 the pod (429); the budget goes when the pod finishes; MCO's own pods never get one; a restart
 resumes on the budgets it left (owned by their pods) without making them again; an uninstall
-(its Deployment gone) removes them.
+(its Deployment gone) removes them. Its requests are authorized by the RBAC the
+``openshift-4.15`` overlay renders for its account, as the API server would.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from drain_guard_sim.agentproc import AgentProcess, spawn_shield
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
 from drain_guard_sim.errors import ApiError
+from tests.deploy.rbac import Grant, allows, granted
+from tests.deploy.tools import render
 from tests.helpers import CONFIG_A, IMAGE_A, MCO_NS, NODE, WAIT, metric, namespace_of, reap
 
 SHIELD_USER = "system:serviceaccount:drain-guard:drain-guard-shield"
@@ -34,9 +38,19 @@ READY = [{"type": "Ready", "status": "True"}]
 StartShield = Callable[..., Awaitable[AgentProcess]]
 
 
+@pytest.fixture(scope="module")
+def rbac() -> set[Grant]:
+    """What the openshift-4.15 overlay grants the central shield's account."""
+    return granted(render("openshift-4.15"), ("drain-guard", "drain-guard-shield"))
+
+
 @pytest.fixture
-async def start_shield(api: SimApiServer, tmp_path: Path) -> AsyncIterator[StartShield]:
-    """Start central shields (as the test asks) with their own identity; gone afterwards."""
+async def start_shield(
+    api: SimApiServer, tmp_path: Path, rbac: set[Grant]
+) -> AsyncIterator[StartShield]:
+    """Start central shields (as the test asks) with their own identity, under their rendered
+    RBAC; gone afterwards."""
+    api.restrict(SHIELD_USER, partial(allows, rbac))
     api.create("nodes", worker_node(OTHER, CONFIG_A, IMAGE_A))
     kubeconfig = api.kubeconfig(SHIELD_USER, tmp_path / "shield-kubeconfig")
     started: list[AgentProcess] = []
@@ -199,7 +213,8 @@ async def test_a_deployment_that_does_not_exist_is_refused_at_start(
     assert shield.proc.returncode == 2
     errors = [line for line in shield.lines if '"ERROR"' in line]
     assert len(errors) == 1
-    assert "--deployment drain-guard/nope: no such Deployment" in errors[0]
+    # Its Role may read its own Deployment only: any other name is refused (403) as absent.
+    assert "--deployment drain-guard/nope: cannot read it (403" in errors[0]
 
 
 async def test_endpoints_serve_the_shield_and_the_metrics_that_mean_the_same(
@@ -227,9 +242,9 @@ async def test_endpoints_serve_the_shield_and_the_metrics_that_mean_the_same(
 async def test_every_request_the_shield_sent_is_in_its_permissions(
     api: SimApiServer, start_shield: StartShield
 ) -> None:
-    api.create("deployments", {"metadata": {"name": "s"}, "spec": {}}, "drain-guard")
+    api.create("deployments", {"metadata": {"name": "drain-guard-shield"}}, "drain-guard")
     add_build_pod(api, "build-a-build", NODE)
-    shield = await start_shield("--deployment", "drain-guard/s")
+    shield = await start_shield("--deployment", "drain-guard/drain-guard-shield")
     await protected(api, "build-a-build")
     finish(api, "build-a-build")
     await protected(api)
