@@ -70,6 +70,10 @@ class Counters(Protocol):
 
     def watch_state(self, resource: str, state: WatchStatus) -> None: ...
 
+    def credentials_read(self, identity: str) -> None: ...
+
+    def credentials_refused(self, identity: str, refused: bool) -> None: ...
+
 
 class NullCounters:
     """Counters for callers without metrics (the CLI)."""
@@ -84,6 +88,12 @@ class NullCounters:
         return None
 
     def watch_state(self, resource: str, state: WatchStatus) -> None:
+        return None
+
+    def credentials_read(self, identity: str) -> None:
+        return None
+
+    def credentials_refused(self, identity: str, refused: bool) -> None:
         return None
 
 
@@ -320,27 +330,162 @@ async def call_api(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any)
     return body
 
 
-async def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
-    """An ApiClient from ``kubeconfig``, else the in-cluster config, else ~/.kube/config."""
+async def load_configuration(kubeconfig: str | None) -> tuple[k8s.Configuration, str]:
+    """The client configuration from ``kubeconfig``, else the in-cluster config, else
+    ~/.kube/config; and where its credentials came from, for the log."""
     cfg = k8s.Configuration()
     if kubeconfig is not None:
         # The library reports a missing file as a missing current-context: say it plainly.
-        if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat at start-up)
+        if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat per load)
             raise ConfigException(f"kubeconfig {kubeconfig} not found")
         await _load_kubeconfig(kubeconfig, cfg)
-    else:
-        try:
-            k8s.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except ConfigException as in_cluster:
-            if not os.path.isfile(DEFAULT_KUBECONFIG):  # noqa: ASYNC240
-                raise ConfigException(
-                    f"not in a cluster ({in_cluster}) and no {DEFAULT_KUBECONFIG};"
-                    " give --kubeconfig or KUBECONFIG"
-                ) from None
-            await _load_kubeconfig(DEFAULT_KUBECONFIG, cfg)
-    api = k8s.ApiClient(configuration=cfg)
-    api.user_agent = f"drain-guard/{__version__}"
-    return api
+        return cfg, f"kubeconfig {kubeconfig}"
+    try:
+        k8s.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except ConfigException as in_cluster:
+        if not os.path.isfile(DEFAULT_KUBECONFIG):  # noqa: ASYNC240
+            raise ConfigException(
+                f"not in a cluster ({in_cluster}) and no {DEFAULT_KUBECONFIG};"
+                " give --kubeconfig or KUBECONFIG"
+            ) from None
+        await _load_kubeconfig(DEFAULT_KUBECONFIG, cfg)
+        return cfg, f"kubeconfig {DEFAULT_KUBECONFIG}"
+    return cfg, "the pod's service-account token"
+
+
+async def load_api_client(
+    kubeconfig: str | None, counters: Counters | None = None, identity: str = "agent"
+) -> ApiClient:
+    """An :class:`ApiClient` as :func:`load_configuration` configures it."""
+    cfg, source = await load_configuration(kubeconfig)
+    return ApiClient(cfg, kubeconfig, source, identity, counters or NullCounters())
+
+
+def _tls_material(cfg: k8s.Configuration) -> tuple[bytes | None, ...]:
+    """The bytes of the client certificate, key and CA files ``cfg`` names: the kubelet
+    rotates a certificate in place (same path, new content)."""
+
+    def read(path: str | None) -> bytes | None:
+        if not path:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    return read(cfg.cert_file), read(cfg.key_file), read(cfg.ssl_ca_cert)
+
+
+async def _auth_headers(cfg: k8s.Configuration) -> dict[str, str]:
+    """The headers ``cfg``'s credentials put on a request (``authorization: Bearer …``)."""
+    settings = await cfg.auth_settings()
+    return {a["key"]: a["value"] for a in settings.values() if a["in"] == "header" and a["value"]}
+
+
+class ApiClient(k8s.ApiClient):
+    """The library's ApiClient, reading its credentials again when the API server answers 401.
+
+    Every request of the agent goes through one of these (calls, lists, watches, the shield's,
+    the Events'), so a rotated credential is picked up without a restart whichever request
+    meets it first: the projected service-account token the kubelet renews, a kubeconfig's
+    ``token``/``tokenFile`` rewritten, a client certificate rotated in place. If what it reads
+    differs from what was refused, the request is sent again once with it; else, or if that
+    is refused too, the 401 goes back to the caller (which retries with backoff) and the
+    refusal is logged once and shown in ``drain_guard_credentials_refused`` until a request
+    is accepted. The agent reads responses raw (``_preload_content=False``), as this expects.
+    """
+
+    def __init__(
+        self,
+        cfg: k8s.Configuration,
+        kubeconfig: str | None,
+        source: str,
+        identity: str,
+        counters: Counters,
+    ) -> None:
+        super().__init__(configuration=cfg)
+        self.user_agent = f"drain-guard/{__version__}"
+        self.kubeconfig = kubeconfig
+        self.source = source
+        self.identity = identity
+        self.counters = counters
+        self._tls = _tls_material(cfg)
+        self._generation = 0  # one more each time other credentials are taken up
+        self._reading = asyncio.Lock()
+        self._refused = False
+        # The connection pool before the last certificate change: closed at the next one, when
+        # nothing sent on it can still be running (the agent's longest request is a watch).
+        self._retired: Any = None
+
+    # The library calls it by keyword, and only with the parameters of its own signature.
+    async def request(  # type: ignore[override]
+        self, method: str, url: str, headers: dict[str, str] | None = None, **options: Any
+    ) -> Any:
+        sent = self._generation
+        resp = await super().request(method, url, headers=headers, **options)
+        if resp.status == 401 and await self._renewed(sent):
+            resp.release()
+            retry = {k: v for k, v in (headers or {}).items() if k.lower() != "authorization"}
+            retry.update(await _auth_headers(self.configuration))
+            resp = await super().request(method, url, headers=retry, **options)
+        self._answered(resp.status == 401)
+        return resp
+
+    async def _renewed(self, sent: int) -> bool:
+        """Whether credentials other than those a refused request was ``sent`` with are in use
+        now: read them again, unless another request's 401 has already done so."""
+        async with self._reading:
+            if self._generation == sent:
+                self.counters.credentials_read(self.identity)
+                try:
+                    cfg, self.source = await load_configuration(self.kubeconfig)
+                    tls = _tls_material(cfg)
+                    auth = await _auth_headers(cfg)
+                except (ConfigException, OSError, ValueError) as exc:
+                    log.warning(
+                        "%s credentials refused (401); reading them again failed: %s",
+                        self.identity,
+                        describe(exc),
+                    )
+                    return False
+                if auth == await _auth_headers(self.configuration) and tls == self._tls:
+                    return False
+                self._adopt(cfg, tls)
+                log.info(
+                    "%s credentials refused (401); read them again from %s: renewed",
+                    self.identity,
+                    self.source,
+                )
+        return self._generation != sent
+
+    def _adopt(self, cfg: k8s.Configuration, tls: tuple[bytes | None, ...]) -> None:
+        self.configuration = cfg
+        if tls != self._tls:  # a new pool: its TLS context holds the certificate
+            if self._retired is not None:
+                asyncio.get_running_loop().create_task(self._retired.close())
+            self._retired, self.rest_client = self.rest_client, type(self.rest_client)(cfg)
+            self._tls = tls
+        self._generation += 1
+
+    def _answered(self, refused: bool) -> None:
+        """Log, and show, the change between refused and accepted credentials, once each."""
+        if refused == self._refused:
+            return
+        self._refused = refused
+        self.counters.credentials_refused(self.identity, refused)
+        if refused:
+            log.error(
+                "the API server refuses the %s credentials (401 Unauthorized), also as read"
+                " again from %s: renew them there; requests are retried with backoff, and"
+                " the credentials read again on each refusal",
+                self.identity,
+                self.source,
+            )
+        else:
+            log.warning("the API server accepts the %s credentials again", self.identity)
+
+    async def close(self) -> None:
+        await super().close()
+        if self._retired is not None:
+            await self._retired.close()
 
 
 async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
@@ -381,13 +526,12 @@ class Kube:
         self.apps = k8s.AppsV1Api(api)
         self.counters: Counters = counters or NullCounters()
         # Node writes go out with the node's own identity when given (use_node_credentials).
-        self.node_kubeconfig: str | None = None
         self.node_api: k8s.ApiClient | None = None
         self.node_core = self.core
 
     @classmethod
     async def connect(cls, kubeconfig: str | None, counters: Counters | None = None) -> Kube:
-        return cls(await load_api_client(kubeconfig), counters)
+        return cls(await load_api_client(kubeconfig, counters), counters)
 
     async def close(self) -> None:
         await self.api.close()
@@ -396,13 +540,10 @@ class Kube:
 
     async def use_node_credentials(self, kubeconfig: str) -> None:
         """Send Node writes as the node itself (``system:node:<name>``), whom NodeRestriction
-        confines to its own Node; everything else keeps the agent's own identity. Called again
-        on a 401: the kubelet rotates its client certificate, and the file then names the new
-        one."""
-        api = await load_api_client(kubeconfig)
-        if self.node_api is not None:
-            await self.node_api.close()
-        self.node_kubeconfig, self.node_api, self.node_core = kubeconfig, api, k8s.CoreV1Api(api)
+        confines to its own Node; everything else keeps the agent's own identity. The kubelet
+        rotates its client certificate: the client reads the file again on a 401."""
+        self.node_api = await load_api_client(kubeconfig, self.counters, "node")
+        self.node_core = k8s.CoreV1Api(self.node_api)
 
     async def _call(
         self,
@@ -437,25 +578,19 @@ class Kube:
 
     async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
         """Apply a JSON Patch; a failed ``test`` (422) or a 409 is a :class:`Conflict`."""
-        for attempt in (1, 2):
-            try:
-                body = await self._call(
-                    "node_patch",
-                    self.node_core.patch_node,
-                    name,
-                    [dict(op) for op in ops],
-                    _content_type=JSON_PATCH,
-                )
-            except KubeError as exc:
-                if exc.status in (409, 422):
-                    return Conflict(exc.status, exc.reason)
-                if exc.status == 401 and self.node_kubeconfig is not None and attempt == 1:
-                    log.info("node credentials refused (401); reading them again")
-                    await self.use_node_credentials(self.node_kubeconfig)
-                    continue
-                raise
-            return Applied(NodeObj.from_dict(body))
-        raise AssertionError("unreachable")
+        try:
+            body = await self._call(
+                "node_patch",
+                self.node_core.patch_node,
+                name,
+                [dict(op) for op in ops],
+                _content_type=JSON_PATCH,
+            )
+        except KubeError as exc:
+            if exc.status in (409, 422):
+                return Conflict(exc.status, exc.reason)
+            raise
+        return Applied(NodeObj.from_dict(body))
 
     async def dry_run_patch_node(
         self, name: str, patch: Mapping[str, Any], *, own_account: bool = False

@@ -23,6 +23,7 @@ API (used by ``controller``, ``events`` and ``server``)::
     m.set_build_pods(n); m.set_image_match(True | False | None)
     m.set_synced(resource, bool); m.count_watch_restart(resource, reason)
     m.count_api_error(operation); m.api_contact(when); m.count_retry(part)
+    m.count_credentials_read(identity); m.set_credentials_refused(identity, bool)
     m.count_invalid_input(kind); m.count_event(reason)
     m.set_shield_budgets(n); m.set_shield_conflicts(n); m.count_shield_blocked_drain()
     m.set_observe_only(bool); m.count_would_hold(reasons)   # --observe-only
@@ -94,6 +95,8 @@ SHIELD_API_OPERATIONS: tuple[str, ...] = (
     "poddisruptionbudget_delete",
 )
 SHIELD_WATCH_RESOURCES: tuple[str, ...] = ("pod", "poddisruptionbudget")
+#: Whose credentials a client sends: the agent's own, or the node's (``--node-kubeconfig``).
+IDENTITIES: tuple[str, ...] = ("agent", "node")
 #: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
 WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
 #: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
@@ -134,9 +137,11 @@ class BaseMetrics:
         api_operations: tuple[str, ...] = SHIELD_API_OPERATIONS,
         watch_resources: tuple[str, ...] = SHIELD_WATCH_RESOURCES,
         retry_parts: tuple[str, ...] = ("shield",),
+        identities: tuple[str, ...] = ("agent",),
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.api_operations = api_operations
+        self.identities = identities
         self.watch_resources = watch_resources
         self.retry_parts = retry_parts
         r = self.registry
@@ -167,6 +172,19 @@ class BaseMetrics:
             "1 while the watch of this resource has listed and is watching (its last request"
             " was answered), else 0: 0 before its first list and while it fails and retries.",
             ["resource"],
+            registry=r,
+        )
+        self.credential_reads_total = Counter(
+            PREFIX + "credential_reads",
+            "Times a 401 made the process read its credentials again, per identity.",
+            ["identity"],
+            registry=r,
+        )
+        self.credentials_refused = Gauge(
+            PREFIX + "credentials_refused",
+            "1 while the API server refuses the credentials of this identity even as read"
+            " again after the refusal, else 0.",
+            ["identity"],
             registry=r,
         )
         self.last_api_contact_timestamp_seconds = Gauge(
@@ -200,6 +218,9 @@ class BaseMetrics:
                 self.watch_restarts_total.labels(resource=resource, reason=why)
         for part in retry_parts:
             self.retries_total.labels(part=part)
+        for identity in identities:
+            self.credential_reads_total.labels(identity=identity)
+            self.credentials_refused.labels(identity=identity).set(0)
 
     def set_synced(self, resource: str, synced: bool) -> None:
         """Whether the watch of ``resource`` has listed and is watching now."""
@@ -228,6 +249,17 @@ class BaseMetrics:
         """The Kubernetes API answered successfully at ``when``."""
         self.last_api_contact_timestamp_seconds.set(when.timestamp())
 
+    def count_credentials_read(self, identity: str) -> None:
+        """A 401 made the process read the credentials of ``identity`` again."""
+        self.credential_reads_total.labels(
+            identity=_check(identity, self.identities, "identity")
+        ).inc()
+
+    def set_credentials_refused(self, identity: str, refused: bool) -> None:
+        """Whether the API server refuses the credentials of ``identity``, read again."""
+        checked = _check(identity, self.identities, "identity")
+        self.credentials_refused.labels(identity=checked).set(int(refused))
+
     def set_shield_budgets(self, count: int) -> None:
         """Budgets the shield holds now."""
         self.shield_budgets.set(count)
@@ -246,6 +278,7 @@ class Metrics(BaseMetrics):
             api_operations=API_OPERATIONS,
             watch_resources=WATCH_RESOURCES,
             retry_parts=RETRY_PARTS,
+            identities=IDENTITIES,
         )
         r = self.registry
 
@@ -458,3 +491,9 @@ class MetricCounters:
     def watch_state(self, resource: str, state: WatchStatus) -> None:
         self.watches[resource] = state
         self.metrics.set_synced(resource, state.synced)
+
+    def credentials_read(self, identity: str) -> None:
+        self.metrics.count_credentials_read(identity)
+
+    def credentials_refused(self, identity: str, refused: bool) -> None:
+        self.metrics.set_credentials_refused(identity, refused)

@@ -58,6 +58,7 @@ from drain_guard.kube import (
     JsonObj,
     KubeError,
     ListWatch,
+    NullCounters,
     Outage,
     WatchCache,
     call_api,
@@ -511,7 +512,7 @@ class _Namespace:
     forbidden: str | None = None
 
 
-class _Counters:
+class _Counters(NullCounters):
     """kube.Counters for one namespace's watches: metrics, and 403s noted as "forbidden"."""
 
     def __init__(self, shield: Shield, ns: _Namespace) -> None:
@@ -522,9 +523,6 @@ class _Counters:
         self.shield.metrics.count_api_error(operation)
         if status == 403:
             self.shield._forbid(self.ns, f"{operation} forbidden")
-
-    def api_contact(self) -> None:
-        return None
 
     def watch_restart(self, resource: str, reason: str) -> None:
         self.shield.metrics.count_watch_restart(resource, reason)

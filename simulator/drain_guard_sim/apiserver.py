@@ -310,10 +310,16 @@ class SimApiServer:
         return self._users[user].token
 
     def kubeconfig(
-        self, user: str = ADMIN, path: str | Path | None = None, token: str | None = None
+        self,
+        user: str = ADMIN,
+        path: str | Path | None = None,
+        token: str | None = None,
+        token_file: Path | None = None,
     ) -> Path:
         """Write a kubeconfig for ``user`` (registered on the fly if new), with its token or
-        the given one (from ``add_token``); returns its path."""
+        the given one (from ``add_token``); returns its path. With ``token_file`` the token is
+        written there and the kubeconfig names the file (``tokenFile``), as a kubeconfig for a
+        rotated token does."""
         token = token or self.token(user)
         if path is None:
             if self._tmpdir is None:
@@ -322,11 +328,16 @@ class SimApiServer:
             path = Path(self._tmpdir.name) / f"kubeconfig-{safe}"
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        credentials: dict[str, str] = {"token": token}
+        if token_file is not None:
+            token_file.write_text(token)
+            token_file.chmod(0o600)
+            credentials = {"tokenFile": str(token_file)}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "sim", "cluster": self._cluster_entry()}],
-            "users": [{"name": user, "user": {"token": token}}],
+            "users": [{"name": user, "user": credentials}],
             "contexts": [
                 {
                     "name": f"{user}@sim",

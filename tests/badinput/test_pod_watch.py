@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 
-from drain_guard.kube import ListWatch, WatchCache
-from drain_guard.status import WatchStatus
+from drain_guard.kube import ListWatch, NullCounters, WatchCache
 
 MCO_NS = "openshift-machine-config-operator"
 BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}
@@ -48,7 +47,7 @@ class _Response:
         return json.dumps(self.body)
 
 
-class _Counters:
+class _Counters(NullCounters):
     def __init__(self) -> None:
         self.errors: list[tuple[str, int]] = []
         self.restarts: list[tuple[str, str]] = []
@@ -56,14 +55,8 @@ class _Counters:
     def api_error(self, operation: str, status: int) -> None:
         self.errors.append((operation, status))
 
-    def api_contact(self) -> None:
-        return None
-
     def watch_restart(self, resource: str, reason: str) -> None:
         self.restarts.append((resource, reason))
-
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
-        return None
 
 
 def _event(kind: str, obj: Any) -> bytes:

@@ -19,10 +19,9 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard.kube import Kube, WatchCache
+from drain_guard.kube import Kube, NullCounters, WatchCache
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, NodeScope, Shield
-from drain_guard.status import WatchStatus
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector
@@ -41,7 +40,7 @@ TIMINGS = Timings().scaled(0.01)
 
 
 @dataclass
-class RecordingMetrics:
+class RecordingMetrics(NullCounters):
     budgets: list[int] = field(default_factory=list)
     conflicts: list[int] = field(default_factory=list)
     blocked: int = 0
@@ -76,14 +75,8 @@ class RecordingMetrics:
     def api_error(self, operation: str, status: int) -> None:
         self.api_errors.append(operation)
 
-    def api_contact(self) -> None:
-        return None
-
     def watch_restart(self, resource: str, reason: str) -> None:
         self.restarts.append((resource, reason))
-
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
-        return None
 
 
 @dataclass
