@@ -163,9 +163,11 @@ def observe(
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
     if desired != memory.request:
-        # The value found at start counts only if it still waits for a drain: an old,
-        # applied request is not new to anyone.
-        pending = desired != annotations.get(LAST_APPLIED_DRAIN)
+        # The value found at start counts only if it still waits for the drain controller:
+        # an old, applied request is not new to anyone, and a hold- value is drain-guard's
+        # own write from before the restart (its request was counted when it came), or a
+        # foreign hold, which asks the drain controller for nothing.
+        pending = desired != annotations.get(LAST_APPLIED_DRAIN) and request.verb is not Verb.HOLD
         if request.verb is not Verb.NONE and (pending or memory.observed):
             transitions.append(Requested(request.verb))
         memory = replace(memory, request=desired, request_seen_at=seen_at, observed=True)

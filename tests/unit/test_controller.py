@@ -280,6 +280,9 @@ async def test_a_hold_found_at_start_is_resumed_not_counted(
         await env.step()
     assert caplog.records[0].getMessage() == "resuming hold found on the node"
     assert env.value("drain_guard_holds_total", reason="build-pod") == 0
+    # Its own write from before the restart, not a request: none is counted, of any verb.
+    for verb in protocol.Verb:
+        assert env.value("drain_guard_drain_requests_total", verb=verb.value) == 0, verb
     assert env.value("drain_guard_hold_started_timestamp_seconds") == since.timestamp()
     # The stale detail was rewritten: an update of the same hold, with its Event.
     assert env.controller.status().decision == "update-hold"

@@ -111,6 +111,13 @@ def test_a_request_pending_at_start_is_counted_and_an_applied_one_is_not() -> No
     assert done.memory.observed
 
 
+def test_a_hold_value_is_counted_only_when_someone_else_writes_it_while_the_agent_runs() -> None:
+    foreign = {DESIRED_DRAIN: "hold-" + B, LAST_APPLIED_DRAIN: UNCORDON_A}  # no record
+    assert observe(Memory(), foreign, now=NOW, seen_at=1).transitions == ()
+    start = observe(Memory(), {LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, seen_at=1).memory
+    assert observe(start, foreign, now=NOW, seen_at=2).transitions == (Requested(Verb.HOLD),)
+
+
 def test_a_new_value_is_counted_once_whatever_its_verb() -> None:
     start = observe(Memory(), {}, now=NOW, seen_at=1).memory
     assert start.observed
@@ -158,9 +165,11 @@ def test_the_mcd_writing_the_held_request_again_is_not_an_end() -> None:
     assert change.memory.hold == record(B)  # decide() holds it again: Resumed, below
 
 
-def test_a_hold_on_the_node_unknown_to_the_agent_is_found() -> None:
+def test_a_hold_on_the_node_unknown_to_the_agent_is_found_not_requested() -> None:
+    """At start, a hold- value is drain-guard's own earlier write: its request was counted
+    when it came, so the hold is found, not counted as a new request (docs/metrics.md)."""
     change = observe(Memory(), holding(B), now=NOW, seen_at=1)
-    assert change.transitions == (Requested(Verb.HOLD), Found(record(B)))
+    assert change.transitions == (Found(record(B)),)
     assert change.memory.hold == record(B)
     assert observe(change.memory, holding(B), now=NOW, seen_at=2).transitions == ()
 
