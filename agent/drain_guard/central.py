@@ -161,7 +161,7 @@ async def _main(settings: ShieldSettings) -> int:
             return 2
     pods = WatchCache()
     pods.pod_listeners.append(lambda: metrics.set_synced("pod", pods.pods_synced))
-    shield = Shield(kube.api, EVERY_NODE, settings.build_pod_selectors, pods, metrics=metrics)
+    shield = Shield(kube, EVERY_NODE, settings.build_pod_selectors, pods, metrics=metrics)
     source = CentralShield(shield, pods, counters, settings.api_stale_after)
     try:
         runner, _ = await serve(make_app(source, metrics), settings.listen)

@@ -545,20 +545,24 @@ class Kube:
         self.node_api = await load_api_client(kubeconfig, self.counters, "node")
         self.node_core = k8s.CoreV1Api(self.node_api)
 
-    async def _call(
+    async def call(
         self,
         operation: str,
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
-        _expected: tuple[int, ...] = (404,),
+        answers: tuple[int, ...] = (404,),
         **kwargs: Any,
     ) -> JsonObj:
-        """:func:`call_api`, counted: a 404 is an answer (absent), not an error, and so is
-        any status in ``_expected``."""
+        """:func:`call_api`, counted: the one way the agent and the central shield make a
+        (non-watch) call. A success, or a status in ``answers`` (404 by default: absent), is
+        API contact (``/readyz``, ``drain_guard_last_api_contact_timestamp_seconds``); any
+        other failure counts in ``drain_guard_api_errors_total{operation}``."""
         try:
             body = await call_api(fn, *args, **kwargs)
         except KubeError as exc:
-            if exc.status not in _expected:
+            if exc.status in answers:
+                self.counters.api_contact()
+            else:
                 self.counters.api_error(operation, exc.status)
             raise
         self.counters.api_contact()
@@ -566,20 +570,20 @@ class Kube:
 
     async def get_node(self, name: str) -> NodeObj | None:
         try:
-            return NodeObj.from_dict(await self._call("node_get", self.core.read_node, name))
+            return NodeObj.from_dict(await self.call("node_get", self.core.read_node, name))
         except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
 
     async def list_nodes(self) -> list[NodeObj]:
-        body = await self._call("node_list", self.core.list_node)
+        body = await self.call("node_list", self.core.list_node)
         return [NodeObj.from_dict(item) for item in body.get("items") or ()]
 
     async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
         """Apply a JSON Patch; a failed ``test`` (422) or a 409 is a :class:`Conflict`."""
         try:
-            body = await self._call(
+            body = await self.call(
                 "node_patch",
                 self.node_core.patch_node,
                 name,
@@ -599,19 +603,19 @@ class Kube:
         with the agent's own account, ``own_account``): authorization and admission run,
         nothing is stored. A denial (403) is not counted as an API error: the confinement
         self-check expects it."""
-        await self._call(
+        await self.call(
             "node_patch",
             (self.core if own_account else self.node_core).patch_node,
             name,
             dict(patch),
             dry_run="All",
             _content_type="application/merge-patch+json",
-            _expected=(403, 404),
+            answers=(403, 404),
         )
 
     async def other_node(self, name: str) -> str | None:
         """The name of some Node other than ``name`` (None on a single-node cluster)."""
-        body = await self._call(
+        body = await self.call(
             "node_list", self.core.list_node, field_selector=f"metadata.name!={name}", limit=1
         )
         items = body.get("items") or ()
@@ -619,7 +623,7 @@ class Kube:
 
     async def get_daemonset(self, namespace: str, name: str) -> JsonObj | None:
         try:
-            return await self._call(
+            return await self.call(
                 "daemonset_get", self.apps.read_namespaced_daemon_set, name, namespace
             )
         except KubeError as exc:
@@ -629,7 +633,7 @@ class Kube:
 
     async def get_pod(self, namespace: str, name: str) -> JsonObj | None:
         try:
-            return await self._call("pod_get", self.core.read_namespaced_pod, name, namespace)
+            return await self.call("pod_get", self.core.read_namespaced_pod, name, namespace)
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -637,7 +641,7 @@ class Kube:
 
     async def get_deployment(self, namespace: str, name: str) -> JsonObj | None:
         try:
-            return await self._call(
+            return await self.call(
                 "deployment_get", self.apps.read_namespaced_deployment, name, namespace
             )
         except KubeError as exc:

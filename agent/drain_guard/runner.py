@@ -60,7 +60,7 @@ def make_shield(
         metrics.synced.remove("poddisruptionbudget")
         return None
     return Shield(
-        kube.api,
+        kube,
         NodeScope(settings.node_name),
         settings.build_pod_selectors,
         pods,

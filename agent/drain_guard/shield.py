@@ -30,7 +30,7 @@ makes it fail its sync ("found no controllers for pod") and fall back to its fai
 
 API::
 
-    shield = Shield(api_client, NodeScope(node_name) or EVERY_NODE, build_pod_selectors, pods,
+    shield = Shield(kube, NodeScope(node_name) or EVERY_NODE, build_pod_selectors, pods,
                     dependencies=False, metrics=any ShieldMetrics or None)
     await shield.run()              # until cancelled; budgets stay (they guard a dead agent)
     shield.node_seen(unschedulable) # one node: from the agent's Node watch, counts blocked drains
@@ -56,12 +56,11 @@ from drain_guard.kube import (
     WATCH_TIMEOUT,
     Backoff,
     JsonObj,
+    Kube,
     KubeError,
     ListWatch,
-    NullCounters,
     Outage,
     WatchCache,
-    call_api,
 )
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, is_build_pod
 from drain_guard.selectors import (
@@ -84,6 +83,8 @@ ROLE_KEY = "drain-guard.io/shield"
 #: The shielded pod's name (an annotation, for humans; the ownerReference's uid is the key).
 POD_ANNOTATION = "drain-guard.io/pod"
 NAME_PREFIX = "drain-guard-"
+#: A budget gone (404) or already there (409): answers the watch catches up with, not errors.
+GONE_OR_THERE = (404, 409)
 REGISTRY_NAMESPACE = "openshift-image-registry"
 
 #: Where build pods run: MCO's namespace. OpenShift Build pods elsewhere are held by the
@@ -462,17 +463,14 @@ class ShieldStatus:
 
 
 class ShieldMetrics(Protocol):
-    """Where the shield reports; ``drain_guard.metrics.BaseMetrics`` has these methods (the
-    labels it passes are among ``drain_guard.metrics.SHIELD_API_OPERATIONS`` and
-    ``SHIELD_WATCH_RESOURCES``)."""
+    """Where the shield reports its budgets; ``drain_guard.metrics.BaseMetrics`` has these
+    methods. Its API errors, watch restarts and API contact go through the ``Kube``'s counters,
+    as every call's (the operations it names are among
+    ``drain_guard.metrics.SHIELD_API_OPERATIONS``)."""
 
     def set_shield_budgets(self, count: int) -> None: ...
 
     def set_shield_conflicts(self, count: int) -> None: ...
-
-    def count_api_error(self, operation: str) -> None: ...
-
-    def count_watch_restart(self, resource: str, reason: str) -> None: ...
 
     def count_retry(self, part: str) -> None: ...
 
@@ -486,12 +484,6 @@ class NullShieldMetrics:
         return None
 
     def set_shield_conflicts(self, count: int) -> None:
-        return None
-
-    def count_api_error(self, operation: str) -> None:
-        return None
-
-    def count_watch_restart(self, resource: str, reason: str) -> None:
         return None
 
     def count_retry(self, part: str) -> None:
@@ -512,24 +504,36 @@ class _Namespace:
     forbidden: str | None = None
 
 
-class _Counters(NullCounters):
-    """kube.Counters for one namespace's watches: metrics, and 403s noted as "forbidden"."""
+class _Counters:
+    """kube.Counters for one namespace's watch: the Kube's own (errors, restarts, API
+    contact), with 403s noted as "forbidden" and the watch's state kept per namespace (the
+    shield's one ``synced`` gauge is all of them)."""
 
     def __init__(self, shield: Shield, ns: _Namespace) -> None:
         self.shield = shield
         self.ns = ns
+        self.kube = shield.kube.counters
 
     def api_error(self, operation: str, status: int) -> None:
-        self.shield.metrics.count_api_error(operation)
+        self.kube.api_error(operation, status)
         if status == 403:
             self.shield._forbid(self.ns, f"{operation} forbidden")
 
+    def api_contact(self) -> None:
+        self.kube.api_contact()
+
     def watch_restart(self, resource: str, reason: str) -> None:
-        self.shield.metrics.count_watch_restart(resource, reason)
+        self.kube.watch_restart(resource, reason)
 
     def watch_state(self, resource: str, state: WatchStatus) -> None:
         self.ns.watching = state.watching
         self.shield._status_changed()
+
+    def credentials_read(self, identity: str) -> None:
+        self.kube.credentials_read(identity)
+
+    def credentials_refused(self, identity: str, refused: bool) -> None:
+        self.kube.credentials_refused(identity, refused)
 
 
 class Shield:
@@ -537,7 +541,7 @@ class Shield:
 
     def __init__(
         self,
-        api: k8s.ApiClient,
+        kube: Kube,
         nodes: NodeScope,
         build_selectors: Sequence[BuildPodSelector],
         pods: WatchCache,
@@ -562,8 +566,10 @@ class Shield:
         # Only an agent sees its Node, so only it counts cordons into its budgets.
         self._on_blocked_drain = on_blocked_drain
         self.watch_timeout = watch_timeout
-        self._core = k8s.CoreV1Api(api)
-        self._policy = k8s.PolicyV1Api(api)
+        # Its calls and watches are the Kube's: counted, and API contact, as the agent's.
+        self.kube = kube
+        self._core = k8s.CoreV1Api(kube.api)
+        self._policy = k8s.PolicyV1Api(kube.api)
         self._ns = {name: _Namespace(name) for name in names}
         self._changed = asyncio.Event()
         self._plan = Plan()
@@ -753,7 +759,7 @@ class Shield:
         per build pod, shows what a budget with that selector would cover.
         """
         selector = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items()))
-        body = await self._request(
+        body = await self.kube.call(
             "pod_list",
             self._core.list_namespaced_pod,
             pod.namespace,
@@ -799,11 +805,12 @@ class Shield:
         key = f"{want.pod.namespace}/{want.name}"
         self._inflight.add(key)
         try:
-            await self._request(
+            await self.kube.call(
                 "poddisruptionbudget_create",
                 self._policy.create_namespaced_pod_disruption_budget,
                 want.pod.namespace,
                 want.manifest(),
+                answers=GONE_OR_THERE,
             )
         except KubeError as exc:
             self._inflight.discard(key)
@@ -820,12 +827,13 @@ class Shield:
         """Delete ``budget`` if it is still that object (uid precondition); True if deleted."""
         self._inflight.add(budget.key)
         try:
-            await self._request(
+            await self.kube.call(
                 "poddisruptionbudget_delete",
                 self._policy.delete_namespaced_pod_disruption_budget,
                 budget.name,
                 budget.namespace,
                 body={"preconditions": {"uid": budget.uid}},
+                answers=GONE_OR_THERE,
             )
         except KubeError as exc:
             self._inflight.discard(budget.key)
@@ -847,7 +855,7 @@ class Shield:
         label = self.nodes.label_selector()
         for ns in self._ns.values():
             try:
-                body = await self._request(
+                body = await self.kube.call(
                     "poddisruptionbudget_list",
                     self._policy.list_namespaced_pod_disruption_budget,
                     ns.name,
@@ -858,13 +866,3 @@ class Shield:
             except KubeError as exc:
                 log.warning("shield: could not remove budgets in %s: %s", ns.name, exc)
         return deleted
-
-    async def _request(self, operation: str, fn: Any, *args: Any, **kwargs: Any) -> JsonObj:
-        """:func:`drain_guard.kube.call_api`, counted: a 404 (gone) or 409 (already there) is
-        an answer the watch catches up with, not an error."""
-        try:
-            return await call_api(fn, *args, **kwargs)
-        except KubeError as exc:
-            if exc.status not in (404, 409):
-                self.metrics.count_api_error(operation)
-            raise

@@ -1,5 +1,6 @@
 """kube.call_api, the one way the agent makes a (non-watch) API call: what its callers (the
-controller's Kube, the list of every list-watch, the shield, the Event recorder) see."""
+controller's and the shield's ``Kube.call``, the list of every list-watch, the Event recorder)
+see; and ``Kube.call``, which counts it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from drain_guard.kube import KubeError, call_api
+from drain_guard.kube import Kube, KubeError, call_api
+from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard_sim.apiserver import ADMIN, SimApiServer
 from tests.helpers import NODE
 
@@ -49,3 +51,24 @@ async def test_a_transport_error_is_status_0() -> None:
                 await call_api(k8s.CoreV1Api(api_client).read_node, NODE)
     assert info.value.status == 0
     assert "ClientConnectorError" in info.value.reason
+
+
+async def test_kube_call_counts_an_answer_as_contact_and_anything_else_as_an_error(
+    api: SimApiServer,
+) -> None:
+    counters = MetricCounters(Metrics())
+    async with api.api_client(ADMIN) as api_client:
+        kube = Kube(api_client, counters)
+        core = k8s.CoreV1Api(api_client)
+        with pytest.raises(KubeError):
+            await kube.call("pod_get", core.read_namespaced_pod, "nope", "default")
+        assert counters.last_contact is not None  # a 404 is an answer: absent
+        counters.last_contact = None
+        api.faults.error(500, verb="get", resource="pods", times=1)
+        with pytest.raises(KubeError):
+            await kube.call("pod_get", core.read_namespaced_pod, "nope", "default")
+    assert counters.last_contact is None
+    errors = counters.metrics.registry.get_sample_value(
+        "drain_guard_api_errors_total", {"operation": "pod_get"}
+    )
+    assert errors == 1

@@ -20,8 +20,16 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.kube import Kube, NullCounters, WatchCache
+from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, REGISTRY_NAMESPACE, NodeScope, Shield
+from drain_guard.shield import (
+    EVERY_NODE,
+    MANAGED_BY,
+    MANAGED_BY_KEY,
+    REGISTRY_NAMESPACE,
+    NodeScope,
+    Shield,
+)
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector
@@ -58,19 +66,14 @@ class RecordingMetrics(NullCounters):
     def count_shield_blocked_drain(self) -> None:
         self.blocked += 1
 
-    def count_api_error(self, operation: str) -> None:
-        self.api_errors.append(operation)
-
-    def count_watch_restart(self, resource: str, reason: str) -> None:
-        self.restarts.append((resource, reason))
-
     def count_retry(self, part: str) -> None:
         self.retries.append(part)
 
     def set_synced(self, resource: str, synced: bool) -> None:
         self.synced[resource] = synced
 
-    # kube.Counters, for the agent's pod watch that the shield shares.
+    # kube.Counters: the Kube's, which the shield's calls and watches and the agent's pod
+    # watch share.
 
     def api_error(self, operation: str, status: int) -> None:
         self.api_errors.append(operation)
@@ -141,9 +144,10 @@ async def start_shield(api: SimApiServer) -> AsyncIterator[Callable[..., Any]]:
         metrics = RecordingMetrics()
         # The agent's pod watch (its node's pods, all namespaces: the dependencies' too).
         cache = WatchCache()
-        pods = asyncio.create_task(Kube(client, metrics).watch_pods(NODE, cache, None))
+        kube = Kube(client, metrics)
+        pods = asyncio.create_task(kube.watch_pods(NODE, cache, None))
         shield = Shield(
-            client,
+            kube,
             NodeScope(NODE),
             default_build_pod_selectors(),
             cache,
@@ -479,3 +483,40 @@ async def test_failed_retries_are_one_warning_and_one_recovery_line(
     assert "API reachable again after" in warnings[1]
     assert warnings[1].endswith("3 retries)")
     assert sum("failed again" in r.getMessage() for r in ours if r.levelno == logging.DEBUG) == 2
+
+
+async def test_the_shields_calls_and_watches_are_api_contact_as_the_agents(
+    api: SimApiServer,
+) -> None:
+    """One way to call the API (``Kube.call``): the shield's own requests and its budget
+    watches record API contact as the agent's do, so the central shield's ``/readyz`` ("API
+    reached recently") and its last-contact gauge count them. The pods come by hand here: no
+    other watch reaches the API."""
+    metrics = BaseMetrics()
+    counters = MetricCounters(metrics)
+    cache = WatchCache()
+    cache.replace_pods([])
+    async with api.api_client(AGENT_USER) as client:
+        shield = Shield(Kube(client, counters), EVERY_NODE, default_build_pod_selectors(), cache)
+        task = asyncio.create_task(shield.run())
+        async with asyncio.timeout(WAIT):
+            await shield.wait_status(lambda s: all(s.synced.values()))
+        watched = counters.last_contact
+        assert watched is not None  # the budgets' list and watch
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        counters.last_contact = None
+        assert await shield.remove_all() == 0  # one list, no watch running
+    assert counters.last_contact is not None
+    gauge = metrics.registry.get_sample_value("drain_guard_last_api_contact_timestamp_seconds")
+    assert gauge == counters.last_contact.timestamp()
+    # A failure is counted once, under the shield's operation, by the same wrapper.
+    api.faults.error(500, user=AGENT_USER, verb="list", resource=f"{PDBS}.policy", times=1)
+    async with api.api_client(AGENT_USER) as client:
+        shield = Shield(Kube(client, counters), EVERY_NODE, default_build_pod_selectors(), cache)
+        await shield.remove_all()
+    errors = metrics.registry.get_sample_value(
+        "drain_guard_api_errors_total", {"operation": "poddisruptionbudget_list"}
+    )
+    assert errors == 1

@@ -33,8 +33,9 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
         node = cluster.build_node
         client = await load_api_client(str(cluster.agent_kubeconfig(node)))
         cache = WatchCache()
-        pods = asyncio.create_task(Kube(client).watch_pods(node, cache, MCO_NAMESPACE))
-        shield = Shield(client, NodeScope(node), default_build_pod_selectors(), cache)
+        kube = Kube(client)
+        pods = asyncio.create_task(kube.watch_pods(node, cache, MCO_NAMESPACE))
+        shield = Shield(kube, NodeScope(node), default_build_pod_selectors(), cache)
         task = asyncio.create_task(shield.run())
         try:
             rendered = await cluster.create_machine_config("99-worker-seed")
