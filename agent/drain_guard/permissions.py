@@ -152,7 +152,8 @@ def node_identity_calls(mode: InstallMode) -> tuple[Permission, ...]:
 
 
 #: The central shield's calls (``drain-guard shield``, its own ServiceAccount
-#: ``drain-guard-shield``): where the agents may keep no budgets, it keeps those of every node.
+#: ``drain-guard-shield``): where the agents may keep no budgets, it keeps those of every node;
+#: and its metrics proxy's, which runs with the same account.
 SHIELD_PERMISSIONS: tuple[Permission, ...] = (
     # Every pod of MCO's namespace (one watch, not by node); a list by a build pod's labels.
     Permission("", "pods", frozenset({"list", "watch"}), Scope.MCO),
@@ -165,6 +166,10 @@ SHIELD_PERMISSIONS: tuple[Permission, ...] = (
     ),
     # Its own Deployment, at start (it exists) and on SIGTERM (gone: uninstall, remove them).
     Permission("apps", "deployments", frozenset({"get"}), Scope.OWN_WORKLOAD),
+    # Made by its kube-rbac-proxy sidecar (same pod, same account), not by the shield: a
+    # scraper's token reviewed, then its access to the metrics attribute.
+    Permission("authentication.k8s.io", "tokenreviews", frozenset({"create"})),
+    Permission("authorization.k8s.io", "subjectaccessreviews", frozenset({"create"})),
 )
 
 

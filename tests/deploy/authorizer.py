@@ -62,15 +62,17 @@ def allows(objects: list[Obj], service_account: tuple[str, str], request: Reques
     return False
 
 
-def proxy_config(objects: list[Obj]) -> Obj:
-    """The proxy's --config-file, read where the kubelet puts it: the mount that holds the
-    path, its volume, the ConfigMap it names, the key of the file's name."""
-    proxy = container(objects, "kube-rbac-proxy")
+def proxy_config(objects: list[Obj], workload: Obj | None = None) -> Obj:
+    """The --config-file of ``workload``'s proxy (default: the agents'), read where the kubelet
+    puts it: the mount that holds the path, its volume, the ConfigMap it names in the
+    workload's namespace, the key of the file's name."""
+    owner = workload or one(objects, "DaemonSet", "drain-guard")
+    proxy = container(objects, "kube-rbac-proxy", owner)
     (flag,) = [a for a in proxy["args"] if a.startswith("--config-file=")]
     path = PurePosixPath(flag.removeprefix("--config-file="))
     (mount,) = [m for m in proxy["volumeMounts"] if PurePosixPath(m["mountPath"]) == path.parent]
-    (volume,) = [v for v in pod_spec(objects)["volumes"] if v["name"] == mount["name"]]
-    namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
+    (volume,) = [v for v in pod_spec(objects, owner)["volumes"] if v["name"] == mount["name"]]
+    namespace = owner["metadata"]["namespace"]
     (config_map,) = [
         o
         for o in objects
@@ -82,9 +84,10 @@ def proxy_config(objects: list[Obj]) -> Obj:
     return parsed
 
 
-def scrape(objects: list[Obj]) -> Request:
-    """The SubjectAccessReview kube-rbac-proxy makes for a scrape (GET is verb get)."""
-    attributes = proxy_config(objects)["authorization"]["resourceAttributes"]
+def scrape(objects: list[Obj], workload: Obj | None = None) -> Request:
+    """The SubjectAccessReview ``workload``'s kube-rbac-proxy makes for a scrape (GET is verb
+    get)."""
+    attributes = proxy_config(objects, workload)["authorization"]["resourceAttributes"]
     return Request(
         verb="get",
         api_group=attributes.get("apiGroup", ""),

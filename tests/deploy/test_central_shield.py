@@ -1,6 +1,8 @@
 """The central shield's manifests (``daemonset/components/central-shield``), rendered with
-``kubectl kustomize`` alone (the systemd install applies it so) and inside the ``openshift-4.15``
-overlay, read the way the API server, the scheduler and the kubelet read them."""
+``kubectl kustomize`` in ``daemonset/overlays/systemd`` (the central shield alone, as the
+systemd install applies it) and inside the ``openshift-4.15`` overlay, read the way the API
+server, the scheduler and the kubelet read them. Its kube-rbac-proxy sidecar is the agents'
+(``tests/deploy/test_kube_rbac_proxy.py`` checks both)."""
 
 from __future__ import annotations
 
@@ -19,22 +21,24 @@ from drain_guard.permissions import (
     Scope,
     service_account_grants,
 )
+from tests.deploy.authorizer import scrape
 from tests.deploy.rbac import Grant, granted
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     MIN_KUBERNETES,
     OVERLAYS,
     Obj,
+    check_served_through_the_proxy,
+    container,
     container_env,
     expand_args,
     one,
-    probe_port,
     relative,
+    render,
     render_dir,
     user_kustomization,
 )
 
-COMPONENT = DAEMONSET_DIR / "components" / "central-shield"
 ACCOUNT = ("drain-guard", "drain-guard-shield")
 LATEST = kubernetes_validate.latest_version()
 CUSTOM_KINDS = {"monitoring.coreos.com/v1 ServiceMonitor"}
@@ -42,20 +46,28 @@ CUSTOM_KINDS = {"monitoring.coreos.com/v1 ServiceMonitor"}
 
 @pytest.fixture(scope="module")
 def alone() -> list[Obj]:
-    """The component as ``oc apply -k daemonset/components/central-shield`` renders it."""
-    return render_dir(COMPONENT)
+    """The central shield alone, as ``oc apply -k daemonset/overlays/systemd`` renders it."""
+    return render("systemd")
 
 
-@pytest.fixture(params=["alone", "openshift-4.15"])
+@pytest.fixture(params=["systemd", "openshift-4.15"])
 def objects(
     request: pytest.FixtureRequest, alone: list[Obj], rendered: Callable[[str], list[Obj]]
 ) -> list[Obj]:
-    return alone if request.param == "alone" else rendered("openshift-4.15")
+    return alone if request.param == "systemd" else rendered("openshift-4.15")
+
+
+def deployment(objects: list[Obj]) -> Obj:
+    return one(objects, "Deployment", "drain-guard-shield")
 
 
 def pod(objects: list[Obj]) -> Obj:
-    spec: Obj = one(objects, "Deployment", "drain-guard-shield")["spec"]["template"]["spec"]
+    spec: Obj = deployment(objects)["spec"]["template"]["spec"]
     return spec
+
+
+def shield_container(objects: list[Obj]) -> Obj:
+    return container(objects, "drain-guard-shield", deployment(objects))
 
 
 def shield_settings(objects: list[Obj]) -> ShieldSettings:
@@ -65,7 +77,7 @@ def shield_settings(objects: list[Obj]) -> ShieldSettings:
 def shield_settings_in(objects: list[Obj], namespace: str) -> ShieldSettings:
     """The container's args and environment (its pod in ``namespace``), parsed by the
     shield's own settings code."""
-    (box,) = pod(objects)["containers"]
+    box = shield_container(objects)
     env = container_env(box, namespace)
     args = [expand_args(a, env) for a in box["args"]]
     assert args[0] == "shield"
@@ -125,13 +137,19 @@ def test_its_account_is_granted_exactly_the_shields_calls(objects: list[Obj]) ->
         for verb in p.verbs:
             if p.scope is Scope.MCO:
                 wanted |= {Grant(p.api_group, p.resource, verb, ns, ()) for ns in MCO_NAMESPACES}
+            elif p.scope is Scope.CLUSTER:
+                wanted.add(Grant(p.api_group, p.resource, verb, "", ()))
             else:
                 assert p.scope is Scope.OWN_WORKLOAD
                 wanted.add(Grant(p.api_group, p.resource, verb, ref.namespace, (ref.name,)))
     actual = granted(objects, ACCOUNT)
     assert actual == wanted, sorted(actual ^ wanted)
-    # Nothing cluster-wide: no Node, no Event, no budget outside MCO's namespace.
-    assert all(g.namespace for g in actual)
+    # Cluster-wide only its proxy's reviews of scrapers: no Node, no Event, no budget outside
+    # MCO's namespace.
+    assert {(g.resource, g.verb) for g in actual if not g.namespace} == {
+        ("tokenreviews", "create"),
+        ("subjectaccessreviews", "create"),
+    }
 
 
 def test_the_deployment_runs_one_shield_on_the_control_plane(objects: list[Obj]) -> None:
@@ -170,7 +188,10 @@ def test_the_pod_is_restricted_v2(objects: list[Obj]) -> None:
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     for key in ("hostNetwork", "hostPID", "hostIPC"):
         assert not spec.get(key)
-    assert all("hostPath" not in v for v in spec.get("volumes", []))
+    # restricted-v2's volume kinds (its shield's scratch, its proxy's certificate and config).
+    kinds = {next(k for k in v if k != "name") for v in spec["volumes"]}
+    assert kinds <= {"configMap", "downwardAPI", "emptyDir", "projected", "secret"}, kinds
+    assert [c["name"] for c in spec["containers"]] == ["drain-guard-shield", "kube-rbac-proxy"]
     for box in spec["containers"]:
         ctx = box["securityContext"]
         assert "runAsUser" not in ctx
@@ -181,27 +202,26 @@ def test_the_pod_is_restricted_v2(objects: list[Obj]) -> None:
         assert all("hostPort" not in p for p in box.get("ports", []))
 
 
-def test_probes_reach_its_own_listener(objects: list[Obj]) -> None:
-    (box,) = pod(objects)["containers"]
-    listen = shield_settings(objects).listen
-    assert listen.host == "0.0.0.0"  # the kubelet probes the pod IP
-    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-        get = box[probe]["httpGet"]
-        assert get["path"] == path
-        assert probe_port(box, get["port"]) == listen.port
+def test_it_serves_metrics_and_status_only_through_the_proxy(objects: list[Obj]) -> None:
+    """As the agents on OpenShift: the shield listens on loopback, kube-rbac-proxy serves its
+    /metrics and /status (budget and build-pod names) over TLS to whom its attribute allows,
+    and the kubelet's probes reach the shield through it (before: plain HTTP to anyone on the
+    pod network)."""
+    check_served_through_the_proxy(
+        objects,
+        deployment(objects),
+        shield_container(objects),
+        str(shield_settings(objects).listen),
+        service="drain-guard-shield",
+        monitor="drain-guard-shield",
+    )
 
 
 def test_prometheus_scrapes_it_as_its_own_job(objects: list[Obj]) -> None:
     """The Service, selected by the shield's ServiceMonitor only, names the job
-    ``drain-guard-shield`` (the agents' alerts leave that job out)."""
+    ``drain-guard-shield`` (the agents' up alerts leave that job out)."""
     service = one(objects, "Service", "drain-guard-shield")
-    labels = one(objects, "Deployment", "drain-guard-shield")["spec"]["template"]["metadata"][
-        "labels"
-    ]
-    assert service["spec"]["selector"].items() <= labels.items()
     (port,) = service["spec"]["ports"]
-    (box,) = pod(objects)["containers"]
-    assert probe_port(box, port["targetPort"]) == shield_settings(objects).listen.port
     monitors = [
         m
         for m in objects
@@ -226,7 +246,14 @@ def test_an_install_in_another_namespace_keeps_its_rights_where_they_act(tmp_pat
         ("pods", "openshift-machine-config-operator"),
         ("poddisruptionbudgets", "openshift-machine-config-operator"),
         ("deployments", "other-ns"),
+        # Its proxy's reviews, with the moved account.
+        ("tokenreviews", ""),
+        ("subjectaccessreviews", ""),
     }
     ref = shield_settings_in(objects, "other-ns").deployment
     assert ref is not None
     assert (ref.namespace, ref.name) == ("other-ns", "drain-guard-shield")
+    # Prometheus checks the moved name; the proxy asks for the moved attribute.
+    (endpoint,) = one(objects, "ServiceMonitor", "drain-guard-shield")["spec"]["endpoints"]
+    assert endpoint["tlsConfig"]["serverName"] == "drain-guard-shield.other-ns.svc"
+    assert scrape(objects, deployment(objects)).namespace == "other-ns"

@@ -18,7 +18,7 @@ from tests.deploy.tools import (
     REPO,
     Obj,
     agent_container,
-    container,
+    check_served_through_the_proxy,
     container_env,
     containers,
     expand_args,
@@ -199,37 +199,14 @@ def test_openshift_serves_metrics_only_through_the_proxy(
     """OpenShift: the agent listens on loopback; kube-rbac-proxy serves TLS and lets only the
     kubelet's probe paths through unauthenticated."""
     objects = rendered(overlay)
-    settings = agent_settings(objects)
-    assert settings.listen.host == "127.0.0.1"
-    agent = agent_container(objects)
-    assert "ports" not in agent
-    proxy = container(objects, "kube-rbac-proxy")
-    flags = dict(a.removeprefix("--").split("=", 1) for a in proxy["args"])
-    assert flags["upstream"] == f"http://{settings.listen}/"
-    assert set(flags["ignore-paths"].split(",")) == {"/healthz", "/readyz"}
-    assert "allow-paths" not in flags
-    proxy_port = int(flags["secure-listen-address"].rsplit(":", 1)[1])
-    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-        get = agent[probe]["httpGet"]
-        assert (get["path"], get["scheme"]) == (path, "HTTPS")
-        # The agent's probes go through the proxy, which shares the pod's network.
-        assert probe_port(agent, get["port"]) == proxy_port
-    # The serving certificate the service CA issues is the one the proxy loads.
-    service = one(objects, "Service", "drain-guard-metrics")
-    secret = service["metadata"]["annotations"][
-        "service.beta.openshift.io/serving-cert-secret-name"
-    ]
-    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
-    (tls_mount,) = [m for m in proxy["volumeMounts"] if volumes[m["name"]].get("secret")]
-    assert volumes[tls_mount["name"]]["secret"]["secretName"] == secret
-    assert flags["tls-cert-file"] == f"{tls_mount['mountPath']}/tls.crt"
-    assert flags["tls-private-key-file"] == f"{tls_mount['mountPath']}/tls.key"
-    # Prometheus checks the certificate against the service's DNS name.
-    (endpoint,) = one(objects, "ServiceMonitor", "drain-guard")["spec"]["endpoints"]
-    meta = service["metadata"]
-    assert endpoint["scheme"] == "https"
-    assert endpoint["tlsConfig"]["serverName"] == f"{meta['name']}.{meta['namespace']}.svc"
-    assert endpoint["bearerTokenFile"]
+    check_served_through_the_proxy(
+        objects,
+        one(objects, "DaemonSet", "drain-guard"),
+        agent_container(objects),
+        str(agent_settings(objects).listen),
+        service="drain-guard-metrics",
+        monitor="drain-guard",
+    )
 
 
 def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:

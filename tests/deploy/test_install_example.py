@@ -64,7 +64,7 @@ def user_dir(tmp_path: Path) -> tuple[Path, str]:
     return tmp_path / "my-drain-guard", digest
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize("overlay", [*OVERLAYS, "systemd"])
 def test_every_image_of_the_documented_install_is_pinned_by_digest(
     user_dir: tuple[Path, str], overlay: str
 ) -> None:
@@ -77,8 +77,14 @@ def test_every_image_of_the_documented_install_is_pinned_by_digest(
     assert found, "no workload rendered"
     unpinned = {where: image for where, image in found.items() if not DIGEST.search(image)}
     assert not unpinned, f"images without a digest: {unpinned}"
-    agent = found["DaemonSet/drain-guard/drain-guard"]
-    assert agent == f"registry.example.com/platform/drain-guard:0.1.0@{digest}"
+    # drain-guard's own image (the agents', the central shield's) is the user's, by digest.
+    ours = {w for w in found if not w.endswith("/kube-rbac-proxy")}
+    assert ours & {
+        "DaemonSet/drain-guard/drain-guard",
+        "Deployment/drain-guard-shield/drain-guard-shield",
+    }
+    for where in ours:
+        assert found[where] == f"registry.example.com/platform/drain-guard:0.1.0@{digest}", where
 
 
 def test_the_check_has_teeth(tmp_path: Path) -> None:

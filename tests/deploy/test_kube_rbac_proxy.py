@@ -1,4 +1,6 @@
-"""The OpenShift metrics endpoint: kube-rbac-proxy's flags, TLS profile and authorization.
+"""The OpenShift metrics endpoints: kube-rbac-proxy's flags, TLS profile and authorization, for
+every workload behind it (the agents' DaemonSet, the central shield's Deployment) in every
+rendering that has one (the openshift and openshift-4.15 overlays, the central shield alone).
 
 What the proxy reads is checked as it reads it: each flag against the flags of the pinned
 kube-rbac-proxy version, the TLS flags against OpenShift's TLS profiles turned into Go cipher
@@ -14,19 +16,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.authorizer import allows, proxy_config, scrape
+from tests.deploy.authorizer import Request, allows, proxy_config, scrape
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     Obj,
     container,
     one,
+    pod_spec,
+    proxied,
     relative,
     render_dir,
     user_kustomization,
 )
 
-OPENSHIFT = ("openshift", "openshift-4.15")
 PROMETHEUS = ("openshift-monitoring", "prometheus-k8s")
+#: Each rendering on OpenShift, and the workloads that must be behind the proxy there: every
+#: drain-guard workload (its /metrics and /status name nodes, builds and budgets).
+BEHIND_THE_PROXY = {
+    "openshift": [("DaemonSet", "drain-guard")],
+    "openshift-4.15": [("DaemonSet", "drain-guard"), ("Deployment", "drain-guard-shield")],
+    "systemd": [("Deployment", "drain-guard-shield")],
+}
+WORKLOADS = [(r, kind, name) for r, ws in BEHIND_THE_PROXY.items() for kind, name in ws]
+IDS = [f"{r}-{kind}" for r, kind, _ in WORKLOADS]
 
 # The version the manifests pin, and its flags (cmd/kube-rbac-proxy/app/options/options.go of
 # brancz/kube-rbac-proxy v0.21.0). Bump both together, after reading the new options.go.
@@ -90,8 +102,8 @@ OPENSSL_TO_GO = {
 }
 
 
-def proxy_flags(objects: list[Obj]) -> dict[str, str]:
-    args = container(objects, "kube-rbac-proxy")["args"]
+def proxy_flags(objects: list[Obj], workload: Obj | None = None) -> dict[str, str]:
+    args = container(objects, "kube-rbac-proxy", workload)["args"]
     assert all(a.startswith("--") and "=" in a for a in args), args
     flags = dict(a.removeprefix("--").split("=", 1) for a in args)
     assert len(flags) == len(args), "a flag is given twice"
@@ -106,47 +118,77 @@ def profile_flags(profile: str) -> dict[str, str]:
     }
 
 
-def tls_flags(objects: list[Obj]) -> dict[str, str]:
-    flags = proxy_flags(objects)
+def tls_flags(objects: list[Obj], workload: Obj | None = None) -> dict[str, str]:
+    flags = proxy_flags(objects, workload)
     return {k: flags[k] for k in ("tls-min-version", "tls-cipher-suites")}
 
 
-@pytest.mark.parametrize("overlay", OPENSHIFT)
-def test_every_flag_exists_in_the_pinned_proxy(
-    rendered: Callable[[str], list[Obj]], overlay: str
+@pytest.fixture(params=WORKLOADS, ids=IDS)
+def proxied_workload(
+    request: pytest.FixtureRequest, rendered: Callable[[str], list[Obj]]
+) -> tuple[list[Obj], Obj]:
+    """One rendering's objects and one of its workloads behind the proxy."""
+    rendering, kind, name = request.param
+    objects = rendered(rendering)
+    return objects, one(objects, kind, name)
+
+
+@pytest.mark.parametrize("rendering", BEHIND_THE_PROXY)
+def test_every_workload_has_the_one_sidecar(
+    rendered: Callable[[str], list[Obj]], rendering: str
 ) -> None:
-    objects = rendered(overlay)
-    image = container(objects, "kube-rbac-proxy")["image"]
+    """Each drain-guard workload gets the sidecar once, as the second container (its own stays
+    first): in openshift-4.15 the component runs for the agents (in the openshift overlay) and
+    for the shield (in its component), and must not add a second one to the agents."""
+    objects = rendered(rendering)
+    workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    assert [(w["kind"], w["metadata"]["name"]) for w in proxied(objects)] == [
+        (w["kind"], w["metadata"]["name"]) for w in workloads
+    ]
+    assert sorted((w["kind"], w["metadata"]["name"]) for w in workloads) == sorted(
+        BEHIND_THE_PROXY[rendering]
+    )
+    for workload in workloads:
+        names = [c["name"] for c in workload["spec"]["template"]["spec"]["containers"]]
+        assert names[1:] == ["kube-rbac-proxy"], names
+        volumes = [v["name"] for v in workload["spec"]["template"]["spec"]["volumes"]]
+        assert len(volumes) == len(set(volumes)), volumes
+
+
+def test_every_flag_exists_in_the_pinned_proxy(proxied_workload: tuple[list[Obj], Obj]) -> None:
+    objects, workload = proxied_workload
+    image = container(objects, "kube-rbac-proxy", workload)["image"]
     assert image.split("@")[0].endswith(f":{PROXY_VERSION}"), image
-    assert set(proxy_flags(objects)) <= PROXY_FLAGS
+    assert set(proxy_flags(objects, workload)) <= PROXY_FLAGS
 
 
-@pytest.mark.parametrize("overlay", OPENSHIFT)
 def test_tls_follows_openshifts_intermediate_profile(
-    rendered: Callable[[str], list[Obj]], overlay: str
+    proxied_workload: tuple[list[Obj], Obj],
 ) -> None:
     """Intermediate is the default of the cluster's APIServer tlsSecurityProfile; MCO renders
     the same flags for its kube-rbac-proxies from it."""
-    assert tls_flags(rendered(overlay)) == profile_flags("Intermediate")
+    assert tls_flags(*proxied_workload) == profile_flags("Intermediate")
 
 
-@pytest.mark.parametrize("overlay", OPENSHIFT)
+@pytest.mark.parametrize("rendering", BEHIND_THE_PROXY)
 def test_the_tls_modern_component_switches_to_the_modern_profile(
-    rendered: Callable[[str], list[Obj]], overlay: str, tmp_path: Path
+    rendered: Callable[[str], list[Obj]], rendering: str, tmp_path: Path
 ) -> None:
     mine = tmp_path / "my-drain-guard"
     component = DAEMONSET_DIR / "components" / "tls-modern"
-    user_kustomization(mine, overlay, components=[relative(component, mine)])
+    user_kustomization(mine, rendering, components=[relative(component, mine)])
     objects = render_dir(mine)
-    assert tls_flags(objects) == profile_flags("Modern")
-    # Nothing else changes.
-    default = rendered(overlay)
-    expected = container(default, "kube-rbac-proxy")
-    expected["args"] = [
-        f"--{k}={profile_flags('Modern')[k]}" if k in profile_flags("Modern") else f"--{k}={v}"
-        for k, v in (a.removeprefix("--").split("=", 1) for a in expected["args"])
-    ]
-    one(default, "DaemonSet", "drain-guard")["spec"]["template"]["spec"]["containers"][1] = expected
+    # Every proxy switched, and nothing else changes.
+    default = rendered(rendering)
+    for workload in proxied(default):
+        switched = one(objects, workload["kind"], workload["metadata"]["name"])
+        assert tls_flags(objects, switched) == profile_flags("Modern")
+        expected = container(default, "kube-rbac-proxy", workload)
+        expected["args"] = [
+            f"--{k}={profile_flags('Modern')[k]}" if k in profile_flags("Modern") else f"--{k}={v}"
+            for k, v in (a.removeprefix("--").split("=", 1) for a in expected["args"])
+        ]
+        workload["spec"]["template"]["spec"]["containers"][1] = expected
     assert objects == default
 
 
@@ -158,16 +200,15 @@ def test_the_profiles_cipher_names_are_gos(rendered: Callable[[str], list[Obj]])
     assert not {c for c in ciphers if "-" in c}
 
 
-@pytest.mark.parametrize("overlay", OPENSHIFT)
 def test_scrapes_are_authorised_by_a_resource_attribute(
-    rendered: Callable[[str], list[Obj]], overlay: str
+    proxied_workload: tuple[list[Obj], Obj],
 ) -> None:
     """As MCO's daemon metrics: the SubjectAccessReview asks for namespace/metrics in the
-    agent's namespace; never a rewrite from the request (a scraper would choose what is
+    workload's namespace; never a rewrite from the request (a scraper would choose what is
     checked) and no static authorization."""
-    objects = rendered(overlay)
-    namespace = one(objects, "DaemonSet", "drain-guard")["metadata"]["namespace"]
-    assert proxy_config(objects) == {
+    objects, workload = proxied_workload
+    namespace = workload["metadata"]["namespace"]
+    assert proxy_config(objects, workload) == {
         "authorization": {
             "resourceAttributes": {
                 "apiVersion": "v1",
@@ -179,16 +220,16 @@ def test_scrapes_are_authorised_by_a_resource_attribute(
     }
 
 
-@pytest.mark.parametrize("overlay", OPENSHIFT)
 def test_only_the_platform_prometheus_may_scrape(
-    rendered: Callable[[str], list[Obj]], overlay: str
+    proxied_workload: tuple[list[Obj], Obj],
 ) -> None:
-    objects = rendered(overlay)
-    request = scrape(objects)
+    objects, workload = proxied_workload
+    request = scrape(objects, workload)
     assert allows(objects, PROMETHEUS, request)
     namespace = request.namespace
     for other in (
         (namespace, "drain-guard"),
+        (namespace, "drain-guard-shield"),
         (namespace, "default"),
         ("openshift-monitoring", "alertmanager-main"),
         ("openshift-user-workload-monitoring", "prometheus-user-workload"),
@@ -199,6 +240,20 @@ def test_only_the_platform_prometheus_may_scrape(
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["namespace/metrics"], "verbs": ["get"]}
     ]
+
+
+def test_each_proxy_may_review_scrapers_with_its_pods_account(
+    proxied_workload: tuple[list[Obj], Obj],
+) -> None:
+    """The proxy sends its TokenReview and SubjectAccessReview with the pod's own account:
+    without these a scrape is answered 401/500, and Prometheus sees the target down."""
+    objects, workload = proxied_workload
+    account = (workload["metadata"]["namespace"], pod_spec(objects, workload)["serviceAccountName"])
+    for group, resource in (
+        ("authentication.k8s.io", "tokenreviews"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    ):
+        assert allows(objects, account, Request("create", group, resource, "")), resource
 
 
 def test_the_authorizer_has_teeth(rendered: Callable[[str], list[Obj]]) -> None:

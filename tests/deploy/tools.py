@@ -89,21 +89,38 @@ def one(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
     return found[0]
 
 
-def pod_spec(objects: list[Obj]) -> Obj:
-    spec: Obj = one(objects, "DaemonSet", "drain-guard")["spec"]["template"]["spec"]
+#: The label daemonset/components/kube-rbac-proxy puts on each workload it adds the sidecar to.
+PROXIED = ("drain-guard.io/kube-rbac-proxy", "sidecar")
+
+
+def pod_spec(objects: list[Obj], workload: Obj | None = None) -> Obj:
+    """The pod template's spec of ``workload`` (default: the agents' DaemonSet)."""
+    owner = workload or one(objects, "DaemonSet", "drain-guard")
+    spec: Obj = owner["spec"]["template"]["spec"]
     return spec
 
 
-def containers(objects: list[Obj]) -> Iterator[Obj]:
-    spec = pod_spec(objects)
+def containers(objects: list[Obj], workload: Obj | None = None) -> Iterator[Obj]:
+    spec = pod_spec(objects, workload)
     yield from spec.get("initContainers", [])
     yield from spec["containers"]
 
 
-def container(objects: list[Obj], name: str) -> Obj:
-    found = [c for c in containers(objects) if c["name"] == name]
+def container(objects: list[Obj], name: str, workload: Obj | None = None) -> Obj:
+    found = [c for c in containers(objects, workload) if c["name"] == name]
     assert len(found) == 1, f"expected one container {name}, found {len(found)}"
     return found[0]
+
+
+def proxied(objects: list[Obj]) -> list[Obj]:
+    """The workloads behind a kube-rbac-proxy sidecar (labelled so by its component)."""
+    label, value = PROXIED
+    return [
+        o
+        for o in objects
+        if o["kind"] in ("DaemonSet", "Deployment")
+        and o["metadata"].get("labels", {}).get(label) == value
+    ]
 
 
 def agent_container(objects: list[Obj]) -> Obj:
@@ -181,3 +198,66 @@ def probe_port(probed: Obj, port: str | int) -> int:
     assert len(found) == 1, f"container {probed['name']} declares no port named {port!r}"
     number: int = found[0]
     return number
+
+
+def service_target_port(spec: Obj, port: str | int) -> int:
+    """The pod port a Service's ``targetPort`` names: a number as it is; a name looked up in
+    every container's ``ports`` (the endpoints controller reads the whole pod, unlike the
+    kubelet's probes)."""
+    if isinstance(port, int):
+        return port
+    found = [
+        p["containerPort"]
+        for c in spec["containers"]
+        for p in c.get("ports", [])
+        if p.get("name") == port
+    ]
+    assert len(found) == 1, f"no single container port named {port!r} in the pod"
+    number: int = found[0]
+    return number
+
+
+def check_served_through_the_proxy(
+    objects: list[Obj], workload: Obj, own: Obj, listen: str, service: str, monitor: str
+) -> None:
+    """A workload behind kube-rbac-proxy, as the kubelet, the Service, the service CA and
+    Prometheus read it: its own container ``own`` listens on loopback only (``listen``, as its
+    settings code parsed it) and declares no port; the proxy's upstream is that listener and
+    only the probe paths pass it unauthenticated; the probes, by port number, reach the proxy;
+    the Service ``service`` reaches the proxy; the certificate the service CA issues for that
+    Service is the one the proxy loads; the ServiceMonitor ``monitor`` scrapes it over TLS,
+    with a token, checking the Service's DNS name."""
+    host, _, port = listen.rpartition(":")
+    assert host == "127.0.0.1", listen
+    assert "ports" not in own
+    proxy = container(objects, "kube-rbac-proxy", workload)
+    flags = dict(a.removeprefix("--").split("=", 1) for a in proxy["args"])
+    assert flags["upstream"] == f"http://{listen}/"
+    assert set(flags["ignore-paths"].split(",")) == {"/healthz", "/readyz"}
+    assert "allow-paths" not in flags
+    proxy_port = int(flags["secure-listen-address"].rsplit(":", 1)[1])
+    assert int(port) != proxy_port
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        get = own[probe]["httpGet"]
+        assert (get["path"], get["scheme"]) == (path, "HTTPS")
+        # The probes go through the proxy, which shares the pod's network.
+        assert probe_port(own, get["port"]) == proxy_port
+    spec = pod_spec(objects, workload)
+    found = one(objects, "Service", service)
+    meta = found["metadata"]
+    assert meta["namespace"] == workload["metadata"]["namespace"]
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert found["spec"]["selector"].items() <= labels.items()
+    (service_port,) = found["spec"]["ports"]
+    assert service_target_port(spec, service_port["targetPort"]) == proxy_port
+    secret = meta["annotations"]["service.beta.openshift.io/serving-cert-secret-name"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (tls_mount,) = [m for m in proxy["volumeMounts"] if volumes[m["name"]].get("secret")]
+    assert volumes[tls_mount["name"]]["secret"]["secretName"] == secret
+    assert flags["tls-cert-file"] == f"{tls_mount['mountPath']}/tls.crt"
+    assert flags["tls-private-key-file"] == f"{tls_mount['mountPath']}/tls.key"
+    (endpoint,) = one(objects, "ServiceMonitor", monitor)["spec"]["endpoints"]
+    assert endpoint["port"] == service_port["name"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["serverName"] == f"{meta['name']}.{meta['namespace']}.svc"
+    assert endpoint["bearerTokenFile"]
