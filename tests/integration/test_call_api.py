@@ -4,16 +4,20 @@ see; and ``Kube.call``, which counts it."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client as k8s
 
-from drain_guard.kube import Kube, KubeError, call_api
+from drain_guard import cli
+from drain_guard.kube import Kube, KubeError, WatchCache, call_api
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard_sim.apiserver import ADMIN, SimApiServer
-from tests.helpers import NODE
+from tests.helpers import NODE, WAIT
 
 
 @pytest.fixture
@@ -72,3 +76,72 @@ async def test_kube_call_counts_an_answer_as_contact_and_anything_else_as_an_err
         "drain_guard_api_errors_total", {"operation": "pod_get"}
     )
     assert errors == 1
+
+
+# Issue 14: timeouts gave empty messages ("watch of node failed ()", "error: 0 TimeoutError: ").
+# Every error names what failed and why. The request timeout is shortened here; the simulator
+# answers later than it.
+
+
+@pytest.fixture
+def short_timeout(api: SimApiServer, monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr("drain_guard.kube.REQUEST_TIMEOUT", 0.2)
+    api.faults.latency(3.0, verb="get", resource="nodes")
+    api.faults.latency(3.0, verb="list", resource="nodes")
+    return 0.2
+
+
+async def test_a_timeout_names_the_call_and_says_it_timed_out(
+    core: k8s.CoreV1Api, short_timeout: float
+) -> None:
+    with pytest.raises(KubeError) as info:
+        await call_api(core.read_node, NODE)
+    assert str(info.value) == (
+        f"no answer: read_node: TimeoutError: no answer within {short_timeout:g}s"
+    )
+
+
+async def test_a_watch_that_times_out_says_which_call_and_why(
+    api: SimApiServer, short_timeout: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="drain_guard.kube")
+    logged = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.set()
+
+    seen = Seen(logging.WARNING)
+    logging.getLogger("drain_guard.kube").addHandler(seen)
+    async with api.api_client(ADMIN) as api_client:
+        watch = asyncio.create_task(Kube(api_client).watch_node(NODE, WatchCache()))
+        try:
+            async with asyncio.timeout(WAIT):
+                await logged.wait()
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+            logging.getLogger("drain_guard.kube").removeHandler(seen)
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"watch of node {NODE}: API unreachable since ")
+    assert (
+        f"(list failed: no answer: list_node: TimeoutError: no answer within {short_timeout:g}s)"
+        in message
+    )
+
+
+async def test_the_cli_names_the_call_that_timed_out(
+    api: SimApiServer,
+    short_timeout: float,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    no_env: None,
+) -> None:
+    kubeconfig = api.kubeconfig(ADMIN, tmp_path / "kubeconfig")
+    argv = ["status", "--node-name", NODE, "--kubeconfig", str(kubeconfig)]
+    code = await asyncio.to_thread(cli.main, argv)  # its own event loop; the simulator's runs
+    assert (code, capsys.readouterr().err) == (
+        1,
+        "drain-guard status: error: no answer: read_node: TimeoutError:"
+        f" no answer within {short_timeout:g}s\n",
+    )
