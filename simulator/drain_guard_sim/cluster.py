@@ -285,6 +285,34 @@ def worker_node(name: str, cfg: str, image: str) -> JsonObj:
     }
 
 
+def machine_config(name: str, kernel_arguments: tuple[str, ...] = ()) -> JsonObj:
+    """A MachineConfig for the worker pool that writes one file (``/etc/<name>``);
+    ``kernel_arguments`` adds those, which MCO 4.15's layered update never applies (the node
+    then fails its boot-time validation and stays Degraded: the rollout stops there)."""
+    spec: JsonObj = {
+        "config": {
+            "ignition": {"version": "3.4.0"},
+            "storage": {
+                "files": [
+                    {
+                        "path": f"/etc/{name}",
+                        "mode": 420,
+                        "contents": {"source": f"data:,{name}"},
+                    }
+                ]
+            },
+        }
+    }
+    if kernel_arguments:
+        spec["kernelArguments"] = list(kernel_arguments)
+    return {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfig",
+        "metadata": {"name": name, "labels": {ROLE_LABEL: "worker"}},
+        "spec": spec,
+    }
+
+
 class SimCluster:
     """A simulated OpenShift cluster with on-cluster layering enabled on ``worker``.
 
@@ -487,33 +515,8 @@ class SimCluster:
     # -- driving the scenario --------------------------------------------------------------
 
     async def create_machine_config(self, name: str, kernel_arguments: tuple[str, ...] = ()) -> str:
-        """``oc create`` a MachineConfig for the worker pool; returns the config it renders to.
-
-        It writes one file (``/etc/<name>``); ``kernel_arguments`` adds those, which MCO 4.15's
-        layered update never applies (the node then fails its boot-time validation).
-        """
-        spec: JsonObj = {
-            "config": {
-                "ignition": {"version": "3.4.0"},
-                "storage": {
-                    "files": [
-                        {
-                            "path": f"/etc/{name}",
-                            "mode": 420,
-                            "contents": {"source": f"data:,{name}"},
-                        }
-                    ]
-                },
-            }
-        }
-        if kernel_arguments:
-            spec["kernelArguments"] = list(kernel_arguments)
-        mc = {
-            "apiVersion": "machineconfiguration.openshift.io/v1",
-            "kind": "MachineConfig",
-            "metadata": {"name": name, "labels": {ROLE_LABEL: "worker"}},
-            "spec": spec,
-        }
+        """``oc create`` a :func:`machine_config`; returns the config it renders to."""
+        mc = machine_config(name, kernel_arguments)
         self.api.create("machineconfigs", mc)
         self.timeline.add("user", None, f"oc create machineconfig {name}")
         inputs = [

@@ -24,8 +24,8 @@ from typing import TextIO
 import yaml
 
 from drain_guard_sim.agentproc import run_args
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import MCO_NAMESPACE, ROLE_LABEL, Timings
+from drain_guard_sim.cluster import SimCluster, machine_config
+from drain_guard_sim.mco import MCO_NAMESPACE, Timings
 from drain_guard_sim.timeline import TimelineEntry
 from drain_guard_sim.tls import ServingCert
 
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> str | None:
-    if args.nodes < 2 or args.nodes > 50:
-        return "--nodes must be from 2 to 50"
+    if args.nodes < 3 or args.nodes > 50:
+        return "--nodes must be from 3 to 50 (the commands use worker-0 to worker-2)"
     if not 0 < args.time_factor <= 1:
         return "--time-factor must be in (0, 1]"
     if not 1 <= args.port <= 65535:
@@ -112,21 +112,10 @@ def _fresh(workdir: Path) -> None:
 
 def _manifests(workdir: Path) -> tuple[Path, Path]:
     """The seed's MachineConfig, and a build pod to create by hand on HAND_BUILD_NODE."""
-    machine_config = workdir / f"{SEED_CONFIG}.yaml"
-    machine_config.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "machineconfiguration.openshift.io/v1",
-                "kind": "MachineConfig",
-                "metadata": {"name": SEED_CONFIG, "labels": {ROLE_LABEL: "worker"}},
-                "spec": {
-                    "config": {"ignition": {"version": "3.4.0"}},
-                    "kernelArguments": [SEED_CONFIG],
-                },
-            },
-            sort_keys=False,
-        )
-    )
+    seed = workdir / f"{SEED_CONFIG}.yaml"
+    # Files only, as the demo's: MCO 4.15's layered update never applies kernel arguments, so
+    # a MachineConfig with some leaves its first node Degraded and the rollout stops there.
+    seed.write_text(yaml.safe_dump(machine_config(SEED_CONFIG), sort_keys=False))
     build_pod = workdir / "build-pod.yaml"
     build_pod.write_text(
         yaml.safe_dump(
@@ -146,7 +135,7 @@ def _manifests(workdir: Path) -> tuple[Path, Path]:
             sort_keys=False,
         )
     )
-    return machine_config, build_pod
+    return seed, build_pod
 
 
 def _held(node: str, timeout: str) -> str:
@@ -159,7 +148,7 @@ def _held(node: str, timeout: str) -> str:
 def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) -> str:
     """The commands to try, with this run's paths and ports: a script that runs top to
     bottom in a second terminal (the README's "Try it by hand" shows the default run's)."""
-    machine_config, build_pod = _manifests(args.workdir)
+    seed, build_pod = _manifests(args.workdir)
     q = shlex.quote
     lines = [
         "# read and write as the cluster admin",
@@ -186,6 +175,7 @@ def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) ->
         )
     first = f"http://127.0.0.1:{args.agent_port}"
     second = f"http://127.0.0.1:{args.agent_port + 1}"
+    third = f"http://127.0.0.1:{args.agent_port + 2}"
     lines += [
         f"# a build pod on {HAND_BUILD_NODE} (--validate=false: the simulator serves no OpenAPI"
         " schema),",
@@ -195,7 +185,7 @@ def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) ->
         " 'drain-guard.io/hold-request=2099-01-01T00:00:00Z;tried by hand'",
         "# the seed scenario: the MachineConfig starts a build on worker-0, and MCO 4.15 asks",
         "# to drain worker-0 for the image it runs",
-        f"kubectl create --validate=false -f {q(str(machine_config))}",
+        f"kubectl create --validate=false -f {q(str(seed))}",
         "# worker-0's drain is held: why?",
         _held("worker-0", "60s"),
         "kubectl get nodes -o custom-columns='NAME:.metadata.name,"
@@ -204,11 +194,23 @@ def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) ->
         "drain-guard status",
         f"drain-guard status --node-name worker-0 --endpoint {first}",
         f"curl -s '{first}/status?format=text'",
-        "# worker-1's agent sees the hand-made build pod: a drain of worker-1 is held while",
-        "# it exists, one of worker-2 while the hold request is there; then remove both",
+        "# MCO updates one worker at a time (maxUnavailable 1). After the build, worker-0 is",
+        "# drained and rebooted (twice on 4.15: the stale same-image update, then the real one);",
+        f"# then {HAND_BUILD_NODE}'s drain is held while the hand-made build pod exists (nothing"
+        " runs it",
+        "# here: it stays Pending until deleted)",
+        _held(HAND_BUILD_NODE, "300s"),
         f"curl -s '{second}/status?format=text'",
         f"kubectl delete pod -n {MCO_NAMESPACE} build-by-hand",
+        f"# {HAND_BUILD_NODE} is drained and updated; then worker-2's drain is held while the"
+        " hold request is there",
+        _held("worker-2", "300s"),
+        f"curl -s '{third}/status?format=text'",
         "kubectl annotate node worker-2 drain-guard.io/hold-request-",
+        "# worker-2 is drained and updated: the rollout is done",
+        "kubectl wait machineconfigpools.machineconfiguration.openshift.io/worker"
+        f" --for=jsonpath='{{.status.updatedMachineCount}}'={len(cluster.node_names)}"
+        " --timeout=300s",
         "# stop the agents",
         "kill $(jobs -p)",
     ]

@@ -53,6 +53,13 @@ def _free_ports(count: int) -> list[int]:
     raise AssertionError("no free ports")
 
 
+def _status_of(node: str, out: str) -> str:
+    """The text /status of ``node``'s agent holding a drain (decision ``hold`` or ``holding``),
+    as the script printed it."""
+    start = out.index(f"node {node}: hold")
+    return out[start : out.index("\n  agent:", start)]
+
+
 def test_readme_section_is_what_serve_prints_with_its_defaults() -> None:
     serve_block, script = readme_blocks()
     assert serve_block == ".venv/bin/drain-guard-sim serve"
@@ -105,6 +112,8 @@ async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
                 printed.append(line)
         shown = "".join(printed).split("try:\n\n", 1)[1].rstrip("\n")
         assert shown == moved(script)  # the README shows what serve prints
+        # Read the timeline as it comes (a full pipe would stop the cluster's event loop).
+        timeline = asyncio.create_task(server.stdout.read())
 
         # As pasted into a terminal; the trap stops the agents if a step fails.
         user = await asyncio.create_subprocess_exec(
@@ -125,12 +134,14 @@ async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
         if server.returncode is None:
             server.send_signal(signal.SIGINT)  # Ctrl-C
         async with asyncio.timeout(30):
-            rest = (await server.communicate())[0].decode()
+            rest = (await timeline).decode()
+            await server.wait()
     assert server.returncode == 0, rest
     assert rest.rstrip().endswith("drain-guard-sim serve: stopped")
 
-    # What the user saw: worker-0's drain held for the build and the unchanged image, and
-    # the hand-made build pod seen by worker-1's agent.
+    # What the user saw: worker-0's drain held for the build and the unchanged image; the
+    # rollout on to worker-1, held for the hand-made build pod until it was deleted, and to
+    # worker-2, held for the hold request until it was removed; then the pool updated.
     assert "node/worker-0 condition met" in out
     assert "pod/build-by-hand created" in out
     assert "machineconfig.machineconfiguration.openshift.io/99-worker-seed created" in out
@@ -138,6 +149,26 @@ async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
     assert "HELD since" in out
     assert "reason:        build-pod" in out
     assert "reason:        noop-image" in out
-    assert "openshift-machine-config-operator/build-by-hand" in out
+    assert "node/worker-1 condition met" in out
+    assert (
+        "reason:        build-pod: build pod openshift-machine-config-operator/build-by-hand"
+        in _status_of("worker-1", out)
+    )
     assert 'pod "build-by-hand" deleted' in out
+    assert "node/worker-2 condition met" in out
+    assert "reason:        manual: " in _status_of("worker-2", out)
     assert "node/worker-2 annotated" in out
+    assert "machineconfigpool.machineconfiguration.openshift.io/worker condition met" in out
+    # In that order (worker-2 is annotated twice: the request, then its removal), and no
+    # node went Degraded on the way.
+    order = [
+        "node/worker-0 condition met",
+        "node/worker-1 condition met",
+        'pod "build-by-hand" deleted',
+        "node/worker-2 condition met",
+        "node/worker-2 annotated",
+        "machineconfigpool.machineconfiguration.openshift.io/worker condition met",
+    ]
+    at = [out.rindex(line) for line in order]
+    assert at == sorted(at)
+    assert "Marking Degraded" not in rest
