@@ -78,9 +78,7 @@ class InProcessAgent:
         metrics = Metrics()
         counters = MetricCounters(metrics)
         self.kube = kube = await Kube.connect(self.settings.kubeconfig, counters)
-        events = EventQueue(
-            EventRecorder(lambda: kube.node_core, self.settings.node_name, metrics=metrics)
-        )
+        events = EventQueue(EventRecorder(kube, self.settings.node_name, metrics=metrics))
         node = self.settings.node_name
         # The shield as ``drain-guard run`` starts it (on by default): its watches are load too.
         cache = WatchCache()

@@ -6,8 +6,9 @@ type, reason and key as one written within ``window`` bumps that Event's ``count
 long hold that is re-evaluated often does not flood the Node's events. Only the ``events`` verbs
 ``create`` and ``patch`` are used (the RBAC grants exactly those).
 
-Emitting never raises into the controller: a failure is logged and counted in
-``drain_guard_api_errors_total{operation="event_create"|"event_patch"}``; successes count in
+Emitting never raises into the controller: a failure is logged, and counted as every other
+API call is, by ``Kube.call`` (``drain_guard_api_errors_total{operation="event_create"|
+"event_patch"}``; an answer is API contact); successes count in
 ``drain_guard_events_emitted_total{reason}``.
 
 Events go out with the identity Node writes use (``Kube.node_core``): the node's own where the
@@ -16,7 +17,7 @@ account needs no Event right there; the agent's own account otherwise.
 
 API (the controller)::
 
-    events = EventRecorder(lambda: kube.node_core, node_name, metrics=metrics)
+    events = EventRecorder(kube, node_name, metrics=metrics)
     events.node_uid = node.uid                       # once known; sets involvedObject.uid
     await events.drain_held(held_drain, reasons, detail)
     await events.drain_released(held_drain, outcome, held_for)   # outcome "expired" →
@@ -35,8 +36,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-from drain_guard import kubeclient as k8s
-from drain_guard.kube import KubeError, call_api
+from drain_guard.kube import Kube, KubeError
 from drain_guard.metrics import Metrics
 from drain_guard.protocol import format_rfc3339, truncate_utf8
 from drain_guard.status import format_duration
@@ -81,7 +81,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        core_api: Callable[[], k8s.CoreV1Api],
+        kube: Kube,
         node_name: str,
         component: str = "drain-guard",
         clock: Callable[[], datetime] = _utcnow,
@@ -90,8 +90,8 @@ class EventRecorder:
         node_uid: str | None = None,
         window: timedelta = DEFAULT_WINDOW,
     ) -> None:
-        #: Looked up at each write: the Kube replaces it when it reads rotated credentials.
-        self._core = core_api
+        #: ``kube.node_core`` is looked up at each write (the identity Node writes use).
+        self.kube = kube
         self.node_name = node_name
         self.component = component
         self.clock = clock
@@ -145,7 +145,7 @@ class EventRecorder:
                     await self._patch(seen, message, now)
                 except KubeError as exc:
                     if exc.status != 404:
-                        self._failed("event_patch", reason, exc)
+                        self._failed(reason, exc)
                         return
                     # The Event is gone (TTL, deleted): write a new one below.
                     del self._written[cache_key]
@@ -156,7 +156,7 @@ class EventRecorder:
             try:
                 name = await self._create(reason, message, type, now)
             except KubeError as exc:
-                self._failed("event_create", reason, exc)
+                self._failed(reason, exc)
                 return
             self._written[cache_key] = _Written(name=name, count=1, last=now)
             self._written.move_to_end(cache_key)
@@ -168,10 +168,8 @@ class EventRecorder:
         if self.metrics is not None:
             self.metrics.count_event(reason)
 
-    def _failed(self, operation: str, reason: str, exc: KubeError) -> None:
+    def _failed(self, reason: str, exc: KubeError) -> None:
         log.warning("could not write %s event on node %s: %s", reason, self.node_name, exc)
-        if self.metrics is not None:
-            self.metrics.count_api_error(operation)
 
     def _event_name(self, now: datetime) -> str:
         """``<node>.<hex nanoseconds>`` like client-go; strictly increasing per recorder."""
@@ -199,13 +197,17 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": f"{self.component}-{self.node_name}",
         }
-        await call_api(self._core().create_namespaced_event, EVENT_NAMESPACE, body)
+        core = self.kube.node_core
+        await self.kube.call("event_create", core.create_namespaced_event, EVENT_NAMESPACE, body)
         return name
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
         body = {"count": seen.count + 1, "lastTimestamp": format_rfc3339(now), "message": message}
-        await call_api(
-            self._core().patch_namespaced_event,
+        core = self.kube.node_core
+        # A 404 (the Event expired or was deleted) is an answer: emit() writes a new one.
+        await self.kube.call(
+            "event_patch",
+            core.patch_namespaced_event,
             seen.name,
             EVENT_NAMESPACE,
             body,

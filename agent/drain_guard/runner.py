@@ -133,7 +133,7 @@ async def _main(settings: Settings) -> int:
         await kube.close()
         return 2
     await selfcheck.check_node(kube, settings.node_name)
-    events = EventQueue(EventRecorder(lambda: kube.node_core, settings.node_name, metrics=metrics))
+    events = EventQueue(EventRecorder(kube, settings.node_name, metrics=metrics))
     metrics.set_observe_only(settings.observe_only)
     cache = WatchCache()
     shield = make_shield(settings, kube, metrics, cache)

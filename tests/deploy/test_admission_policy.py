@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 
 from drain_guard import protocol
 from drain_guard.events import EventRecorder
+from drain_guard.kube import Kube
+from drain_guard.kubeclient import ApiClient
 from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
 from drain_guard.shield import Role, Want, budget_name
@@ -446,9 +448,12 @@ def recorded_event(node_name: str = NODE) -> Obj:
     core = _Core()
 
     async def emit() -> None:
-        # A stand-in CoreV1Api that records the body instead of sending it.
-        recorder = EventRecorder(lambda: core, node_name, node_uid="a-uid")  # type: ignore[arg-type,return-value]
-        await recorder.emit("DrainHeld", "Holding drain request")
+        async with ApiClient() as api:
+            kube = Kube(api)
+            # A stand-in CoreV1Api that records the body instead of sending it.
+            kube.node_core = core  # type: ignore[assignment]
+            recorder = EventRecorder(kube, node_name, node_uid="a-uid")
+            await recorder.emit("DrainHeld", "Holding drain request")
 
     asyncio.run(emit())
     (body,) = core.bodies

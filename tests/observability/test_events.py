@@ -19,8 +19,8 @@ from drain_guard.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
-from drain_guard.kubeclient import CoreV1Api
-from drain_guard.metrics import Metrics
+from drain_guard.kube import Kube
+from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard_sim.apiserver import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -45,6 +45,7 @@ class Env:
     recorder: EventRecorder
     metrics: Metrics
     clock: Clock
+    counters: MetricCounters
 
     def events(self) -> list[dict[str, Any]]:
         return sorted(self.api.list("events", EVENT_NAMESPACE), key=lambda e: e["metadata"]["name"])
@@ -67,9 +68,9 @@ class Env:
 async def env() -> AsyncIterator[Env]:
     async with SimApiServer() as api, api.api_client(USER) as client:
         clock, metrics = Clock(), Metrics()
-        core = CoreV1Api(client)
-        recorder = EventRecorder(lambda: core, NODE, clock=clock, metrics=metrics)
-        yield Env(api, recorder, metrics, clock)
+        counters = MetricCounters(metrics)
+        recorder = EventRecorder(Kube(client, counters), NODE, clock=clock, metrics=metrics)
+        yield Env(api, recorder, metrics, clock, counters)
 
 
 async def test_first_event_is_created_on_the_node(env: Env) -> None:
@@ -98,6 +99,14 @@ async def test_first_event_is_created_on_the_node(env: Env) -> None:
     assert event["reportingComponent"] == "drain-guard"
     assert event["reportingInstance"] == f"drain-guard-{NODE}"
     assert env.emitted(DRAIN_HELD) == 1
+
+
+async def test_an_event_written_is_api_contact_as_every_other_call(env: Env) -> None:
+    # Events go through Kube.call like the agent's other calls: an answer is contact
+    # (/readyz, drain_guard_last_api_contact_timestamp_seconds), a failure an API error.
+    assert env.counters.last_contact is None
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "a build")
+    assert env.counters.last_contact is not None
 
 
 async def test_repeats_within_the_window_bump_count_with_a_patch(env: Env) -> None:
