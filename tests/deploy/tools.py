@@ -33,6 +33,42 @@ Obj = dict[str, Any]
 #: The kubelet's client certificate and key on RHCOS (one file, a link the kubelet replaces
 #: when it rotates them), as its kubeconfig names them: --cert-dir /var/lib/kubelet/pki.
 KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+SYSTEMD_DIR = REPO / "systemd"
+#: The systemd install's units: the agent, and the copy of the kubelet's client certificate
+#: it reads (made at its start, at each rotation seen by the .path unit, and hourly).
+AGENT_UNIT = SYSTEMD_DIR / "drain-guard.service"
+COPIER_UNIT = SYSTEMD_DIR / "drain-guard-credentials.service"
+UNITS = (
+    AGENT_UNIT,
+    COPIER_UNIT,
+    SYSTEMD_DIR / "drain-guard-credentials.path",
+    SYSTEMD_DIR / "drain-guard-credentials.timer",
+)
+
+Unit = dict[str, dict[str, list[str]]]
+
+
+def systemd_unit(path: Path) -> Unit:
+    """A unit file's sections, each key with all its values in order (as systemd reads them:
+    comments skipped; no line continuations are used in this repository's units)."""
+    sections: Unit = {}
+    section: dict[str, list[str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = sections.setdefault(line.strip("[]"), {})
+            continue
+        name, _, value = line.partition("=")
+        section.setdefault(name, []).append(value)
+    return sections
+
+
+def specifiers(value: str, runtime_dir: str = "/run") -> str:
+    """``value`` with the specifiers this repository's units use resolved as systemd does for
+    a system service (``%t``: the runtime directory)."""
+    return value.replace("%t", runtime_dir)
 
 
 def render(overlay: str) -> list[Obj]:
