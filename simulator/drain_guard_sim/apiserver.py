@@ -6,7 +6,8 @@ resourceVersion counter, GET/LIST/WATCH (from a resourceVersion, bookmarks,
 ``timeoutSeconds``, 410 for a compacted window), field and label selectors, JSON Patch /
 merge patch / strategic merge patch, 409 on stale resourceVersions, ``Status`` error bodies,
 the eviction subresource honouring PodDisruptionBudgets (whose status the simulator computes
-itself), bearer-token users, a write log, request counters and fault injection.
+itself), bearer-token users and, over TLS, client-certificate users (``client_certificate``,
+``refuse_certificate``), a write log, request counters and fault injection.
 
 Known differences from a real server (deliberate, for tests): deletion is immediate (no
 finalizers, no graceful pod deletion); namespaces need not exist; no authorization but for
@@ -37,6 +38,7 @@ import asyncio
 import base64
 import builtins
 import contextlib
+import hashlib
 import json
 import logging
 import random
@@ -52,6 +54,9 @@ from typing import Any, TypeVar
 
 import yaml
 from aiohttp import web
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import NameOID
 
 from drain_guard_sim import errors, labels, nodeauth
 from drain_guard_sim.errors import ApiError
@@ -78,6 +83,7 @@ __all__ = [
 ]
 
 JsonObj = dict[str, Any]
+_DER = serialization.Encoding.DER
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -188,6 +194,7 @@ class SimApiServer:
         self._users_by_token: dict[str, User] = {}
         self._users: dict[str, User] = {}
         self._rbac: dict[str, Rbac] = {}
+        self._refused_certificates: set[bytes] = set()  # SHA-256 of their DER
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
@@ -269,6 +276,23 @@ class SimApiServer:
         self._users[name] = user
         self._users_by_token[user.token] = user
         return user.token
+
+    def client_certificate(self, user: str, groups: Iterable[str] = ()) -> bytes:
+        """A client certificate for ``user`` in ``groups`` and its key (one PEM, as the
+        kubelet's ``kubelet-client-*.pem``), signed by the CA the server trusts (needs
+        ``tls``). A node's: ``client_certificate("system:node:N", ["system:nodes"])``."""
+        if self.tls is None:
+            raise ValueError("client certificates need a TLS server (SimApiServer(tls=...))")
+        return self.tls.client_certificate(user, tuple(groups))
+
+    def refuse_certificate(self, pem: bytes) -> None:
+        """Answer every further request made with this certificate (the first in ``pem``) 401,
+        as kube-apiserver does once it has expired: its handshake asks for a client
+        certificate without verifying it, and its x509 authenticator verifies the chain at the
+        current time on each request. (Python's TLS verifies at the handshake, so a really
+        expired certificate would fail there instead: hence this.) Connections stay open."""
+        der = x509.load_pem_x509_certificate(pem).public_bytes(_DER)
+        self._refused_certificates.add(hashlib.sha256(der).digest())
 
     def restrict(self, user: str, rbac: Rbac) -> None:
         """Authorize ``user``'s requests by ``rbac`` (as RBAC would by the roles bound to it):
@@ -496,7 +520,13 @@ class SimApiServer:
     # --- HTTP ---
 
     def _authenticate(self, request: web.Request) -> User:
+        # kube-apiserver's authenticators in order: the x509 one, then the bearer token's.
+        by_certificate = self._certificate_user(request)
+        if by_certificate is not None:
+            return by_certificate
         header = request.headers.get("Authorization", "")
+        if not header and self._peer_certificate(request) is not None:
+            raise errors.unauthorized()  # a refused certificate, and nothing else
         if not header and self.anonymous_reads:
             return ANONYMOUS
         scheme, _, token = header.partition(" ")
@@ -506,6 +536,33 @@ class SimApiServer:
         if user is None:
             raise errors.unauthorized()
         return user
+
+    @staticmethod
+    def _peer_certificate(request: web.Request) -> bytes | None:
+        """The DER of the client certificate of the request's connection (the server's TLS
+        context verified it against the CA), if one was sent."""
+        ssl_object = request.get_extra_info("ssl_object")
+        return None if ssl_object is None else ssl_object.getpeercert(binary_form=True)
+
+    def _certificate_user(self, request: web.Request) -> User | None:
+        """The user a client certificate names, as the x509 authenticator's CommonName
+        conversion does (CN: the user, each O: a group); None for none, or a refused one."""
+        der = self._peer_certificate(request)
+        if der is None or hashlib.sha256(der).digest() in self._refused_certificates:
+            return None
+        subject = x509.load_der_x509_certificate(der).subject
+        names = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if not names:
+            return None
+        name = str(names[0].value)
+        orgs = [str(a.value) for a in subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)]
+        groups = (*orgs, "system:authenticated")
+        known = self._users.get(name)
+        if known is None or known.groups != groups:
+            # Known by name from now on (a node's: the Node authorizer and NodeRestriction).
+            known = User(name, known.token if known else "", {}, groups)
+            self._users[name] = known
+        return known
 
     @staticmethod
     def _json(

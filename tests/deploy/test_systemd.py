@@ -30,6 +30,7 @@ from tests.deploy.tools import (
     REPO,
     SYSTEMD_DIR,
     UNITS,
+    copier_commands,
     env_file,
     kubelet_kubeconfig,
     specifiers,
@@ -270,15 +271,11 @@ def test_the_copier_reads_the_kubelets_file_as_root_without_capabilities(open_tm
     current.write_text("certificate and key\n")
     current.chmod(0o600)
     (pki / os.path.basename(KUBELET_CLIENT)).symlink_to(current)
+    commands = copier_commands(host)
     runtime = host / "run" / unit_settings(COPIER_UNIT)["RuntimeDirectory"][0]
-    runtime.mkdir(parents=True, mode=0o750)  # as systemd makes it: root:Group, the mode given
-    os.chown(runtime, 0, group)
+    os.chown(runtime, 0, group)  # as systemd makes it: root:Group
     umask = int(unit_settings(COPIER_UNIT)["UMask"][0], 8)
-    for argv in exec_start(COPIER_UNIT):
-        argv = [
-            a.replace("/var/lib/", f"{host}/var/lib/").replace("/run/", f"{host}/run/")
-            for a in argv
-        ]
+    for argv in commands:
         subprocess.run(
             [*_no_capabilities(f"--regid={group}", "--clear-groups"), *argv],
             check=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -69,6 +70,25 @@ def specifiers(value: str, runtime_dir: str = "/run") -> str:
     """``value`` with the specifiers this repository's units use resolved as systemd does for
     a system service (``%t``: the runtime directory)."""
     return value.replace("%t", runtime_dir)
+
+
+def under(root: Path, value: str) -> str:
+    """``value`` with the host paths the systemd install uses (``/var/lib/``, ``/run/``)
+    moved under ``root``: a scratch host for the tests."""
+    for prefix in ("/var/lib/", "/run/"):
+        value = value.replace(prefix, f"{root}{prefix}")
+    return value
+
+
+def copier_commands(root: Path) -> list[list[str]]:
+    """drain-guard-credentials.service's ExecStart= commands as words, specifiers resolved,
+    on the scratch host ``root``; its runtime directory made as systemd makes it (its mode;
+    the owner is the caller's)."""
+    service = systemd_unit(COPIER_UNIT)["Service"]
+    runtime = root / "run" / service["RuntimeDirectory"][0]
+    runtime.mkdir(parents=True, exist_ok=True)
+    runtime.chmod(int(service["RuntimeDirectoryMode"][0], 8))
+    return [shlex.split(under(root, specifiers(line))) for line in service["ExecStart"]]
 
 
 def render(overlay: str) -> list[Obj]:

@@ -5,33 +5,57 @@ the shield off; holds and releases work, and the self-check reports the agent co
 The simulator authorizes the service account by the RBAC the overlay renders (``kubectl
 kustomize``), and the node identity by the Node authorizer's rules and NodeRestriction
 (``drain_guard_sim.nodeauth``). It does not evaluate ValidatingAdmissionPolicies, which the
-4.15 overlay has none of anyway.
+4.15 overlay has none of anyway. For the systemd install's rotation it serves TLS and
+authenticates the node by its client certificate, as kube-apiserver does the kubelet's.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import shlex
+import subprocess
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from drain_guard import protocol
 from drain_guard.permissions import EVENTS_NAMESPACE
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.cluster import worker_node
 from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.nodeauth import NODES_GROUP
+from drain_guard_sim.tls import ServingCert
 from tests.deploy.rbac import allows, granted
-from tests.deploy.tools import ENV_FILE, Obj, agent_container, env_file, render
+from tests.deploy.tools import (
+    ENV_FILE,
+    KUBELET_CLIENT,
+    REPO,
+    Obj,
+    agent_container,
+    copier_commands,
+    env_file,
+    kubelet_kubeconfig,
+    render,
+    under,
+)
 from tests.helpers import (
     AGENT_USER,
+    CONFIG_A,
     CONFIG_B,
+    IMAGE_A,
     IMAGE_B,
+    MCO_NS,
     NODE,
     StartAgent,
     add_build_pod,
     add_own_daemonset,
     mcd_request,
     metric,
+    node_annotations,
     reap,
     spawn,
     wait_annotation,
@@ -167,3 +191,142 @@ async def test_the_systemd_unit_runs_with_the_node_identity_alone(
         assert await agent.stop() == 0
     finally:
         await reap(started)
+
+
+class Kubelet:
+    """``/var/lib/kubelet`` under ``root`` as the kubelet keeps it: its kubeconfig naming the
+    current pair by path, and in ``pki`` the pairs ``kubelet-client-<n>.pem`` (0600) and the
+    ``kubelet-client-current.pem`` link. A rotation is client-go's certificate store's: a new
+    file, a ``-updated`` link to it, the ``-current`` link removed and ``-updated`` renamed
+    over it."""
+
+    def __init__(self, api: SimApiServer, node: str, root: Path) -> None:
+        self.api, self.node, self.root = api, node, root
+        self.current = Path(under(root, KUBELET_CLIENT))
+        self.current.parent.mkdir(parents=True)
+        self.rotations = 0
+        self.pem = self.rotate()
+        config = kubelet_kubeconfig(api.url)
+        cluster = config["clusters"][0]["cluster"]  # type: ignore[index]
+        assert api.tls is not None
+        cluster["certificate-authority-data"] = base64.b64encode(
+            api.tls.ca_file.read_bytes()
+        ).decode()
+        self.kubeconfig = root / "var/lib/kubelet/kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump(_moved(config, root)))
+        self.kubeconfig.chmod(0o600)
+
+    def rotate(self) -> bytes:
+        self.rotations += 1
+        pem = self.api.client_certificate(NODE_USER, [NODES_GROUP])
+        pair = self.current.with_name(f"kubelet-client-{self.rotations}.pem")
+        pair.touch(mode=0o600)
+        pair.write_bytes(pem)
+        updated = self.current.with_name("kubelet-client-updated.pem")
+        updated.symlink_to(pair)
+        self.current.unlink(missing_ok=True)
+        updated.rename(self.current)
+        self.pem = pem
+        return pem
+
+
+def _moved(config: Any, root: Path) -> Any:
+    """A kubeconfig with its users' certificate and key paths moved under ``root``."""
+    for entry in config["users"]:
+        user = entry["user"]
+        for key in ("client-certificate", "client-key"):
+            user[key] = under(root, user[key])
+    return config
+
+
+def _copy(root: Path) -> None:
+    """drain-guard-credentials.service's commands, as its start (or the .path unit) runs them."""
+    for argv in copier_commands(root):
+        subprocess.run(argv, check=True, timeout=30)
+
+
+def _unit_kubeconfig(kubelet: Kubelet, root: Path) -> Path:
+    """/etc/drain-guard/kubeconfig, made by docs/install.md's command from the kubelet's."""
+    (command,) = [
+        line.strip().removesuffix("\\").strip()
+        for line in (REPO / "docs" / "install.md").read_text().splitlines()
+        if line.startswith("sed ") and KUBELET_CLIENT in line
+    ]
+    # The command names host paths: here they are under root, so it is run on the kubeconfig
+    # as it is on a host, and what it writes moved under root after.
+    host_view = root / "kubelet-kubeconfig-as-on-the-host"
+    host_view.write_text(kubelet.kubeconfig.read_text().replace(str(root), ""))
+    made = subprocess.run(
+        [*shlex.split(command), str(host_view)], capture_output=True, text=True, check=True
+    ).stdout
+    path = root / "etc/drain-guard/kubeconfig"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(_moved(yaml.safe_load(made), root)))
+    return path
+
+
+async def test_the_systemd_install_follows_the_kubelets_rotation_without_a_restart(
+    host: HostFS, tmp_path: Path
+) -> None:
+    """Issue 14: the agent as the unit runs it (the node's identity, a client certificate the
+    kubelet rotates; --release-on-exit) holds a drain; the kubelet rotates its certificate and
+    the API server then refuses the old one (401): the agent reads the copy the credentials
+    unit made again and keeps holding, releases when the build ends, all without a restart. A
+    refusal the copy cannot cure is reported (drain_guard_credentials_refused)."""
+    root = tmp_path / "node"
+    async with SimApiServer(tls=ServingCert.generate(tmp_path / "tls")) as api:
+        api.create("namespaces", {"metadata": {"name": MCO_NS}})
+        api.create("nodes", worker_node(NODE, CONFIG_A, IMAGE_A))
+        api.create("nodes", {"metadata": {"name": OTHER}})
+        kubelet = Kubelet(api, NODE, root)
+        _copy(root)
+        kubeconfig = _unit_kubeconfig(kubelet, root)
+        assert yaml.safe_load(kubeconfig.read_text())["users"][0]["user"] == {
+            "client-certificate": under(root, "/run/drain-guard-credentials/kubelet-client.pem"),
+            "client-key": under(root, "/run/drain-guard-credentials/kubelet-client.pem"),
+        }
+        env = {"DRAIN_GUARD_SHIELD_BUILD_PODS": "false"}
+        started: list[AgentProcess] = []
+        try:
+            agent = await spawn(
+                NODE, kubeconfig, host, "--release-on-exit", started=started, env=env
+            )
+            assert (await _confinement(agent))["confined"] is True
+            add_build_pod(api)
+            mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
+            held = f"hold-drain-{CONFIG_B}"
+            await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == held)
+
+            old = kubelet.pem
+            kubelet.rotate()
+            _copy(root)  # what drain-guard-credentials.path starts on the change
+            api.refuse_certificate(old)  # expired, for the API server
+            rv, mark = api.resource_version, len(agent.records)
+            api.cut_watches(user=NODE_USER)
+            renewed = await agent.wait_log(
+                lambda r: "credentials refused (401); read them again" in str(r["message"]),
+                start=mark,
+            )
+            assert renewed["message"].endswith(f"from kubeconfig {kubeconfig}: renewed")
+            assert node_annotations(api)[protocol.DESIRED_DRAIN] == held  # still held
+
+            api.delete("pods", "build-pod", MCO_NS)
+            await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"drain-{CONFIG_B}")
+            assert _writers(api, rv) == {(NODE_USER, "nodes"), (NODE_USER, "events")}
+            refused = [r for r in api.request_log if r[5] == 401]
+            assert refused
+            # Only the refused certificate's (logged without a user: none was authenticated).
+            assert {r[1] for r in refused} == {"system:anonymous"}
+            assert agent.proc.returncode is None  # never restarted
+            assert await metric(agent, "drain_guard_credential_reads_total", identity="agent") == 1
+            assert await metric(agent, "drain_guard_credentials_refused", identity="agent") == 0
+
+            # The copy is not renewed this time (the copier failed, say): reported.
+            api.refuse_certificate(kubelet.pem)
+            mark = len(agent.records)
+            api.cut_watches(user=NODE_USER)
+            error = await agent.wait_log(lambda r: r["level"] == "ERROR", start=mark)
+            assert "refuses the agent credentials (401 Unauthorized)" in error["message"]
+            assert await metric(agent, "drain_guard_credentials_refused", identity="agent") == 1
+        finally:
+            await reap(started)
