@@ -21,12 +21,12 @@ from typing import Any
 
 from drain_guard import __version__, selfcheck
 from drain_guard.config import ShieldSettings
-from drain_guard.kube import Kube, KubeError, WatchCache, WorkloadState
+from drain_guard.kube import Kube, WatchCache
 from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.protocol import format_rfc3339
-from drain_guard.runner import until_stopped
+from drain_guard.runner import uninstalling, until_stopped
 from drain_guard.selectors import MCO_NAMESPACE
 from drain_guard.server import make_app, serve
 from drain_guard.shield import EVERY_NODE, Shield, ShieldStatus
@@ -133,15 +133,8 @@ async def removes_on_exit(settings: ShieldSettings, kube: Kube) -> tuple[bool, s
     ref = settings.deployment
     if ref is None:
         return False, "no --deployment: budgets are kept (each goes with its pod)"
-    try:
-        state = await kube.deployment_state(ref.namespace, ref.name)
-    except KubeError as exc:
-        # A budget left behind goes with its pod; one removed too early opens a build to
-        # eviction. So when in doubt, keep.
-        return False, f"cannot read Deployment {ref} ({exc}): budgets are kept"
-    if state is WorkloadState.PRESENT:
-        return False, f"Deployment {ref} exists (rolling update): budgets are kept"
-    return True, f"Deployment {ref} is {state.value} (uninstall)"
+    # A budget left behind goes with its pod; one removed too early opens a build to eviction.
+    return await uninstalling("Deployment", ref, kube.deployment_state, kept="budgets")
 
 
 async def _main(settings: ShieldSettings) -> int:

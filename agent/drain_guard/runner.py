@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from drain_guard import __version__, selfcheck
@@ -36,15 +36,28 @@ async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
     ref: WorkloadRef | None = settings.daemonset
     if ref is None:
         return False, "no --daemonset and no --release-on-exit: holds are kept"
+    # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
+    # undoable.
+    return await uninstalling("DaemonSet", ref, kube.daemonset_state, kept="holds")
+
+
+async def uninstalling(
+    kind: str,
+    ref: WorkloadRef,
+    read_state: Callable[[str, str], Awaitable[WorkloadState]],
+    *,
+    kept: str,
+) -> tuple[bool, str]:
+    """Whether the workload that runs this process is gone or being deleted (an uninstall:
+    undo what it keeps), not being replaced (a rolling update: keep it); and why, for the
+    log. When its state cannot be read, keep: what is kept is bounded, a wrong undo is not."""
     try:
-        state = await kube.daemonset_state(ref.namespace, ref.name)
+        state = await read_state(ref.namespace, ref.name)
     except KubeError as exc:
-        # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
-        # undoable. So when in doubt, keep.
-        return False, f"cannot read DaemonSet {ref} ({exc}): holds are kept"
+        return False, f"cannot read {kind} {ref} ({exc}): {kept} are kept"
     if state is WorkloadState.PRESENT:
-        return False, f"DaemonSet {ref} exists (rolling update): holds are kept"
-    return True, f"DaemonSet {ref} is {state.value} (uninstall)"
+        return False, f"{kind} {ref} exists (rolling update): {kept} are kept"
+    return True, f"{kind} {ref} is {state.value} (uninstall)"
 
 
 def make_shield(
