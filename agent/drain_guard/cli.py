@@ -1,9 +1,11 @@
-"""``drain-guard run | shield | status | release | demo``.
+"""``drain-guard run | shield | copy-node-credentials | status | release | demo``.
 
 ``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
-keep no budgets. ``status`` and ``release`` are operator tools that talk to the API with
-the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides
-who may release a hold. ``demo`` is imported lazily: the agent never loads the simulator.
+keep no budgets; ``copy-node-credentials`` copies the kubelet's credentials for an agent
+that may not read them (drain_guard.nodecreds). ``status`` and ``release`` are operator tools
+that talk to the API with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` /
+in-cluster), so RBAC decides who may release a hold. ``demo`` is imported lazily: the agent
+never loads the simulator.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, NoReturn
 
 import aiohttp
 
-from drain_guard import __version__, guards, protocol
+from drain_guard import __version__, guards, nodecreds, protocol
 from drain_guard.config import (
     SettingsError,
     add_run_arguments,
@@ -63,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         "shield", help="keep the build pods' PodDisruptionBudgets of every node (central shield)"
     )
     add_shield_arguments(shield)
+
+    copier = sub.add_parser(
+        "copy-node-credentials",
+        help="copy the kubelet's kubeconfig and client certificate for the agent's group",
+    )
+    nodecreds.add_arguments(copier)
 
     status = sub.add_parser("status", help="show a node's hold state")
     _add_client_arguments(status)
@@ -121,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drain_guard.central import run_shield
 
         return run_shield(shield_settings)
+    if args.command == "copy-node-credentials":
+        return nodecreds.main(args)
     if args.command == "status":
         return asyncio.run(_status(args))
     assert args.command == "release", args.command  # "demo" never reaches the parser

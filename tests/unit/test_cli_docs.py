@@ -13,7 +13,7 @@ from drain_guard.cli import build_parser
 from drain_guard.config import RUN_OPTIONS, SHIELD_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-DOCUMENTED_COMMANDS = ("run", "shield", "status", "release")
+DOCUMENTED_COMMANDS = ("run", "shield", "copy-node-credentials", "status", "release")
 
 
 def _doc_tables() -> dict[str, dict[str, str]]:
@@ -22,7 +22,7 @@ def _doc_tables() -> dict[str, dict[str, str]]:
     command: str | None = None
     in_flag_table = False
     for line in DOC.read_text().splitlines():
-        heading = re.match(r"^## `drain-guard (\w+)`", line)
+        heading = re.match(r"^## `drain-guard ([\w-]+)`", line)
         if heading:
             command = heading.group(1)
             tables[command] = {}
