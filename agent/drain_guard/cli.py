@@ -17,9 +17,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from drain_guard import __version__, guards, nodecreds, protocol
 from drain_guard.config import (
@@ -30,8 +28,12 @@ from drain_guard.config import (
     settings_from,
     shield_settings_from,
 )
-from drain_guard.kube import Applied, Kube, KubeError, NodeObj
-from drain_guard.kubeclient import ConfigException
+
+if TYPE_CHECKING:
+    from drain_guard.kube import Kube, NodeObj
+
+# The API client (aiohttp, kubernetes_asyncio) is imported by the commands that talk to the
+# API, when they run: copy-node-credentials, root in its pod, loads none of it.
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -195,6 +197,8 @@ def node_state(node: NodeObj) -> dict[str, Any]:
 
 
 async def _fetch_endpoint(url: str) -> dict[str, Any]:
+    import aiohttp
+
     timeout = aiohttp.ClientTimeout(total=ENDPOINT_TIMEOUT)
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
@@ -206,6 +210,8 @@ async def _fetch_endpoint(url: str) -> dict[str, Any]:
 
 
 async def _status(args: argparse.Namespace) -> int:
+    from drain_guard.kube import KubeError
+
     node_name = args.node_name or os.environ.get("NODE_NAME")
     kube = await _connect(args.kubeconfig, "status")
     if kube is None:
@@ -239,6 +245,8 @@ async def _status(args: argparse.Namespace) -> int:
 
 async def _add_endpoint(state: dict[str, Any], endpoint: str | None) -> None:
     """Add the agent's own /status when it answers (always tried with ``--endpoint``)."""
+    import aiohttp
+
     url = endpoint or DEFAULT_ENDPOINT
     try:
         agent_status = await _fetch_endpoint(url)
@@ -258,6 +266,9 @@ async def _add_endpoint(state: dict[str, Any], endpoint: str | None) -> None:
 
 
 async def _connect(kubeconfig: str | None, command: str) -> Kube | None:
+    from drain_guard.kube import Kube
+    from drain_guard.kubeclient import ConfigException
+
     try:
         return await Kube.connect(kubeconfig)
     except (ConfigException, OSError, ValueError) as exc:
@@ -325,6 +336,8 @@ def _releasable(annotations: Mapping[str, str]) -> bool:
 
 
 async def _release(args: argparse.Namespace) -> int:
+    from drain_guard.kube import KubeError
+
     kube = await _connect(args.kubeconfig, "release")
     if kube is None:
         return EXIT_USAGE
@@ -353,6 +366,8 @@ async def release_node(kube: Kube, name: str) -> bool:
     The patch also records the request in ``drain-guard.io/released``: the agent does not
     hold that request again, and counts the release as ``manual``.
     """
+    from drain_guard.kube import Applied
+
     for _ in range(RELEASE_ATTEMPTS):
         node = await kube.get_node(name)
         if node is None:

@@ -268,3 +268,18 @@ def test_a_missing_target_directory_is_one_line_and_exit_2(
     (line,) = capsys.readouterr().err.splitlines()
     absent = tmp_path / "absent"
     assert line == f"drain-guard copy-node-credentials: error: --to {absent} is not a directory"
+
+
+def test_the_copier_loads_no_api_client(root: Path, copy: Path) -> None:
+    """Root in its pod: none of the HTTP or Kubernetes client code is in the process (and
+    about a third of the memory; docs/install.md, "Resources")."""
+    code = (
+        "import sys\n"
+        "from drain_guard.cli import main\n"
+        f"assert main(['copy-node-credentials', '--from', {str(root)!r}, '--to', {str(copy)!r},"
+        " '--once']) == 0\n"
+        "clients = ('aiohttp', 'kubernetes_asyncio', 'drain_guard.kube')\n"
+        "loaded = [m for m in sys.modules if m.startswith(clients)]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
