@@ -7,10 +7,14 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from drain_guard import nodecreds
+from drain_guard.cli import build_parser
 from drain_guard.config import Settings, add_run_arguments, settings_from
 from drain_guard.permissions import INSTALL_MODES
 from tests.deploy.tools import (
@@ -26,13 +30,16 @@ from tests.deploy.tools import (
     one,
     pod_spec,
     probe_port,
+    under,
 )
 
 OSTREE = "/sysroot/ostree"  # all the booted-image reader needs (and /proc/cmdline)
 #: Where Node writes and Events go with the node's identity (drain_guard.permissions), the
-#: kubelet's kubeconfig and its client certificates too, and the agent runs as root to read
-#: the 0600 key (tests/deploy/test_node_identity.py).
+#: kubelet's kubeconfig and its client certificates too, mounted by the copiers alone, which
+#: run as root to read the 0600 key and copy it for the agent (tests/deploy/test_node_identity.py).
 KUBELET_CREDENTIALS = {"/var/lib/kubelet/kubeconfig": "File", "/var/lib/kubelet/pki": "Directory"}
+#: The openshift-4.15 overlay's copiers: once before the agent starts, then at each rotation.
+COPIERS = {"node-credentials-init", "node-credentials"}
 
 
 def host_paths(overlay: str) -> dict[str, str]:
@@ -44,7 +51,7 @@ def host_paths(overlay: str) -> dict[str, str]:
 
 
 def runs_as_root(overlay: str, container_name: str) -> bool:
-    return INSTALL_MODES[overlay].node_identity and container_name == "drain-guard"
+    return INSTALL_MODES[overlay].node_identity and container_name in COPIERS
 
 
 def agent_settings(objects: list[Obj]) -> Settings:
@@ -73,12 +80,12 @@ def test_node_name_comes_from_the_downward_api(objects: list[Obj]) -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
-def test_pod_runs_non_root_with_runtime_default_seccomp(objects: list[Obj], overlay: str) -> None:
+def test_pod_runs_non_root_with_runtime_default_seccomp(objects: list[Obj]) -> None:
+    """Every overlay's pod, the agent's UID and group; only a copier says otherwise."""
     spec = pod_spec(objects)
     context = spec["securityContext"]
-    root = runs_as_root(overlay, "drain-guard")
-    assert context["runAsNonRoot"] is not root
-    assert (context["runAsUser"] == 0) is root
+    assert context["runAsNonRoot"] is True
+    assert (context["runAsUser"], context["runAsGroup"]) == (65532, 65532)
     assert context["seccompProfile"]["type"] == "RuntimeDefault"
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
         assert not spec.get(flag), flag
@@ -210,54 +217,117 @@ def test_openshift_serves_metrics_only_through_the_proxy(
 
 
 def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:
+    """Every container of the project's image (the 4.15 copiers too, added after the base's
+    images: transformer ran), in every workload."""
     with (REPO / "pyproject.toml").open("rb") as f:
         version = tomllib.load(f)["project"]["version"]
-    assert agent_container(objects)["image"].rsplit(":", 1)[1] == version
+    images = [
+        c["image"]
+        for workload in objects
+        if workload["kind"] in {"DaemonSet", "Deployment"}
+        for c in containers(objects, workload)
+        if c["image"].partition(":")[0] == "drain-guard"
+    ]
+    assert agent_container(objects)["image"] in images
+    assert {image.rsplit(":", 1)[1] for image in images} == {version}
 
 
-def _mounted_from_host(container_spec: Obj, objects: list[Obj], path: str) -> Obj | None:
-    """The read-only mount through which ``path`` in the container is the host's same
-    ``path`` (None if there is none): how the agent reads a file its kubeconfig names."""
+def _host_mounts(container_spec: Obj, objects: list[Obj]) -> dict[str, Obj]:
+    """The container's mounts of host paths, by the host path: {path: mount}."""
     volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
-    for mount in container_spec.get("volumeMounts", []):
-        host = volumes[mount["name"]].get("hostPath")
-        at = mount["mountPath"].rstrip("/")
-        if host and (path == at or path.startswith(at + "/")) and host["path"] == at:
-            return dict(mount)
-    return None
+    return {
+        volumes[m["name"]]["hostPath"]["path"]: m
+        for m in container_spec.get("volumeMounts", [])
+        if "hostPath" in volumes[m["name"]]
+    }
 
 
-def test_4_15_reads_the_kubelets_credentials_where_its_kubeconfig_names_them(
+def _resolve(container_spec: Obj, objects: list[Obj], path: str) -> tuple[str, str]:
+    """The volume and the path inside it that ``path`` is in the container (the longest
+    mount covering it wins, as in the kubelet's mount table)."""
+    covering = [
+        m
+        for m in container_spec.get("volumeMounts", [])
+        if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
+    ]
+    assert covering, f"{path} is on the container's own (image) filesystem"
+    mount = max(covering, key=lambda m: len(m["mountPath"]))
+    return mount["name"], path.removeprefix(mount["mountPath"].rstrip("/")).lstrip("/")
+
+
+def test_4_15_only_the_copiers_see_the_kubelets_files(
     rendered: Callable[[str], list[Obj]],
 ) -> None:
-    """The node's identity, as the agent loads it: --node-kubeconfig is the kubelet's file,
-    mounted from the host at the same path, and the certificate and key that file names (by
-    absolute path) resolve through a read-only mount of the host's same directory."""
+    """The agent runs as 65532 (as in the openshift overlay) and mounts no kubelet path; the
+    copiers, root, mount the kubelet's kubeconfig and pki directory read-only at their own
+    paths, no /sysroot, and write only the in-memory emptyDir the agent reads."""
     objects = rendered("openshift-4.15")
+    pod_user = pod_spec(objects)["securityContext"]["runAsUser"]
     agent = agent_container(objects)
+    assert agent["securityContext"].get("runAsUser", pod_user) == 65532
+    assert agent["securityContext"]["runAsNonRoot"] is True
+    assert set(_host_mounts(agent, objects)) == {OSTREE}  # as in the openshift overlay
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    assert volumes["node-credentials"]["emptyDir"]["medium"] == "Memory"
+    parser = build_parser()
+    for c in containers(objects):
+        host = _host_mounts(c, objects)
+        if c["name"] not in COPIERS:
+            assert not set(host) & set(KUBELET_CREDENTIALS), c["name"]
+            for mount in c.get("volumeMounts", []):
+                if mount["name"] == "node-credentials":
+                    assert mount["readOnly"] is True, c["name"]
+            continue
+        assert set(host) == set(KUBELET_CREDENTIALS), c["name"]
+        for path, mount in host.items():
+            assert (mount["mountPath"], mount["readOnly"]) == (path, True), c["name"]
+        others = [m for m in c["volumeMounts"] if m["mountPath"] not in host]
+        assert [m["name"] for m in others] == ["node-credentials"], c["name"]
+        args = parser.parse_args(c["args"])
+        assert (args.command, args.source_root, args.to) == (
+            "copy-node-credentials",
+            "/",
+            others[0]["mountPath"],
+        )
+        assert args.once is (c["name"] == "node-credentials-init"), c["name"]
+    # Init container first: the copy exists before the agent starts; then the long-running one.
+    assert [c["name"] for c in pod_spec(objects)["initContainers"]] == ["node-credentials-init"]
+    assert "node-credentials" in {c["name"] for c in pod_spec(objects)["containers"]}
+
+
+def test_4_15_reads_the_kubelets_credentials_through_the_copy(
+    rendered: Callable[[str], list[Obj]], tmp_path: Path
+) -> None:
+    """The node's identity as the agent loads it: --node-kubeconfig and the certificate and
+    key the kubelet's kubeconfig names (by absolute path) resolve, in the agent's mount table,
+    to the files the real copier writes into the emptyDir it mounts read-only."""
+    objects = rendered("openshift-4.15")
     settings = agent_settings(objects)
     assert settings.node_kubeconfig == "/var/lib/kubelet/kubeconfig"
     assert not settings.shield_build_pods  # budgets are the central shield's there
+    # The kubelet's files on a host, copied into the volume by the copier's own code.
+    host = tmp_path / "host"
+    kubeconfig = Path(under(host, "/var/lib/kubelet/kubeconfig"))
+    Path(under(host, KUBELET_CLIENT)).parent.mkdir(parents=True)
+    Path(under(host, KUBELET_CLIENT)).write_text("pair\n")
+    kubeconfig.write_text(yaml.safe_dump(kubelet_kubeconfig()))
+    volume = tmp_path / "node-credentials"
+    volume.mkdir()
+    nodecreds.copy_once(host, volume)  # as the copiers do, into the volume (at its root)
+
+    agent = agent_container(objects)
     user = kubelet_kubeconfig()["users"][0]["user"]  # type: ignore[index]
     for path in (settings.node_kubeconfig, user["client-certificate"], user["client-key"]):
-        mount = _mounted_from_host(agent, objects, path)
-        assert mount is not None, f"{path} is not mounted from the host"
-        assert mount["readOnly"] is True
-    # The certificate through its directory (the kubelet replaces the link on rotation, which
-    # a file mount would not show), the kubeconfig alone: nothing else of /var/lib/kubelet.
-    mounts = {m["mountPath"] for m in agent["volumeMounts"]}
-    assert {m for m in mounts if m.startswith("/var/lib/kubelet")} == set(KUBELET_CREDENTIALS)
-    assert KUBELET_CLIENT.rsplit("/", 1)[0] in mounts
-    for other in containers(objects):
-        if other["name"] != agent["name"]:
-            assert not {m["mountPath"] for m in other.get("volumeMounts", [])} & set(
-                KUBELET_CREDENTIALS
-            ), other["name"]
+        name, inside = _resolve(agent, objects, path)
+        assert name == "node-credentials", f"{path} is not read from the copy"
+        assert (volume / inside).read_bytes() == Path(under(host, path)).read_bytes(), path
+    read_only = {m["name"]: m.get("readOnly") for m in agent["volumeMounts"]}
+    assert read_only["node-credentials"] is True
 
 
 def test_4_15_admits_the_pod_under_its_scc(rendered: Callable[[str], list[Obj]]) -> None:
-    """The SCC lets the agent run as root and the sidecar as 65532, and no other user; the
-    4.17+ overlay's SCC stays non-root."""
+    """The SCC lets the copiers run as root and the agent and its sidecar as 65532 (the
+    narrowest range an SCC can give with both); the 4.17+ overlay's SCC stays non-root."""
     objects = rendered("openshift-4.15")
     run_as = one(objects, "SecurityContextConstraints", "drain-guard")["runAsUser"]
     assert run_as == {"type": "MustRunAsRange", "uidRangeMin": 0, "uidRangeMax": 65532}
@@ -265,7 +335,12 @@ def test_4_15_admits_the_pod_under_its_scc(rendered: Callable[[str], list[Obj]])
     users = {
         c["name"]: c["securityContext"].get("runAsUser", pod_user) for c in containers(objects)
     }
-    assert users == {"drain-guard": 0, "kube-rbac-proxy": 65532}
+    assert users == {
+        "drain-guard": 65532,
+        "kube-rbac-proxy": 65532,
+        "node-credentials-init": 0,
+        "node-credentials": 0,
+    }
     newer = one(rendered("openshift"), "SecurityContextConstraints", "drain-guard")["runAsUser"]
     assert newer["type"] in {"MustRunAsNonRoot", "MustRunAs"}
     assert newer.get("uid", 1) > 0

@@ -92,7 +92,9 @@ def test_openshift_overlay_adds_its_pieces(
     labels = one(objects, "Namespace", NAMESPACE)["metadata"]["labels"]
     assert labels["openshift.io/cluster-monitoring"] == "true"
     names = [c["name"] for c in pod_spec(objects)["containers"]]
-    assert names == ["drain-guard", "kube-rbac-proxy"]
+    # 4.15: the copier of the kubelet's credentials, too (tests/deploy/test_daemonset.py).
+    copier = ["node-credentials"] if variant == "openshift-4.15" else []
+    assert names == ["drain-guard", "kube-rbac-proxy", *copier]
 
 
 @pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])

@@ -11,10 +11,12 @@ authenticates the node by its client certificate, as kube-apiserver does the kub
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import shlex
 import subprocess
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from tests.deploy.tools import (
     REPO,
     Obj,
     agent_container,
+    container,
     copier_commands,
     env_file,
     kubelet_kubeconfig,
@@ -50,6 +53,7 @@ from tests.helpers import (
     IMAGE_B,
     MCO_NS,
     NODE,
+    WAIT,
     StartAgent,
     add_build_pod,
     add_own_daemonset,
@@ -195,10 +199,12 @@ async def test_the_systemd_unit_runs_with_the_node_identity_alone(
 
 class Kubelet:
     """``/var/lib/kubelet`` under ``root`` as the kubelet keeps it: its kubeconfig naming the
-    current pair by path, and in ``pki`` the pairs ``kubelet-client-<n>.pem`` (0600) and the
-    ``kubelet-client-current.pem`` link. A rotation is client-go's certificate store's: a new
-    file, a ``-updated`` link to it, the ``-current`` link removed and ``-updated`` renamed
-    over it."""
+    current pair by its host path, and in ``pki`` the pairs ``kubelet-client-<n>.pem`` (0600)
+    and the ``kubelet-client-current.pem`` link. A rotation is client-go's certificate store's:
+    a new file, a ``-updated`` link to it, the ``-current`` link removed and ``-updated``
+    renamed over it. (client-go's links name the pair by absolute path, which the pod's copier
+    resolves under its --from, tests/unit/test_nodecreds.py; here by its name, which the
+    systemd copier's coreutils resolve the same way on a scratch host.)"""
 
     def __init__(self, api: SimApiServer, node: str, root: Path) -> None:
         self.api, self.node, self.root = api, node, root
@@ -213,7 +219,7 @@ class Kubelet:
             api.tls.ca_file.read_bytes()
         ).decode()
         self.kubeconfig = root / "var/lib/kubelet/kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump(_moved(config, root)))
+        self.kubeconfig.write_text(yaml.safe_dump(config))
         self.kubeconfig.chmod(0o600)
 
     def rotate(self) -> bytes:
@@ -223,7 +229,7 @@ class Kubelet:
         pair.touch(mode=0o600)
         pair.write_bytes(pem)
         updated = self.current.with_name("kubelet-client-updated.pem")
-        updated.symlink_to(pair)
+        updated.symlink_to(pair.name)
         self.current.unlink(missing_ok=True)
         updated.rename(self.current)
         self.pem = pem
@@ -252,12 +258,10 @@ def _unit_kubeconfig(kubelet: Kubelet, root: Path) -> Path:
         for line in (REPO / "docs" / "install.md").read_text().splitlines()
         if line.startswith("sed ") and KUBELET_CLIENT in line
     ]
-    # The command names host paths: here they are under root, so it is run on the kubeconfig
-    # as it is on a host, and what it writes moved under root after.
-    host_view = root / "kubelet-kubeconfig-as-on-the-host"
-    host_view.write_text(kubelet.kubeconfig.read_text().replace(str(root), ""))
+    # The command names host paths, as the kubelet's kubeconfig does: what it writes is
+    # moved under root after.
     made = subprocess.run(
-        [*shlex.split(command), str(host_view)], capture_output=True, text=True, check=True
+        [*shlex.split(command), str(kubelet.kubeconfig)], capture_output=True, text=True, check=True
     ).stdout
     path = root / "etc/drain-guard/kubeconfig"
     path.parent.mkdir(parents=True)
@@ -330,3 +334,100 @@ async def test_the_systemd_install_follows_the_kubelets_rotation_without_a_resta
             assert await metric(agent, "drain_guard_credentials_refused", identity="agent") == 1
         finally:
             await reap(started)
+
+
+def _pod_copier(objects: list[Obj], name: str, root: Path, volume: Path) -> list[str]:
+    """The 4.15 DaemonSet's copier container ``name`` as a command: its own arguments, with
+    the scratch host for the host's / it sees (its two read-only kubelet mounts) and
+    ``volume`` for the emptyDir it writes."""
+    args = container(objects, name)["args"]
+    assert args[0] == "copy-node-credentials"
+    assert "--to=/node-credentials" in args
+    args = [f"--to={volume}" if a == "--to=/node-credentials" else a for a in args]
+    return [sys.executable, "-m", "drain_guard", *args, f"--from={root}"]
+
+
+async def _copied(copier: asyncio.subprocess.Process, name: str) -> None:
+    """Until the running copier says it copied ``name`` (a line of its own output)."""
+    assert copier.stdout is not None
+    while True:
+        line = (await asyncio.wait_for(copier.stdout.readline(), WAIT)).decode()
+        assert line, f"the copier exited ({await copier.wait()})"
+        if line.startswith("drain-guard copy-node-credentials: copied") and name in line:
+            return
+
+
+async def test_the_4_15_pod_copies_the_kubelets_rotating_certificate_for_its_agent(
+    host: HostFS, tmp_path: Path
+) -> None:
+    """The 4.15 pod as the DaemonSet runs it: the init container's copy (the real subcommand,
+    its own arguments) is there before the agent starts; the agent, with the overlay's flags
+    and RBAC, reads it where its mount puts it, writes as the node, holds; the kubelet rotates
+    its certificate and the old one is refused: the copier container renews the copy, the
+    agent reads it again on the 401 and releases, no restart, every write the node's."""
+    objects = render("openshift-4.15")
+    root = tmp_path / "node"
+    # The emptyDir, as the agent sees it: mounted at /var/lib/kubelet of its view.
+    view = tmp_path / "agent-view"
+    volume = view / "var/lib/kubelet"
+    volume.mkdir(parents=True)
+    started: list[AgentProcess] = []
+    async with SimApiServer(tls=ServingCert.generate(tmp_path / "tls")) as api:
+        api.create("namespaces", {"metadata": {"name": MCO_NS}})
+        api.create("nodes", worker_node(NODE, CONFIG_A, IMAGE_A))
+        api.create("nodes", {"metadata": {"name": OTHER}})
+        api.restrict(AGENT_USER, partial(allows, granted(objects)))
+        add_own_daemonset(api)
+        kubelet = Kubelet(api, NODE, root)
+        init = _pod_copier(objects, "node-credentials-init", root, volume)
+        assert await (await asyncio.create_subprocess_exec(*init)).wait() == 0
+        copier = await asyncio.create_subprocess_exec(
+            *_pod_copier(objects, "node-credentials", root, volume),
+            "--interval=0.05",  # the harness's: the manifest keeps the default 10 s
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            # The copy's kubeconfig names /var/lib/kubelet/...: its paths as the agent's mount
+            # table resolves them (tests/deploy/test_daemonset.py checks that table).
+            copied = yaml.safe_load((volume / "kubeconfig").read_text())
+            node_kubeconfig = tmp_path / "node-kubeconfig-in-the-agents-view"
+            node_kubeconfig.write_text(yaml.safe_dump(_moved(copied, view)))
+            account = api.kubeconfig(AGENT_USER, tmp_path / "account-kubeconfig")
+            flags = overlay_flags(objects, node_kubeconfig)
+            agent = await spawn(
+                NODE, account, host, *flags, "--pod-name", "drain-guard-x7k2p", started=started
+            )
+            assert (await _confinement(agent))["confined"] is True
+            rv = api.resource_version
+            add_build_pod(api)
+            mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
+            held = f"hold-drain-{CONFIG_B}"
+            await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == held)
+
+            old = kubelet.pem
+            kubelet.rotate()
+            await _copied(copier, "pki/kubelet-client-current.pem")
+            assert (volume / "pki/kubelet-client-current.pem").read_bytes() == kubelet.pem
+            api.refuse_certificate(old)  # expired, for the API server
+            mark = len(agent.records)
+            api.delete("pods", "build-pod", MCO_NS)  # the release: a Node write, as the node
+            renewed = await agent.wait_log(
+                lambda r: "node credentials refused (401); read them again" in str(r["message"]),
+                start=mark,
+            )
+            assert renewed["message"].endswith(f"from kubeconfig {node_kubeconfig}: renewed")
+            await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"drain-{CONFIG_B}")
+            await api.wait_for_write(
+                lambda w: w.resource == "events" and w.obj.get("reason") == "DrainReleased",
+                since=rv,
+            )
+            assert _writers(api, rv) == {(NODE_USER, "nodes"), (NODE_USER, "events")}
+            _own_events_only(api, rv)
+            assert {r[1] for r in api.request_log if r[5] == 401} == {"system:anonymous"}
+            assert agent.proc.returncode is None  # never restarted
+            assert await metric(agent, "drain_guard_credential_reads_total", identity="node") == 1
+            assert await metric(agent, "drain_guard_credentials_refused", identity="node") == 0
+        finally:
+            await reap(started)
+            copier.terminate()
+            assert await copier.wait() == 0
