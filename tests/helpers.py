@@ -7,6 +7,7 @@ Fixtures stay in ``conftest.py``; everything a test imports is here.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -140,6 +141,21 @@ async def metric(agent: AgentProcess, name: str, **labels: str) -> float:
             if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
     return 0.0
+
+
+async def confinement(agent: AgentProcess) -> dict[str, Any]:
+    """The agent's confinement self-check, once it has run: /status's ``confinement``, checked
+    to agree with its log line and ``drain_guard_confined`` (1 yes, 0 no, -1 unknown)."""
+    record = await agent.wait_log(lambda r: "confinement self-check" in str(r.get("message")))
+    status, body = await agent.http("/status")
+    assert status == 200
+    doc: dict[str, Any] = json.loads(body)["confinement"]
+    assert doc["confined"] == record["confined"]
+    assert (
+        await metric(agent, "drain_guard_confined")
+        == {True: 1, False: 0, None: -1}[doc["confined"]]
+    )
+    return doc
 
 
 async def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:

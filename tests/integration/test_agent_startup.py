@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from drain_guard import protocol
 from drain_guard.selfcheck import PROBE_ANNOTATION
-from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import (
     AGENT_POD,
@@ -21,6 +18,7 @@ from tests.helpers import (
     StartAgent,
     add_build_pod,
     add_own_daemonset,
+    confinement,
     mcd_request,
     metric,
     node_annotations,
@@ -94,19 +92,6 @@ async def test_failed_start_up_checks_are_one_warning_and_one_recovery_line(
     assert "API reachable again after" in ours[-1]["message"]
 
 
-async def _confinement(agent: AgentProcess) -> dict[str, Any]:
-    record = await agent.wait_log(lambda r: "confinement self-check" in str(r.get("message")))
-    status, body = await agent.http("/status")
-    assert status == 200
-    doc: dict[str, Any] = json.loads(body)["confinement"]
-    assert doc["confined"] == record["confined"]
-    assert (
-        await metric(agent, "drain_guard_confined")
-        == {True: 1, False: 0, None: -1}[doc["confined"]]
-    )
-    return doc
-
-
 async def test_a_service_account_that_may_write_every_node_is_reported_unconfined(
     api: SimApiServer, start_agent: StartAgent
 ) -> None:
@@ -115,7 +100,7 @@ async def test_a_service_account_that_may_write_every_node_is_reported_unconfine
     api.create("nodes", {"metadata": {"name": "worker-1"}})
     rv = api.resource_version
     agent = await start_agent()
-    doc = await _confinement(agent)
+    doc = await confinement(agent)
     assert doc["confined"] is False
     assert "a dry-run write to Node worker-1 was allowed" in doc["detail"]
     assert api.resource_version == rv  # nothing stored
@@ -126,7 +111,7 @@ async def test_a_single_node_cluster_cannot_be_checked(
     api: SimApiServer, start_agent: StartAgent
 ) -> None:
     agent = await start_agent()
-    doc = await _confinement(agent)
+    doc = await confinement(agent)
     assert doc == {
         "confined": None,
         "detail": "no other Node to test against (a single-node cluster)",
@@ -145,7 +130,7 @@ async def test_node_writes_with_the_nodes_identity_are_confined_and_work(
     kubeconfig = api.kubeconfig(f"system:node:{NODE}", tmp_path / "node-kubeconfig")
     rv = api.resource_version
     agent = await start_agent("--node-kubeconfig", str(kubeconfig))
-    doc = await _confinement(agent)
+    doc = await confinement(agent)
     assert 'node "worker-0" is not allowed to modify node "worker-1"' in doc["detail"]
     assert await metric(agent, "drain_guard_api_errors_total", operation="node_patch") == 0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import shlex
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from tests.helpers import (
     StartAgent,
     add_build_pod,
     add_own_daemonset,
+    confinement,
     mcd_request,
     metric,
     node_annotations,
@@ -102,19 +102,6 @@ async def _hold_and_release(api: SimApiServer, agent: AgentProcess) -> int:
     return rv
 
 
-async def _confinement(agent: AgentProcess) -> dict[str, Any]:
-    record = await agent.wait_log(lambda r: "confinement self-check" in str(r.get("message")))
-    status, body = await agent.http("/status")
-    assert status == 200
-    doc: dict[str, Any] = json.loads(body)["confinement"]
-    assert doc["confined"] == record["confined"]
-    assert (
-        await metric(agent, "drain_guard_confined")
-        == {True: 1, False: 0, None: -1}[doc["confined"]]
-    )
-    return doc
-
-
 def _writers(api: SimApiServer, since: int) -> set[tuple[str, str]]:
     """What the agent's identities wrote (the node's and its account's), by resource."""
     agent = (NODE_USER, AGENT_USER)
@@ -140,7 +127,7 @@ async def test_the_4_15_overlay_writes_as_the_node_and_reads_as_its_account(
     flags = overlay_flags(objects, node_kubeconfig)
     agent = await start_agent(*flags, "--pod-name", "drain-guard-x7k2p")
 
-    doc = await _confinement(agent)
+    doc = await confinement(agent)
     assert doc["confined"] is True, doc
     assert f'node "{NODE}" is not allowed to modify node "{OTHER}"' in doc["detail"]
     assert "the service account's was denied too" in doc["detail"]
@@ -165,7 +152,7 @@ async def test_a_service_account_that_may_patch_nodes_is_reported_in_node_identi
     api.add_node_user(NODE)
     kubeconfig = api.kubeconfig(NODE_USER, tmp_path / "kubelet-kubeconfig")
     agent = await start_agent("--node-kubeconfig", str(kubeconfig))
-    doc = await _confinement(agent)
+    doc = await confinement(agent)
     assert doc["confined"] is False, doc
     assert f"the service account may write Node {OTHER} too" in doc["detail"]
 
@@ -184,7 +171,7 @@ async def test_the_systemd_unit_runs_with_the_node_identity_alone(
     started: list[AgentProcess] = []
     try:
         agent = await spawn(NODE, kubeconfig, host, "--release-on-exit", started=started, env=env)
-        doc = await _confinement(agent)
+        doc = await confinement(agent)
         assert doc["confined"] is True, doc
         assert "service account" not in doc["detail"]  # it has none
         rv = await _hold_and_release(api, agent)
@@ -295,7 +282,7 @@ async def test_the_systemd_install_follows_the_kubelets_rotation_without_a_resta
             agent = await spawn(
                 NODE, kubeconfig, host, "--release-on-exit", started=started, env=env
             )
-            assert (await _confinement(agent))["confined"] is True
+            assert (await confinement(agent))["confined"] is True
             add_build_pod(api)
             mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
             held = f"hold-drain-{CONFIG_B}"
@@ -397,7 +384,7 @@ async def test_the_4_15_pod_copies_the_kubelets_rotating_certificate_for_its_age
             agent = await spawn(
                 NODE, account, host, *flags, "--pod-name", "drain-guard-x7k2p", started=started
             )
-            assert (await _confinement(agent))["confined"] is True
+            assert (await confinement(agent))["confined"] is True
             rv = api.resource_version
             add_build_pod(api)
             mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
