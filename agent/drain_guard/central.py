@@ -30,6 +30,7 @@ from drain_guard.runner import uninstalling, until_stopped
 from drain_guard.selectors import MCO_NAMESPACE
 from drain_guard.server import make_app, serve
 from drain_guard.shield import EVERY_NODE, Shield, ShieldStatus
+from drain_guard.status import WatchStatus, contact_unready, watches_unready
 
 log = logging.getLogger("drain_guard.central")
 
@@ -95,8 +96,12 @@ class CentralShield:
         self.started_at = datetime.now(UTC)
 
     def _synced(self) -> dict[str, bool]:
+        """Each watch listed and watching now: a view that is complete and current."""
         budgets = self.shield.status().synced.values()
-        return {"pod": self.pods.pods_synced, "poddisruptionbudget": all(budgets)}
+        return {"pod": self._pod_watch().synced, "poddisruptionbudget": all(budgets)}
+
+    def _pod_watch(self) -> WatchStatus:
+        return self.counters.watches.get("pod", WatchStatus())
 
     def status(self) -> CentralStatus:
         return CentralStatus(
@@ -113,19 +118,22 @@ class CentralShield:
 
     async def announce_synced(self) -> None:
         """Log once that both watches have listed: from then on budgets are kept."""
-        await self.shield.wait_status(lambda _: all(self._synced().values()))
+        await self.shield.wait_status(
+            lambda status: self.pods.pods_synced and all(status.synced.values())
+        )
         log.info("watches synced: shielding the build pods of every node")
 
     def ready(self) -> tuple[bool, str]:
-        """Both watches listed and the API heard from lately: only then are budgets kept."""
-        for resource, synced in self._synced().items():
-            if not synced:
-                return False, f"{resource} watch not synced"
-        last = self.counters.last_contact
-        if last is None or datetime.now(UTC) - last > self.stale_after:
-            since = "never" if last is None else f"since {format_rfc3339(last)}"
-            return False, f"API server not reached {since} (--api-stale-after {self.stale_after})"
-        return True, ""
+        """The agent's rule for the pod watch and the API contact (status.readiness), and the
+        budgets listed and watching: only then are budgets kept."""
+        now = datetime.now(UTC)
+        budgets = self.shield.status().synced.values()
+        why = (
+            watches_unready(self.counters.watches, ("pod",), now, self.stale_after)
+            or (None if all(budgets) else "poddisruptionbudget watch not synced")
+            or contact_unready(self.counters.last_contact, now, self.stale_after)
+        )
+        return why is None, why or ""
 
 
 async def removes_on_exit(settings: ShieldSettings, kube: Kube) -> tuple[bool, str]:
@@ -153,7 +161,6 @@ async def _main(settings: ShieldSettings) -> int:
             await kube.close()
             return 2
     pods = WatchCache()
-    pods.pod_listeners.append(lambda: metrics.set_synced("pod", pods.pods_synced))
     shield = Shield(kube, EVERY_NODE, settings.build_pod_selectors, pods, metrics=metrics)
     source = CentralShield(shield, pods, counters, settings.api_stale_after)
     try:

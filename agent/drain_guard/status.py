@@ -471,21 +471,41 @@ def readiness(
     ``stale_after``, the Node exists, and the API answered recently (an agent cut off from the
     API cannot hold anything; it should say so). A failure shorter than that (a renewal
     retried) keeps the agent ready."""
-    for resource in ("node", "pod"):
+    why = (
+        watches_unready(watches, ("node", "pod"), now, stale_after)
+        or (None if node_found else f"node {node_name} not found")
+        or contact_unready(last_contact, now, stale_after)
+    )
+    return why is None, why or ""
+
+
+def watches_unready(
+    watches: Mapping[str, WatchStatus],
+    resources: tuple[str, ...],
+    now: datetime,
+    stale_after: timedelta,
+) -> str | None:
+    """Why the first of ``resources``' watches is not ready (not listed yet, or failing for
+    longer than ``stale_after``), or None; the readiness rule of the agent and the central
+    shield alike."""
+    for resource in resources:
         watch = watches.get(resource, WatchStatus())
         if not watch.listed:
-            return False, f"{resource} watch not listed yet"
+            return f"{resource} watch not listed yet"
         since = watch.failing_since
         if not watch.watching and since is not None and now - since > stale_after:
-            return False, (
+            return (
                 f"{resource} watch failing since {format_rfc3339(since)} ({watch.error};"
                 f" --api-stale-after {format_duration(stale_after)})"
             )
-    if not node_found:
-        return False, f"node {node_name} not found"
-    if last_contact is None or now - last_contact > stale_after:
-        last = "never" if last_contact is None else f"since {format_rfc3339(last_contact)}"
-        return False, (
-            f"API server not reached {last} (--api-stale-after {format_duration(stale_after)})"
-        )
-    return True, ""
+    return None
+
+
+def contact_unready(
+    last_contact: datetime | None, now: datetime, stale_after: timedelta
+) -> str | None:
+    """Why the API counts as not heard from (never, or not within ``stale_after``), or None."""
+    if last_contact is not None and now - last_contact <= stale_after:
+        return None
+    last = "never" if last_contact is None else f"since {format_rfc3339(last_contact)}"
+    return f"API server not reached {last} (--api-stale-after {format_duration(stale_after)})"
