@@ -19,6 +19,7 @@ import pytest
 
 from drain_guard.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
 from tests.deploy.tools import (
+    CLUSTER_SCOPED,
     MIN_KUBERNETES,
     WITH_ADMISSION_POLICY,
     Obj,
@@ -40,15 +41,6 @@ CUSTOM_KINDS = {
     "openshift-4.15": _OPENSHIFT_CUSTOM_KINDS,
     # Applies on a bare cluster: nothing that needs a CRD.
     "kubernetes": set(),
-}
-CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "SecurityContextConstraints",
-    "PriorityClass",
 }
 NAMESPACE = "drain-guard"
 

@@ -22,6 +22,7 @@ import pytest
 from tests.deploy.admission import Policy, admitted_pod
 from tests.deploy.authorizer import Request, allows, proxy_config, scrape
 from tests.deploy.tools import (
+    CLUSTER_SCOPED,
     DAEMONSET_DIR,
     MIN_KUBERNETES,
     OVERLAYS,
@@ -37,14 +38,6 @@ from tests.deploy.tools import (
 OLD, NEW = "drain-guard", "other-ns"
 PINNED = "drain-guard.io/namespace"
 FIXUPS = DAEMONSET_DIR / "transformers" / "renamed-namespace"
-CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "SecurityContextConstraints",
-}
 OPENSHIFT = ("openshift", "openshift-4.15")
 # (the way the namespace is renamed, overlay): kustomize's `namespace:` renames every Namespace
 # object, so it cannot rename the kubernetes overlay (which also creates MCO's namespace).

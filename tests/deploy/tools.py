@@ -26,6 +26,16 @@ OVERLAYS = ("kubernetes", "openshift", "openshift-4.15")
 MIN_KUBERNETES = {"kubernetes": "1.30.0", "openshift": "1.30.0", "openshift-4.15": "1.28.0"}
 WITH_ADMISSION_POLICY = ("kubernetes", "openshift")
 RENDER_TIMEOUT = 60.0
+#: The kinds the manifests use that have no namespace.
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "SecurityContextConstraints",
+    "PriorityClass",
+}
 #: The systemd unit's settings file (VAR=value lines; systemd's EnvironmentFile=).
 ENV_FILE = REPO / "systemd" / "drain-guard.env"
 
