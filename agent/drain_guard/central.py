@@ -26,9 +26,9 @@ from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.protocol import format_rfc3339
-from drain_guard.runner import uninstalling, until_stopped
+from drain_guard.runner import interruptible, uninstalling, until_stopped
 from drain_guard.selectors import MCO_NAMESPACE
-from drain_guard.server import make_app, serve
+from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import EVERY_NODE, Shield, ShieldStatus
 from drain_guard.status import WatchStatus, contact_unready, watches_unready
 
@@ -147,6 +147,19 @@ async def removes_on_exit(settings: ShieldSettings, kube: Kube) -> tuple[bool, s
 
 async def _main(settings: ShieldSettings) -> int:
     metrics = BaseMetrics()
+    late = LateSource()
+    try:  # first, so that the probes answer while the start-up check waits for the API
+        runner, _ = await serve(make_app(late, metrics), settings.listen)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc)
+        return 2  # an invalid setting, as the CLI's other ones
+    try:
+        return await interruptible(_shield(settings, metrics, late))
+    finally:
+        await runner.cleanup()
+
+
+async def _shield(settings: ShieldSettings, metrics: BaseMetrics, late: LateSource) -> int:
     counters = MetricCounters(metrics)
     try:
         kube = await Kube.connect(settings.kubeconfig, counters)
@@ -163,12 +176,7 @@ async def _main(settings: ShieldSettings) -> int:
     pods = WatchCache()
     shield = Shield(kube, EVERY_NODE, settings.build_pod_selectors, pods, metrics=metrics)
     source = CentralShield(shield, pods, counters, settings.api_stale_after)
-    try:
-        runner, _ = await serve(make_app(source, metrics), settings.listen)
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc)
-        await kube.close()
-        return 1
+    late.target = source
     log.info("drain-guard %s shielding the build pods of every node", __version__)
     fields = {"apiServer": kube.api.configuration.host, **settings.effective()}
     shielded = list(shield.status().namespaces)
@@ -185,7 +193,6 @@ async def _main(settings: ShieldSettings) -> int:
     finally:
         announce.cancel()
         await asyncio.gather(announce, return_exceptions=True)
-        await runner.cleanup()
         await kube.close()
     return code
 

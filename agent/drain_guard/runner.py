@@ -18,7 +18,7 @@ from drain_guard.kube import WATCH_TIMEOUT, Kube, KubeError, WatchCache, Workloa
 from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import MetricCounters, Metrics
-from drain_guard.server import make_app, serve
+from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import NodeScope, Shield
 
 log = logging.getLogger("drain_guard.runner")
@@ -123,8 +123,36 @@ async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> int:
     return code
 
 
+async def interruptible(coro: Coroutine[Any, Any, int]) -> int:
+    """Run the process's ``coro``; a SIGTERM or SIGINT before it reaches :func:`until_stopped`
+    (which then takes the signals over), e.g. while its start-up checks wait for the API,
+    cancels it: a clean stop, exit 0, logged as any stop."""
+    task = asyncio.create_task(coro, name="main")
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        log.info("stopping (signalled before start-up completed)")
+        return 0
+
+
 async def _main(settings: Settings) -> int:
     metrics = Metrics()
+    source = LateSource()
+    try:  # first, so that the probes answer while the start-up checks wait for the API
+        runner, _ = await serve(make_app(source, metrics), settings.listen)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc)
+        return 2  # an invalid setting, as the CLI's other ones
+    try:
+        return await interruptible(_agent(settings, metrics, source))
+    finally:
+        await runner.cleanup()
+
+
+async def _agent(settings: Settings, metrics: Metrics, source: LateSource) -> int:
     counters = MetricCounters(metrics)
     try:
         kube = await Kube.connect(settings.kubeconfig, counters)
@@ -153,12 +181,7 @@ async def _main(settings: Settings) -> int:
     controller = Controller(settings, kube, metrics, counters, events, cache, shield)
     if settings.daemonset is None and not settings.release_on_exit:
         log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
-    try:
-        runner, _ = await serve(make_app(controller, metrics), settings.listen)
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc)
-        await kube.close()
-        return 1
+    source.target = controller
     log.info(
         "drain-guard %s guarding node %s (max-hold %s)%s",
         __version__,
@@ -206,7 +229,6 @@ async def _main(settings: Settings) -> int:
         sender.cancel()
         checker.cancel()
         await asyncio.gather(sender, checker, return_exceptions=True)
-        await runner.cleanup()
         await kube.close()
     return code
 

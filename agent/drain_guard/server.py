@@ -8,6 +8,10 @@ API::
     ...
     await runner.cleanup()
 
+A process serves from its first second, before it has reached the API: it makes the app on a
+``LateSource`` (alive, not ready: "waiting for the API") and hands it the controller once the
+start-up checks have passed, so that an API outage at start does not fail the liveness probe.
+
 Only GET and HEAD are routed; any other method gets 405 (nothing here changes anything).
 ``/metrics`` is prometheus_client's aiohttp handler on the agent's own registry, so it answers
 in the text format or, when the scraper asks for it, OpenMetrics; never compressed.
@@ -75,6 +79,38 @@ class StatusSource(Protocol):
     def ready(self) -> tuple[bool, str]:
         """Whether the watches are synced and the API answered recently, and if not, why."""
         ...
+
+
+class StartingSnapshot:
+    """``/status`` before the process's parts exist."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": "starting", "ready": False, "reason": self.reason}
+
+    def to_text(self) -> str:
+        return f"starting: {self.reason}\n"
+
+
+class LateSource:
+    """A :class:`StatusSource` whose ``target`` is set once the start-up checks have passed.
+    Until then the process is alive (the kubelet must not restart it for an API outage) and
+    not ready, for ``reason``."""
+
+    def __init__(self, reason: str = "waiting for the API") -> None:
+        self.reason = reason
+        self.target: StatusSource | None = None
+
+    def status(self) -> Snapshot:
+        return StartingSnapshot(self.reason) if self.target is None else self.target.status()
+
+    def alive(self) -> bool:
+        return self.target is None or self.target.alive()
+
+    def ready(self) -> tuple[bool, str]:
+        return (False, self.reason) if self.target is None else self.target.ready()
 
 
 class _Bucket:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drain_guard import protocol
 from drain_guard.selfcheck import PROBE_ANNOTATION
@@ -172,3 +175,63 @@ async def test_rotated_node_credentials_are_read_again_on_401(
     assert {w.user for w in api.writes("nodes") if w.rv > rv and w.name == NODE} >= {
         f"system:node:{NODE}"
     }
+
+
+def _unreachable_kubeconfig(api: SimApiServer, path: Path) -> Path:
+    """The agent's kubeconfig with the server moved to a loopback port nobody listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again on exit: connections are refused
+    config = yaml.safe_load(api.kubeconfig(AGENT_USER).read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+async def test_an_unreachable_api_at_start_is_alive_and_not_ready(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """Issue 25: the port was closed until the start-up checks passed, so the liveness probe
+    failed and an API outage at start became CrashLoopBackOff."""
+    kubeconfig = _unreachable_kubeconfig(api, tmp_path / "unreachable")
+    agent = await start_agent("--kubeconfig", str(kubeconfig), ready=False)
+    await agent.wait_line("checking --node-name: API unreachable since")
+    assert await agent.http("/healthz") == (200, "ok\n")
+    assert await agent.http("/readyz") == (503, "waiting for the API\n")
+    status, body = await agent.http("/status")
+    assert (status, json.loads(body)) == (
+        200,
+        {"phase": "starting", "ready": False, "reason": "waiting for the API"},
+    )
+    # A SIGTERM during the wait is a clean stop (it was 143 with no line).
+    assert await agent.stop() == 0
+    assert "stopping (signalled before start-up completed)" in agent.log_text()
+
+
+async def test_the_endpoint_answers_while_the_api_fails_and_hands_over_when_it_answers(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    fault = api.faults.error(503, user=AGENT_USER)
+    agent = await start_agent(ready=False)
+    await agent.wait_line("checking --node-name: API unreachable since")
+    assert await agent.http("/readyz") == (503, "waiting for the API\n")
+    api.faults.remove(fault)
+    await agent.wait_synced()
+    status, body = await agent.http("/status")
+    assert status == 200
+    assert json.loads(body)["node"] == NODE
+
+
+async def test_a_port_in_use_is_one_line_and_exit_2_before_any_api_contact(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """It was reported only once the API answered, with exit 1."""
+    kubeconfig = _unreachable_kubeconfig(api, tmp_path / "unreachable")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        message = await _refused(start_agent, "--kubeconfig", str(kubeconfig), "--listen", listen)
+    assert message.startswith(f"cannot listen on {listen}: ")
+    assert "address already in use" in message

@@ -262,3 +262,21 @@ async def test_every_request_the_shield_sent_is_in_its_permissions(
         assert permissions.allowed(
             group, plural, verb, namespace, permissions.SHIELD_PERMISSIONS
         ), (verb, resource, namespace)
+
+
+async def test_it_answers_its_probes_while_its_start_up_check_waits_for_the_api(
+    api: SimApiServer, start_shield: StartShield
+) -> None:
+    """Issue 25: alive (liveness 200) and not ready until its start-up check has passed; a
+    SIGTERM meanwhile is a clean stop."""
+    api.faults.error(503, user=SHIELD_USER)
+    shield = await start_shield("--deployment", "drain-guard/drain-guard-shield", synced=False)
+    await shield.wait_log(
+        lambda r: (
+            "checking --deployment" in r.get("message", "")
+            and "API unreachable since" in r.get("message", "")
+        )
+    )
+    assert await shield.http("/healthz") == (200, "ok\n")
+    assert await shield.http("/readyz") == (503, "waiting for the API\n")
+    assert await shield.stop() == 0
