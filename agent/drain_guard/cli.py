@@ -1,11 +1,12 @@
-"""``drain-guard run | shield | copy-node-credentials | status | release | demo``.
+"""``drain-guard run | shield | webhook | copy-node-credentials | status | release | demo``.
 
 ``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
-keep no budgets; ``copy-node-credentials`` copies the kubelet's credentials for an agent
-that may not read them (drain_guard.nodecreds). ``status`` and ``release`` are operator tools
-that talk to the API with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` /
-in-cluster), so RBAC decides who may release a hold. ``demo`` is imported lazily: the agent
-never loads the simulator.
+keep no budgets; ``webhook`` the admission webhook that confines the agents on OpenShift
+4.15/4.16 (drain_guard.webhook); ``copy-node-credentials`` copies the kubelet's credentials
+for an agent that may not read them (drain_guard.nodecreds). ``status`` and ``release`` are
+operator tools that talk to the API with the caller's own credentials (``--kubeconfig`` /
+``KUBECONFIG`` / in-cluster), so RBAC decides who may release a hold. ``demo`` is imported
+lazily: the agent never loads the simulator.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from drain_guard.config import (
     SettingsError,
     add_run_arguments,
     add_shield_arguments,
+    add_webhook_arguments,
     default_max_hold,
     settings_from,
     shield_settings_from,
@@ -73,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="copy the kubelet's kubeconfig and client certificate for the agent's group",
     )
     nodecreds.add_arguments(copier)
+
+    webhook = sub.add_parser(
+        "webhook",
+        help="serve the admission webhook that confines drain-guard (OpenShift 4.15/4.16)",
+    )
+    add_webhook_arguments(webhook)
 
     status = sub.add_parser("status", help="show a node's hold state")
     _add_client_arguments(status)
@@ -131,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drain_guard.central import run_shield
 
         return run_shield(shield_settings)
+    if args.command == "webhook":
+        from drain_guard import webhook
+
+        return webhook.main(args)
     if args.command == "copy-node-credentials":
         return nodecreds.main(args)
     if args.command == "status":

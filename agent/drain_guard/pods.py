@@ -13,6 +13,8 @@ namespace in with ``--build-pod-namespace``.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +28,21 @@ from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector, OwnerRef
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 #: ``--build-pod-namespace`` value that opts every namespace in.
 ALL_NAMESPACES = "*"
+
+#: The labels of the shield's budgets (drain_guard.shield), which admission checks too
+#: (drain_guard.admission): who keeps the budget, and the node of the pod it shields (a label
+#: value: the node name, or a hash if too long).
+MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "drain-guard"
+NODE_KEY = "drain-guard.io/node"
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def node_label_value(node: str) -> str:
+    """The node name as a label value; names longer than 63 characters become a hash."""
+    if len(node) <= 63 and _LABEL_VALUE_RE.match(node):
+        return node
+    return "sha256-" + hashlib.sha256(node.encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True)

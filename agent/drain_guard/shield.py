@@ -46,7 +46,6 @@ import enum
 import functools
 import hashlib
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -62,7 +61,16 @@ from drain_guard.kube import (
     Outage,
     WatchCache,
 )
-from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, is_build_pod
+from drain_guard.pods import (
+    DEFAULT_SCOPE,
+    MANAGED_BY,
+    MANAGED_BY_KEY,
+    NODE_KEY,
+    Pod,
+    PodScope,
+    is_build_pod,
+    node_label_value,
+)
 from drain_guard.selectors import (
     MCO_NAMESPACE,
     BuildPodSelector,
@@ -74,10 +82,6 @@ from drain_guard.status import WatchStatus
 
 log = logging.getLogger("drain_guard.shield")
 
-MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "drain-guard"
-#: The node of the pod a budget shields (a label value: the node name, or a hash if too long).
-NODE_KEY = "drain-guard.io/node"
 #: Why the budget exists: ``build-pod`` or ``dependency``.
 ROLE_KEY = "drain-guard.io/shield"
 #: The shielded pod's name (an annotation, for humans; the ownerReference's uid is the key).
@@ -96,7 +100,6 @@ DEPENDENCY_SELECTORS: tuple[str, ...] = (
     f"{REGISTRY_NAMESPACE}:docker-registry=default",
 )
 
-_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _MAX_NAME = 253
 
 
@@ -118,13 +121,6 @@ def shield_namespaces(
         if sel.namespace is not None and sel.namespace not in names:
             names.append(sel.namespace)
     return names
-
-
-def node_label_value(node: str) -> str:
-    """The node name as a label value; names longer than 63 characters become a hash."""
-    if len(node) <= 63 and _LABEL_VALUE_RE.match(node):
-        return node
-    return "sha256-" + hashlib.sha256(node.encode()).hexdigest()[:40]
 
 
 def budget_name(pod: str, uid: str) -> str:

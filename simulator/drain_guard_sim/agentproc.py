@@ -28,6 +28,7 @@ __all__ = [
     "run_args",
     "spawn_agent",
     "spawn_shield",
+    "spawn_webhook",
 ]
 
 #: How much of the pipe one read takes; a log line may be longer (it is joined, never cut).
@@ -169,7 +170,9 @@ class AgentProcess:
 
     def _note(self, record: dict[str, Any]) -> None:
         message = str(record.get("message", ""))
-        if self.port is None and message.startswith("listening on http://"):
+        if self.port is None and message.startswith(
+            ("listening on http://", "listening on https://")
+        ):
             self.port = int(message.rsplit(":", 1)[1])
         elif message == "decision":
             if self.synced_at is None:
@@ -312,6 +315,34 @@ async def spawn_shield(
         *extra,
     ]
     return await _spawn(SHIELD, command, env)
+
+
+#: What :func:`spawn_webhook`'s process is called in errors.
+WEBHOOK = "webhook"
+
+
+async def spawn_webhook(
+    kubeconfig: Path | str, cert_file: Path, key_file: Path, *extra: str
+) -> AgentProcess:
+    """Start ``drain-guard webhook`` over TLS with JSON logs on any free loopback port."""
+    command = [
+        sys.executable,
+        "-m",
+        "drain_guard",
+        "webhook",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--tls-cert-file",
+        str(cert_file),
+        "--tls-private-key-file",
+        str(key_file),
+        "--listen",
+        "127.0.0.1:0",
+        "--log-format",
+        "json",
+        *extra,
+    ]
+    return await _spawn(WEBHOOK, command, None)
 
 
 async def _spawn(

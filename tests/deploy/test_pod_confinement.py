@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from drain_guard import admission
 from tests.deploy.admission import Policy, Verdict, admitted_pod, scc
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one, pod_spec
 
@@ -285,3 +286,45 @@ def test_the_policy_matches_pod_creation_and_ephemeral_containers_only(
         ("pods", "CREATE"),
         ("pods/ephemeralcontainers", "UPDATE"),
     ]
+
+
+# --- the webhook of OpenShift 4.15/4.16 (drain_guard.admission) decides the same ----------------
+
+
+def webhook_create(pod: Obj) -> admission.Verdict:
+    request = {
+        "operation": "CREATE",
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "userInfo": {"username": DAEMONSET_CONTROLLER},
+        "object": pod,
+    }
+    return admission.decide(request, {})
+
+
+@pytest.mark.parametrize("overlay", WITH_ADMISSION_POLICY)
+def test_the_webhook_admits_the_daemonsets_pod(
+    rendered: Callable[[str], list[Obj]], overlay: str
+) -> None:
+    verdict = webhook_create(admitted_pod(rendered(overlay)))
+    assert verdict.allowed, verdict.message
+
+
+@pytest.mark.parametrize("change", sorted(DENIED))
+def test_the_webhook_denies_the_pod_too(rendered: Callable[[str], list[Obj]], change: str) -> None:
+    mutate, reason = DENIED[change]
+    pod = admitted_pod(rendered("kubernetes"))
+    mutate(pod)
+    verdict = webhook_create(pod)
+    assert not verdict.allowed
+    assert reason in verdict.message, verdict.message
+
+
+def test_the_webhook_leaves_pods_of_other_accounts_alone(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    pod = admitted_pod(rendered("kubernetes"))
+    pod["spec"]["serviceAccountName"] = "machine-config-daemon"
+    pod["spec"]["hostPID"] = True
+    assert webhook_create(pod).allowed
+    pod["spec"]["serviceAccountName"] = "acme-drain-guard"  # a kustomize namePrefix
+    assert not webhook_create(pod).allowed

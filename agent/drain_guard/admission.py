@@ -1,0 +1,451 @@
+"""The admission webhook's decisions (pure): what drain-guard's identities may write.
+
+OpenShift 4.15/4.16 (Kubernetes 1.28/1.29) has no ValidatingAdmissionPolicy and no node-name
+claim in service-account tokens, so ``drain-guard webhook`` (drain_guard.webhook, the HTTP
+part) applies the rules of daemonset/base/admission-policy.yaml itself, as OpenShift's
+network-node-identity webhook confines each node's ovnkube. A bound token carries the name
+and uid of the pod it was made for (``authentication.kubernetes.io/pod-name``, ``pod-uid``);
+the webhook looks that pod up and, from its owner and ``spec.nodeName``, knows the node:
+
+- an agent (a service account whose name ends in ``drain-guard``, in any namespace: a renamed
+  namespace or a kustomize ``namePrefix`` keeps it matched) may change only its own Node's
+  ``desiredDrain`` (hold and release, docs/protocol.md) and drain-guard's own keys, create and
+  delete budgets of the shield's shape on its own node's build pods in MCO's namespace, and
+  write Events about its own Node;
+- the central shield (a name ending in ``drain-guard-shield``) may create and delete budgets
+  of the shield's shape in MCO's namespace, on a pod that exists, and nothing else;
+- a pod that runs as an agent's service account is admitted only as the DaemonSet ships it
+  (the one read-only host path, UID 65532, no privilege): the same rules as the policy
+  drain-guard-pod-confinement.
+
+:func:`lookups` names the pods a request's decision reads; the caller fetches them and
+:func:`decide` decides. A request that cannot be tied to a live agent pod is denied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drain_guard import protocol
+from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_value
+from drain_guard.selectors import MCO_NAMESPACE
+
+__all__ = [
+    "AGENT_SUFFIX",
+    "POD_NAME_EXTRA",
+    "POD_UID_EXTRA",
+    "SHIELD_SUFFIX",
+    "PodKey",
+    "Verdict",
+    "decide",
+    "lookups",
+]
+
+Obj = Mapping[str, Any]
+
+SA_PREFIX = "system:serviceaccount:"
+#: Service-account names the webhook judges (by suffix: robust to a kustomize namePrefix).
+AGENT_SUFFIX = "drain-guard"
+SHIELD_SUFFIX = "drain-guard-shield"
+POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
+POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
+#: Where a Node's Events live (a cluster-scoped object's Events are in ``default``).
+EVENT_NAMESPACE = "default"
+#: The Event recorder's component (drain_guard.events): pinned, so an agent cannot pose as
+#: the kubelet or MCO in ``oc get events``.
+EVENT_COMPONENT = "drain-guard"
+#: The keys an agent writes on its Node besides ``desiredDrain``.
+AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, protocol.RELEASED))
+MAX_VALUE = protocol.MAX_DETAIL_BYTES
+#: Labels by which the shield's budgets select build pods (the default build-pod selectors'
+#: keys); a budget must carry one, and never ``k8s-app`` (MCO's own controller and builder).
+BUILD_POD_KEYS = (
+    "openshift.io/build.name",
+    "machineconfiguration.openshift.io/buildPod",
+    "machineconfiguration.openshift.io/on-cluster-layering",
+)
+BUILD_JOB_KEY = "batch.kubernetes.io/job-name"
+MCO_OWN_KEY = "k8s-app"
+#: The agent pod's one host path, its user, and the volume kinds it uses.
+HOST_PATH = "/sysroot/ostree"
+POD_USER = 65532
+POD_VOLUME_KINDS = frozenset(("hostPath", "emptyDir", "secret", "configMap", "projected"))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    message: str = ""
+
+
+ALLOW = Verdict(True)
+
+
+def _deny(message: str) -> Verdict:
+    return Verdict(False, f"drain-guard: {message}")
+
+
+@dataclass(frozen=True)
+class PodKey:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A drain-guard service account: ``namespace`` and ``name`` from the username."""
+
+    namespace: str
+    name: str
+
+    @property
+    def is_shield(self) -> bool:
+        return self.name.endswith(SHIELD_SUFFIX)
+
+
+def caller(request: Obj) -> Caller | None:
+    """The drain-guard service account making the request, or None for anyone else."""
+    username = str(_get(request, "userInfo", "username") or "")
+    if not username.startswith(SA_PREFIX):
+        return None
+    namespace, _, name = username[len(SA_PREFIX) :].partition(":")
+    if not namespace or not name.endswith((AGENT_SUFFIX, SHIELD_SUFFIX)):
+        return None
+    return Caller(namespace, name)
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _one_extra(request: Obj, key: str) -> str | None:
+    values = _get(request, "userInfo", "extra", key)
+    if isinstance(values, list) and len(values) == 1 and isinstance(values[0], str):
+        return values[0] or None
+    return None
+
+
+def _resource(request: Obj) -> tuple[str, str]:
+    return str(_get(request, "resource", "resource") or ""), str(request.get("subResource") or "")
+
+
+def _subject(request: Obj) -> Obj:
+    """The object as it is after the request, or as it was before a DELETE."""
+    key = "oldObject" if request.get("operation") == "DELETE" else "object"
+    found = request.get(key)
+    return found if isinstance(found, Mapping) else {}
+
+
+def lookups(request: Obj) -> tuple[PodKey, ...]:
+    """The pods :func:`decide` reads for ``request``: the calling agent's own pod (from its
+    token's pod-name extra), and for an agent's or the shield's budget the pod that owns it."""
+    who = caller(request)
+    resource, _ = _resource(request)
+    if who is None or resource == "pods":
+        return ()
+    keys: list[PodKey] = []
+    pod_name = _one_extra(request, POD_NAME_EXTRA)
+    if not who.is_shield and pod_name is not None:
+        keys.append(PodKey(who.namespace, pod_name))
+    if resource == "poddisruptionbudgets" and request.get("operation") == "CREATE":
+        owners = _get(request, "object", "metadata", "ownerReferences")
+        if isinstance(owners, list) and len(owners) == 1 and isinstance(owners[0], Mapping):
+            keys.append(PodKey(str(request.get("namespace") or ""), str(owners[0].get("name"))))
+    return tuple(keys)
+
+
+def decide(request: Obj, pods: Mapping[PodKey, Obj | None]) -> Verdict:
+    """Allow or deny one AdmissionReview request; ``pods`` holds what :func:`lookups` named
+    (None: not found). Requests of anyone but drain-guard's identities are allowed: the
+    webhook's matchConditions send it only theirs, and pods that run as an agent."""
+    resource, subresource = _resource(request)
+    if resource == "pods":
+        return review_pod(request)
+    who = caller(request)
+    if who is None:
+        return ALLOW
+    if who.is_shield:
+        if resource != "poddisruptionbudgets" or subresource:
+            return _deny("the central shield writes budgets only")
+        return review_budget(request, pods, node=None)
+    node = _caller_node(request, who, pods)
+    if isinstance(node, Verdict):
+        return node
+    if resource == "nodes" and not subresource:
+        return review_node(request, node)
+    if resource == "poddisruptionbudgets" and not subresource:
+        return review_budget(request, pods, node=node)
+    if resource == "events" and not subresource:
+        return review_event(request, node)
+    return _deny(f"an agent may not write {resource}{'/' + subresource if subresource else ''}")
+
+
+def _caller_node(request: Obj, who: Caller, pods: Mapping[PodKey, Obj | None]) -> str | Verdict:
+    """The node of the agent pod the request's token was made for, or why there is none."""
+    pod_name = _one_extra(request, POD_NAME_EXTRA)
+    pod_uid = _one_extra(request, POD_UID_EXTRA)
+    if pod_name is None or pod_uid is None:
+        return _deny("the request has no pod-name and pod-uid claim (a pod-bound token is needed)")
+    pod = pods.get(PodKey(who.namespace, pod_name))
+    if pod is None:
+        return _deny(f"the token's pod {who.namespace}/{pod_name} does not exist")
+    if _get(pod, "metadata", "uid") != pod_uid:
+        return _deny(f"the token's pod {who.namespace}/{pod_name} was replaced (uid differs)")
+    if _get(pod, "spec", "serviceAccountName") != who.name:
+        return _deny(f"the pod {who.namespace}/{pod_name} does not run as {who.name}")
+    owners = _get(pod, "metadata", "ownerReferences")
+    controllers = [
+        o for o in owners or () if isinstance(o, Mapping) and o.get("controller") is True
+    ]
+    if not (
+        len(controllers) == 1
+        and controllers[0].get("apiVersion") == "apps/v1"
+        and controllers[0].get("kind") == "DaemonSet"
+        and controllers[0].get("name") == who.name
+    ):
+        return _deny(f"the pod {who.namespace}/{pod_name} is not the {who.name} DaemonSet's")
+    node = _get(pod, "spec", "nodeName")
+    if not isinstance(node, str) or not node:
+        return _deny(f"the pod {who.namespace}/{pod_name} is bound to no node")
+    return node
+
+
+# --- Nodes --------------------------------------------------------------------------------
+
+
+def _annotations(obj: Obj) -> Mapping[str, str]:
+    found = _get(obj, "metadata", "annotations")
+    return found if isinstance(found, Mapping) else {}
+
+
+def review_node(request: Obj, node: str) -> Verdict:
+    """An agent's Node UPDATE: its own Node, annotations only, the protocol's shapes."""
+    if request.get("operation") != "UPDATE":
+        return _deny("an agent only updates a Node")
+    new, old = request.get("object") or {}, request.get("oldObject") or {}
+    if request.get("name") != node or _get(new, "metadata", "name") != node:
+        return _deny(f"an agent may change only the Node it runs on ({node})")
+    if new.get("spec") != old.get("spec"):
+        return _deny("an agent may not change a Node's spec")
+    for field in ("labels", "ownerReferences", "finalizers"):
+        if _get(new, "metadata", field) != _get(old, "metadata", field):
+            return _deny(f"an agent may not change a Node's {field}")
+    before, after = _annotations(old), _annotations(new)
+    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    foreign = sorted(changed - AGENT_KEYS - {protocol.DESIRED_DRAIN})
+    if foreign:
+        return _deny(f"an agent may not change the annotation {foreign[0]}")
+    for key in sorted(changed - {protocol.DESIRED_DRAIN}):
+        if key in after and len(after[key].encode()) > MAX_VALUE:
+            return _deny(f"{key} is longer than {MAX_VALUE} bytes")
+    old_drain = before.get(protocol.DESIRED_DRAIN, "")
+    new_drain = after.get(protocol.DESIRED_DRAIN, "")
+    if new_drain == old_drain:
+        return ALLOW
+    hold = protocol.HOLD_PREFIX
+    if old_drain.startswith("drain-") and new_drain == hold + old_drain:
+        if old_drain == after.get(protocol.LAST_APPLIED_DRAIN, ""):
+            return _deny("a drain request equal to lastAppliedDrain may not be held")
+        if after.get(protocol.HELD_DRAIN) != old_drain:
+            return _deny(f"a hold must record the held request in {protocol.HELD_DRAIN}")
+        return ALLOW
+    if new_drain.startswith("drain-") and old_drain == hold + new_drain:
+        return ALLOW
+    return _deny("desiredDrain may only go from drain-X to hold-drain-X (hold) or back (release)")
+
+
+# --- budgets ------------------------------------------------------------------------------
+
+
+def review_budget(request: Obj, pods: Mapping[PodKey, Obj | None], node: str | None) -> Verdict:
+    """A budget CREATE or DELETE of the shield's shape, in MCO's namespace, on a build pod
+    (of the agent's own node; any node for the central shield, ``node`` None)."""
+    operation = request.get("operation")
+    if operation not in ("CREATE", "DELETE"):
+        return _deny("drain-guard never changes a budget")
+    namespace = request.get("namespace")
+    if namespace != MCO_NAMESPACE:
+        return _deny(f"drain-guard keeps budgets in {MCO_NAMESPACE} only, not {namespace}")
+    budget = _subject(request)
+    labels = _get(budget, "metadata", "labels") or {}
+    if labels.get(MANAGED_BY_KEY) != MANAGED_BY or NODE_KEY not in labels:
+        return _deny(f"a budget must be labelled {MANAGED_BY_KEY}={MANAGED_BY} and {NODE_KEY}")
+    if node is not None and labels[NODE_KEY] != node_label_value(node):
+        return _deny(f"an agent may create or delete only its own node's ({node}) budgets")
+    if operation == "DELETE":
+        return ALLOW
+    shape = _budget_shape(budget)
+    if shape is not None:
+        return shape
+    owner = budget["metadata"]["ownerReferences"][0]
+    pod = pods.get(PodKey(namespace, str(owner.get("name"))))
+    if pod is None or _get(pod, "metadata", "uid") != owner.get("uid"):
+        return _deny(f"a budget's owner must be an existing pod in {namespace}")
+    pod_node = _get(pod, "spec", "nodeName")
+    if labels[NODE_KEY] != node_label_value(str(pod_node or "")):
+        return _deny(f"a budget's {NODE_KEY} label must be its pod's node")
+    pod_labels = _get(pod, "metadata", "labels") or {}
+    selector = budget["spec"]["selector"]["matchLabels"]
+    if any(pod_labels.get(k) != v for k, v in selector.items()):
+        return _deny("a budget must select the pod that owns it")
+    return ALLOW
+
+
+def _budget_shape(budget: Obj) -> Verdict | None:
+    """Why ``budget`` is not shaped like the shield's (None if it is)."""
+    owners = _get(budget, "metadata", "ownerReferences")
+    if not (
+        isinstance(owners, list)
+        and len(owners) == 1
+        and isinstance(owners[0], Mapping)
+        and owners[0].get("apiVersion") == "v1"
+        and owners[0].get("kind") == "Pod"
+        and not owners[0].get("controller")
+        and not owners[0].get("blockOwnerDeletion")
+    ):
+        return _deny("a budget must be owned by exactly one Pod")
+    spec = budget.get("spec") or {}
+    if spec.get("minAvailable") != 1 or "maxUnavailable" in spec:
+        return _deny("a budget must be minAvailable: 1")
+    selector = spec.get("selector") or {}
+    match = selector.get("matchLabels")
+    if (
+        set(selector) != {"matchLabels"}
+        or not isinstance(match, Mapping)
+        or MCO_OWN_KEY in match
+        or not (
+            any(k in match for k in BUILD_POD_KEYS)
+            or str(match.get(BUILD_JOB_KEY, "")).startswith("build-")
+        )
+    ):
+        return _deny("a budget must select build pods by label (and never k8s-app pods)")
+    return None
+
+
+# --- Events -------------------------------------------------------------------------------
+
+
+def review_event(request: Obj, node: str) -> Verdict:
+    """Events about the agent's own Node, as its recorder writes them, before and after."""
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE"):
+        return _deny("an agent never deletes an Event")
+    if request.get("namespace") != EVENT_NAMESPACE:
+        return _deny(f"an agent writes Events in {EVENT_NAMESPACE} only")
+    versions = [request.get("object")]
+    if operation == "UPDATE":
+        versions.append(request.get("oldObject"))
+    for event in versions:
+        if not isinstance(event, Mapping):
+            return _deny("the Event is missing from the request")
+        involved = event.get("involvedObject") or {}
+        if (
+            involved.get("kind") != "Node"
+            or involved.get("name") != node
+            or involved.get("namespace")
+        ):
+            return _deny(f"an agent may write Events about its own Node ({node}) only")
+        source = event.get("source") or {}
+        if source.get("host", node) != node:
+            return _deny("an Event's source host must be the agent's own node")
+        if source.get("component", EVENT_COMPONENT) != EVENT_COMPONENT or (
+            event.get("reportingComponent") != EVENT_COMPONENT
+        ):
+            return _deny(f"an Event's reporting component must be {EVENT_COMPONENT}")
+    return ALLOW
+
+
+# --- the agent's pod ----------------------------------------------------------------------
+
+
+def review_pod(request: Obj) -> Verdict:
+    """A pod that runs as an agent's service account, as the DaemonSet ships it (the rules
+    of the policy drain-guard-pod-confinement)."""
+    pod = request.get("object")
+    if not isinstance(pod, Mapping):
+        return _deny("the pod is missing from the request")
+    spec = pod.get("spec") or {}
+    if not str(spec.get("serviceAccountName") or "").endswith(AGENT_SUFFIX):
+        return ALLOW
+    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
+        return _deny("the agent's pod may not share the host's network, PID or IPC namespace")
+    volumes: Sequence[Obj] = spec.get("volumes") or ()
+    host_volumes = set()
+    for volume in volumes:
+        kinds = set(volume) - {"name"}
+        if not kinds <= POD_VOLUME_KINDS:
+            return _deny(
+                "the agent's pod may use hostPath, emptyDir, secret, configMap and "
+                "projected volumes only"
+            )
+        if "hostPath" in volume:
+            host = volume["hostPath"] or {}
+            if host.get("path") != HOST_PATH or host.get("type") != "Directory":
+                return _deny(
+                    f"the agent's pod may mount one host path, {HOST_PATH}, of type Directory"
+                )
+            host_volumes.add(volume.get("name"))
+    security: Obj = spec.get("securityContext") or {}
+    containers = [
+        *(spec.get("containers") or ()),
+        *(spec.get("initContainers") or ()),
+        *(spec.get("ephemeralContainers") or ()),
+    ]
+    for container in containers:
+        denial = _review_container(container, security, host_volumes)
+        if denial is not None:
+            return denial
+    if security.get("fsGroup", POD_USER) != POD_USER or any(
+        g != POD_USER for g in security.get("supplementalGroups") or ()
+    ):
+        return _deny(f"the agent's pod may have no group but {POD_USER}")
+    if _selinux_chosen(security) or security.get("sysctls"):
+        return _deny("the agent's pod may not choose an SELinux type, user or role, or sysctls")
+    return ALLOW
+
+
+def _selinux_chosen(security: Obj) -> bool:
+    options = security.get("seLinuxOptions") or {}
+    return any(options.get(k) for k in ("type", "user", "role"))
+
+
+def _review_container(container: Obj, pod: Obj, host_volumes: set[Any]) -> Verdict | None:
+    name = container.get("name")
+    for mount in container.get("volumeMounts") or ():
+        if mount.get("name") in host_volumes and not (
+            mount.get("readOnly") is True
+            and not mount.get("subPath")
+            and not mount.get("subPathExpr")
+            and mount.get("mountPropagation", "None") == "None"
+        ):
+            return _deny(
+                "the host path must be mounted read-only, whole (no subPath) and "
+                "without mount propagation"
+            )
+    if any(p.get("hostPort") for p in container.get("ports") or ()):
+        return _deny("the agent's pod may not use host ports")
+    own: Obj = container.get("securityContext") or {}
+    if (
+        own.get("privileged")
+        or own.get("allowPrivilegeEscalation") is not False
+        or own.get("procMount", "Default") != "Default"
+    ):
+        return _deny(f"container {name}: unprivileged, with allowPrivilegeEscalation: false")
+    capabilities = own.get("capabilities") or {}
+    if "ALL" not in (capabilities.get("drop") or ()) or capabilities.get("add"):
+        return _deny(f"container {name}: must drop ALL capabilities and add none")
+    for field in ("runAsUser", "runAsGroup"):
+        if own.get(field, pod.get(field)) != POD_USER:
+            return _deny(f"container {name}: must run as UID and GID {POD_USER}")
+    seccomp = own.get("seccompProfile", pod.get("seccompProfile")) or {}
+    if seccomp.get("type") != "RuntimeDefault":
+        return _deny(f"container {name}: must run with the RuntimeDefault seccomp profile")
+    if _selinux_chosen(own):
+        return _deny(f"container {name}: may not choose an SELinux type, user or role")
+    return None

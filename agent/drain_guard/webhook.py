@@ -1,0 +1,198 @@
+"""``drain-guard webhook``: the validating admission webhook of OpenShift 4.15/4.16.
+
+The decisions are drain_guard.admission's (pure); this is the HTTP part: an aiohttp server
+over TLS (certificate and key from files, the service CA's serving certificate in the
+Deployment, re-read when they change; the cluster's TLS profile as kube-rbac-proxy takes it,
+``--tls-min-version`` and ``--tls-cipher-suites`` in Go's names) that answers
+AdmissionReview v1 on ``POST /validate``, looking up the pods a decision needs with its own
+read-only identity. ``/healthz`` and ``/readyz`` for the kubelet.
+
+When a lookup fails (the API server unreachable from here, a 403) the webhook does not
+guess: it answers 503, and the API server applies the webhook entry's failurePolicy (Fail:
+the request is refused; Ignore: the one entry that matches only the release of a hold lets it
+through, docs/install.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from drain_guard import admission
+from drain_guard.config import TLS12_SUITES, TLS13_SUITES, LogFormat, SettingsError, parse_listen
+from drain_guard.kube import Kube, KubeError
+from drain_guard.kubeclient import ConfigException
+from drain_guard.logs import configure_logging
+
+log = logging.getLogger("drain_guard.webhook")
+
+#: How often the certificate files are checked for a renewal (the service CA re-issues them
+#: into the secret, and the kubelet updates the mounted files, well before they expire).
+CERT_CHECK_INTERVAL = 60.0
+#: An AdmissionReview is a few KiB; a Node with many annotations tens of KiB.
+MAX_BODY = 3 * 1024 * 1024
+TLS_VERSIONS = {"VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True)
+class Tls:
+    cert_file: str
+    key_file: str
+    min_version: ssl.TLSVersion
+    ciphers: str  # OpenSSL's names, the TLS 1.2 suites
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Tls:
+        names = [n.strip() for n in args.tls_cipher_suites.split(",") if n.strip()]
+        unknown = [n for n in names if n not in TLS12_SUITES and n not in TLS13_SUITES]
+        if unknown:
+            raise SettingsError(f"--tls-cipher-suites: unsupported suite {unknown[0]}")
+        tls12 = [TLS12_SUITES[n] for n in names if n in TLS12_SUITES]
+        version = TLS_VERSIONS[args.tls_min_version]
+        if version is ssl.TLSVersion.TLSv1_2 and not tls12:
+            raise SettingsError("--tls-cipher-suites: no TLS 1.2 suite for VersionTLS12")
+        return cls(args.tls_cert_file, args.tls_private_key_file, version, ":".join(tls12))
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = self.min_version
+        if self.ciphers:
+            ctx.set_ciphers(self.ciphers)
+        ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+    def stamp(self) -> tuple[float, ...]:
+        return tuple(os.stat(p).st_mtime for p in (self.cert_file, self.key_file))
+
+
+class PodLookupError(Exception):
+    """A pod the decision needs could not be read: the webhook cannot decide."""
+
+
+class Webhook:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    async def pod(self, key: admission.PodKey) -> dict[str, Any] | None:
+        try:
+            return await self.kube.call(
+                "pod_get", self.kube.core.read_namespaced_pod, key.name, key.namespace
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise PodLookupError(f"pod {key.namespace}/{key.name}: {exc}") from exc
+
+    async def review(self, request: dict[str, Any]) -> admission.Verdict:
+        keys = admission.lookups(request)
+        found = await asyncio.gather(*(self.pod(key) for key in keys))
+        return admission.decide(request, dict(zip(keys, found, strict=True)))
+
+    async def validate(self, http: web.Request) -> web.Response:
+        try:
+            review = json.loads(await http.read())
+            request = review["request"]
+            uid = str(request["uid"])
+        except (ValueError, KeyError, TypeError):
+            return web.Response(status=400, text="not an AdmissionReview v1\n")
+        try:
+            verdict = await self.review(request)
+        except PodLookupError as exc:
+            log.warning("cannot decide %s: %s", _describe(request), exc)
+            return web.Response(status=503, text=f"cannot decide: {exc}\n")
+        response: dict[str, Any] = {"uid": uid, "allowed": verdict.allowed}
+        if not verdict.allowed:
+            log.info("denied %s: %s", _describe(request), verdict.message)
+            response["status"] = {"code": 403, "reason": "Forbidden", "message": verdict.message}
+        return web.json_response(
+            {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        )
+
+
+def _describe(request: dict[str, Any]) -> str:
+    user = (request.get("userInfo") or {}).get("username")
+    resource = (request.get("resource") or {}).get("resource")
+    where = "/".join(p for p in (request.get("namespace"), request.get("name")) if p)
+    return f"{request.get('operation')} {resource} {where} by {user}"
+
+
+async def _ok(_: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+def make_app(webhook: Webhook) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY)
+    app.router.add_post("/validate", webhook.validate)
+    app.router.add_get("/healthz", _ok)
+    app.router.add_get("/readyz", _ok)
+    return app
+
+
+async def _follow_certificate(tls: Tls, ctx: ssl.SSLContext) -> None:
+    """Load a renewed certificate into the serving context (new handshakes use it)."""
+    seen = tls.stamp()
+    while True:
+        await asyncio.sleep(CERT_CHECK_INTERVAL)
+        try:
+            stamp = tls.stamp()
+            if stamp != seen:
+                ctx.load_cert_chain(tls.cert_file, tls.key_file)
+                seen = stamp
+                log.info("serving certificate %s renewed", tls.cert_file)
+        except (OSError, ssl.SSLError) as exc:  # mid-update: the next check reads it whole
+            log.warning("cannot read the serving certificate: %s", exc)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    try:
+        tls = Tls.from_args(args)
+        listen = parse_listen(args.listen)
+        ctx = tls.context()
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return 2
+    except (OSError, ssl.SSLError) as exc:
+        log.error("cannot load the serving certificate: %s", exc)
+        return 2
+    try:
+        kube = await Kube.connect(args.kubeconfig or os.environ.get("KUBECONFIG"))
+    except (ConfigException, OSError, ValueError) as exc:
+        log.error("cannot load Kubernetes config: %s", exc)
+        return 2
+    runner = web.AppRunner(make_app(Webhook(kube)), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, listen.host, listen.port, ssl_context=ctx)
+    try:
+        await site.start()
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", args.listen, exc)
+        await runner.cleanup()
+        await kube.close()
+        return 1
+    port = runner.addresses[0][1]
+    log.info("listening on https://%s:%d", listen.host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    follower = asyncio.create_task(_follow_certificate(tls, ctx))
+    await stop.wait()
+    follower.cancel()
+    await runner.cleanup()
+    await kube.close()
+    log.info("stopping")
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    configure_logging(LogFormat(args.log_format), "INFO")
+    return asyncio.run(serve(args))
