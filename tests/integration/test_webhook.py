@@ -94,7 +94,10 @@ def review(request: dict[str, Any], extra: dict[str, list[str]]) -> dict[str, An
 
 
 async def post(
-    process: AgentProcess, cert: ServingCert, body: dict[str, Any], ctx: ssl.SSLContext | None = None
+    process: AgentProcess,
+    cert: ServingCert,
+    body: dict[str, Any],
+    ctx: ssl.SSLContext | None = None,
 ) -> tuple[int, dict[str, Any] | str]:
     ctx = ctx or ssl.create_default_context(cafile=str(cert.ca_file))
     async with (
