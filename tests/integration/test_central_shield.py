@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from drain_guard import permissions
-from drain_guard.shield import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY
+from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY
 from drain_guard_sim.agentproc import AgentProcess, spawn_shield
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node

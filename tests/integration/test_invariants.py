@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from drain_guard import permissions, protocol, shield
+from drain_guard import permissions, pods, protocol
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.store import WriteRecord
@@ -155,8 +155,8 @@ async def test_invariants_over_the_write_log(
     for w in writes:
         if w.resource == "poddisruptionbudgets":
             labels = w.obj["metadata"].get("labels") or {}
-            assert labels.get(shield.MANAGED_BY_KEY) == shield.MANAGED_BY, w
-            assert labels.get(shield.NODE_KEY) == NODE, w
+            assert labels.get(pods.MANAGED_BY_KEY) == pods.MANAGED_BY, w
+            assert labels.get(pods.NODE_KEY) == NODE, w
             assert w.namespace in permissions.MCO_NAMESPACES, w
             continue
         assert (w.resource, w.name) == ("nodes", NODE) or w.resource == "events", w

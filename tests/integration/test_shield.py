@@ -21,11 +21,10 @@ import pytest
 from drain_guard import protocol
 from drain_guard.kube import Kube, NullCounters, WatchCache
 from drain_guard.metrics import BaseMetrics, MetricCounters
+from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import (
     EVERY_NODE,
-    MANAGED_BY,
-    MANAGED_BY_KEY,
     REGISTRY_NAMESPACE,
     NodeScope,
     Shield,
