@@ -32,6 +32,7 @@ from drain_guard.protocol import (
     cleanup_patch,
     format_rfc3339,
     hold_patch,
+    later,
     parse_drain_request,
     parse_rfc3339,
     read_hold,
@@ -503,12 +504,12 @@ def decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Deci
 def _recheck_at(view: NodeView, decision: Decision, max_hold: timedelta) -> datetime | None:
     times: list[datetime] = []
     if isinstance(decision, Hold):
-        times.append(decision.since + max_hold)
+        times.append(later(decision.since, max_hold))
     elif isinstance(decision, Keep | UpdateHold) or (
         isinstance(decision, Wait) and decision.record is not None
     ):
         assert decision.record is not None
-        times.append(decision.record.since + max_hold)
+        times.append(later(decision.record.since, max_hold))
     request = view.annotations.get(HOLD_REQUEST)
     if request is not None:
         try:
@@ -650,6 +651,7 @@ def _decide_held(
         return release(Outcome.EXPIRED, f"held for {_minutes(age)}, max-hold {_minutes(max_hold)}")
     blocks, unknowns = _split(verdicts)
     if blocks:
+        blocks = _capped(blocks, annotations, record.since, max_hold)
         if _reasons(blocks) == ",".join(record.reasons) and hold_detail(blocks) == record.detail:
             return Keep(record, blocks, verdicts)
         patch = update_hold_patch(record, (b.reason for b in blocks), hold_detail(blocks))
@@ -686,6 +688,7 @@ def _decide_unheld(
         blocks, unknowns = _split(verdicts)
         if blocks:
             since = record.since if record is not None and same else view.now
+            blocks = _capped(blocks, annotations, since, max_hold)
             stale = (RELEASED,) if released is not None else ()
             patch = hold_patch(
                 desired,
@@ -721,6 +724,26 @@ def _decide_unheld(
     mark = desired if ran_out else None
     patch = cleanup_patch(desired, annotations, stale_keys, mark_released=mark)
     return CleanUp(stale_keys, f"{ended}; {why}", tuple(patch), record, outcome, verdicts)
+
+
+def _capped(
+    blocks: tuple[Block, ...], annotations: Mapping[str, str], since: datetime, max_hold: timedelta
+) -> tuple[Block, ...]:
+    """The blocks of a hold since ``since``; a hold-request that outlasts max-hold says that
+    the hold ends sooner (an operator's "until 9999" is held for max-hold, not forever)."""
+    ends = later(since, max_hold)
+    capped = []
+    for block in blocks:
+        if block.reason is Reason.MANUAL:
+            try:
+                expiry, _ = parse_hold_request(annotations.get(HOLD_REQUEST, ""))
+            except ValueError:
+                expiry = ends  # not this guard's Block: leave it as it is
+            if expiry > ends:
+                note = f"(beyond max-hold: held until {format_rfc3339(ends)} at most)"
+                block = replace(block, detail=f"{block.detail} {note}")
+        capped.append(block)
+    return tuple(capped)
 
 
 def _not_holdable(

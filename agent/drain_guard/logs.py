@@ -108,5 +108,5 @@ def hold_fields(node: str, record: protocol.HoldRecord, max_hold: timedelta) -> 
         "request": record.held_drain,
         "reasons": [r.value for r in record.reasons],
         "heldSince": protocol.format_rfc3339(record.since),
-        "expiresAt": protocol.format_rfc3339(record.since + max_hold),
+        "expiresAt": protocol.format_rfc3339(protocol.later(record.since, max_hold)),
     }

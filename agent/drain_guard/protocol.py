@@ -27,6 +27,7 @@ __all__ = [
     "HOLD_REASONS",
     "HOLD_REQUEST",
     "LAST_APPLIED_DRAIN",
+    "LATEST",
     "MAX_DETAIL_BYTES",
     "MCO_PREFIX",
     "OWNED_KEYS",
@@ -45,6 +46,7 @@ __all__ = [
     "cleanup_patch",
     "format_rfc3339",
     "hold_patch",
+    "later",
     "parse_drain_request",
     "parse_rfc3339",
     "read_hold",
@@ -155,13 +157,23 @@ class Outcome(StrEnum):
 # --- time -------------------------------------------------------------------------------
 
 _RFC3339_RE = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})$"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,  # \d alone also matches other scripts' digits, which int() would accept
 )
+#: The latest time the protocol can carry (RFC 3339's four-digit years; Python's too).
+LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def parse_rfc3339(text: str) -> datetime:
-    """Parse an RFC 3339 date-time (with ``Z`` or an offset) to an aware UTC datetime."""
-    match = _RFC3339_RE.match(text.strip())
+    """Parse an RFC 3339 date-time (with ``Z`` or an offset) to an aware UTC datetime.
+
+    Total: any text either parses or raises ValueError with a one-line reason, never another
+    exception (an annotation is anyone's input, and the agent reads it on every pass). Offsets
+    run from -23:59 to +23:59; a time whose UTC value falls outside the years 1-9999 is
+    invalid; a leap second (``:60``, at the end of a UTC day) is read as the last microsecond
+    of its minute.
+    """
+    match = _RFC3339_RE.fullmatch(text.strip())
     if not match:
         raise ValueError(f"{text!r} is not an RFC 3339 time such as 2024-01-31T12:00:00Z")
     year, month, day, hour, minute, second, fraction, zone = match.groups()
@@ -169,22 +181,45 @@ def parse_rfc3339(text: str) -> datetime:
     if zone in ("Z", "z"):
         offset = timedelta(0)
     else:
+        hours, minutes = int(zone[1:3]), int(zone[4:6])
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"{text!r} has the offset {zone}, beyond -23:59 to +23:59")
         sign = -1 if zone[0] == "-" else 1
-        offset = sign * timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+        offset = sign * timedelta(hours=hours, minutes=minutes)
+    leap = second == "60"
+    if leap:
+        second, micros = "59", 999_999
     try:
         local = datetime(
             int(year), int(month), int(day), int(hour), int(minute), int(second), micros, tzinfo=UTC
         )
     except ValueError as err:
         raise ValueError(f"{text!r} is not a valid time: {err}") from None
-    return local - offset
+    try:
+        utc = local - offset
+    except OverflowError:
+        why = "in UTC it is outside years 1-9999"
+        raise ValueError(f"{text!r} is not a valid time: {why}") from None
+    if leap and (utc.hour, utc.minute) != (23, 59):
+        raise ValueError(f"{text!r} is not a valid time: a leap second ends a UTC day")
+    return utc
 
 
 def format_rfc3339(moment: datetime) -> str:
-    """Format as RFC 3339 UTC with second precision (``2024-01-31T12:00:00Z``)."""
+    """Format as RFC 3339 UTC with second precision (``2024-01-31T12:00:00Z``); years before
+    1000 with four digits too (``strftime`` writes ``1-01-01``, which nothing parses)."""
     if moment.tzinfo is None:
         raise ValueError("naive datetime: the protocol's times are UTC")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    utc = moment.astimezone(UTC)
+    return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}Z"
+
+
+def later(moment: datetime, delta: timedelta) -> datetime:
+    """``moment + delta``, or the latest representable time when that is beyond it: a hold's
+    end or a recheck after a date near the year 9999 saturates instead of raising."""
+    if LATEST - moment < delta:
+        return LATEST
+    return moment + delta
 
 
 def truncate_utf8(text: str, limit: int = MAX_DETAIL_BYTES) -> str:

@@ -36,7 +36,9 @@ from drain_guard.protocol import (
     HoldRecord,
     Verb,
     format_rfc3339,
+    later,
     parse_drain_request,
+    parse_rfc3339,
 )
 
 DECISIONS: tuple[str, ...] = (
@@ -399,7 +401,7 @@ def decided(
         held_request=hold.held_drain if hold else None,
         hold_reasons=tuple(HoldReasonStatus(b.reason.value, b.detail) for b in blocks),
         since=hold.since if hold else None,
-        expires_at=hold.since + max_hold if hold else None,
+        expires_at=later(hold.since, max_hold) if hold else None,
         build_pods=None
         if pods is None
         else tuple(PodStatus(p.namespace, p.name, p.phase) for p in pods.pods),
@@ -433,10 +435,7 @@ def _rfc3339(value: datetime | None) -> str | None:
 def _parse(value: str | None) -> datetime | None:
     if value is None:
         return None
-    parsed = datetime.fromisoformat(value)
-    if parsed.tzinfo is None:
-        raise ValueError(f"time without a zone: {value!r}")
-    return parsed
+    return parse_rfc3339(value)
 
 
 def _required(value: str) -> datetime:

@@ -109,9 +109,7 @@ async def test_oversized_request_is_held_and_restored_exactly(
     ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + value)
     assert ann[protocol.HELD_DRAIN] == value
     assert len(ann[protocol.HOLD_DETAIL].encode()) <= protocol.MAX_DETAIL_BYTES
-    pod = api.get("pods", "build-pod", "openshift-machine-config-operator")
-    pod["status"]["phase"] = "Succeeded"
-    api.update("pods", pod, "openshift-machine-config-operator", subresource="status")
+    _finish_build_pod(api)
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == value)
 
 
@@ -137,6 +135,8 @@ async def test_a_hold_drain_guard_did_not_write_is_left_alone(
         ("yesterday", "release:invalid"),
         ("2024-13-45T99:00:00Z", "release:invalid"),
         ("", "release:invalid"),
+        ("9999-12-31T00:01:00-23:59", "release:invalid"),  # year 10000 in UTC: was a crash
+        ("2026-01-01T00:00:00+24:00", "release:invalid"),
         (protocol.format_rfc3339(datetime.now(UTC) + timedelta(days=3)), "release:expired"),
     ],
 )
@@ -156,6 +156,58 @@ async def test_held_since_unreadable_or_in_the_future_releases_and_says_so(
     assert ann[protocol.RELEASED] == DRAIN_B
     after = await metric(agent, "drain_guard_invalid_input_total", kind="annotation")
     assert after == before + (1 if outcome == "release:invalid" else 0)
+
+
+def _finish_build_pod(api: SimApiServer) -> None:
+    pod = api.get("pods", "build-pod", "openshift-machine-config-operator")
+    pod["status"]["phase"] = "Succeeded"
+    api.update("pods", pod, "openshift-machine-config-operator", subresource="status")
+
+
+@pytest.mark.parametrize(
+    "request_text",
+    [
+        "9999-12-31T23:59:59-05:00;hold until further notice",  # year 10000 in UTC
+        "0001-01-01T00:00:00+01:00",  # year 0 in UTC
+        "2026-01-01T00:00:00+25:00;x",
+        "2026-06-30T23:59:61Z",
+    ],
+)
+async def test_a_hold_request_beyond_the_calendar_is_invalid_input_and_the_hold_stays(
+    api: SimApiServer, agent: AgentProcess, request_text: str
+) -> None:
+    """Issue 27: these raised OverflowError (or were taken silently) and the agent exited on
+    every start while the annotation stayed. Now: reported once, the build pod's hold kept."""
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})  # a real update
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    start = len(agent.records)
+    since = _admin(api, {protocol.HOLD_REQUEST: request_text})
+    warned = await agent.wait_log(lambda r: r.get("kind") == "hold_request", start)
+    assert "\n" not in warned["message"]
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="hold_request") == 1
+    assert agent.proc.returncode is None
+    assert node_annotations(api)[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    # The invalid request blocks nothing: the build pod's end releases the hold.
+    _finish_build_pod(api)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    assert _drain_writes(api, since) == [("hold-" + DRAIN_B, DRAIN_B)]
+
+
+async def test_a_hold_request_until_the_year_9999_is_held_for_max_hold_and_says_so(
+    api: SimApiServer, agent: AgentProcess
+) -> None:
+    _admin(api, {protocol.HOLD_REQUEST: "9999-12-31T23:59:59Z;change freeze"})
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert "manual: hold-request until 9999-12-31T23:59:59Z" in ann[protocol.HOLD_DETAIL]
+    assert "beyond max-hold: held until " in ann[protocol.HOLD_DETAIL]
+    _finish_build_pod(api)  # the operator's request still holds it, alone
+    ann = await wait_annotation(api, protocol.HOLD_REASONS, lambda v: v == "manual")
+    assert ann[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    _, body = await agent.http("/status")
+    [manual] = json.loads(body)["holdReasons"]
+    assert "beyond max-hold" in manual["detail"], manual
+    assert agent.proc.returncode is None
 
 
 @pytest.mark.parametrize("reasons", ["", "build-pod,,manual", "gremlins", "build-pod;manual"])

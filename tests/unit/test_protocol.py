@@ -17,6 +17,7 @@ from drain_guard.protocol import (
     HOLD_DETAIL,
     HOLD_REASONS,
     LAST_APPLIED_DRAIN,
+    LATEST,
     MAX_DETAIL_BYTES,
     OWNED_KEYS,
     RELEASED,
@@ -29,6 +30,7 @@ from drain_guard.protocol import (
     cleanup_patch,
     format_rfc3339,
     hold_patch,
+    later,
     parse_drain_request,
     parse_rfc3339,
     read_hold,
@@ -106,6 +108,43 @@ def test_parse_rfc3339(text: str, expected: datetime) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("9999-12-31T23:59:59Z", datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)),
+        ("9999-12-31T23:59:59+05:00", datetime(9999, 12, 31, 18, 59, 59, tzinfo=UTC)),
+        ("0001-01-01T00:00:00Z", datetime(1, 1, 1, tzinfo=UTC)),
+        ("0001-01-01T00:00:00-01:00", datetime(1, 1, 1, 1, tzinfo=UTC)),
+        ("2026-01-02T03:04:05+23:59", T0 - timedelta(hours=23, minutes=59)),
+        ("2016-12-31T23:59:60Z", datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+        ("2016-12-31T15:59:60-08:00", datetime(2016, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)),
+    ],
+)
+def test_parse_rfc3339_at_the_edges(text: str, expected: datetime) -> None:
+    assert parse_rfc3339(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        # The examples: each raised OverflowError and crashed the agent.
+        ("9999-12-31T23:59:59-05:00", "outside years 1-9999"),
+        ("0001-01-01T00:00:00+01:00", "outside years 1-9999"),
+        ("9999-12-31T00:01:00-23:59", "outside years 1-9999"),
+        ("2026-01-02T03:04:05+25:00", "beyond -23:59 to \\+23:59"),
+        ("2026-01-02T03:04:05-00:60", "beyond -23:59 to \\+23:59"),
+        ("2026-01-02T03:04:60Z", "a leap second ends a UTC day"),
+        ("0000-01-01T00:00:00Z", "not a valid time"),
+        ("2026-01-02T03:04:61Z", "not a valid time"),
+        ("\u0662\u0660\u0662\u0666-01-02T03:04:05Z", "not an RFC 3339 time"),  # Arabic digits
+        ("2026-01-02T03:04:05Z\nx", "not an RFC 3339 time"),
+    ],
+)
+def test_parse_rfc3339_edges_are_invalid_input_not_a_crash(text: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_rfc3339(text)
+
+
+@pytest.mark.parametrize(
     "text",
     ["2026-01-02", "2026-01-02T03:04:05", "2026-13-02T03:04:05Z", "yesterday", "", "1700000000"],
 )
@@ -114,9 +153,20 @@ def test_parse_rfc3339_rejects(text: str) -> None:
         parse_rfc3339(text)
 
 
-@given(st.datetimes(timezones=st.just(UTC), min_value=datetime(1970, 1, 1)))
+@given(st.datetimes(timezones=st.just(UTC)))
 def test_rfc3339_round_trip_to_the_second(moment: datetime) -> None:
     assert parse_rfc3339(format_rfc3339(moment)) == moment.replace(microsecond=0)
+
+
+def test_format_rfc3339_writes_four_digit_years() -> None:
+    assert format_rfc3339(datetime(1, 1, 1, tzinfo=UTC)) == "0001-01-01T00:00:00Z"
+    assert parse_rfc3339(format_rfc3339(datetime(999, 2, 3, tzinfo=UTC))).year == 999
+
+
+def test_later_saturates_at_the_latest_time() -> None:
+    assert later(T0, timedelta(hours=1)) == T0 + timedelta(hours=1)
+    assert later(datetime(9999, 12, 31, 23, tzinfo=UTC), timedelta(hours=2)) == LATEST
+    assert later(LATEST, timedelta(0)) == LATEST
 
 
 def test_format_rfc3339_is_utc_and_rejects_naive() -> None:
