@@ -15,11 +15,12 @@ anonymous users, node identities (``add_node_user``: the Node authorizer's stati
 NodeRestriction, ``drain_guard_sim.nodeauth``) and users given an RBAC check (``restrict``), so
 any other service account may do anything; no other
 admission (no ValidatingAdmissionPolicy), defaulting or schema validation beyond what is
-listed; LIST ignores ``resourceVersion``/``resourceVersionMatch``
-and pages over the current state; a watch from a resourceVersion newer than the current one
+listed; LIST validates ``resourceVersionMatch`` as a real server does but serves the
+current state (``Exact`` included); a watch from a resourceVersion newer than the current one
 just waits (a real server answers 504 after 3 s); ``kubectl get -w`` (Table watch) is not
 served; PDB ``expectedPods`` counts the selected pods instead of asking their controllers'
-scale; no server-side apply. client-go (kubectl) sends no credentials to an ``http://``
+scale; no server-side apply (docs/simulator-conformance.md: the suite that measures the rest
+against a real server). client-go (kubectl) sends no credentials to an ``http://``
 server, so requests without credentials are ``system:anonymous`` and may only read.
 
 Use::
@@ -57,6 +58,7 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
+from multidict import MultiMapping
 
 from drain_guard_sim import errors, labels, nodeauth
 from drain_guard_sim.errors import ApiError
@@ -111,6 +113,71 @@ def _parse_bool(name: str, value: str | None) -> bool:
     if value in _FALSE:
         return False
     raise errors.bad_request(f'strconv.ParseBool: parsing "{value}": invalid syntax for {name}')
+
+
+_OPTIONS_KIND = {
+    "create": "CreateOptions",
+    "update": "UpdateOptions",
+    "patch": "PatchOptions",
+    "delete": "DeleteOptions",
+    "deletecollection": "DeleteOptions",
+}
+
+
+def _dry_run(query: MultiMapping[str], verb: str) -> bool:
+    """``dryRun=All`` asked for; another value is the handlers' 422 (ValidateDryRun)."""
+    values = query.getall("dryRun", [])
+    if any(v != "All" for v in values):
+        shown = json.dumps(values, separators=(",", ":"))
+        raise errors.invalid_options(
+            _OPTIONS_KIND.get(verb, "CreateOptions"),
+            [("FieldValueNotSupported", "dryRun",
+              f'Unsupported value: {shown}: supported values: "All"')],
+        )  # fmt: skip
+    return bool(values)
+
+
+def _check_list_options(query: Mapping[str, str], *, watch: bool) -> None:
+    """ValidateListOptions (apimachinery's internalversion validation): what a list or a
+    watch may combine; a refusal is 422 Invalid for ``ListOptions``."""
+    match = query.get("resourceVersionMatch", "")
+    causes: list[tuple[str, str, str]] = []
+
+    def forbid(why: str) -> None:
+        causes.append(("FieldValueForbidden", "resourceVersionMatch", f"Forbidden: {why}"))
+
+    def unsupported(allowed: tuple[str, ...]) -> None:
+        shown = ", ".join(f'"{a}"' for a in allowed)
+        causes.append(("FieldValueNotSupported", "resourceVersionMatch",
+                       f'Unsupported value: "{match}": supported values: {shown}'))  # fmt: skip
+
+    initial = query.get("sendInitialEvents") is not None
+    if watch:
+        if initial and match != "NotOlderThan":
+            forbid("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
+        if match:
+            if not initial:
+                forbid("resourceVersionMatch is forbidden for watch unless sendInitialEvents "
+                       "is provided")  # fmt: skip
+            if match != "NotOlderThan":
+                unsupported(("NotOlderThan",))
+            if query.get("continue"):
+                forbid("resourceVersionMatch is forbidden when continue is provided")
+    else:
+        if match:
+            if not query.get("resourceVersion"):
+                forbid("resourceVersionMatch is forbidden unless resourceVersion is provided")
+            if query.get("continue"):
+                forbid("resourceVersionMatch is forbidden when continue is provided")
+            if match not in ("Exact", "NotOlderThan"):
+                unsupported(("Exact", "NotOlderThan", ""))
+            if match == "Exact" and query.get("resourceVersion") == "0":
+                forbid('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
+        if initial:
+            causes.append(("FieldValueForbidden", "sendInitialEvents",
+                           "Forbidden: sendInitialEvents is forbidden for list"))  # fmt: skip
+    if causes:
+        raise errors.invalid_options("ListOptions", causes)
 
 
 @dataclass
@@ -825,11 +892,13 @@ class SimApiServer:
         rt = target.rt
         store = self.store
         query = request.query
-        dry_run = query.get("dryRun") == "All"
+        dry_run = _dry_run(query, verb)
         if target.subresource == "eviction" and verb != "create":
             raise errors.method_not_allowed(request.method)
         if target.subresource == "status" and verb not in ("get", "update", "patch"):
             raise errors.method_not_allowed(request.method)
+        if verb in ("watch", "list"):
+            _check_list_options(query, watch=verb == "watch")
         if verb == "watch":
             return await self._watch(request, target, user)
         if verb == "list":

@@ -112,12 +112,22 @@ def bad_request(message: str) -> ApiError:
 
 def invalid(rt: ResourceType, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """``NewInvalid``: causes are (type, field, message), e.g. ("FieldValueRequired", ...)."""
+    return _invalid(rt.group, kind, name, causes)
+
+
+def invalid_options(kind: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """A request's options refused, as the handlers' ``NewInvalid(GroupKind{"meta.k8s.io",
+    kind}, "", errs)`` for ``ListOptions``, ``CreateOptions`` and the like."""
+    return _invalid("meta.k8s.io", kind, "", causes)
+
+
+def _invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     parts = [f"{fld}: {msg}" for _t, fld, msg in causes]
     summary = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    group_kind = f"{kind}.{rt.group}" if rt.group else kind
+    group_kind = f"{kind}.{group}" if group else kind
     details = _details(None, name)
-    if rt.group:
-        details["group"] = rt.group
+    if group:
+        details["group"] = group
     details["kind"] = kind
     details["causes"] = [{"reason": t, "message": msg, "field": fld} for t, fld, msg in causes]
     return ApiError(

@@ -1,0 +1,175 @@
+"""resourceVersion as a client relies on it: optimistic concurrency (409 Conflict on a stale
+update or delete precondition), lists at a resourceVersion (``resourceVersionMatch``),
+watches from a resourceVersion, 410 Expired once the history is compacted, and bookmarks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.conformance.client import Client, JsonObj
+from tests.conformance.objects import pod, pods_path
+from tests.conformance.servers import Server
+from tests.helpers import WAIT
+
+
+def _conflict(name: str) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'Operation cannot be fulfilled on pods "{name}": the object has been '
+        "modified; please apply your changes to the latest version and try again",
+        "reason": "Conflict",
+        "details": {"name": name, "kind": "pods"},
+        "code": 409,
+    }
+
+
+async def test_an_update_with_a_stale_resource_version_is_409_conflict(
+    admin: Client, ns: str
+) -> None:
+    created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
+    first = dict(created, metadata={**created["metadata"], "labels": {"v": "1"}})
+    updated = await admin.ok("PUT", pods_path(ns, "p"), first)
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    stale = dict(created, metadata={**created["metadata"], "labels": {"v": "2"}})
+    answer = await admin.put(pods_path(ns, "p"), stale)
+    assert answer.status == 409
+    assert answer.body == _conflict("p")
+    current = await admin.ok("GET", pods_path(ns, "p"))
+    assert current["metadata"]["labels"] == {"v": "1"}
+
+
+async def test_a_delete_with_a_stale_precondition_is_409_conflict(admin: Client, ns: str) -> None:
+    created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
+    await admin.ok(
+        "PATCH",
+        pods_path(ns, "p"),
+        {"metadata": {"labels": {"moved": "on"}}},
+        content_type="application/merge-patch+json",
+    )
+    stale = {"preconditions": {"resourceVersion": created["metadata"]["resourceVersion"]}}
+    answer = await admin.delete(pods_path(ns, "p"), stale)
+    assert answer.status == 409
+    assert answer.reason == "Conflict"
+    assert answer.body["details"] == {"name": "p", "kind": "pods"}
+    assert (await admin.get(pods_path(ns, "p"))).status == 200
+
+
+async def test_list_not_older_than_a_resource_version(admin: Client, ns: str) -> None:
+    created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
+    rv = created["metadata"]["resourceVersion"]
+    listed = await admin.ok(
+        "GET", pods_path(ns), params={"resourceVersion": rv, "resourceVersionMatch": "NotOlderThan"}
+    )
+    assert int(listed["metadata"]["resourceVersion"]) >= int(rv)
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["p"]
+
+
+async def test_resource_version_match_without_a_resource_version_is_refused(
+    admin: Client, ns: str
+) -> None:
+    answer = await admin.get(pods_path(ns), resourceVersionMatch="NotOlderThan")
+    assert answer.status == 422
+    assert answer.reason == "Invalid"
+    assert answer.body["message"] == (
+        'ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: '
+        "resourceVersionMatch is forbidden unless resourceVersion is provided"
+    )
+    assert answer.body["details"]["causes"] == [
+        {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion "
+            "is provided",
+            "field": "resourceVersionMatch",
+        }
+    ]
+    watch = await admin.get(pods_path(ns), watch="1", resourceVersionMatch="NotOlderThan")
+    assert watch.status == 422
+
+
+async def test_a_watch_from_a_resource_version_sees_what_came_after_in_order(
+    admin: Client, ns: str
+) -> None:
+    created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
+    after = created["metadata"]["resourceVersion"]
+    for value in ("1", "2"):
+        await admin.ok(
+            "PATCH",
+            pods_path(ns, "p"),
+            {"metadata": {"labels": {"v": value}}},
+            content_type="application/merge-patch+json",
+        )
+    await admin.ok("DELETE", pods_path(ns, "p"))
+    events: list[JsonObj] = []
+
+    async def watch() -> None:
+        async for event in admin.watch(pods_path(ns), resourceVersion=after):
+            events.append(event)
+            if event["type"] == "DELETED":
+                return
+
+    await asyncio.wait_for(watch(), WAIT)
+    assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED", "DELETED"]
+    assert [e["object"]["metadata"].get("labels", {}).get("v") for e in events] == ["1", "2", "2"]
+    versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+    assert versions == sorted(versions)
+    assert versions[0] > int(after)
+
+
+async def test_a_watch_from_a_compacted_resource_version_is_410_expired(
+    server: Server, admin: Client, ns: str
+) -> None:
+    created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
+    old = created["metadata"]["resourceVersion"]
+    for value in ("1", "2"):
+        await admin.ok(
+            "PATCH",
+            pods_path(ns, "p"),
+            {"metadata": {"labels": {"v": value}}},
+            content_type="application/merge-patch+json",
+        )
+    server.compact()
+    events: list[JsonObj] = []
+
+    async def watch() -> None:
+        async for event in admin.watch(pods_path(ns), resourceVersion=old):
+            events.append(event)
+
+    await asyncio.wait_for(watch(), WAIT)
+    assert len(events) == 1
+    assert events[0]["type"] == "ERROR"
+    status = events[0]["object"]
+    assert (status["kind"], status["status"], status["reason"], status["code"]) == (
+        "Status",
+        "Failure",
+        "Expired",
+        410,
+    )
+    assert status["message"].startswith(f"too old resource version: {old} (")
+
+
+async def test_bookmarks_come_only_when_allowed(admin: Client, ns: str) -> None:
+    """A watch with ``allowWatchBookmarks`` gets a BOOKMARK before its timeout (the server
+    sends one 2 s before it), carrying a resourceVersion and nothing else of an object."""
+    created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
+    rv = created["metadata"]["resourceVersion"]
+
+    async def events(**params: str) -> list[JsonObj]:
+        return [
+            e
+            async for e in admin.watch(
+                pods_path(ns), resourceVersion=rv, timeoutSeconds="4", **params
+            )
+        ]
+
+    with_bookmarks = await asyncio.wait_for(events(allowWatchBookmarks="true"), WAIT)
+    assert with_bookmarks, "no bookmark before the watch's timeout"
+    assert {e["type"] for e in with_bookmarks} == {"BOOKMARK"}
+    mark = with_bookmarks[-1]["object"]
+    assert (mark["kind"], mark["apiVersion"]) == ("Pod", "v1")
+    assert int(mark["metadata"]["resourceVersion"]) >= int(rv)
+    assert set(mark["metadata"]) <= {"resourceVersion", "creationTimestamp", "annotations"}
+    assert await asyncio.wait_for(events(), WAIT) == []
