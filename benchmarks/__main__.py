@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from benchmarks import apiload, fleet, footprint, reaction, scrapeflood
+from benchmarks import apiload, fleet, footprint, reaction, scrapeflood, shieldscale
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "reaction": reaction.main,
@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "apiload": apiload.main,
     "fleet": fleet.main,
     "scrapeflood": scrapeflood.main,
+    "shieldscale": shieldscale.main,
 }
 
 

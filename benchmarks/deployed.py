@@ -51,13 +51,14 @@ class Agent:
     env: dict[str, str]
 
 
-def build(tree: Path) -> Path:
-    """Install the image's packages into ``tree`` and compile their bytecode ahead (optimised
-    as the image has it, and unoptimised too, for the unoptimised variants)."""
+def build(tree: Path, source: Path = ROOT) -> Path:
+    """Install the image's packages (of ``source``: this repository, or another revision's
+    copy) into ``tree`` and compile their bytecode ahead (optimised as the image has it, and
+    unoptimised too, for the unoptimised variants)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tree)], check=True)
     python = tree / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
-    subprocess.run([*pip, "--no-cache-dir", "--no-compile", str(ROOT)], check=True)
+    subprocess.run([*pip, "--no-cache-dir", "--no-compile", str(source)], check=True)
     env = {"PYTHONPYCACHEPREFIX": str(tree / "pycache"), "PATH": ""}
     compileall = [str(python), "-m", "compileall", "-q", "-o", "0", "-o", "2"]
     compileall += ["--invalidation-mode", "checked-hash"]

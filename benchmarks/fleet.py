@@ -62,7 +62,7 @@ DS_USER = "system:serviceaccount:kube-system:daemon-set-controller"
 KUBELET = "system:node:{node}"
 # A machine-config-daemon pod as the API returns it is about 9 KiB of JSON: its env, mounts,
 # probes and the kube-rbac-proxy sidecar. The filler stands for them (bytes are measured).
-POD_FILLER = "x" * 7000
+POD_FILLER = "x" * 8600
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def _profile_summary(profiler: Any, n: int) -> dict[str, Any]:
 READY = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
 
 
-def _pod(
+def pod_object(
     name: str,
     namespace: str,
     node: str,
@@ -133,33 +133,35 @@ def _pod(
     }
 
 
-def _mcd(node: str, revision: int, phase: str = "Running") -> dict[str, Any]:
+def mcd_pod(node: str, revision: int, phase: str = "Running") -> dict[str, Any]:
     labels = {
         "k8s-app": "machine-config-daemon",
         "controller-revision-hash": f"rev{revision}",
         "pod-template-generation": str(revision),
     }
-    return _pod(f"machine-config-daemon-{revision}-{node}", MCO_NS, node, labels,
+    return pod_object(f"machine-config-daemon-{revision}-{node}", MCO_NS, node, labels,
                 daemonset=True, phase=phase)  # fmt: skip
 
 
-def place_pods(api: SimApiServer, nodes: Sequence[str]) -> int:
-    """MCO's pods and tenants' pods, as a real cluster has them; returns how many."""
-    api.create("namespaces", {"metadata": {"name": TENANT_NS}})
+def place_pods(api: SimApiServer, nodes: Sequence[str], *, tenants: bool = True) -> int:
+    """MCO's pods and (with ``tenants``) tenants' pods, as a real cluster has them; returns
+    how many."""
+    if tenants:
+        api.create("namespaces", {"metadata": {"name": TENANT_NS}})
     pods = []
     for node in nodes:
-        pods.append(_mcd(node, 1))
+        pods.append(mcd_pod(node, 1))
         crio = {"k8s-app": "kube-rbac-proxy-crio"}
-        pods.append(_pod(f"kube-rbac-proxy-crio-{node}", MCO_NS, node, crio))
+        pods.append(pod_object(f"kube-rbac-proxy-crio-{node}", MCO_NS, node, crio))
         pods += [
-            _pod(f"web-{node}-{i}", TENANT_NS, node, {"app": f"web-{i}"})
-            for i in range(TENANT_PODS_PER_NODE)
+            pod_object(f"web-{node}-{i}", TENANT_NS, node, {"app": f"web-{i}"})
+            for i in range(TENANT_PODS_PER_NODE if tenants else 0)
         ]
     first = nodes[0]
     for app in ("machine-config-operator", "machine-config-controller", "machine-os-builder"):
-        pods.append(_pod(f"{app}-7d9f8c-x2x{app[-1]}", MCO_NS, first, {"k8s-app": app}))
+        pods.append(pod_object(f"{app}-7d9f8c-x2x{app[-1]}", MCO_NS, first, {"k8s-app": app}))
     for node in nodes[:3]:
-        pods.append(_pod(f"machine-config-server-{node}", MCO_NS, node,
+        pods.append(pod_object(f"machine-config-server-{node}", MCO_NS, node,
                          {"k8s-app": "machine-config-server"}))  # fmt: skip
     for pod in pods:
         api.create("pods", pod, pod["metadata"]["namespace"])
@@ -216,14 +218,14 @@ async def _agent_reaction(agent: AgentProcess) -> tuple[float, int]:
     return values.get(f"{name}_sum", 0.0), int(values.get(f"{name}_count", 0))
 
 
-async def _mcd_rollout(api: SimApiServer, nodes: Sequence[str], batch: int) -> float:
+async def mcd_rollout(api: SimApiServer, nodes: Sequence[str], batch: int) -> float:
     """Replace every machine-config-daemon pod, a wave at a time, as the DaemonSet controller
     and the kubelets do: delete the old pod, create the new one Pending, report it Running."""
     began = time.monotonic()
     for w in range(0, len(nodes), batch):
         for node in nodes[w : w + batch]:
-            api.delete("pods", _mcd(node, 1)["metadata"]["name"], MCO_NS, user=DS_USER)
-            new = api.create("pods", _mcd(node, 2, phase="Pending"), MCO_NS, user=DS_USER)
+            api.delete("pods", mcd_pod(node, 1)["metadata"]["name"], MCO_NS, user=DS_USER)
+            new = api.create("pods", mcd_pod(node, 2, phase="Pending"), MCO_NS, user=DS_USER)
             new["status"] = {"phase": "Running", "conditions": READY}
             api.update("pods", new, MCO_NS, subresource="status", user=KUBELET.format(node=node))
         await asyncio.sleep(0)  # let the watch streams go out between waves
@@ -285,7 +287,7 @@ async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
                 )
                 profiler.start()
             batch = max(1, round(size * params.wave_fraction))
-            rollout_s = await _mcd_rollout(api, nodes, batch)
+            rollout_s = await mcd_rollout(api, nodes, batch)
             await asyncio.sleep(params.settle_seconds)  # the last wave's events reach the agents
             if profiler is not None:
                 profiler.stop()

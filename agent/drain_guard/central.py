@@ -7,6 +7,13 @@ own service account, keeps the budgets from the control plane instead: the agent
 :class:`~drain_guard.shield.Shield` in the every-node scope, on one watch of every pod of
 MCO's namespace. Its endpoint is the agent's server, its parts run under the agent's runner.
 
+It lists and watches only the pods a build-pod selector may match: one paged list-watch
+per selector, by the selector's positive terms (:func:`pod_watch_selectors`), never the whole
+namespace, whose MCO daemon pods (one per node, about 9 KiB each) grow with the cluster. What
+it holds, and what each event costs it, follows the build pods, not the nodes; and since
+every pod whose labels include a build pod's is in those watches, whether a budget's selector
+would single a pod out is read from them, with no list per build pod.
+
 On SIGTERM the budgets stay (they are owned by their pods and guard them while the shield
 restarts) unless its own Deployment is gone or being deleted: an uninstall removes them.
 """
@@ -14,25 +21,154 @@ restarts) unless its own Deployment is gone or being deleted: an uninstall remov
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from drain_guard import __version__, selfcheck
 from drain_guard.config import ShieldSettings
-from drain_guard.kube import Kube, WatchCache
+from drain_guard.kube import Counters, JsonObj, Kube, ListWatch, WatchCache
 from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import BaseMetrics, MetricCounters
+from drain_guard.pods import Pod
 from drain_guard.protocol import format_rfc3339
 from drain_guard.runner import interruptible, uninstalling, until_stopped
-from drain_guard.selectors import MCO_NAMESPACE
+from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import EVERY_NODE, Shield, ShieldStatus
 from drain_guard.status import WatchStatus, contact_unready, watches_unready
 
 log = logging.getLogger("drain_guard.central")
+
+
+def pod_watch_selectors(selectors: Sequence[BuildPodSelector]) -> tuple[str, ...]:
+    """The label selectors of the central shield's pod watches: each build-pod selector's
+    positive terms, once each. A pod with all of a build pod's labels (and more) matches the
+    one its build pod matched, so the watches show every pod a budget's selector would
+    cover. A selector without a positive term (``!key`` alone) watches the whole namespace."""
+    texts = (str(s.selector.positive()) for s in selectors if s.namespace in (None, MCO_NAMESPACE))
+    return tuple(dict.fromkeys(texts))
+
+
+@dataclass
+class SelectedPods(WatchCache):
+    """The central shield's pods: the union of its pod watches, one per label selector.
+
+    A pod two watches show is kept in the newer of their versions (resourceVersions are
+    etcd revisions, compared as numbers), so a watch that lags behind another does not put
+    an older state back; it goes when no watch shows it any more.
+    """
+
+    watches: int = 1
+    _shown_by: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    _versions: dict[tuple[str, str], int] = field(default_factory=dict)
+    _listed: set[int] = field(default_factory=set)
+
+    def replace_for(self, watch: int) -> Callable[[Sequence[JsonObj]], None]:
+        def replace(items: Sequence[JsonObj]) -> None:
+            for key in [k for k, shown in self._shown_by.items() if watch in shown]:
+                self._hide(key, watch)
+            for item in items:
+                self._show(watch, item)
+            self._listed.add(watch)
+            self.pods_synced = len(self._listed) == self.watches
+            self._notify_pods()
+
+        return replace
+
+    def apply_for(self, watch: int) -> Callable[[str, JsonObj], None]:
+        def apply(kind: str, obj: JsonObj) -> None:
+            if kind == "DELETED":
+                pod = Pod.from_dict(obj)
+                self._hide((pod.namespace, pod.name), watch)
+            else:
+                self._show(watch, obj)
+            self._notify_pods()
+
+        return apply
+
+    def _show(self, watch: int, obj: JsonObj) -> None:
+        pod = Pod.from_dict(obj)
+        key = (pod.namespace, pod.name)
+        self._shown_by.setdefault(key, set()).add(watch)
+        text = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        version = int(text) if text.isdigit() else None
+        if version is not None and version < self._versions.get(key, -1):
+            return  # another watch already delivered a newer version
+        self.pods[key] = pod
+        if version is None:
+            self._versions.pop(key, None)
+        else:
+            self._versions[key] = version
+
+    def _hide(self, key: tuple[str, str], watch: int) -> None:
+        shown = self._shown_by.get(key)
+        if shown is None:
+            return
+        shown.discard(watch)
+        if not shown:
+            del self._shown_by[key]
+            self._versions.pop(key, None)
+            self.pods.pop(key, None)
+
+
+class _PodWatchCounters:
+    """kube.Counters of one of the central shield's pod watches: the Kube's own, with the
+    watch's state reported together with the others' (one ``pod`` watch in /status, /readyz
+    and the metrics: synced only when each is)."""
+
+    def __init__(self, counters: Counters, states: list[WatchStatus], index: int) -> None:
+        self.counters = counters
+        self.states = states
+        self.index = index
+
+    def api_error(self, operation: str, status: int) -> None:
+        self.counters.api_error(operation, status)
+
+    def api_contact(self) -> None:
+        self.counters.api_contact()
+
+    def watch_restart(self, resource: str, reason: str) -> None:
+        self.counters.watch_restart(resource, reason)
+
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
+        self.states[self.index] = state
+        failing = [s.failing_since for s in self.states if s.failing_since is not None]
+        combined = WatchStatus(
+            listed=all(s.listed for s in self.states),
+            watching=all(s.watching for s in self.states),
+            failing_since=min(failing, default=None),
+            error=next((s.error for s in self.states if s.error), None),
+        )
+        self.counters.watch_state(resource, combined)
+
+    def credentials_read(self, identity: str) -> None:
+        self.counters.credentials_read(identity)
+
+    def credentials_refused(self, identity: str, refused: bool) -> None:
+        self.counters.credentials_refused(identity, refused)
+
+
+def watch_build_pods(kube: Kube, pods: SelectedPods, selectors: Sequence[str]) -> list[ListWatch]:
+    """One paged list-watch of MCO's namespace per label selector, into ``pods``."""
+    states = [WatchStatus() for _ in selectors]
+    return [
+        ListWatch(
+            resource="pod",
+            list_fn=functools.partial(kube.core.list_namespaced_pod, MCO_NAMESPACE),
+            field_selector="",
+            label_selector=selector,
+            replace=pods.replace_for(i),
+            apply=pods.apply_for(i),
+            counters=_PodWatchCounters(kube.counters, states, i),
+            name=f"pods in {MCO_NAMESPACE} with {selector or 'any labels'}",
+        )
+        for i, selector in enumerate(selectors)
+    ]
 
 
 @dataclass(frozen=True)
@@ -173,19 +309,32 @@ async def _shield(settings: ShieldSettings, metrics: BaseMetrics, late: LateSour
             log.error("%s", exc)
             await kube.close()
             return 2
-    pods = WatchCache()
-    shield = Shield(kube, EVERY_NODE, settings.build_pod_selectors, pods, metrics=metrics)
+    selectors = pod_watch_selectors(settings.build_pod_selectors)
+    if not selectors:
+        log.error("no --build-pod-selector can match a pod in %s: nothing to shield", MCO_NAMESPACE)
+        await kube.close()
+        return 2
+    pods = SelectedPods(watches=len(selectors))
+    shield = Shield(
+        kube,
+        EVERY_NODE,
+        settings.build_pod_selectors,
+        pods,
+        metrics=metrics,
+        uniqueness_from_pods=True,
+    )
     source = CentralShield(shield, pods, counters, settings.api_stale_after)
     late.target = source
     log.info("drain-guard %s shielding the build pods of every node", __version__)
     fields = {"apiServer": kube.api.configuration.host, **settings.effective()}
     shielded = list(shield.status().namespaces)
-    log.info("settings", extra={"fields": {**fields, "shieldNamespaces": shielded}})
+    fields |= {"shieldNamespaces": shielded, "podWatchSelectors": list(selectors)}
+    log.info("settings", extra={"fields": fields})
     announce = asyncio.create_task(source.announce_synced(), name="announce")
     try:
-        code = await until_stopped(
-            {"pods": kube.watch_pods(None, pods, MCO_NAMESPACE), "shield": shield.run()}
-        )
+        watches = watch_build_pods(kube, pods, selectors)
+        parts = {f"pods-{i}": w.run() for i, w in enumerate(watches)}
+        code = await until_stopped({**parts, "shield": shield.run()})
         remove, why = await removes_on_exit(settings, kube)
         log.info("on exit: %s", why)
         if remove:

@@ -41,6 +41,9 @@ REQUEST_TIMEOUT = 10.0  # seconds, for every non-watch request
 #: ``timeoutSeconds`` asked for on watches (±10 %): client-go's reflector asks 5 to 10 minutes.
 #: Each renewal is one request; at rest they are nearly all the agent sends.
 WATCH_TIMEOUT = 600
+#: Items per page of a list (``limit``/``continue``), as client-go's reflector pages: the API
+#: server answers a large list in bounded pieces, and none is one response of the whole set.
+LIST_PAGE = 500
 #: A watch stream silent this long is taken for dead (a half-open connection) and renewed:
 #: a real API server sends a bookmark about once a minute on an idle watch.
 WATCH_READ_TIMEOUT = 180.0
@@ -672,25 +675,24 @@ class Kube:
 
     async def watch_pods(
         self,
-        node_name: str | None,
+        node_name: str,
         cache: WatchCache,
         namespace: str | None,
         watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
-        """Keep ``cache.pods`` (the pods bound to ``node_name``, or every pod when None: the
-        central shield's; in ``namespace``, or in every namespace when None) current until
-        cancelled: the agent's one pod watch."""
+        """Keep ``cache.pods`` (the pods bound to ``node_name``, in ``namespace``, or in every
+        namespace when None) current until cancelled: the agent's one pod watch."""
         where = f" in {namespace}" if namespace else ""
         await ListWatch(
             resource="pod",
             list_fn=self.core.list_pod_for_all_namespaces
             if namespace is None
             else functools.partial(self.core.list_namespaced_pod, namespace),
-            field_selector="" if node_name is None else f"spec.nodeName={node_name}",
+            field_selector=f"spec.nodeName={node_name}",
             replace=cache.replace_pods,
             apply=cache.apply_pod,
             counters=self.counters,
-            name=("pods" if node_name is None else f"pods on node {node_name}") + where,
+            name=f"pods on node {node_name}{where}",
             watch_timeout=watch_timeout,
         ).run()
 
@@ -728,6 +730,8 @@ class ListWatch:
     #: What the logs call this watch ("pods on node worker-0"); the metrics use ``resource``.
     name: str = ""
     watch_timeout: int = WATCH_TIMEOUT
+    #: Only the objects with these labels (the central shield's watches of build pods).
+    label_selector: str = ""
     resource_version: str | None = None
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
@@ -786,14 +790,34 @@ class ListWatch:
             ),
         )
 
+    def _selectors(self) -> dict[str, str]:
+        selectors = {"field_selector": self.field_selector}
+        if self.label_selector:
+            selectors["label_selector"] = self.label_selector
+        return selectors
+
     async def _list(self) -> None:
-        body = await call_api(self.list_fn, field_selector=self.field_selector)
-        self.counters.api_contact()
+        """List in pages of LIST_PAGE (one consistent snapshot: every page is read at the
+        first one's resourceVersion); an expired ``continue`` (410) is a failed list, retried
+        from the first page."""
+        items: list[JsonObj] = []
+        page: dict[str, str] = {}
+        while True:
+            body = await call_api(self.list_fn, **self._selectors(), limit=LIST_PAGE, **page)
+            self.counters.api_contact()
+            page_items = body.get("items") or []
+            if not isinstance(page_items, list):
+                raise ValueError(f"malformed {self.resource} list: items is not a list")
+            items += page_items
+            metadata = body.get("metadata") or {}
+            if not metadata.get("continue"):
+                break
+            page = {"_continue": str(metadata["continue"])}
         try:
-            self.replace(body.get("items") or [])
+            self.replace(items)
         except (AttributeError, TypeError) as exc:
             raise ValueError(f"malformed {self.resource} in list: {exc}") from None
-        self.resource_version = str((body.get("metadata") or {}).get("resourceVersion", ""))
+        self.resource_version = str(metadata.get("resourceVersion", ""))
         self._answered()
         self.backoff.reset()
 
@@ -801,7 +825,7 @@ class ListWatch:
         # Jitter the server-side timeout so that a fleet of agents does not renew in lockstep.
         server_timeout = max(1, int(self.watch_timeout * random.uniform(0.9, 1.1)))
         resp = await self.list_fn(
-            field_selector=self.field_selector,
+            **self._selectors(),
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,

@@ -141,6 +141,12 @@ class LabelSelector:
         """True when the selector matches every object."""
         return not self.nothing and not self.requirements
 
+    def positive(self) -> LabelSelector:
+        """Only the requirements a pod meets by having labels (``=``, ``in``, exists): it
+        matches every pod this one does, and every pod with more labels than one of those."""
+        kept = (r for r in self.requirements if r.op in (Op.EQUALS, Op.IN, Op.EXISTS))
+        return LabelSelector(tuple(kept), self.nothing)
+
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any] | None) -> LabelSelector:
         """Convert a metav1.LabelSelector (``matchLabels``/``matchExpressions``).

@@ -31,7 +31,8 @@ makes it fail its sync ("found no controllers for pod") and fall back to its fai
 API::
 
     shield = Shield(kube, NodeScope(node_name) or EVERY_NODE, build_pod_selectors, pods,
-                    dependencies=False, metrics=any ShieldMetrics or None)
+                    dependencies=False, metrics=any ShieldMetrics or None,
+                    uniqueness_from_pods=False)  # True: ``pods`` shows every label superset
     await shield.run()              # until cancelled; budgets stay (they guard a dead agent)
     shield.node_seen(unschedulable) # one node: from the agent's Node watch, counts blocked drains
     shield.status() -> ShieldStatus # .to_json() for /status (it never gates the agent's /readyz)
@@ -548,8 +549,12 @@ class Shield:
         metrics: ShieldMetrics | None = None,
         on_blocked_drain: Callable[[], None] | None = None,
         watch_timeout: int = WATCH_TIMEOUT,
+        uniqueness_from_pods: bool = False,
     ) -> None:
         self.nodes = nodes
+        # ``pods`` shows every pod whose labels include a build pod's (the central shield's
+        # watches): whether a budget would single a pod out is read there, not listed.
+        self.uniqueness_from_pods = uniqueness_from_pods
         self.build_selectors = tuple(build_selectors)
         self.scope = scope
         # The pods of ``nodes``: an agent's one pod watch (its node's, shared with the
@@ -752,8 +757,11 @@ class Shield:
         """Why a budget selecting ``pod``'s labels would select other pods too (any node's).
 
         An agent's pod watch shows its node's pods only; one list by the pod's labels, once
-        per build pod, shows what a budget with that selector would cover.
+        per build pod, shows what a budget with that selector would cover. The central
+        shield's watches already show every such pod.
         """
+        if self.uniqueness_from_pods:
+            return not_unique(pod, self.pods.pods.values())
         selector = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items()))
         body = await self.kube.call(
             "pod_list",

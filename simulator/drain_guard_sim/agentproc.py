@@ -298,13 +298,15 @@ SHIELD = "central-shield"
 
 
 async def spawn_shield(
-    kubeconfig: Path | str, *extra: str, env: dict[str, str] | None = None
+    kubeconfig: Path | str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    program: Sequence[str] = (),
 ) -> AgentProcess:
-    """Start ``drain-guard shield`` (the central shield) with JSON logs on any free port."""
+    """Start ``drain-guard shield`` (the central shield) with JSON logs on any free port;
+    ``program`` runs drain-guard (default: ``python -m drain_guard`` in this environment)."""
     command = [
-        sys.executable,
-        "-m",
-        "drain_guard",
+        *(program or (sys.executable, "-m", "drain_guard")),
         "shield",
         "--kubeconfig",
         str(kubeconfig),

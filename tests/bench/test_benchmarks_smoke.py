@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import __main__ as bench_main
-from benchmarks import apiload, fleet, footprint, reaction, scrapeflood
+from benchmarks import apiload, fleet, footprint, reaction, scrapeflood, shieldscale
 
 
 def _result(out: Path, name: str) -> dict[str, Any]:
@@ -108,3 +108,15 @@ def test_scrapeflood(tmp_path: Path) -> None:
     assert doc["idle"]["n"] == 3
     assert 1 <= doc["flood"]["n"] <= 3
     assert sum(doc["flood_answers"].values()) <= 500
+
+
+def test_shieldscale(tmp_path: Path) -> None:
+    argv = ["--sizes", "5", "10", "--builds", "2", "--build-cycles", "1", "--settle-seconds", "0.1"]
+    argv += ["--variant", "development", "--out", str(tmp_path)]
+    assert shieldscale.main(argv) == 0
+    doc = _result(tmp_path, "shieldscale")
+    (run,) = doc["runs"].values()
+    assert [s["nodes"] for s in run["sizes"]] == [5, 10]
+    # Only build pods are sent to it: the two at start, whatever the number of nodes.
+    assert run["slopes"]["start_pods_sent"]["values"] == [2, 2]
+    assert all(s["start_requests"]["list pods"] >= 1 for s in run["sizes"])

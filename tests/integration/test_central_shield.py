@@ -1,6 +1,7 @@
 """``drain-guard shield``, the central shield, as a process against the simulator.
 
-One process, its own identity, one watch of every pod of MCO's namespace: a budget for each
+One process, its own identity, watches of the pods of MCO's namespace that a build-pod selector
+may match (never MCO's own pods; lists that do not grow with the build pods): a budget for each
 build pod on any node, labelled with that pod's node; the eviction API then refuses to evict
 the pod (429); the budget goes when the pod finishes; MCO's own pods never get one; a restart
 resumes on the budgets it left (owned by their pods) without making them again; an uninstall
@@ -19,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from drain_guard import permissions
+from drain_guard import central, permissions
 from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY
+from drain_guard.selectors import default_build_pod_selectors
 from drain_guard_sim.agentproc import AgentProcess, spawn_shield
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
@@ -280,3 +282,47 @@ async def test_it_answers_its_probes_while_its_start_up_check_waits_for_the_api(
     assert await shield.http("/healthz") == (200, "ok\n")
     assert await shield.http("/readyz") == (503, "waiting for the API\n")
     assert await shield.stop() == 0
+
+
+async def test_it_is_never_sent_mcos_own_pods_and_lists_once_per_selector_at_start(
+    api: SimApiServer, start_shield: StartShield
+) -> None:
+    """Its pod watches are by the build-pod selectors: an MCO daemon pod per node (which grows
+    with the cluster) is never sent to it, and its lists at start are one per selector, not one
+    more per build pod (its watches show every pod a budget by a pod's labels would select)."""
+    served: list[str] = []
+    api.serve_hooks.append(
+        lambda user, resource, obj: (
+            served.append(obj["metadata"]["name"])
+            if user == SHIELD_USER and resource == "pods"
+            else None
+        )
+    )
+    add_mco_pods(api)
+    builds = [f"build-{i}-build" for i in range(6)]
+    for i, name in enumerate(builds):
+        add_build_pod(api, name, NODE if i % 2 else OTHER)
+    shield = await start_shield()
+    await protected(api, *builds)
+    add_pod(api, "machine-config-daemon-q9z4t", OTHER, {"k8s-app": "machine-config-daemon"})
+    add_build_pod(api, "build-late-build", NODE)
+    await protected(api, *builds, "build-late-build")
+    assert sorted(set(served)) == sorted([*builds, "build-late-build"])
+    selectors = len(central.pod_watch_selectors(default_build_pod_selectors()))
+    assert api.requests[(SHIELD_USER, "list", "pods")] == selectors
+    assert await metric(shield, "drain_guard_synced", resource="pod") == 1
+
+
+async def test_a_pod_whose_labels_a_budget_would_share_is_unshieldable_without_a_list(
+    api: SimApiServer, start_shield: StartShield
+) -> None:
+    """A budget by build-x's labels would also select copy-x (the same labels and one more):
+    build-x is reported unshieldable; copy-x, singled out by its extra label, is shielded."""
+    add_build_pod(api, "build-x-build", NODE)
+    add_pod(api, "copy-x", OTHER, {"openshift.io/build.name": "build-x", "extra": "y"})
+    shield = await start_shield()
+    await protected(api, "copy-x")
+    _, text = await shield.http("/status?format=text")
+    assert f"unshieldable:  {MCO_NS}/build-x-build on {NODE}: its labels also select copy-x" in text
+    selectors = len(central.pod_watch_selectors(default_build_pod_selectors()))
+    assert api.requests[(SHIELD_USER, "list", "pods")] == selectors

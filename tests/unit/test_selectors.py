@@ -323,3 +323,11 @@ def test_commas_before_a_closing_parenthesis_are_read_in_pairs_as_apimachinery_d
         with pytest.raises(SelectorError, match="after ',,'"):
             parse_label_selector(text)
     assert parse_label_selector("a in (,,,)").matches({"a": ""})
+
+
+def test_the_positive_part_keeps_only_the_terms_met_by_having_labels() -> None:
+    selector = parse_label_selector("a=1,b in (x,y),c,!d,e!=2,f notin (z)")
+    assert str(selector.positive()) == "a=1,b in (x,y),c"
+    wider = selector.positive()
+    assert wider.matches({"a": "1", "b": "x", "c": "", "d": "", "e": "2"})
+    assert not selector.matches({"a": "1", "b": "x", "c": "", "d": ""})
