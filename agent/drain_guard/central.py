@@ -283,25 +283,32 @@ async def removes_on_exit(settings: ShieldSettings, kube: Kube) -> tuple[bool, s
 
 async def _main(settings: ShieldSettings) -> int:
     metrics = BaseMetrics()
-    late = LateSource()
-    try:  # first, so that the probes answer while the start-up check waits for the API
-        runner, _ = await serve(make_app(late, metrics), settings.listen)
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc)
-        return 2  # an invalid setting, as the CLI's other ones
-    try:
-        return await interruptible(_shield(settings, metrics, late))
-    finally:
-        await runner.cleanup()
-
-
-async def _shield(settings: ShieldSettings, metrics: BaseMetrics, late: LateSource) -> int:
     counters = MetricCounters(metrics)
-    try:
+    try:  # the kubeconfig is read, the API not yet reached
         kube = await Kube.connect(settings.kubeconfig, counters)
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
         return 2
+    late = LateSource()
+    try:  # before the start-up check, so that the probes answer while it waits for the API
+        runner, _ = await serve(make_app(late, metrics), settings.listen)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc)
+        await kube.close()
+        return 2  # an invalid setting, as the CLI's other ones
+    try:
+        return await interruptible(_shield(settings, metrics, counters, kube, late))
+    finally:
+        await runner.cleanup()
+
+
+async def _shield(
+    settings: ShieldSettings,
+    metrics: BaseMetrics,
+    counters: MetricCounters,
+    kube: Kube,
+    late: LateSource,
+) -> int:
     if settings.deployment is not None:
         try:
             await selfcheck.check_deployment(kube, settings.deployment)

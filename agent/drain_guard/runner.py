@@ -140,25 +140,28 @@ async def interruptible(coro: Coroutine[Any, Any, int]) -> int:
 
 async def _main(settings: Settings) -> int:
     metrics = Metrics()
-    source = LateSource()
-    try:  # first, so that the probes answer while the start-up checks wait for the API
-        runner, _ = await serve(make_app(source, metrics), settings.listen)
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc)
-        return 2  # an invalid setting, as the CLI's other ones
-    try:
-        return await interruptible(_agent(settings, metrics, source))
-    finally:
-        await runner.cleanup()
-
-
-async def _agent(settings: Settings, metrics: Metrics, source: LateSource) -> int:
     counters = MetricCounters(metrics)
-    try:
+    try:  # the kubeconfig is read, the API not yet reached
         kube = await Kube.connect(settings.kubeconfig, counters)
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
         return 2  # an invalid setting, as the CLI's other ones
+    source = LateSource()
+    try:  # before the start-up checks, so that the probes answer while they wait for the API
+        runner, _ = await serve(make_app(source, metrics), settings.listen)
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", settings.listen, exc)
+        await kube.close()
+        return 2
+    try:
+        return await interruptible(_agent(settings, metrics, counters, kube, source))
+    finally:
+        await runner.cleanup()
+
+
+async def _agent(
+    settings: Settings, metrics: Metrics, counters: MetricCounters, kube: Kube, source: LateSource
+) -> int:
     try:
         if settings.node_kubeconfig is not None:
             await kube.use_node_credentials(settings.node_kubeconfig)
