@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from drain_guard import __version__, guards, nodecreds, protocol
@@ -27,8 +28,17 @@ from drain_guard.config import (
     add_shield_arguments,
     add_webhook_arguments,
     default_max_hold,
+    parse_duration,
     settings_from,
     shield_settings_from,
+)
+from drain_guard.status import (
+    AgentStatus,
+    HoldRequestStatus,
+    format_duration,
+    printable,
+    releases_when,
+    split_hold_detail,
 )
 
 if TYPE_CHECKING:
@@ -92,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint",
         help=f"the agent's HTTP endpoint to include (default: try {DEFAULT_ENDPOINT})",
     )
+    status.add_argument(
+        "--max-hold",
+        type=_duration,
+        default=os.environ.get("DRAIN_GUARD_MAX_HOLD") or default_max_hold(),
+        help="the agents' --max-hold, to say when a hold ends (default: DRAIN_GUARD_MAX_HOLD,"
+        " as in the agent's pod, else the agent's default)",
+    )
 
     release = sub.add_parser(
         "release",
@@ -106,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     # building this parser, as ``run`` does, never imports the simulator.
     sub.add_parser("demo", help="run the seed scenario in a simulated cluster (see demo --help)")
     return parser
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except SettingsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
@@ -171,21 +195,30 @@ def _demo(argv: Sequence[str]) -> int:
 # --- status -----------------------------------------------------------------------------
 
 
-def node_state(node: NodeObj) -> dict[str, Any]:
-    """What ``status`` shows of one Node, from its annotations alone.
+def node_state(
+    node: NodeObj, now: datetime | None = None, max_hold: timedelta | None = None
+) -> dict[str, Any]:
+    """What ``status`` shows of one Node, from its annotations alone, at ``now``; a hold ends
+    by its ``held-since`` plus ``max_hold`` (the agents' ``--max-hold``).
 
     "Held" means exactly what ``release`` can release (:func:`guards.force_release`), so the
     two commands never disagree; a ``hold-`` value drain-guard did not write is "foreign".
     """
+    now = now or datetime.now(UTC)
+    max_hold = max_hold or default_max_hold()
     ann = node.annotations
+    text = ann.get(protocol.HOLD_REQUEST)
+    request = None if text is None else HoldRequestStatus.read(text, now)
     state: dict[str, Any] = {
         "node": node.name,
         "desiredDrain": ann.get(protocol.DESIRED_DRAIN),
         "lastAppliedDrain": ann.get(protocol.LAST_APPLIED_DRAIN),
         "unschedulable": node.unschedulable,
         "held": False,
-        "holdRequest": ann.get(protocol.HOLD_REQUEST),
+        "holdRequest": None if request is None else request.to_json(),
         "staleKeys": list(guards.stale_keys(ann)),
+        "now": protocol.format_rfc3339(now),
+        "maxHoldSeconds": max_hold.total_seconds(),
     }
     try:
         release = guards.force_release(ann, node.resource_version, protocol.Outcome.MANUAL)
@@ -200,11 +233,18 @@ def node_state(node: NodeObj) -> dict[str, Any]:
         state["error"] = f"malformed hold annotations: {exc}"
         return state
     if record is not None:
+        ends_by = record.since + max_hold
+        details = split_hold_detail(record.detail)
+        reasons = [(str(r), details.get(str(r), "")) for r in record.reasons]
         state.update(
             reasons=[str(r) for r in record.reasons],
             heldSince=protocol.format_rfc3339(record.since),
+            endsBy=protocol.format_rfc3339(ends_by),
             detail=record.detail,
+            releasesWhen=list(releases_when(reasons, request)),
         )
+        if request is not None:
+            state["holdRequest"] = request.to_json(ends_by)
     return state
 
 
@@ -242,14 +282,15 @@ async def _status(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     finally:
         await kube.close()
-    states = [node_state(n) for n in nodes]
+    now = datetime.now(UTC)
+    states = [node_state(n, now, args.max_hold) for n in nodes]
     if node_name:
         await _add_endpoint(states[0], args.endpoint)
     if args.output == "json":
         print(json.dumps(states[0] if node_name else states, indent=2, sort_keys=True))
     else:
         if not states:
-            print("no node has a hold, a foreign hold value or stale keys")
+            print("no node has a hold, a hold request, a foreign hold value or stale keys")
         for state in states:
             print(render_text(state))
     return EXIT_OK
@@ -291,21 +332,37 @@ async def _connect(kubeconfig: str | None, command: str) -> Kube | None:
 
 
 def render_text(state: Mapping[str, Any]) -> str:
+    """The text view of :func:`node_state`; every annotation's text with control characters
+    escaped (an annotation is anyone's input)."""
+    now = datetime.fromisoformat(state["now"])
+    max_hold = timedelta(seconds=state["maxHoldSeconds"])
     lines = [f"node {state['node']}:"]
     if state.get("error"):
-        lines.append(f"  {state['error']}")
+        lines.append(f"  {printable(state['error'])}")
+    ends_by = None
     if state["held"]:
+        held = printable(state["heldDrain"])
         if "reasons" in state:
+            since = datetime.fromisoformat(state["heldSince"])
+            ends_by = datetime.fromisoformat(state["endsBy"])
             lines.append(
-                f"  HELD since {state['heldSince']} for {', '.join(state['reasons'])}:"
-                f" {state['heldDrain']}"
+                f"  HELD since {state['heldSince']} ({format_duration(now - since)} ago)"
+                f" for {', '.join(state['reasons'])}: {held}"
+            )
+            left = format_duration(ends_by - now)
+            lines.append(
+                f"  ends by {state['endsBy']} (in {left}; --max-hold"
+                f" {format_duration(max_hold)}) unless released earlier"
             )
         else:
-            lines.append(f"  HELD: {state['heldDrain']}")
+            lines.append(f"  HELD: {held}")
         if state.get("detail"):
-            lines.append(f"  detail: {state['detail']}")
+            lines.append(f"  detail: {printable(state['detail'])}")
+        for condition in state.get("releasesWhen", ()):
+            lines.append(f"  released {condition}")
+        lines.append(f"  released now by: drain-guard release --node-name {state['node']}")
     elif state.get("foreign"):
-        lines.append(f"  no drain-guard hold: {state['foreign']}")
+        lines.append(f"  no drain-guard hold: {printable(state['foreign'])}")
     else:
         lines.append("  no hold")
     if state["staleKeys"]:
@@ -313,26 +370,34 @@ def render_text(state: Mapping[str, Any]) -> str:
             f"  stale keys: {', '.join(state['staleKeys'])}"
             " (left by a hold that ended; drain-guard release removes them)"
         )
-    lines.append(f"  desiredDrain: {state['desiredDrain'] or '-'}")
-    lines.append(f"  lastAppliedDrain: {state['lastAppliedDrain'] or '-'}")
+    lines.append(f"  desiredDrain: {printable(state['desiredDrain'] or '-')}")
+    lines.append(f"  lastAppliedDrain: {printable(state['lastAppliedDrain'] or '-')}")
     if state["unschedulable"]:
         lines.append("  node is cordoned (SchedulingDisabled)")
     if state.get("holdRequest"):
-        lines.append(f"  hold request: {state['holdRequest']}")
+        request = HoldRequestStatus.from_json(state["holdRequest"])
+        lines.append(f"  hold request: {request.to_text(now, ends_by, max_hold)}")
     if "agentWarning" in state:
-        lines.append(f"  WARNING: {state['agentWarning']}")
+        lines.append(f"  WARNING: {printable(state['agentWarning'])}")
     if "agent" in state:
-        agent = state["agent"]
-        lines.append(f"  agent: {json.dumps(agent, sort_keys=True)}")
+        lines.extend(f"  agent: {line}" for line in _agent_text(state["agent"]).splitlines())
     if "agentError" in state:
-        lines.append(f"  agent endpoint unreachable: {state['agentError']}")
+        lines.append(f"  agent endpoint unreachable: {printable(state['agentError'])}")
     return "\n".join(lines)
+
+
+def _agent_text(agent: dict[str, Any]) -> str:
+    """The agent's /status as its own text view (``?format=text``), not a line of JSON."""
+    try:
+        return AgentStatus.from_json(agent).to_text()
+    except (KeyError, TypeError, ValueError):  # starting, or another version's document
+        return printable(json.dumps(agent, sort_keys=True))
 
 
 def _listed(node: NodeObj) -> bool:
     """Whether ``status`` without ``--node-name`` lists the node: something to look at."""
     state = node_state(node)
-    return bool(state["held"] or state["staleKeys"] or "foreign" in state)
+    return bool(state["held"] or state["staleKeys"] or "foreign" in state or state["holdRequest"])
 
 
 def _releasable(annotations: Mapping[str, str]) -> bool:

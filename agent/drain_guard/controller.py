@@ -63,6 +63,8 @@ class EventSink(Protocol):
 
     def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None: ...
 
+    def hold_request_invalid(self, what: str, why: str) -> None: ...
+
 
 class Clock(Protocol):
     """The time, as the loop reads it: tests inject their own."""
@@ -401,6 +403,8 @@ class Controller:
                     bad.why,
                     extra={"fields": {"node": node, "kind": bad.kind, "what": bad.what}},
                 )
+                if bad.kind == "hold_request" and not self.settings.observe_only:
+                    self.events.hold_request_invalid(bad.what, bad.why)
         self._invalid = frozenset(invalid)
 
     # Shutdown -----------------------------------------------------------------------------

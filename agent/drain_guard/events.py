@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 DRAIN_HELD = "DrainHeld"
 DRAIN_RELEASED = "DrainReleased"
 DRAIN_HOLD_EXPIRED = "DrainHoldExpired"
+HOLD_REQUEST_INVALID = "HoldRequestInvalid"
 NORMAL = "Normal"
 WARNING = "Warning"
 
@@ -128,6 +129,17 @@ class EventRecorder:
             DRAIN_RELEASED,
             f"Released drain request {held_drain} after {took} (outcome {outcome})",
             key=f"{held_drain} {outcome}",
+        )
+
+    async def hold_request_invalid(self, what: str, why: str) -> None:
+        """An operator's hold request cannot be read: it holds nothing, which the operator
+        must learn where they look (``oc describe node``), not only in the agent's log."""
+        await self.emit(
+            HOLD_REQUEST_INVALID,
+            f"Ignoring {what}: {why}; it holds nothing until fixed"
+            " (drain-guard hold writes a valid one)",
+            type=WARNING,
+            key=what,
         )
 
     async def emit(
@@ -244,6 +256,10 @@ class EventQueue:
     def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
         """Queue ``EventRecorder.drain_released``."""
         self._post(partial(self.recorder.drain_released, held_drain, outcome, held_for))
+
+    def hold_request_invalid(self, what: str, why: str) -> None:
+        """Queue ``EventRecorder.hold_request_invalid``."""
+        self._post(partial(self.recorder.hold_request_invalid, what, why))
 
     def _post(self, write: Callable[[], Awaitable[None]]) -> None:
         try:

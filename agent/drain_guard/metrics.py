@@ -103,7 +103,12 @@ WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
 #: hold request, an image reference, a host file (kernel cmdline, ostree origin, rpm-ostree).
 INVALID_INPUT_KINDS: tuple[str, ...] = ("annotation", "hold_request", "image_ref", "host_file")
 #: Event reasons written on the Node (see ``agent/drain_guard/events.py``).
-EVENT_REASONS: tuple[str, ...] = ("DrainHeld", "DrainReleased", "DrainHoldExpired")
+EVENT_REASONS: tuple[str, ...] = (
+    "DrainHeld",
+    "DrainReleased",
+    "DrainHoldExpired",
+    "HoldRequestInvalid",
+)
 
 #: Hold durations: seconds to beyond the MCD's 1 h drain timeout (max-hold defaults to 45 min).
 HOLD_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200)

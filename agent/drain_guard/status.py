@@ -23,7 +23,8 @@ drain request is not let through), ``pass`` (a drain request went through: no gu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,13 +33,16 @@ from drain_guard import guards
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
+    HOLD_REQUEST,
     LAST_APPLIED_DRAIN,
     HoldRecord,
+    Reason,
     Verb,
     format_rfc3339,
     later,
     parse_drain_request,
     parse_rfc3339,
+    truncate_utf8,
 )
 
 DECISIONS: tuple[str, ...] = (
@@ -59,6 +63,117 @@ class HoldReasonStatus:
 
     reason: str
     detail: str
+
+
+@dataclass(frozen=True)
+class HoldRequestStatus:
+    """An operator's ``drain-guard.io/hold-request`` as read at one instant: ``active`` (it
+    holds drains until ``until``), ``expired`` or ``invalid`` (both hold nothing; ``why``
+    says what is wrong with an invalid one)."""
+
+    value: str
+    state: str
+    until: datetime | None = None
+    reason: str = ""
+    why: str = ""
+
+    @classmethod
+    def read(cls, value: str, now: datetime) -> HoldRequestStatus:
+        """The request ``value`` at ``now``; its texts cut as invalid input's are (small)."""
+        shown = truncate_utf8(value, guards.MAX_INVALID_BYTES)
+        try:
+            until, reason = guards.parse_hold_request(value)
+        except ValueError as err:
+            why = f"{err}; expected <RFC 3339 expiry>[;<reason>]"
+            return cls(shown, "invalid", why=truncate_utf8(why, guards.MAX_INVALID_BYTES))
+        reason = truncate_utf8(reason, guards.MAX_INVALID_BYTES)
+        return cls(shown, "expired" if until <= now else "active", until, reason)
+
+    def capped_at(self, ends_by: datetime | None) -> datetime | None:
+        """When ``--max-hold`` ends a hold this request asks to last longer, else None."""
+        if self.state != "active" or self.until is None or ends_by is None:
+            return None
+        return ends_by if self.until > ends_by else None
+
+    def to_json(self, ends_by: datetime | None = None) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "state": self.state,
+            "until": _rfc3339(self.until),
+            "reason": self.reason,
+            "why": self.why,
+            "cappedAt": _rfc3339(self.capped_at(ends_by)),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> HoldRequestStatus:
+        return cls(data["value"], data["state"], _parse(data["until"]), data["reason"], data["why"])
+
+    def to_text(self, now: datetime, ends_by: datetime | None, max_hold: timedelta | None) -> str:
+        """One line; INVALID and EXPIRED in capitals, since such a request holds nothing."""
+        value = printable(self.value)
+        if self.state == "invalid":
+            return f"INVALID, holds nothing: {printable(self.why)} (value {value})"
+        assert self.until is not None
+        said = f": {printable(self.reason)}" if self.reason else ""
+        if self.state == "expired":
+            ago = format_duration(now - self.until)
+            return (
+                f"EXPIRED at {_rfc3339(self.until)} ({ago} ago), holds nothing{said};"
+                f" remove it: oc annotate node NODE {HOLD_REQUEST}-"
+            )
+        line = f"until {_rfc3339(self.until)} (in {format_duration(self.until - now)}){said}"
+        capped = self.capped_at(ends_by)
+        if capped is not None:
+            line += f"; capped by --max-hold: the hold ends at {_rfc3339(capped)}"
+        elif ends_by is None and max_hold is not None and self.until - now > max_hold:
+            line += (
+                f"; capped by --max-hold: a drain is held at most {format_duration(max_hold)}"
+                " from when it is requested"
+            )
+        return line
+
+
+_DETAIL_SPLIT = re.compile("; (?=(?:" + "|".join(re.escape(r.value) for r in Reason) + "): )")
+
+
+def split_hold_detail(detail: str) -> dict[str, str]:
+    """The ``hold-detail`` annotation (``guards.hold_detail``) by reason."""
+    parts = (part.partition(": ") for part in _DETAIL_SPLIT.split(detail) if part)
+    return {reason: text for reason, _, text in parts if reason in set(Reason)}
+
+
+def releases_when(
+    reasons: Sequence[tuple[str, str]], request: HoldRequestStatus | None
+) -> tuple[str, ...]:
+    """What clears each reason of a hold, given as (reason, detail): the hold is released once
+    every one has cleared (or at its expiry, or by ``drain-guard release``)."""
+    found: list[str] = []
+    for reason, detail in reasons:
+        if reason == Reason.BUILD_POD:
+            pods = detail or "the build pod"
+            found.append(
+                f"{reason}: when {pods} {'end' if pods.startswith('build pods') else 'ends'}"
+            )
+        elif reason == Reason.NOOP_IMAGE:
+            found.append(
+                f"{reason}: when desiredImage changes to an image the node does not run"
+                " (the build's new image)"
+            )
+        elif reason == Reason.MANUAL:
+            until = request.until if request is not None else None
+            when = f"expires at {_rfc3339(until)}" if until is not None else "expires"
+            found.append(f"{reason}: when the hold request {when} or is removed")
+    return tuple(printable(line) for line in found)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``): an annotation is anyone's
+    input and must not move the terminal's cursor or forge a line of ``drain-guard status``."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 @dataclass(frozen=True)
@@ -170,6 +285,10 @@ class AgentStatus:
     # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
     confinement: dict[str, Any] | None = None
     invalid_inputs: tuple[InvalidInputStatus, ...] = ()
+    # The operator's hold request on the Node, read now; what will release the hold.
+    hold_request: HoldRequestStatus | None = None
+    releases_when: tuple[str, ...] = ()
+    max_hold: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -230,6 +349,11 @@ class AgentStatus:
             "invalidInputs": [
                 {"kind": i.kind, "what": i.what, "why": i.why} for i in self.invalid_inputs
             ],
+            "holdRequest": None
+            if self.hold_request is None
+            else self.hold_request.to_json(self.expires_at),
+            "releasesWhen": list(self.releases_when),
+            "maxHoldSeconds": None if self.max_hold is None else self.max_hold.total_seconds(),
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -275,6 +399,13 @@ class AgentStatus:
                 InvalidInputStatus(i["kind"], i["what"], i["why"])
                 for i in data.get("invalidInputs", ())
             ),
+            hold_request=None
+            if data.get("holdRequest") is None
+            else HoldRequestStatus.from_json(data["holdRequest"]),
+            releases_when=tuple(data.get("releasesWhen", ())),
+            max_hold=None
+            if data.get("maxHoldSeconds") is None
+            else timedelta(seconds=data["maxHoldSeconds"]),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -284,9 +415,9 @@ class AgentStatus:
         """A short human view: the decision first, then the hold, pods, images, health."""
         now = self.generated_at
         mode = " (observe-only: writes nothing)" if self.observe_only else ""
-        lines = [f"node {self.node}{mode}: {self.decision} - {self.explanation}"]
+        lines = [f"node {self.node}{mode}: {self.decision} - {printable(self.explanation)}"]
         if self.held_request is not None:
-            lines.append(f"  held request:  {self.held_request}")
+            lines.append(f"  held request:  {printable(self.held_request)}")
             if self.since is not None:
                 age = format_duration(now - self.since)
                 lines.append(f"  held since:    {_rfc3339(self.since)} ({age} ago)")
@@ -297,9 +428,16 @@ class AgentStatus:
                     "then released with outcome expired)"
                 )
         elif self.desired_drain is not None:
-            lines.append(f"  desiredDrain:  {self.desired_drain}")
+            lines.append(f"  desiredDrain:  {printable(self.desired_drain)}")
         for reason in self.hold_reasons:
-            lines.append(f"  reason:        {reason.reason}: {reason.detail}")
+            lines.append(f"  reason:        {reason.reason}: {printable(reason.detail)}")
+        for condition in self.releases_when:
+            lines.append(f"  released:      {condition}")
+        if self.held_request is not None:
+            lines.append(f"  released:      now by drain-guard release --node-name {self.node}")
+        if self.hold_request is not None:
+            request = self.hold_request.to_text(now, self.expires_at, self.max_hold)
+            lines.append(f"  hold request:  {request}")
         if self.build_pods is None:
             lines.append("  build pods:    unknown (pod watch not synced)")
         elif not self.build_pods:
@@ -312,13 +450,15 @@ class AgentStatus:
             f" (pod watch: {self.pod_watch_namespace})"
         )
         if self.desired_image is not None or self.desired_digest is not None:
-            lines.append(f"  desired image: {self.desired_digest or self.desired_image}")
+            lines.append(
+                f"  desired image: {printable(self.desired_digest or self.desired_image or '')}"
+            )
         if self.booted.digest is not None:
             lines.append(f"  booted image:  {self.booted.digest} (from {self.booted.source})")
         elif self.booted.error is not None:
             lines.append(f"  booted image:  unknown: {self.booted.error}")
         for bad in self.invalid_inputs:
-            lines.append(f"  invalid input: {bad.what} ignored: {bad.why}")
+            lines.append(f"  invalid input: {printable(bad.what)} ignored: {printable(bad.why)}")
         if self.shield is not None:
             lines.append(f"  shield:        {_shield_text(self.shield)}")
         if self.confinement is not None:
@@ -389,6 +529,8 @@ def decided(
         blocks = decision.blocks
     pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
     image = guards.evidence(decision.verdicts, guards.ImageCompared)
+    request_text = annotations.get(HOLD_REQUEST)
+    request = None if request_text is None else HoldRequestStatus.read(request_text, now)
     return AgentStatus(
         node=base.node,
         decision=decision_name(decision, annotations),
@@ -412,6 +554,9 @@ def decided(
         invalid_inputs=tuple(
             InvalidInputStatus(i.kind, i.what, i.why) for i in guards.invalid_inputs(decision)
         ),
+        hold_request=request,
+        releases_when=releases_when([(b.reason.value, b.detail) for b in blocks], request),
+        max_hold=max_hold,
     )
 
 
@@ -446,10 +591,12 @@ def _required(value: str) -> datetime:
 
 
 def format_duration(delta: timedelta) -> str:
-    """``1h02m``, ``12m05s``, ``7s``: short, for humans."""
+    """``3d04h`` (from 48 hours), ``1h02m``, ``12m05s``, ``7s``: short, for humans."""
     seconds = max(0, int(delta.total_seconds()))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
+    if hours >= 48:
+        return f"{hours // 24}d{hours % 24:02d}h"
     if hours:
         return f"{hours}h{minutes:02d}m"
     if minutes:

@@ -53,3 +53,18 @@ async def test_a_slow_events_endpoint_does_not_delay_the_next_hold(
     # new hold reached the API first: the controller did not wait for the Event.
     assert hold_c
     assert hold_c[0].rv < released[0].rv
+
+
+async def test_an_invalid_hold_request_is_a_warning_event_on_the_node(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Issue 25: only the agent's /status said "invalid input", so a typo silently held
+    nothing."""
+    await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.HOLD_REQUEST: "30m;db failover"})
+    [write] = await api.wait_for(lambda: _event_writes(api, "HoldRequestInvalid"), timeout=15)
+    event = write.after or {}
+    assert event["type"] == "Warning"
+    assert event["involvedObject"]["name"] == "worker-0"
+    assert "drain-guard.io/hold-request='30m;db failover'" in event["message"]
+    assert "'30m' is not an RFC 3339 time" in event["message"]

@@ -22,11 +22,15 @@ from drain_guard.status import (
     AgentStatus,
     BootedImageStatus,
     HoldReasonStatus,
+    HoldRequestStatus,
     InvalidInputStatus,
     PodStatus,
     WatchStatus,
     decided,
     nothing_decided,
+    printable,
+    releases_when,
+    split_hold_detail,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -63,6 +67,17 @@ def held() -> AgentStatus:
         watches={"pod": CURRENT, "node": CURRENT},
         last_api_contact=T0 - timedelta(seconds=3),
         confinement={"confined": True, "detail": "a dry-run write to Node worker-1 was denied"},
+        hold_request=HoldRequestStatus.read("2026-03-01T14:00:00Z;storage migration", T0),
+        build_pod_namespaces=("openshift-machine-config-operator",),
+        pod_watch_namespace="openshift-machine-config-operator",
+        releases_when=releases_when(
+            [
+                ("build-pod", "build pod openshift-machine-config-operator/build-x"),
+                ("noop-image", "desiredImage is the booted image"),
+            ],
+            None,
+        ),
+        max_hold=timedelta(minutes=45),
     )
 
 
@@ -88,6 +103,9 @@ def test_json_keys_and_times() -> None:
         "observeOnly",
         "confinement",
         "invalidInputs",
+        "holdRequest",
+        "releasesWhen",
+        "maxHoldSeconds",
         "version",
         "startedAt",
         "generatedAt",
@@ -295,6 +313,13 @@ def test_round_trip_any(
     assert status.to_text().startswith(f"node {node}: {decision} - ")
 
 
+def test_the_docs_text_view_is_the_real_output() -> None:
+    """Issue 25: the example in status.md did not match what the agent prints."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "status.md").read_text()
+    example = docs.split("## The text view\n\n```\n", 1)[1].split("```", 1)[0]
+    assert example == held().to_text()
+
+
 def test_docs_explain_every_key_and_decision() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "status.md").read_text()
     doc = held().to_json()
@@ -412,3 +437,100 @@ def test_a_malformed_hold_request_shows_as_invalid_input_with_no_request_pending
     huge = _status({protocol.HOLD_REQUEST: "x" * 100_000}, ())
     assert len(huge.invalid_inputs[0].what.encode()) < 400
     assert len(huge.invalid_inputs[0].why.encode()) <= 256
+
+
+# --- the hold request, what releases a hold (issue 25) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "state", "shown"),
+    [
+        ("30m;db failover", "invalid", "INVALID, holds nothing: '30m' is not an RFC 3339 time"),
+        ("2026-03-01T11:00:00Z;done", "expired", "EXPIRED at 2026-03-01T11:00:00Z (1h00m ago)"),
+        ("2026-03-01T12:30:00Z;db failover", "active", "until 2026-03-01T12:30:00Z (in 30m00s)"),
+    ],
+)
+def test_a_hold_request_is_active_expired_or_invalid(value: str, state: str, shown: str) -> None:
+    request = HoldRequestStatus.read(value, T0)
+    assert request.state == state
+    assert request.to_text(T0, None, MAX_HOLD).startswith(shown)
+    assert HoldRequestStatus.from_json(request.to_json()) == request
+
+
+def test_a_hold_request_beyond_max_hold_says_it_is_capped() -> None:
+    """A request "until 2099" ended after --max-hold and nothing said so."""
+    request = HoldRequestStatus.read("2099-01-01T00:00:00Z;long", T0)
+    ends_by = T0 + timedelta(minutes=20)
+    assert request.capped_at(ends_by) == ends_by
+    assert request.to_json(ends_by)["cappedAt"] == "2026-03-01T12:20:00Z"
+    assert "capped by --max-hold: the hold ends at 2026-03-01T12:20:00Z" in request.to_text(
+        T0, ends_by, MAX_HOLD
+    )
+    # Not held yet: a drain requested later is held at most --max-hold.
+    assert "a drain is held at most 45m00s" in request.to_text(T0, None, MAX_HOLD)
+    short = HoldRequestStatus.read("2026-03-01T12:10:00Z", T0)
+    assert short.capped_at(ends_by) is None
+    assert "capped" not in short.to_text(T0, None, MAX_HOLD)
+
+
+def test_what_releases_each_reason() -> None:
+    request = HoldRequestStatus.read("2026-03-01T12:30:00Z;db", T0)
+    assert releases_when(
+        [
+            ("build-pod", f"build pod {MCO_NS}/build-x"),
+            ("noop-image", "desiredImage is the booted image sha256:aaaa"),
+            ("manual", "hold-request until 2026-03-01T12:30:00Z: db"),
+        ],
+        request,
+    ) == (
+        f"build-pod: when build pod {MCO_NS}/build-x ends",
+        "noop-image: when desiredImage changes to an image the node does not run"
+        " (the build's new image)",
+        "manual: when the hold request expires at 2026-03-01T12:30:00Z or is removed",
+    )
+    assert releases_when([("build-pod", "build pods a/x, a/y")], None) == (
+        "build-pod: when build pods a/x, a/y end",
+    )
+
+
+def test_the_hold_detail_splits_by_reason() -> None:
+    blocks = [
+        guards.Block(Reason.BUILD_POD, "build pod ns/p"),
+        guards.Block(Reason.MANUAL, "hold-request until 2026-03-01T12:30:00Z: a; b"),
+    ]
+    assert split_hold_detail(guards.hold_detail(blocks)) == {
+        "build-pod": "build pod ns/p",
+        "manual": "hold-request until 2026-03-01T12:30:00Z: a; b",
+    }
+
+
+def test_control_characters_are_escaped_in_text() -> None:
+    """Issue 21 item 7: an annotation could move the cursor or forge a line of the view."""
+    assert printable("a\nb\x1b[2J\u2028c\td") == "a\\nb\\x1b[2J\\u2028c\\td"
+    status = _status({DESIRED_DRAIN: "drain-x\n  held request:  forged\x1b[31m"}, ())
+    text = status.to_text()
+    assert "forged" in text
+    assert "\x1b" not in text
+    assert all(not line.startswith("  held request:") for line in text.splitlines())
+    request = _status({protocol.HOLD_REQUEST: "2026-03-01T12:30:00Z;a\nb"}, ())
+    assert "hold request:  until 2026-03-01T12:30:00Z (in 30m00s): a b" in request.to_text()
+
+
+def test_the_status_says_what_releases_the_hold_and_reads_the_hold_request() -> None:
+    annotations = {
+        DESIRED_DRAIN: REQUEST,
+        protocol.HOLD_REQUEST: "2099-01-01T00:00:00Z;until the migration",
+    }
+    record = HoldRecord(REQUEST, (Reason.BUILD_POD, Reason.MANUAL), T0, "")
+    status = _status(annotations, (BUILD,), record)
+    assert status.releases_when[0] == f"build-pod: when build pod {MCO_NS}/build-x ends"
+    assert status.releases_when[-1].startswith("manual: when the hold request expires at 2099")
+    doc = status.to_json()
+    assert doc["holdRequest"]["state"] == "active"
+    assert doc["holdRequest"]["cappedAt"] == "2026-03-01T12:45:00Z"
+    assert doc["maxHoldSeconds"] == 45 * 60
+    text = status.to_text()
+    assert f"  released:      build-pod: when build pod {MCO_NS}/build-x ends" in text
+    assert "  released:      now by drain-guard release --node-name worker-0" in text
+    assert "capped by --max-hold: the hold ends at 2026-03-01T12:45:00Z" in text
+    assert AgentStatus.from_json(json.loads(json.dumps(doc))) == status

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from drain_guard import guards, protocol
-from drain_guard.cli import build_parser, main, node_state, render_text
+from drain_guard.cli import _listed, build_parser, main, node_state, render_text
 from drain_guard.config import settings_from
 from drain_guard.kube import NodeObj
 
@@ -165,3 +167,83 @@ def test_the_simulators_demo_without_the_agents_max_hold_is_a_usage_error() -> N
     )
     assert proc.returncode == 2
     assert "the following arguments are required: --agent-max-hold" in proc.stderr
+
+
+# --- what status says of a hold and a hold request (issue 25) --------------------------------
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+MAX_HOLD = timedelta(minutes=45)
+MCO = "openshift-machine-config-operator"
+STORAGE = {
+    protocol.DESIRED_DRAIN: "hold-drain-rendered-worker-5620",
+    protocol.LAST_APPLIED_DRAIN: "uncordon-rendered-worker-1111",
+    protocol.HELD_DRAIN: "drain-rendered-worker-5620",
+    protocol.HOLD_REASONS: "build-pod,manual",
+    protocol.HELD_SINCE: "2026-03-01T11:47:55Z",
+    protocol.HOLD_DETAIL: guards.hold_detail(
+        [
+            guards.Block(protocol.Reason.BUILD_POD, f"build pod {MCO}/build-x"),
+            guards.Block(
+                protocol.Reason.MANUAL, "hold-request until 2099-01-01T00:00:00Z: storage migration"
+            ),
+        ]
+    ),
+    protocol.HOLD_REQUEST: "2099-01-01T00:00:00Z;storage migration",
+}
+
+
+def _text(annotations: dict[str, str]) -> str:
+    node = NodeObj("worker-1", "7", annotations, False)
+    return render_text(node_state(node, NOW, MAX_HOLD))
+
+
+def test_status_says_since_when_until_when_and_what_releases_the_hold() -> None:
+    text = _text(STORAGE)
+    assert "HELD since 2026-03-01T11:47:55Z (12m05s ago) for build-pod, manual" in text
+    assert "ends by 2026-03-01T12:32:55Z (in 32m55s; --max-hold 45m00s)" in text
+    assert f"released build-pod: when build pod {MCO}/build-x ends" in text
+    assert "released manual: when the hold request expires at 2099-01-01T00:00:00Z" in text
+    assert "released now by: drain-guard release --node-name worker-1" in text
+    assert "capped by --max-hold: the hold ends at 2026-03-01T12:32:55Z" in text
+
+
+def test_the_configuration_docs_show_the_real_output() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    section = docs.split("## `drain-guard status`", 1)[1]
+    example = section.split("```\n", 2)[1]
+    assert example == _text(STORAGE) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("request_value", "shown"),
+    [
+        ("30m;db failover", "hold request: INVALID, holds nothing: '30m' is not an RFC 3339"),
+        ("2026-03-01T11:00:00Z;done", "hold request: EXPIRED at 2026-03-01T11:00:00Z (1h00m ago)"),
+        ("2026-03-01T13:00:00Z", "hold request: until 2026-03-01T13:00:00Z (in 1h00m); capped"),
+    ],
+)
+def test_a_hold_request_without_a_hold_is_listed_and_marked(request_value: str, shown: str) -> None:
+    annotations = {protocol.HOLD_REQUEST: request_value}
+    node = NodeObj("worker-1", "7", annotations, False)
+    assert _listed(node)
+    assert shown in render_text(node_state(node, NOW, MAX_HOLD))
+
+
+def test_status_escapes_control_characters_of_annotations() -> None:
+    """Issue 21 item 7: a value could forge lines or drive the terminal."""
+    forged = {**HELD, protocol.HOLD_DETAIL: "x\n  released now by: nobody\x1b[2J"}
+    text = render_text(node_state(_node(forged), NOW, MAX_HOLD))
+    assert "\x1b" not in text
+    assert "\\x1b[2J" in text
+    assert [line for line in text.splitlines() if "nobody" in line] == [
+        "  detail: x\\n  released now by: nobody\\x1b[2J"
+    ]
+
+
+def test_status_max_hold_defaults_to_the_agents_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DRAIN_GUARD_MAX_HOLD", "20m")
+    assert build_parser().parse_args(["status"]).max_hold == timedelta(minutes=20)
+    monkeypatch.delenv("DRAIN_GUARD_MAX_HOLD")
+    assert build_parser().parse_args(["status"]).max_hold == timedelta(minutes=45)

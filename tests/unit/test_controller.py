@@ -92,6 +92,9 @@ class Events:
     def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
         self.posted.append(("DrainReleased", held_drain, outcome, held_for))
 
+    def hold_request_invalid(self, what: str, why: str) -> None:
+        self.posted.append(("HoldRequestInvalid", what))
+
 
 class FakeClock:
     def __init__(self) -> None:
@@ -393,4 +396,9 @@ async def test_a_malformed_hold_request_is_logged_and_counted_once_per_value(
     assert env.value("drain_guard_invalid_input_total", kind="hold_request") == 2
     assert [i.what for i in env.controller.status().invalid_inputs] == [
         "drain-guard.io/hold-request='soon'"
+    ]
+    # One Warning Event per value, where operators look (a typo silently held nothing).
+    assert [e for e in env.events.posted if e[0] == "HoldRequestInvalid"] == [
+        ("HoldRequestInvalid", "drain-guard.io/hold-request='tomorrow'"),
+        ("HoldRequestInvalid", "drain-guard.io/hold-request='soon'"),
     ]
