@@ -107,7 +107,7 @@ StartAgent = Callable[..., Awaitable[AgentProcess]]
 
 async def spawn(
     node: str,
-    kubeconfig: Path,
+    kubeconfig: Path | None,
     host: HostFS,
     *extra: str,
     started: list[AgentProcess],

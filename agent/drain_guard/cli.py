@@ -1,12 +1,15 @@
-"""``drain-guard run | shield | webhook | copy-node-credentials | status | release | demo``.
+"""``drain-guard run | shield | webhook | node-proxy | copy-node-credentials | status | release |
+demo``.
 
 ``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
 keep no budgets; ``webhook`` the admission webhook that confines the agents on OpenShift
-4.15/4.16 (drain_guard.webhook); ``copy-node-credentials`` copies the kubelet's credentials
-for an agent that may not read them (drain_guard.nodecreds). ``status`` and ``release`` are
-operator tools that talk to the API with the caller's own credentials (``--kubeconfig`` /
-``KUBECONFIG`` / in-cluster), so RBAC decides who may release a hold. ``demo`` is imported
-lazily: the agent never loads the simulator.
+4.15/4.16 (drain_guard.webhook); ``node-proxy`` holds the node's credential for a systemd agent
+and passes on only that agent's requests about its own Node (drain_guard.nodeproxy);
+``copy-node-credentials`` copies the kubelet's credentials for an agent that may not read them
+(drain_guard.nodecreds). ``status`` and ``release`` are operator tools that talk to the API
+with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC
+decides who may release a hold. ``demo`` is imported lazily: the agent never loads the
+simulator.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 DEFAULT_ENDPOINT = "http://127.0.0.1:9797"
 ENDPOINT_TIMEOUT = 2.0
+#: ``drain-guard node-proxy``'s defaults: the systemd unit's socket, the kubelet's kubeconfig.
+NODE_PROXY_SOCKET = "/run/drain-guard-node-proxy/api.sock"
+KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -79,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         "shield", help="keep the build pods' PodDisruptionBudgets of every node (central shield)"
     )
     add_shield_arguments(shield)
+
+    proxy = sub.add_parser(
+        "node-proxy",
+        help="serve a local agent its own Node's requests with the node's credential (systemd)",
+    )
+    _add_node_proxy_arguments(proxy)
 
     copier = sub.add_parser(
         "copy-node-credentials",
@@ -132,6 +144,29 @@ def _duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_node_proxy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="the Node whose agent this serves (default: NODE_NAME)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=KUBELET_KUBECONFIG,
+        help=f"the node's own kubeconfig, system:node:NAME (default: {KUBELET_KUBECONFIG})",
+    )
+    parser.add_argument(
+        "--socket",
+        default=NODE_PROXY_SOCKET,
+        help=f"the Unix socket to serve the agent on (default: {NODE_PROXY_SOCKET})",
+    )
+    parser.add_argument(
+        "--agent-user",
+        default="drain-guard",
+        help="the one user (name or UID) whose requests are served (default: drain-guard)",
+    )
+
+
 def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
@@ -167,6 +202,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drain_guard import webhook
 
         return webhook.main(args)
+    if args.command == "node-proxy":
+        from drain_guard.nodeproxy import main as nodeproxy_main
+
+        return nodeproxy_main(args)
     if args.command == "copy-node-credentials":
         return nodecreds.main(args)
     if args.command == "status":

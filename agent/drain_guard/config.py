@@ -111,12 +111,15 @@ class Settings:
     observe_only: bool = False
     pod_name: str | None = None
     node_kubeconfig: str | None = None
+    api_socket: str | None = None
 
     def effective(self) -> dict[str, object]:
         """The settings in force, for the agent's start-up line (durations as flags take them)."""
         return {
             "node": self.node_name,
-            "kubeconfig": self.kubeconfig or "in-cluster, else ~/.kube/config",
+            "kubeconfig": f"node proxy {self.api_socket}"
+            if self.api_socket
+            else self.kubeconfig or "in-cluster, else ~/.kube/config",
             "listen": str(self.listen),
             "maxHold": format_duration(self.max_hold),
             "apiStaleAfter": format_duration(self.api_stale_after),
@@ -157,6 +160,15 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         "KUBECONFIG",
         None,
         "kubeconfig file; without it the in-cluster config, else ~/.kube/config",
+    ),
+    _Option(
+        "--api-socket",
+        _env_name("--api-socket"),
+        None,
+        "Unix socket of drain-guard node-proxy (the systemd install): every API request goes"
+        " there, with no credential of the agent's own, and the proxy passes on only this"
+        " Node's reads, hold, release and Events (docs/install.md, section 7); excludes"
+        " --kubeconfig and --node-kubeconfig",
     ),
     _Option(
         "--node-kubeconfig",
@@ -603,6 +615,12 @@ def _settings(raw: dict[str, object]) -> Settings:
         raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
     kubeconfig = raw["kubeconfig"]
     node_kubeconfig = raw["node_kubeconfig"]
+    api_socket = str(raw["api_socket"] or "").strip() or None
+    if api_socket is not None and (kubeconfig is not None or node_kubeconfig is not None):
+        raise SettingsError(
+            "--api-socket excludes --kubeconfig and --node-kubeconfig: through"
+            " the node proxy the agent holds no credential"
+        )
     return Settings(
         node_name=node_name,
         kubeconfig=None if kubeconfig is None else str(kubeconfig),
@@ -624,6 +642,7 @@ def _settings(raw: dict[str, object]) -> Settings:
         observe_only=bool(raw["observe_only"]),
         pod_name=pod_name,
         node_kubeconfig=None if node_kubeconfig is None else str(node_kubeconfig),
+        api_socket=api_socket,
     )
 
 

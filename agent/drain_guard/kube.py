@@ -364,6 +364,20 @@ async def load_api_client(
     return ApiClient(cfg, kubeconfig, source, identity, counters or NullCounters())
 
 
+async def load_socket_client(path: str, counters: Counters | None = None) -> ApiClient:
+    """An :class:`ApiClient` that sends every request over the Unix socket ``path`` (the node
+    proxy's, drain_guard.nodeproxy), with no credential of its own: the proxy adds the node's."""
+    api = ApiClient(
+        k8s.Configuration(host="http://drain-guard-node-proxy"),
+        None,
+        f"the node proxy at {path}",
+        "agent",
+        counters or NullCounters(),
+    )
+    await api.use_socket(path)
+    return api
+
+
 def _tls_material(cfg: k8s.Configuration) -> tuple[bytes | None, ...]:
     """The bytes of the client certificate, key and CA files ``cfg`` names: the kubelet
     rotates a certificate in place (same path, new content)."""
@@ -417,6 +431,8 @@ class ApiClient(k8s.ApiClient):
         # The connection pool before the last certificate change: closed at the next one, when
         # nothing sent on it can still be running (the agent's longest request is a watch).
         self._retired: Any = None
+        # Over the node proxy's socket there is nothing to read again: the proxy does it.
+        self._rereadable = True
 
     # The library calls it by keyword, and only with the parameters of its own signature.
     async def request(  # type: ignore[override]
@@ -435,6 +451,8 @@ class ApiClient(k8s.ApiClient):
     async def _renewed(self, sent: int) -> bool:
         """Whether credentials other than those a refused request was ``sent`` with are in use
         now: read them again, unless another request's 401 has already done so."""
+        if not self._rereadable:
+            return False
         async with self._reading:
             if self._generation == sent:
                 self.counters.credentials_read(self.identity)
@@ -458,6 +476,15 @@ class ApiClient(k8s.ApiClient):
                     self.source,
                 )
         return self._generation != sent
+
+    async def use_socket(self, path: str) -> None:
+        """Send every request over the Unix socket ``path`` instead of TCP."""
+        plain, self.rest_client.pool_manager = (
+            self.rest_client.pool_manager,
+            aiohttp.ClientSession(connector=aiohttp.UnixConnector(path), read_bufsize=2**21),
+        )
+        await plain.close()
+        self._rereadable = False
 
     def _adopt(self, cfg: k8s.Configuration, tls: tuple[bytes | None, ...]) -> None:
         self.configuration = cfg
@@ -533,7 +560,12 @@ class Kube:
         self.node_core = self.core
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None, counters: Counters | None = None) -> Kube:
+    async def connect(
+        cls, kubeconfig: str | None, counters: Counters | None = None, socket: str | None = None
+    ) -> Kube:
+        """With ``socket``, every request goes through the node proxy there."""
+        if socket is not None:
+            return cls(await load_socket_client(socket, counters), counters)
         return cls(await load_api_client(kubeconfig, counters), counters)
 
     async def close(self) -> None:

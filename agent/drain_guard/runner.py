@@ -142,7 +142,7 @@ async def _main(settings: Settings) -> int:
     metrics = Metrics()
     counters = MetricCounters(metrics)
     try:  # the kubeconfig is read, the API not yet reached
-        kube = await Kube.connect(settings.kubeconfig, counters)
+        kube = await Kube.connect(settings.kubeconfig, counters, settings.api_socket)
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
         return 2  # an invalid setting, as the CLI's other ones

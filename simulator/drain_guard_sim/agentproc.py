@@ -44,16 +44,20 @@ def agent_user(node: str) -> str:
 
 
 def run_args(
-    node: str, kubeconfig: Path | str, host: HostFS, *extra: str, listen: str = "127.0.0.1:0"
+    node: str,
+    kubeconfig: Path | str | None,
+    host: HostFS,
+    *extra: str,
+    listen: str = "127.0.0.1:0",
 ) -> list[str]:
-    """``drain-guard run`` arguments for ``node``: its identity, its host tree, a port (any
-    free one unless ``listen`` says)."""
+    """``drain-guard run`` arguments for ``node``: its identity (none when ``kubeconfig`` is
+    None: an ``--api-socket`` in ``extra``), its host tree, a port (any free one unless
+    ``listen`` says)."""
     return [
         "run",
         "--node-name",
         node,
-        "--kubeconfig",
-        str(kubeconfig),
+        *(() if kubeconfig is None else ("--kubeconfig", str(kubeconfig))),
         "--listen",
         listen,
         "--host-root",
@@ -65,7 +69,7 @@ def run_args(
 
 
 def agent_command(
-    node: str, kubeconfig: Path | str, host: HostFS, *extra: str, program: Sequence[str] = ()
+    node: str, kubeconfig: Path | str | None, host: HostFS, *extra: str, program: Sequence[str] = ()
 ) -> list[str]:
     """The whole command line: ``program`` (by default this interpreter running ``python -m
     drain_guard``; the benchmarks also run the agent as its image does) then ``run ...``."""
@@ -277,7 +281,7 @@ class AgentProcess:
 
 async def spawn_agent(
     node: str,
-    kubeconfig: Path | str,
+    kubeconfig: Path | str | None,
     host: HostFS,
     *extra: str,
     env: dict[str, str] | None = None,

@@ -1,6 +1,6 @@
 """The systemd units: ``systemd-analyze verify`` and ``security`` accept them, they are
-hardened, the agent's command line and environment file are settings it accepts, and the node's
-identity reaches the agent as the kubelet keeps rotating it.
+hardened, the agent's and the node proxy's command lines and environment file are settings
+they accept, and the agent holds no credential: the node proxy holds the node's.
 
 ``verify`` checks that each ExecStart's program exists, so it runs against a scratch root
 holding the units, stand-in executables at their paths, and a copy of the machine's own unit
@@ -14,25 +14,20 @@ import os
 import shlex
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from drain_guard.config import RUN_OPTIONS, add_run_arguments, settings_from
+from drain_guard.cli import build_parser
+from drain_guard.config import RUN_OPTIONS, SettingsError, add_run_arguments, settings_from
 from tests.deploy.tools import (
     AGENT_UNIT,
-    COPIER_UNIT,
     ENV_FILE,
-    KUBELET_CLIENT,
+    PROXY_UNIT,
     REPO,
     SYSTEMD_DIR,
     UNITS,
-    copier_commands,
     env_file,
-    kubelet_kubeconfig,
     specifiers,
     systemd_unit,
 )
@@ -40,14 +35,10 @@ from tests.helpers import require_tool
 
 UNIT = AGENT_UNIT
 SERVICES = [u for u in UNITS if u.suffix == ".service"]
-PATH_UNIT = SYSTEMD_DIR / "drain-guard-credentials.path"
-TIMER_UNIT = SYSTEMD_DIR / "drain-guard-credentials.timer"
 SYSUSERS = SYSTEMD_DIR / "drain-guard.sysusers"
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 # systemd-analyze security's exposure scale is 0-100 (shown as 0.0-10.0): 20 is "OK".
 MAX_EXPOSURE = 20
-#: The copy of the kubelet's client certificate the agent reads (its kubeconfig names it).
-COPY = "/run/drain-guard-credentials/kubelet-client.pem"
 INSTALL_DOC = REPO / "docs" / "install.md"
 
 
@@ -140,57 +131,53 @@ def test_resources_and_restarts_are_bounded() -> None:
     assert "StartLimitBurst=5" in unit_section
 
 
-def test_the_unit_runs_with_the_nodes_identity_only() -> None:
-    """Issue 11 finding 2: no service account, no credential of its own: a kubeconfig naming
-    the copy of the node's certificate, made before the agent starts."""
+def test_the_agent_unit_holds_no_credential() -> None:
+    """Issue 21: no node identity, no service account, no kubeconfig: the agent's only way to
+    the API is the node proxy's socket, and it sees nothing of the kubelet's."""
     unit = systemd_unit(UNIT)
-    assert "LoadCredential" not in unit["Service"]
-    assert "KUBECONFIG=/etc/drain-guard/kubeconfig" in unit["Service"]["Environment"]
-    wants = " ".join(unit["Unit"]["Wants"]).split()
-    assert {COPIER_UNIT.name, PATH_UNIT.name, TIMER_UNIT.name} <= set(wants)
-    assert COPIER_UNIT.name in " ".join(unit["Unit"]["After"]).split()
+    service = unit["Service"]
+    assert "LoadCredential" not in service
+    assert "LoadCredentialEncrypted" not in service
+    assert not [e for e in service["Environment"] if "KUBECONFIG" in e]
+    assert "DRAIN_GUARD_API_SOCKET=%t/drain-guard-node-proxy/api.sock" in service["Environment"]
+    assert unit["Unit"]["Wants"] == [PROXY_UNIT.name]
+    assert PROXY_UNIT.name in " ".join(unit["Unit"]["After"]).split()
+    hidden = service["InaccessiblePaths"][0].split()
+    assert "-/var/lib/kubelet" in hidden
+    # No network but the loopback listener and the proxy's socket: the API server is the
+    # proxy's to reach.
+    assert service["IPAddressDeny"] == ["any"]
+    assert service["IPAddressAllow"] == ["localhost"]
 
 
-def test_the_copy_follows_the_kubelets_rotation() -> None:
-    """Issue 14: a systemd credential is copied once, at start, and a rotated certificate was
-    never seen without a restart (which releases the hold). The copy is made again whenever
-    the kubelet's certificate directory changes, and hourly should a change be missed."""
-    path = systemd_unit(PATH_UNIT)
-    assert path["Path"] == {
-        "PathChanged": [os.path.dirname(KUBELET_CLIENT)],
-        "Unit": [COPIER_UNIT.name],
-    }
-    timer = systemd_unit(TIMER_UNIT)
-    assert timer["Timer"]["Unit"] == [COPIER_UNIT.name]
-    assert timer["Timer"]["OnUnitActiveSec"] == ["1h"]
-    for unit in (path, timer):
-        assert unit["Unit"]["PartOf"] == [UNIT.name]  # stopped with the agent
-    install, move = exec_start(COPIER_UNIT)
-    assert install[:3] == ["/usr/bin/install", "-m", "0640"]
-    assert install[3] == KUBELET_CLIENT
-    assert move[:2] == ["/usr/bin/mv", "-f"]
-    assert move[2:] == [install[4], COPY]  # renamed into place whole
-
-
-def test_the_copy_is_readable_by_the_agent_alone() -> None:
-    """The copier runs as root, to read the kubelet's 0600 file as its owner, with no
-    capability; what it writes belongs to the agent's group and no other."""
-    copier = unit_settings(COPIER_UNIT)
-    assert "User" not in copier  # root
-    assert "DynamicUser" not in copier
-    assert copier["CapabilityBoundingSet"] == [""]
-    assert copier["AmbientCapabilities"] == [""]
-    assert copier["Group"] == unit_settings()["User"]
-    assert copier["UMask"] == ["0027"]
-    assert copier["RuntimeDirectory"] == ["drain-guard-credentials"]
-    assert copier["RuntimeDirectoryMode"] == ["0750"]
-    assert copier["RuntimeDirectoryPreserve"] == ["yes"]
-    assert os.path.dirname(COPY) == "/run/" + copier["RuntimeDirectory"][0]
-    # Of the kubelet's directory it sees the certificates only (pods' volumes stay hidden).
-    assert copier["TemporaryFileSystem"] == ["/var/lib/kubelet:ro"]
-    assert copier["BindReadOnlyPaths"] == [os.path.dirname(KUBELET_CLIENT)]
-    assert copier["PrivateNetwork"] == ["yes"]
-    assert copier["RestrictAddressFamilies"] == ["none"]
+def test_the_proxy_unit_holds_the_nodes_credential_and_serves_the_agent_alone() -> None:
+    """Root to read the kubelet's 0600 key as its owner, with no capability; of the kubelet's
+    directory only the kubeconfig and the certificates in view; its socket reachable by the
+    agent's group alone, and the agent's user the one it serves; stopped with the agent."""
+    proxy = unit_settings(PROXY_UNIT)
+    agent_user = unit_settings()["User"][0]
+    assert "User" not in proxy  # root
+    assert "DynamicUser" not in proxy
+    assert proxy["CapabilityBoundingSet"] == [""]
+    assert proxy["AmbientCapabilities"] == [""]
+    assert proxy["NoNewPrivileges"] == ["yes"]
+    assert proxy["Group"] == [agent_user]
+    assert proxy["UMask"] == ["0007"]
+    assert proxy["RuntimeDirectory"] == ["drain-guard-node-proxy"]
+    assert proxy["RuntimeDirectoryMode"] == ["0750"]
+    assert proxy["TemporaryFileSystem"] == ["/var/lib/kubelet:ro"]
+    assert proxy["BindReadOnlyPaths"] == ["/var/lib/kubelet/kubeconfig /var/lib/kubelet/pki"]
+    assert proxy["Type"] == ["notify"]  # the agent starts once the socket is served
+    assert systemd_unit(PROXY_UNIT)["Unit"]["PartOf"] == [UNIT.name]
+    (argv,) = exec_start(PROXY_UNIT)
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "node-proxy"
+    assert args.kubeconfig == "/var/lib/kubelet/kubeconfig"
+    assert args.agent_user == agent_user
+    assert f"DRAIN_GUARD_API_SOCKET={args.socket}" in map(
+        specifiers, unit_settings()["Environment"]
+    )
+    assert os.path.dirname(args.socket) == "/run/" + proxy["RuntimeDirectory"][0]
 
 
 def test_the_sysusers_line_makes_the_units_user() -> None:
@@ -220,88 +207,6 @@ def test_the_docs_install_every_unit() -> None:
     }
 
 
-def test_the_documented_kubeconfig_names_the_copy(tmp_path: Path) -> None:
-    """docs/install.md's command, run as written on a kubelet's kubeconfig, makes a kubeconfig
-    whose certificate and key are the copy the agent reads, and keeps the server and CA."""
-    (command,) = [
-        line.strip().removesuffix("\\").strip()
-        for line in INSTALL_DOC.read_text().splitlines()
-        if line.startswith("sed ") and KUBELET_CLIENT in line
-    ]
-    source = tmp_path / "kubelet-kubeconfig"
-    source.write_text(yaml.safe_dump(kubelet_kubeconfig()))
-    argv = shlex.split(command)
-    proc = subprocess.run(
-        [*argv, str(source)], capture_output=True, text=True, timeout=30, check=True
-    )
-    made = yaml.safe_load(proc.stdout)
-    wanted = kubelet_kubeconfig()
-    user = wanted["users"][0]["user"]  # type: ignore[index]
-    user["client-certificate"] = user["client-key"] = COPY
-    assert made == wanted
-
-
-def _no_capabilities(*ids: str) -> list[str]:
-    """setpriv with ``ids`` (--regid=..., --reuid=...), then no capability at all."""
-    setpriv = require_tool("setpriv")
-    return [setpriv, *ids, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all"]
-
-
-@pytest.fixture
-def open_tmp() -> Iterator[Path]:
-    """A scratch directory other users may enter (pytest's own are root's, mode 0700)."""
-    with tempfile.TemporaryDirectory(prefix="drain-guard-copier-") as name:
-        os.chmod(name, 0o755)
-        yield Path(name)
-
-
-def test_the_copier_reads_the_kubelets_file_as_root_without_capabilities(open_tmp: Path) -> None:
-    """The copier's own commands, run as its unit runs them (root, its group and umask, no
-    capability), on a kubelet certificate directory as the kubelet leaves it (0600 root, a
-    link to the current file): the copy is the current certificate, root:group 0640, readable
-    by a user of the group and by no other; a 0600 file of another user stays unreadable to
-    the copier (reading a file one owns needs no capability, reading another's would)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the copier runs as root")
-    group, agent, stranger = 61990, 61991, 61992
-    host = open_tmp
-    pki = host / os.path.dirname(KUBELET_CLIENT).lstrip("/")
-    pki.mkdir(parents=True)
-    current = pki / "kubelet-client-2026-01-01-00-00-00.pem"
-    current.write_text("certificate and key\n")
-    current.chmod(0o600)
-    (pki / os.path.basename(KUBELET_CLIENT)).symlink_to(current)
-    commands = copier_commands(host)
-    runtime = host / "run" / unit_settings(COPIER_UNIT)["RuntimeDirectory"][0]
-    os.chown(runtime, 0, group)  # as systemd makes it: root:Group
-    umask = int(unit_settings(COPIER_UNIT)["UMask"][0], 8)
-    for argv in commands:
-        subprocess.run(
-            [*_no_capabilities(f"--regid={group}", "--clear-groups"), *argv],
-            check=True,
-            timeout=30,
-            umask=umask,
-        )
-    copy = host / COPY.lstrip("/")
-    info = copy.stat()
-    assert (info.st_uid, info.st_gid, info.st_mode & 0o777) == (0, group, 0o640)
-    assert copy.read_text() == current.read_text()
-
-    def reads(*ids: str, path: Path = copy) -> bool:
-        cat = [*_no_capabilities(*ids), "cat", str(path)]
-        return subprocess.run(cat, capture_output=True, timeout=30, check=False).returncode == 0
-
-    user = (f"--reuid={agent}", f"--regid={agent}")
-    assert reads(*user, f"--groups={group}")
-    assert not reads(f"--reuid={stranger}", f"--regid={stranger}", "--clear-groups")
-    others = pki / "someone-elses.pem"
-    others.write_text("x")
-    others.chmod(0o600)
-    os.chown(others, stranger, stranger)
-    assert not reads(f"--regid={group}", "--clear-groups", path=others)
-    assert reads(f"--regid={group}", "--clear-groups", path=current)
-
-
 def _settings(env: dict[str, str]) -> argparse.Namespace:
     argv = shlex.split(unit_settings()["ExecStart"][0])
     assert argv[1] == "run"
@@ -310,16 +215,34 @@ def _settings(env: dict[str, str]) -> argparse.Namespace:
     return parser.parse_args(argv[2:])
 
 
+def _unit_environment() -> dict[str, str]:
+    """What the agent's unit sets (Environment=, then the settings file over it)."""
+    env = {"NODE_NAME": "worker-0"}
+    for line in unit_settings()["Environment"]:
+        for word in shlex.split(specifiers(line)):
+            name, _, value = word.partition("=")
+            env[name] = value
+    return env | env_file(ENV_FILE.read_text())
+
+
 def test_agent_accepts_the_command_line_and_environment_file() -> None:
-    env = {"NODE_NAME": "worker-0", "KUBECONFIG": "/etc/drain-guard/kubeconfig"}
-    env |= env_file(ENV_FILE.read_text())
+    env = _unit_environment()
     settings = settings_from(_settings(env), env)
     assert settings.release_on_exit
     assert settings.daemonset is None
     assert settings.listen.host == "127.0.0.1"
-    # Budgets need a right the node's identity lacks: the central shield keeps them.
+    # The proxy passes on no budget write: the central shield keeps them.
     assert not settings.shield_build_pods
-    assert settings.node_kubeconfig is None  # KUBECONFIG is the node's identity already
+    assert settings.api_socket == "/run/drain-guard-node-proxy/api.sock"
+    assert settings.kubeconfig is None
+    assert settings.node_kubeconfig is None
+
+
+def test_a_kubeconfig_in_the_settings_file_is_refused() -> None:
+    """The agent must not be handed a credential by a settings file: one clear line."""
+    env = _unit_environment() | {"KUBECONFIG": "/var/lib/kubelet/kubeconfig"}
+    with pytest.raises(SettingsError, match="DRAIN_GUARD_API_SOCKET excludes KUBECONFIG and"):
+        settings_from(_settings(env), env)
 
 
 def test_agent_accepts_every_example_in_the_environment_file() -> None:

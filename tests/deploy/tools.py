@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -45,16 +44,11 @@ Obj = dict[str, Any]
 #: when it rotates them), as its kubeconfig names them: --cert-dir /var/lib/kubelet/pki.
 KUBELET_CLIENT = "/var/lib/kubelet/pki/kubelet-client-current.pem"
 SYSTEMD_DIR = REPO / "systemd"
-#: The systemd install's units: the agent, and the copy of the kubelet's client certificate
-#: it reads (made at its start, at each rotation seen by the .path unit, and hourly).
+#: The systemd install's units: the agent, with no credential, and the node proxy that holds
+#: the node's and passes on only the agent's own Node's requests.
 AGENT_UNIT = SYSTEMD_DIR / "drain-guard.service"
-COPIER_UNIT = SYSTEMD_DIR / "drain-guard-credentials.service"
-UNITS = (
-    AGENT_UNIT,
-    COPIER_UNIT,
-    SYSTEMD_DIR / "drain-guard-credentials.path",
-    SYSTEMD_DIR / "drain-guard-credentials.timer",
-)
+PROXY_UNIT = SYSTEMD_DIR / "drain-guard-node-proxy.service"
+UNITS = (AGENT_UNIT, PROXY_UNIT)
 
 Unit = dict[str, dict[str, list[str]]]
 
@@ -88,17 +82,6 @@ def under(root: Path, value: str) -> str:
     for prefix in ("/var/lib/", "/run/"):
         value = value.replace(prefix, f"{root}{prefix}")
     return value
-
-
-def copier_commands(root: Path) -> list[list[str]]:
-    """drain-guard-credentials.service's ExecStart= commands as words, specifiers resolved,
-    on the scratch host ``root``; its runtime directory made as systemd makes it (its mode;
-    the owner is the caller's)."""
-    service = systemd_unit(COPIER_UNIT)["Service"]
-    runtime = root / "run" / service["RuntimeDirectory"][0]
-    runtime.mkdir(parents=True, exist_ok=True)
-    runtime.chmod(int(service["RuntimeDirectoryMode"][0], 8))
-    return [shlex.split(under(root, specifiers(line))) for line in service["ExecStart"]]
 
 
 def render(overlay: str) -> list[Obj]:

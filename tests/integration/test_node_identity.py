@@ -1,20 +1,18 @@
-"""The agent as the openshift-4.15 overlay and the systemd unit run it: Node writes and Events
-with the node's own identity, the service account read-only (4.15/4.16) or absent (systemd),
-the shield off; holds and releases work, and the self-check reports the agent confined.
+"""The agent as the openshift-4.15 overlay runs it: Node writes and Events with the node's own
+identity, the service account read-only, the shield off; holds and releases work, and the
+self-check reports the agent confined. (The systemd install holds no node identity in the
+agent any more: tests/integration/test_node_proxy.py.)
 
 The simulator authorizes the service account by the RBAC the overlay renders (``kubectl
 kustomize``), and the node identity by the Node authorizer's rules and NodeRestriction
 (``drain_guard_sim.nodeauth``). It does not evaluate ValidatingAdmissionPolicies, which the
-4.15 overlay has none of anyway. For the systemd install's rotation it serves TLS and
-authenticates the node by its client certificate, as kube-apiserver does the kubelet's.
+4.15 overlay has none of anyway. For the kubelet's rotation it serves TLS and authenticates
+the node by its client certificate, as kube-apiserver does the kubelet's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import shlex
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -28,19 +26,12 @@ from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
 from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.nodeauth import NODES_GROUP
 from drain_guard_sim.tls import ServingCert
 from tests.deploy.rbac import allows, granted
 from tests.deploy.tools import (
-    ENV_FILE,
-    KUBELET_CLIENT,
-    REPO,
     Obj,
     agent_container,
     container,
-    copier_commands,
-    env_file,
-    kubelet_kubeconfig,
     render,
     under,
 )
@@ -59,11 +50,11 @@ from tests.helpers import (
     confinement,
     mcd_request,
     metric,
-    node_annotations,
     reap,
     spawn,
     wait_annotation,
 )
+from tests.integration.kubelet import Kubelet
 
 NODE_USER = f"system:node:{NODE}"
 OTHER = "worker-1"
@@ -157,72 +148,6 @@ async def test_a_service_account_that_may_patch_nodes_is_reported_in_node_identi
     assert f"the service account may write Node {OTHER} too" in doc["detail"]
 
 
-async def test_the_systemd_unit_runs_with_the_node_identity_alone(
-    api: SimApiServer, host: HostFS, tmp_path: Path
-) -> None:
-    """The unit's settings (systemd/drain-guard.env: shield off; --release-on-exit) and the
-    node's kubeconfig as its only identity: it reads its Node and pods, holds, releases,
-    writes its Events, is confined, and releases on stop."""
-    api.create("nodes", {"metadata": {"name": OTHER}})
-    api.add_node_user(NODE)
-    kubeconfig = api.kubeconfig(NODE_USER, tmp_path / "kubeconfig")
-    env = {k: v for k, v in env_file(ENV_FILE.read_text()).items() if k.endswith("BUILD_PODS")}
-    assert env == {"DRAIN_GUARD_SHIELD_BUILD_PODS": "false"}
-    started: list[AgentProcess] = []
-    try:
-        agent = await spawn(NODE, kubeconfig, host, "--release-on-exit", started=started, env=env)
-        doc = await confinement(agent)
-        assert doc["confined"] is True, doc
-        assert "service account" not in doc["detail"]  # it has none
-        rv = await _hold_and_release(api, agent)
-        assert _writers(api, rv) == {(NODE_USER, "nodes"), (NODE_USER, "events")}
-        _own_events_only(api, rv)
-        users = {r[1] for r in api.request_log if r[1] != "admin"}
-        assert users == {NODE_USER}, users
-        assert await agent.stop() == 0
-    finally:
-        await reap(started)
-
-
-class Kubelet:
-    """``/var/lib/kubelet`` under ``root`` as the kubelet keeps it: its kubeconfig naming the
-    current pair by its host path, and in ``pki`` the pairs ``kubelet-client-<n>.pem`` (0600)
-    and the ``kubelet-client-current.pem`` link. A rotation is client-go's certificate store's:
-    a new file, a ``-updated`` link to it, the ``-current`` link removed and ``-updated``
-    renamed over it. (client-go's links name the pair by absolute path, which the pod's copier
-    resolves under its --from, tests/unit/test_nodecreds.py; here by its name, which the
-    systemd copier's coreutils resolve the same way on a scratch host.)"""
-
-    def __init__(self, api: SimApiServer, node: str, root: Path) -> None:
-        self.api, self.node, self.root = api, node, root
-        self.current = Path(under(root, KUBELET_CLIENT))
-        self.current.parent.mkdir(parents=True)
-        self.rotations = 0
-        self.pem = self.rotate()
-        config = kubelet_kubeconfig(api.url)
-        cluster = config["clusters"][0]["cluster"]  # type: ignore[index]
-        assert api.tls is not None
-        cluster["certificate-authority-data"] = base64.b64encode(
-            api.tls.ca_file.read_bytes()
-        ).decode()
-        self.kubeconfig = root / "var/lib/kubelet/kubeconfig"
-        self.kubeconfig.write_text(yaml.safe_dump(config))
-        self.kubeconfig.chmod(0o600)
-
-    def rotate(self) -> bytes:
-        self.rotations += 1
-        pem = self.api.client_certificate(NODE_USER, [NODES_GROUP])
-        pair = self.current.with_name(f"kubelet-client-{self.rotations}.pem")
-        pair.touch(mode=0o600)
-        pair.write_bytes(pem)
-        updated = self.current.with_name("kubelet-client-updated.pem")
-        updated.symlink_to(pair.name)
-        self.current.unlink(missing_ok=True)
-        updated.rename(self.current)
-        self.pem = pem
-        return pem
-
-
 def _moved(config: Any, root: Path) -> Any:
     """A kubeconfig with its users' certificate and key paths moved under ``root``."""
     for entry in config["users"]:
@@ -230,97 +155,6 @@ def _moved(config: Any, root: Path) -> Any:
         for key in ("client-certificate", "client-key"):
             user[key] = under(root, user[key])
     return config
-
-
-def _copy(root: Path) -> None:
-    """drain-guard-credentials.service's commands, as its start (or the .path unit) runs them."""
-    for argv in copier_commands(root):
-        subprocess.run(argv, check=True, timeout=30)
-
-
-def _unit_kubeconfig(kubelet: Kubelet, root: Path) -> Path:
-    """/etc/drain-guard/kubeconfig, made by docs/install.md's command from the kubelet's."""
-    (command,) = [
-        line.strip().removesuffix("\\").strip()
-        for line in (REPO / "docs" / "install.md").read_text().splitlines()
-        if line.startswith("sed ") and KUBELET_CLIENT in line
-    ]
-    # The command names host paths, as the kubelet's kubeconfig does: what it writes is
-    # moved under root after.
-    made = subprocess.run(
-        [*shlex.split(command), str(kubelet.kubeconfig)], capture_output=True, text=True, check=True
-    ).stdout
-    path = root / "etc/drain-guard/kubeconfig"
-    path.parent.mkdir(parents=True)
-    path.write_text(yaml.safe_dump(_moved(yaml.safe_load(made), root)))
-    return path
-
-
-async def test_the_systemd_install_follows_the_kubelets_rotation_without_a_restart(
-    host: HostFS, tmp_path: Path
-) -> None:
-    """Issue 14: the agent as the unit runs it (the node's identity, a client certificate the
-    kubelet rotates; --release-on-exit) holds a drain; the kubelet rotates its certificate and
-    the API server then refuses the old one (401): the agent reads the copy the credentials
-    unit made again and keeps holding, releases when the build ends, all without a restart. A
-    refusal the copy cannot cure is reported (drain_guard_credentials_refused)."""
-    root = tmp_path / "node"
-    async with SimApiServer(tls=ServingCert.generate(tmp_path / "tls")) as api:
-        api.create("namespaces", {"metadata": {"name": MCO_NS}})
-        api.create("nodes", worker_node(NODE, CONFIG_A, IMAGE_A))
-        api.create("nodes", {"metadata": {"name": OTHER}})
-        kubelet = Kubelet(api, NODE, root)
-        _copy(root)
-        kubeconfig = _unit_kubeconfig(kubelet, root)
-        assert yaml.safe_load(kubeconfig.read_text())["users"][0]["user"] == {
-            "client-certificate": under(root, "/run/drain-guard-credentials/kubelet-client.pem"),
-            "client-key": under(root, "/run/drain-guard-credentials/kubelet-client.pem"),
-        }
-        env = {"DRAIN_GUARD_SHIELD_BUILD_PODS": "false"}
-        started: list[AgentProcess] = []
-        try:
-            agent = await spawn(
-                NODE, kubeconfig, host, "--release-on-exit", started=started, env=env
-            )
-            assert (await confinement(agent))["confined"] is True
-            add_build_pod(api)
-            mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
-            held = f"hold-drain-{CONFIG_B}"
-            await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == held)
-
-            old = kubelet.pem
-            kubelet.rotate()
-            _copy(root)  # what drain-guard-credentials.path starts on the change
-            api.refuse_certificate(old)  # expired, for the API server
-            rv, mark = api.resource_version, len(agent.records)
-            api.cut_watches(user=NODE_USER)
-            renewed = await agent.wait_log(
-                lambda r: "credentials refused (401); read them again" in str(r["message"]),
-                start=mark,
-            )
-            assert renewed["message"].endswith(f"from kubeconfig {kubeconfig}: renewed")
-            assert node_annotations(api)[protocol.DESIRED_DRAIN] == held  # still held
-
-            api.delete("pods", "build-pod", MCO_NS)
-            await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"drain-{CONFIG_B}")
-            assert _writers(api, rv) == {(NODE_USER, "nodes"), (NODE_USER, "events")}
-            refused = [r for r in api.request_log if r[5] == 401]
-            assert refused
-            # Only the refused certificate's (logged without a user: none was authenticated).
-            assert {r[1] for r in refused} == {"system:anonymous"}
-            assert agent.proc.returncode is None  # never restarted
-            assert await metric(agent, "drain_guard_credential_reads_total", identity="agent") == 1
-            assert await metric(agent, "drain_guard_credentials_refused", identity="agent") == 0
-
-            # The copy is not renewed this time (the copier failed, say): reported.
-            api.refuse_certificate(kubelet.pem)
-            mark = len(agent.records)
-            api.cut_watches(user=NODE_USER)
-            error = await agent.wait_log(lambda r: r["level"] == "ERROR", start=mark)
-            assert "refuses the agent credentials (401 Unauthorized)" in error["message"]
-            assert await metric(agent, "drain_guard_credentials_refused", identity="agent") == 1
-        finally:
-            await reap(started)
 
 
 def _pod_copier(objects: list[Obj], name: str, root: Path, volume: Path) -> list[str]:

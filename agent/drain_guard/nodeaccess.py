@@ -1,0 +1,252 @@
+"""What the node proxy lets an agent ask of the API server with the node's identity (pure).
+
+The systemd install keeps the kubelet's credential out of the agent: ``drain-guard
+node-proxy`` (drain_guard.nodeproxy, the I/O part), a small root service, holds it and passes
+on, over a local Unix socket, only the requests an agent of that node makes (docs/install.md,
+section 7). A node identity reads every pod's secrets bound to the node and mints their
+service-account tokens; through the proxy the agent can do no more than:
+
+- read its own Node, and list or watch it and the pods bound to it;
+- list one other Node (the confinement self-check picks the Node its dry-run write targets);
+- patch its own Node with a JSON Patch of the protocol's shapes (:func:`check_node_patch`):
+  ``desiredDrain`` only from ``drain-X`` to ``hold-drain-X`` or back, as a ``test`` of it in
+  the same patch proves, and drain-guard's own keys;
+- create Events about its own Node as drain-guard, and aggregate (patch) the Events it created.
+
+Everything else is answered 403 here, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drain_guard import protocol
+
+__all__ = [
+    "EVENT_COMPONENT",
+    "EVENT_NAMESPACE",
+    "JSON_PATCH",
+    "MERGE_PATCH",
+    "Verdict",
+    "check_node_patch",
+    "decide",
+]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+#: A cluster-scoped object's Events live in ``default`` (drain_guard.events).
+EVENT_NAMESPACE = "default"
+#: The component the agent's Events name (drain_guard.events): pinned, so that an agent cannot
+#: pose as the kubelet or MCO in ``oc get events``.
+EVENT_COMPONENT = "drain-guard"
+#: The Event reasons the agent writes (drain_guard.events).
+EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired"))
+#: The annotations an agent writes on its Node besides ``desiredDrain``.
+AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, protocol.RELEASED))
+#: What a patch may ``test`` (its compare-and-swap): the keys it writes, lastAppliedDrain, and
+#: the object's resourceVersion (a test of absence, docs/protocol.md).
+TESTABLE = frozenset(
+    protocol.annotation_path(k)
+    for k in (*AGENT_KEYS, protocol.DESIRED_DRAIN, protocol.LAST_APPLIED_DRAIN)
+) | {"/metadata/resourceVersion"}
+MAX_OPS = 32
+MAX_VALUE_BYTES = protocol.MAX_DETAIL_BYTES
+#: The query parameters of the agent's reads (a list, a watch and its renewals).
+READ_PARAMS = frozenset(
+    (
+        "fieldSelector",
+        "resourceVersion",
+        "resourceVersionMatch",
+        "watch",
+        "timeoutSeconds",
+        "allowWatchBookmarks",
+        "limit",
+        "continue",
+    )
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a request may be passed on; ``message`` says why not (for the 403)."""
+
+    allowed: bool
+    message: str = ""
+
+
+ALLOW = Verdict(True)
+
+
+def _deny(message: str) -> Verdict:
+    return Verdict(False, f"drain-guard node-proxy: {message}")
+
+
+def _annotation_key(path: str) -> str | None:
+    prefix = "/metadata/annotations/"
+    if not path.startswith(prefix):
+        return None
+    return path[len(prefix) :].replace("~1", "/").replace("~0", "~")
+
+
+def _drain_step(old: str, new: str) -> bool:
+    """A hold (``drain-X`` to ``hold-drain-X``) or a release (back)."""
+    if protocol.parse_drain_request(old).verb is protocol.Verb.DRAIN:
+        return new == protocol.HOLD_PREFIX + old
+    return (
+        protocol.parse_drain_request(new).verb is protocol.Verb.DRAIN
+        and old == protocol.HOLD_PREFIX + new
+    )
+
+
+def check_node_patch(ops: Any) -> None:
+    """Raise :class:`protocol.ProtocolError` unless ``ops`` is a JSON Patch of the protocol's
+    shapes: tests of what it writes, drain-guard's keys set or removed (values of at most
+    1024 bytes), and ``desiredDrain`` set only one step (hold or release) from the value a
+    ``test`` before it pins; the API server applies a patch whole or not at all."""
+    if not isinstance(ops, list) or not 0 < len(ops) <= MAX_OPS:
+        raise protocol.ProtocolError(f"a patch is a list of 1 to {MAX_OPS} operations")
+    drain_path = protocol.annotation_path(protocol.DESIRED_DRAIN)
+    drain: str | None = None  # desiredDrain's value as the patch has pinned or set it
+    for op in ops:
+        if not isinstance(op, dict) or not isinstance(op.get("path"), str):
+            raise protocol.ProtocolError("an operation is an object with a path")
+        kind, path, value = op.get("op"), op["path"], op.get("value")
+        if set(op) != ({"op", "path"} if kind == "remove" else {"op", "path", "value"}):
+            raise protocol.ProtocolError(f"{kind} {path}: unexpected members")
+        if kind != "remove" and not isinstance(value, str):
+            raise protocol.ProtocolError(f"{kind} {path}: the value must be a string")
+        key = _annotation_key(path)
+        if kind == "test":
+            if path not in TESTABLE:
+                raise protocol.ProtocolError(f"test {path}: not a value the protocol tests")
+            if path == drain_path:
+                drain = value
+        elif kind in ("add", "replace") and path == drain_path:
+            if drain is None or not _drain_step(drain, str(value)):
+                raise protocol.ProtocolError(
+                    "desiredDrain may only go from drain-X to hold-drain-X (hold) or back"
+                    " (release), from the value the patch tests"
+                )
+            drain = value
+        elif kind in ("add", "replace", "remove") and key in AGENT_KEYS:
+            if value is not None and len(str(value).encode()) > MAX_VALUE_BYTES:
+                raise protocol.ProtocolError(f"{key}: longer than {MAX_VALUE_BYTES} bytes")
+        else:
+            raise protocol.ProtocolError(f"{kind} {path}: an agent may not write that")
+
+
+def _split(path: str) -> list[str]:
+    return [p for p in path.split("/") if p]
+
+
+def _query_ok(query: Mapping[str, Sequence[str]], selector: str) -> bool:
+    return (
+        set(query) <= READ_PARAMS
+        and all(len(v) == 1 for v in query.values())
+        and list(query.get("fieldSelector", ())) == [selector]
+    )
+
+
+def _read(parts: list[str], query: Mapping[str, Sequence[str]], node: str) -> Verdict:
+    if parts == ["api", "v1", "nodes", node] and not query:
+        return ALLOW
+    if parts == ["api", "v1", "nodes"]:
+        if _query_ok(query, f"metadata.name={node}"):
+            return ALLOW
+        # The confinement self-check's pick of another Node (drain_guard.kube.other_node).
+        if _query_ok(query, f"metadata.name!={node}") and list(query.get("limit", ())) == ["1"]:
+            return ALLOW
+        return _deny(f"an agent lists only its own Node ({node})")
+    pods = parts == ["api", "v1", "pods"] or (
+        len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods"
+    )
+    if pods:
+        if _query_ok(query, f"spec.nodeName={node}"):
+            return ALLOW
+        return _deny(f"an agent lists only the pods bound to its own Node ({node})")
+    return _deny(f"an agent may not read /{'/'.join(parts)}")
+
+
+def _event(body: Any, node: str) -> Verdict:
+    if not isinstance(body, dict):
+        return _deny("an Event is a JSON object")
+    involved = body.get("involvedObject")
+    source = body.get("source")
+    metadata = body.get("metadata")
+    if not (
+        isinstance(involved, dict)
+        and {k: v for k, v in involved.items() if k != "uid"}
+        == {"apiVersion": "v1", "kind": "Node", "name": node}
+    ):
+        return _deny(f"an agent writes Events about its own Node ({node}) only")
+    if not (
+        isinstance(metadata, dict)
+        and set(metadata) <= {"name", "namespace"}
+        and str(metadata.get("name", "")).startswith(f"{node}.")
+        and metadata.get("namespace", EVENT_NAMESPACE) == EVENT_NAMESPACE
+    ):
+        return _deny(f"an agent's Event is named {node}.<hex> in {EVENT_NAMESPACE}, no more")
+    if (
+        source != {"component": EVENT_COMPONENT, "host": node}
+        or body.get("reportingComponent") != EVENT_COMPONENT
+        or body.get("reportingInstance") != f"{EVENT_COMPONENT}-{node}"
+    ):
+        return _deny(f"an agent's Event is reported by {EVENT_COMPONENT} on {node}")
+    if body.get("reason") not in EVENT_REASONS:
+        return _deny(f"an agent's Event reason is one of {', '.join(sorted(EVENT_REASONS))}")
+    if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
+        return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
+    return ALLOW
+
+
+def _event_patch(body: Any) -> Verdict:
+    if not isinstance(body, dict) or not set(body) <= {"count", "lastTimestamp", "message"}:
+        return _deny("an agent's Event patch changes count, lastTimestamp and message only")
+    if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
+        return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
+    return ALLOW
+
+
+def decide(
+    method: str,
+    path: str,
+    query: Mapping[str, Sequence[str]],
+    content_type: str,
+    body: bytes,
+    node: str,
+    created_events: Container[str],
+) -> Verdict:
+    """Whether the proxy passes on a request of the agent of ``node``. ``created_events`` are
+    the names of the Events it created through the proxy (the ones it may aggregate)."""
+    parts = _split(path)
+    if any(p in (".", "..") for p in parts):
+        return _deny("a path with . or .. segments")
+    if method == "GET":
+        return _read(parts, query, node)
+    try:
+        document = json.loads(body) if body else None
+    except ValueError:
+        return _deny("the request body is not JSON")
+    if method == "PATCH" and parts[:3] == ["api", "v1", "nodes"]:
+        if parts != ["api", "v1", "nodes", node] or query:
+            return _deny(f"an agent may change only the Node it runs on ({node})")
+        if content_type != JSON_PATCH:
+            return _deny(f"an agent's Node patch is a JSON Patch ({JSON_PATCH})")
+        try:
+            check_node_patch(document)
+        except protocol.ProtocolError as exc:
+            return _deny(str(exc))
+        return ALLOW
+    events = ["api", "v1", "namespaces", EVENT_NAMESPACE, "events"]
+    if method == "POST" and parts == events and not query:
+        return _event(document, node)
+    if method == "PATCH" and parts[:-1] == events and len(parts) == 6 and not query:
+        if parts[5] not in created_events:
+            return _deny(f"an agent aggregates only the Events it created ({parts[5]} is not)")
+        if content_type != MERGE_PATCH:
+            return _deny(f"an Event patch is a merge patch ({MERGE_PATCH})")
+        return _event_patch(document)
+    return _deny(f"an agent may not {method} /{'/'.join(parts)}")

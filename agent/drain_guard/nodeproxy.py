@@ -1,0 +1,221 @@
+"""``drain-guard node-proxy``: the node's credential, kept out of the agent (systemd install).
+
+A node identity (``system:node:<name>``) can do far more than hold and release its Node: read
+the secrets of every pod bound to the node, mint their service-account tokens, ask for new
+client certificates. So the agent never holds it. This small service, root because the
+kubelet's key is 0600 root, holds the kubelet's kubeconfig and passes on, from a Unix socket,
+the requests of one local user (the agent's, checked by the socket's peer credentials on each
+request) that :func:`drain_guard.nodeaccess.decide` allows: the agent's reads, its Node's hold
+and release, its Events. Anything else is answered 403 and never sent; only the headers the
+API needs are passed on (never an ``Authorization`` or ``Impersonate-*`` of the caller's). The
+client reads the kubelet's kubeconfig again when the API server refuses it (401), so the
+kubelet's rotation needs no restart (drain_guard.kube.ApiClient). docs/install.md, section 7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import pwd
+import signal
+import socket
+import struct
+from collections import OrderedDict
+from pathlib import Path
+
+from aiohttp import ClientError, web
+
+from drain_guard import nodeaccess
+from drain_guard.config import LogFormat
+from drain_guard.kube import REQUEST_TIMEOUT, ApiClient, describe, load_api_client
+from drain_guard.kubeclient import ConfigException
+from drain_guard.logs import configure_logging
+
+__all__ = ["NodeProxy", "main", "peer_uid"]
+
+log = logging.getLogger(__name__)
+
+#: The agent's requests are small: a JSON Patch, an Event.
+MAX_BODY = 64 * 1024
+#: Events created through the proxy, remembered for their aggregation (drain_guard.events
+#: keeps 64 keys).
+EVENTS_REMEMBERED = 256
+#: A watch stays open up to its timeoutSeconds (about 5 minutes) plus the agent's slack.
+WATCH_TIMEOUT = 15 * 60
+PASSED_HEADERS = ("Accept", "Content-Type")
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _uid(user: str) -> int:
+    if user.isdigit():
+        return int(user)
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        raise ValueError(f"--agent-user {user}: no such user") from None
+
+
+def peer_uid(request: web.Request) -> int | None:
+    """The UID of the process at the other end of the request's Unix socket."""
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    _pid, uid, _gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return int(uid)
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    """A Kubernetes Status, as the API server answers, so the agent reads it as one."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    return web.json_response(body, status=code)
+
+
+class NodeProxy:
+    """The proxy's state: its upstream client, the one user it serves, its Events."""
+
+    def __init__(self, api: ApiClient, node: str, agent_uid: int) -> None:
+        self.api = api
+        self.node = node
+        self.agent_uid = agent_uid
+        self.created_events: OrderedDict[str, None] = OrderedDict()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_route("*", "/{path:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        uid = peer_uid(request)
+        if uid != self.agent_uid:
+            log.warning("refused a request from UID %s (serving UID %s only)", uid, self.agent_uid)
+            return _status(403, "Forbidden", f"drain-guard node-proxy: UID {uid} is not served")
+        body = await request.read()
+        query = {k: request.query.getall(k) for k in request.query}
+        content_type = request.headers.get("Content-Type", "").partition(";")[0].strip()
+        verdict = nodeaccess.decide(
+            request.method, request.path, query, content_type, body, self.node, self.created_events
+        )
+        if not verdict.allowed:
+            log.warning("denied %s %s: %s", request.method, request.path_qs, verdict.message)
+            return _status(403, "Forbidden", verdict.message)
+        return await self._forward(request, body)
+
+    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+        headers = {h: request.headers[h] for h in PASSED_HEADERS if h in request.headers}
+        settings = await self.api.configuration.auth_settings()
+        headers.update(
+            {a["key"]: a["value"] for a in settings.values() if a["in"] == "header" and a["value"]}
+        )
+        document = json.loads(body) if body else None
+        watch = request.query.get("watch") in ("true", "1")
+        try:
+            upstream = await self.api.request(
+                request.method,
+                f"{self.api.configuration.host}{request.path}",
+                query_params=list(request.query.items()),
+                headers=headers,
+                body=document,
+                _preload_content=False,
+                _request_timeout=WATCH_TIMEOUT if watch else REQUEST_TIMEOUT,
+            )
+        except (ClientError, TimeoutError) as exc:
+            why = describe(exc, REQUEST_TIMEOUT)
+            log.warning(
+                "%s %s: the API server did not answer: %s", request.method, request.path, why
+            )
+            return _status(503, "ServiceUnavailable", f"drain-guard node-proxy: {why}")
+        async with upstream:
+            if request.method == "POST" and upstream.status == 201 and document:
+                self._created(str(document["metadata"]["name"]))
+            response = web.StreamResponse(status=upstream.status)
+            response.content_type = upstream.content_type
+            await response.prepare(request)
+            try:
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+            except (ClientError, TimeoutError) as exc:
+                log.info(
+                    "%s %s: the API server's answer ended: %s", request.method, request.path, exc
+                )
+            await response.write_eof()
+            return response
+
+    def _created(self, name: str) -> None:
+        self.created_events[name] = None
+        while len(self.created_events) > EVENTS_REMEMBERED:
+            self.created_events.popitem(last=False)
+
+
+def notify_ready() -> None:
+    """Tell systemd (``Type=notify``) that the socket is served, so the agent starts after."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):  # an abstract socket
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+        sock.connect(address)
+        sock.sendall(b"READY=1")
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
+    prog = "drain-guard node-proxy"
+    if not args.node_name:
+        log.error("%s: --node-name (NODE_NAME) is required", prog)
+        return 2
+    try:
+        agent_uid = _uid(args.agent_user)
+        api = await load_api_client(args.kubeconfig, identity="node")
+    except (ValueError, ConfigException, OSError) as exc:
+        log.error("%s: %s", prog, exc)
+        return 2
+    proxy = NodeProxy(api, args.node_name, agent_uid)
+    runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    path = Path(args.socket)
+    path.unlink(missing_ok=True)  # noqa: ASYNC240  (once, at start)
+    try:
+        try:
+            await web.UnixSite(runner, str(path)).start()
+        except OSError as exc:
+            log.error("%s: cannot serve on --socket %s: %s", prog, path, exc.strerror or exc)
+            return 2
+        path.chmod(0o660)  # noqa: ASYNC240  (the agent's group, the unit's Group=, connects)
+        log.info(
+            "serving node %s to UID %d on %s with %s",
+            args.node_name,
+            agent_uid,
+            path,
+            args.kubeconfig,
+        )
+        notify_ready()
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await api.close()
+    return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    configure_logging(LogFormat.TEXT, "INFO")
+
+    async def run() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        return await serve(args, stop)
+
+    return asyncio.run(run())
