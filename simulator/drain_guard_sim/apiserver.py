@@ -49,7 +49,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,7 +60,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 from multidict import MultiMapping
 
-from drain_guard_sim import errors, labels, nodeauth
+from drain_guard_sim import errors, labels, nodeauth, rbac
 from drain_guard_sim.errors import ApiError
 from drain_guard_sim.faults import FaultKind, Faults
 from drain_guard_sim.patching import APPLY_PATCH, PATCH_TYPES
@@ -72,6 +72,7 @@ from drain_guard_sim.store import (
     WriteRecord,
     parse_field_selector,
     parse_labels,
+    rfc3339,
 )
 from drain_guard_sim.tables import to_table
 from drain_guard_sim.tls import ServingCert
@@ -114,6 +115,15 @@ def _parse_bool(name: str, value: str | None) -> bool:
         return False
     raise errors.bad_request(f'strconv.ParseBool: parsing "{value}": invalid syntax for {name}')
 
+
+#: The verbs each subresource serves (CSR approval is authorized, not served: see
+#: docs/simulator-conformance.md).
+_SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
+    "status": ("get", "update", "patch"),
+    "eviction": ("create",),
+    "token": ("create",),
+    "approval": (),
+}
 
 _OPTIONS_KIND = {
     "create": "CreateOptions",
@@ -225,6 +235,10 @@ class SimApiServer:
             is always a 401.
         tls: serve HTTPS with this certificate (kubeconfigs then carry its CA), so that
             kubectl sends its token and may write (``drain-guard-sim serve``).
+        rbac: authorize every user but ``system:admin``, ``system:masters`` and node
+            identities by the Roles and bindings stored in the simulator
+            (``drain_guard_sim.rbac``), as a real server with ``--authorization-mode=Node,RBAC``
+            does; without it, only users given ``restrict`` are checked.
     """
 
     def __init__(
@@ -240,8 +254,10 @@ class SimApiServer:
         clock: Callable[[], datetime] | None = None,
         anonymous_reads: bool = True,
         tls: ServingCert | None = None,
+        rbac: bool = False,
     ) -> None:
         self.host = host
+        self.rbac = rbac
         self.tls = tls
         self.anonymous_reads = anonymous_reads
         self._port = port
@@ -669,28 +685,7 @@ class SimApiServer:
                     target.namespace,
                     target.subresource,
                 )
-            node = nodeauth.node_name_of(user.name, user.groups)
-            rbac = self._rbac.get(user.name)
-            if target is not None and (
-                (
-                    node is not None
-                    and not nodeauth.authorized(
-                        target.group, target.rt.plural, target.subresource, verb
-                    )
-                )
-                or (
-                    rbac is not None
-                    and not rbac(
-                        target.group,
-                        f"{target.rt.plural}/{target.subresource}"
-                        if target.subresource
-                        else target.rt.plural,
-                        verb,
-                        target.namespace,
-                        target.name,
-                    )
-                )
-            ):
+            if target is not None and not self._authorized(user, target, verb):
                 raise errors.rbac_forbidden(
                     target.rt,
                     target.name or "",
@@ -727,6 +722,32 @@ class SimApiServer:
             return self._error(errors.internal_error(f"{type(err).__name__}: {err}"))
         finally:
             self.request_log.append((started, user_name, verb, resource, path, status))
+
+    def _authorized(self, user: User, target: _Target, verb: str) -> bool:
+        """The authorizers in order: the Node authorizer for node identities, a ``restrict``
+        check, then (``rbac=True``) the stored Roles for everyone else but the admins."""
+        node = nodeauth.node_name_of(user.name, user.groups)
+        if node is not None:
+            return nodeauth.authorized(target.group, target.rt.plural, target.subresource, verb)
+        check = self._rbac.get(user.name)
+        if check is not None:
+            resource = target.rt.plural
+            if target.subresource:
+                resource = f"{resource}/{target.subresource}"
+            return check(target.group, resource, verb, target.namespace, target.name)
+        if not self.rbac or user.name == ADMIN or "system:masters" in user.groups:
+            return True
+        return rbac.allows(
+            self.store,
+            user.name,
+            user.groups,
+            api_group=target.group,
+            resource=target.rt.plural,
+            subresource=target.subresource,
+            verb=verb,
+            namespace=target.namespace,
+            name=target.name,
+        )
 
     def _resolve(self, path: str) -> _Target | None:
         parts = [p for p in path.split("/") if p]
@@ -893,9 +914,7 @@ class SimApiServer:
         store = self.store
         query = request.query
         dry_run = _dry_run(query, verb)
-        if target.subresource == "eviction" and verb != "create":
-            raise errors.method_not_allowed(request.method)
-        if target.subresource == "status" and verb not in ("get", "update", "patch"):
+        if verb not in _SUBRESOURCE_VERBS.get(target.subresource, ALL_VERBS):
             raise errors.method_not_allowed(request.method)
         if verb in ("watch", "list"):
             _check_list_options(query, watch=verb == "watch")
@@ -913,11 +932,15 @@ class SimApiServer:
         if verb == "create":
             if target.subresource == "eviction":
                 return self._evict(target, body, user, dry_run)
+            if target.subresource == "token":
+                return self._token_request(target, body)
             if target.name is not None or (rt.namespaced and target.namespace is None):
                 raise errors.method_not_allowed("POST")
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request must be an object")
             self._check_kind(rt, body)
+            if rt.kind == "CertificateSigningRequest":
+                body = self._with_requester(body, user)
             created = store.create(
                 rt, body, target.namespace, user=user, keep_status=False, dry_run=dry_run
             )
@@ -1038,6 +1061,61 @@ class SimApiServer:
             target.name, target.namespace, user=user, delete_options=options, dry_run=dry_run
         )
         return self._json(result, 201)
+
+    def _with_requester(self, csr: JsonObj, user: str) -> JsonObj:
+        """A CSR's requester, as the CSR strategy's PrepareForCreate fills it in (whatever the
+        client sent): ``spec.username`` and ``spec.groups`` of the authenticated user."""
+        known = self._users.get(user)
+        groups = list(known.groups) if known is not None and known.groups else []
+        spec = {**(csr.get("spec") or {}), "username": user}
+        spec.pop("groups", None)
+        if groups:
+            spec["groups"] = groups
+        return {**csr, "spec": spec}
+
+    def _token_request(self, target: _Target, body: Any) -> web.Response:
+        """POST serviceaccounts/<name>/token (TokenRequest): a new bearer token of the account,
+        in its groups; bound to a pod (``spec.boundObjectRef``), it carries the pod's and its
+        node's names as extra claims, as the real token's do (``authentication.kubernetes.io/
+        pod-name``, ``node-name``...). The token does not expire here."""
+        assert target.name is not None
+        assert target.namespace is not None
+        if not isinstance(body, dict) or body.get("kind", "TokenRequest") != "TokenRequest":
+            raise errors.bad_request("the body of the request must be a TokenRequest")
+        self.store.get("serviceaccounts", target.name, target.namespace)  # 404 without one
+        spec = dict(body.get("spec") or {})
+        extra: dict[str, list[str]] = {}
+        bound = spec.get("boundObjectRef") or {}
+        if bound.get("kind") == "Pod":
+            pod = self.store.get("pods", str(bound.get("name")), target.namespace)
+            extra["authentication.kubernetes.io/pod-name"] = [pod["metadata"]["name"]]
+            extra["authentication.kubernetes.io/pod-uid"] = [pod["metadata"]["uid"]]
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            node = None if not node_name else self.store.try_get("nodes", node_name)
+            if node is not None:
+                extra["authentication.kubernetes.io/node-name"] = [node["metadata"]["name"]]
+                extra["authentication.kubernetes.io/node-uid"] = [node["metadata"]["uid"]]
+        namespace = target.namespace
+        groups = ("system:serviceaccounts", f"system:serviceaccounts:{namespace}",
+                  "system:authenticated")  # fmt: skip
+        user = User(f"system:serviceaccount:{namespace}:{target.name}",
+                    secrets.token_urlsafe(24), extra, groups)  # fmt: skip
+        self._users_by_token[user.token] = user
+        spec.setdefault("audiences", ["https://kubernetes.default.svc"])
+        spec.setdefault("expirationSeconds", 3600)
+        expires = self.store.clock() + timedelta(seconds=int(spec["expirationSeconds"]))
+        answer = {
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {
+                "name": target.name,
+                "namespace": namespace,
+                "creationTimestamp": rfc3339(self.store.clock()),
+            },
+            "spec": spec,
+            "status": {"token": user.token, "expirationTimestamp": rfc3339(expires)},
+        }
+        return self._json(answer, 201)
 
     def _list(self, request: web.Request, target: _Target, user: str) -> web.Response:
         rt = target.rt

@@ -35,6 +35,10 @@ class Server(Protocol):
         """A kubeconfig for a client-certificate user (CN ``user``, O ``groups``)."""
         ...
 
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        """A kubeconfig for a bearer token (a TokenRequest's)."""
+        ...
+
     def compact(self) -> None:
         """Forget the history: a watch from an older resourceVersion gets 410 Expired."""
         ...
@@ -67,6 +71,9 @@ class SimServer:
         path.write_text(yaml.safe_dump(config))
         return path
 
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        return self.api.kubeconfig("token-user", path, token=token)
+
     def compact(self) -> None:
         self.api.compact()
 
@@ -74,10 +81,31 @@ class SimServer:
         """At once: the simulator has no ServiceAccount admission to wait for."""
 
 
+#: The garbage collector's grant, as the real server's bootstrap policy has one
+#: (``system:controller:generic-garbage-collector``) and the simulator has none of its own.
+GC_ROLE: dict[str, Any] = {
+    "metadata": {"name": "system:controller:generic-garbage-collector"},
+    "rules": [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch", "delete"]}
+    ],
+}
+
+
 @contextlib.asynccontextmanager
 async def sim_server(directory: Path) -> AsyncIterator[SimServer]:
+    """The simulator with RBAC from its stored Roles, as the real server authorizes."""
     tls = ServingCert.generate(directory / "tls")
-    async with SimApiServer(tls=tls) as api:
+    async with SimApiServer(tls=tls, rbac=True) as api:
+        api.create("clusterroles", GC_ROLE)
+        api.create(
+            "clusterrolebindings",
+            {
+                "metadata": {"name": GC_ROLE["metadata"]["name"]},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": GC_ROLE["metadata"]["name"]},
+                "subjects": [{"kind": "User", "name": GC_USER}],
+            },
+        )  # fmt: skip
         gc = GarbageCollector(
             api.kubeconfig(GC_USER, directory / "gc.kubeconfig"), Timeline(), Timings()
         )
@@ -103,6 +131,10 @@ class RealServer:
 
     def user_kubeconfig(self, user: str, groups: Sequence[str], path: Path) -> Path:
         written: Path = self._plane.user_kubeconfig(user, list(groups), path)
+        return written
+
+    def token_kubeconfig(self, token: str, path: Path) -> Path:
+        written: Path = self._plane.token_kubeconfig(token, path)
         return written
 
     def compact(self) -> None:
