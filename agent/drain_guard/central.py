@@ -36,7 +36,13 @@ from drain_guard.logs import configure_logging
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.pods import Pod
 from drain_guard.protocol import format_rfc3339
-from drain_guard.runner import interruptible, uninstalling, until_stopped
+from drain_guard.runner import (
+    Stopped,
+    interruptible,
+    kept_after_error,
+    uninstalling,
+    until_stopped,
+)
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import EVERY_NODE, Shield, ShieldStatus
@@ -272,8 +278,13 @@ class CentralShield:
         return why is None, why or ""
 
 
-async def removes_on_exit(settings: ShieldSettings, kube: Kube) -> tuple[bool, str]:
+async def removes_on_exit(
+    settings: ShieldSettings, kube: Kube, stopped: Stopped
+) -> tuple[bool, str]:
     """Whether to remove the budgets on exit, and why (uninstall vs rolling update)."""
+    crashed = kept_after_error(stopped, "budgets")
+    if crashed is not None:
+        return False, crashed
     ref = settings.deployment
     if ref is None:
         return False, "no --deployment: budgets are kept (each goes with its pod)"
@@ -341,8 +352,9 @@ async def _shield(
     try:
         watches = watch_build_pods(kube, pods, selectors)
         parts = {f"pods-{i}": w.run() for i, w in enumerate(watches)}
-        code = await until_stopped({**parts, "shield": shield.run()})
-        remove, why = await removes_on_exit(settings, kube)
+        stopped = await until_stopped({**parts, "shield": shield.run()})
+        code = stopped.code
+        remove, why = await removes_on_exit(settings, kube, stopped)
         log.info("on exit: %s", why)
         if remove:
             log.info("on exit: removed %d shield budgets", await shield.remove_all())

@@ -37,10 +37,17 @@ from drain_guard.status import AgentStatus, WatchStatus, decided, nothing_decide
 
 log = logging.getLogger("drain_guard.controller")
 
-#: Re-decisions after a lost compare-and-swap before waiting for the watch to move on.
+#: Re-decisions after a lost compare-and-swap before backing off: a write refused this many
+#: times in a row (a webhook, the annotation size limit) is retried on the backoff's timer,
+#: with no event needed.
 CAS_ATTEMPTS = 5
 #: The loop counts as stuck (``/healthz`` fails) when one pass takes longer than this.
 STUCK_AFTER = 120.0
+
+
+class RefusedError(KubeError):
+    """The Node write was refused (409/422) on every attempt of one pass: retried with backoff
+    (a competing writer wakes the loop sooner; a webhook or the size limit does not)."""
 
 
 # --- what the controller talks to -----------------------------------------------------------
@@ -195,9 +202,24 @@ class Controller:
                     recheck = await self.step()
                     retry.reset()
                     outage.ended()
-                except KubeError as exc:
-                    delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
-                    outage.failed("API call", exc, delay)
+                except Exception as exc:  # one failed pass never ends the loop
+                    # An API error, refused writes, or ours (an OSError out of descriptors):
+                    # logged once per run, counted, and retried on a timer of its own, so that
+                    # every timer (retry, max-hold, hold-request expiry) outlives the failure.
+                    throttled = (
+                        exc.retry_after
+                        if isinstance(exc, KubeError) and exc.status == 429
+                        else None
+                    )
+                    delay = retry.next_delay(throttled)
+                    action = (
+                        "node write"
+                        if isinstance(exc, RefusedError)
+                        else "API call"
+                        if isinstance(exc, KubeError)
+                        else "decision"
+                    )
+                    outage.failed(action, exc, delay)
                     recheck = self.clock.now() + timedelta(seconds=delay)
                 finally:
                     self._pass_started = None
@@ -270,12 +292,14 @@ class Controller:
                 result.status,
                 result.message,
             )
+            refused = RefusedError(
+                result.status, f"{CAS_ATTEMPTS} times in a row: {result.message}"
+            )
             node = await self.kube.get_node(self.settings.node_name)
             if node is not None and self.cache.node is not None:
                 # Newer than the watch for now, like our own writes: use it until caught up.
                 self._written = (self.cache.node.resource_version, node)
-        log.warning("node kept changing under %d attempts; waiting for the watch", CAS_ATTEMPTS)
-        return None
+        raise refused
 
     # Holds: what happened, derived by holds.py, applied here ---------------------------------
 

@@ -222,10 +222,18 @@ class Backoff:
         self.attempt = 0
 
 
+#: What a failed API call raises: the API's answer (or its absence), not a bug of ours.
+API_FAILURES = (KubeError, aiohttp.ClientError, TimeoutError)
+
+
 class Outage:
-    """A run of failed API calls of one part of the agent (a watch, the controller's pass, the
+    """A run of failures of one part of the agent (a watch, the controller's pass, the
     shield's pass), logged once when it begins and once when it ends, however many retries
-    lie between: each retry is a DEBUG line and a count in the metrics (``count``)."""
+    lie between: each retry is a DEBUG line and a count in the metrics (``count``).
+
+    A failure that is not the API's (an ``OSError`` out of descriptors, a bug) is retried the
+    same way: one failed step never ends the agent. Its first line carries the traceback.
+    """
 
     def __init__(
         self, what: str, logger: logging.Logger, count: Callable[[], None] | None = None
@@ -235,7 +243,8 @@ class Outage:
         self.count = count
         #: When the run began (wall clock, monotonic), None while the calls work.
         self._since: tuple[datetime, float] | None = None
-        self._unreachable = False
+        #: How the log names the current run: ("API unreachable", "API reachable again").
+        self._words = ("", "")
         self._retries = 0
         #: The latest failure, while failing.
         self.error: str | None = None
@@ -249,6 +258,7 @@ class Outage:
         """``action`` failed with ``exc``; the caller retries in ``delay`` seconds."""
         why = str(exc) if isinstance(exc, KubeError | _StreamError) else describe(exc)
         status = getattr(exc, "status", 0)
+        ours = not isinstance(exc, (*API_FAILURES, _StreamError, ValueError))
         self.error = why
         if self.count is not None:
             self.count()
@@ -260,15 +270,21 @@ class Outage:
             return
         now = datetime.now(UTC)
         self._since, self._retries = (now, time.monotonic()), 1
-        self._unreachable = status == 0 or status >= 500
+        if ours:
+            self._words = ("failing", "working again")
+        elif status == 0 or status >= 500:
+            self._words = ("API unreachable", "API reachable again")
+        else:
+            self._words = ("API refusing it", "API accepting it again")
         self.logger.warning(
             "%s: %s since %s (%s failed: %s); retrying in %.1fs, then with backoff",
             self.what,
-            "API unreachable" if self._unreachable else "API refusing it",
+            self._words[0],
             format_rfc3339(now),
             action,
             why,
             delay,
+            exc_info=exc if ours else None,
         )
 
     def ended(self) -> None:
@@ -280,7 +296,7 @@ class Outage:
         self.logger.warning(
             "%s: %s after %s (failing since %s, %d retries)",
             self.what,
-            "API reachable again" if self._unreachable else "API accepting it again",
+            self._words[1],
             format_duration(timedelta(seconds=time.monotonic() - start)),
             format_rfc3339(since),
             self._retries,
@@ -792,11 +808,12 @@ class ListWatch:
                 log.info("watch of %s expired (410), listing again", self.name or self.resource)
                 self.counters.watch_restart(self.resource, "expired")
                 self.resource_version = None
-            except (KubeError, _StreamError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except Exception as exc:  # a failed renewal never ends the watch
                 status = getattr(exc, "status", 0)
-                self.counters.api_error(f"{self.resource}_{self._phase}", status)
-                if isinstance(exc, _StreamError):
-                    self.resource_version = None
+                if isinstance(exc, (*API_FAILURES, _StreamError, ValueError)):
+                    self.counters.api_error(f"{self.resource}_{self._phase}", status)
+                if not isinstance(exc, (*API_FAILURES, ValueError)):
+                    self.resource_version = None  # a stream error, or ours: list afresh
                 retry_after = exc.retry_after if isinstance(exc, KubeError) else None
                 delay = self.backoff.next_delay(retry_after if status == 429 else None)
                 self.outage.failed(self._phase, exc, delay)

@@ -167,8 +167,8 @@ class BaseMetrics:
         )
         self.retries_total = Counter(
             PREFIX + "retries",
-            "Passes of the controller or the shield that failed on an API error and were"
-            " retried after a backoff, per part.",
+            "Passes of the controller or the shield that failed (an API error, writes refused,"
+            " or an error of the agent's own) and were retried after a backoff, per part.",
             ["part"],
             registry=r,
         )

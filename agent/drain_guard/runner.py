@@ -1,5 +1,9 @@
 """``drain-guard run`` as a process: build the parts, run them under one TaskGroup until
 SIGTERM/SIGINT or a part fails, then release on uninstall, flush Events and close.
+
+A crash is never an uninstall: only a stop by SIGTERM/SIGINT may release (and then only when
+``--release-on-exit`` or the uninstall check says so); a part that failed or ended keeps every
+hold, and the process exits 1 for its supervisor to restart it.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from drain_guard import __version__, selfcheck
@@ -27,8 +32,28 @@ log = logging.getLogger("drain_guard.runner")
 EVENT_FLUSH_TIMEOUT = 5.0
 
 
-async def shutdown_releases(settings: Settings, kube: Kube) -> tuple[bool, str]:
+@dataclass(frozen=True)
+class Stopped:
+    """How the parts ended: the exit code, and whether a signal (SIGTERM/SIGINT) ended them,
+    the only end that may undo what the process keeps."""
+
+    code: int
+    signalled: bool
+
+
+def kept_after_error(stopped: Stopped, kept: str) -> str | None:
+    """Why nothing is undone on exit when no signal ended the process (a failed or ended
+    part: a crash, not an uninstall), or None after a signal."""
+    if stopped.signalled:
+        return None
+    return f"stopped by an error, not by a signal: {kept} are kept (a crash is not an uninstall)"
+
+
+async def shutdown_releases(settings: Settings, kube: Kube, stopped: Stopped) -> tuple[bool, str]:
     """Whether to release holds on exit, and why (uninstall vs rolling update)."""
+    crashed = kept_after_error(stopped, "holds")
+    if crashed is not None:
+        return False, crashed
     if settings.observe_only:
         return False, "--observe-only: nothing is written"
     if settings.release_on_exit:
@@ -88,6 +113,10 @@ def make_shield(
 class _StoppedError(Exception):
     """SIGTERM or SIGINT, or a part of the agent that returned: end the TaskGroup."""
 
+    def __init__(self, part: str) -> None:
+        super().__init__(part)
+        self.part = part
+
 
 async def _part(name: str, coro: Coroutine[Any, Any, None]) -> None:
     """Run one part; any end of it ends the agent (a failure is logged with its name)."""
@@ -99,9 +128,9 @@ async def _part(name: str, coro: Coroutine[Any, Any, None]) -> None:
     raise _StoppedError(name)
 
 
-async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> int:
+async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> Stopped:
     """Run ``parts`` under one TaskGroup until a signal or until one of them ends; the exit
-    code is 1 if a part failed."""
+    code is 0 after a signal, 1 if a part failed or ended (each part runs until cancelled)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -115,12 +144,15 @@ async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> int:
         async with asyncio.TaskGroup() as group:
             for name, coro in {**parts, "stop": signalled()}.items():
                 group.create_task(_part(name, coro), name=name)
-    except* _StoppedError:
-        pass
+    except* _StoppedError as ended:
+        parts_ended = [e.part for e in ended.exceptions if isinstance(e, _StoppedError)]
+        if "stop" not in parts_ended:
+            log.error("%s task ended", ", ".join(parts_ended))
+            code = 1
     except* Exception:
         code = 1
     log.info("stopping")
-    return code
+    return Stopped(code, signalled=code == 0 and stop.is_set())
 
 
 async def interruptible(coro: Coroutine[Any, Any, int]) -> int:
@@ -211,9 +243,10 @@ async def _agent(
         name="confinement",
     )
     try:
-        code = await until_stopped(parts)
+        stopped = await until_stopped(parts)
+        code = stopped.code
         try:
-            release, why = await shutdown_releases(settings, kube)
+            release, why = await shutdown_releases(settings, kube, stopped)
             log.info("on exit: %s", why)
             if release:
                 await controller.release_on_exit()

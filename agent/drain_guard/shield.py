@@ -394,7 +394,10 @@ def not_unique(pod: Pod, pods: Iterable[Pod]) -> str:
     """Why the pod's labels would not select it alone among ``pods`` ("" when they do)."""
     if not pod.labels:
         return "the pod has no labels, so no budget can select it"
-    selector = LabelSelector.from_dict({"matchLabels": dict(pod.labels)})
+    try:
+        selector = LabelSelector.from_dict({"matchLabels": dict(pod.labels)})
+    except SelectorError as err:  # a watch can carry what the API server would not accept
+        return f"its labels cannot select it ({err}): the API server would refuse the budget"
     shared = sorted(
         p.name
         for p in pods
@@ -662,10 +665,15 @@ class Shield:
                     retry.reset()
                     outage.ended()
                     delay = None
-                except KubeError as exc:
+                except Exception as exc:  # one failed pass never ends the shield
                     self._last_error = str(exc)
-                    delay = retry.next_delay(exc.retry_after if exc.status == 429 else None)
-                    outage.failed("API call", exc, delay)
+                    throttled = (
+                        exc.retry_after
+                        if isinstance(exc, KubeError) and exc.status == 429
+                        else None
+                    )
+                    delay = retry.next_delay(throttled)
+                    outage.failed("API call" if isinstance(exc, KubeError) else "pass", exc, delay)
                 self._status_changed()
         finally:
             self.running = False

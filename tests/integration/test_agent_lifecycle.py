@@ -13,7 +13,7 @@ import pytest
 from drain_guard import protocol
 from drain_guard.config import add_run_arguments, settings_from
 from drain_guard.kube import Kube, KubeError, WorkloadState
-from drain_guard.runner import shutdown_releases
+from drain_guard.runner import Stopped, shutdown_releases
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import (
@@ -148,6 +148,22 @@ async def test_shutdown_tells_uninstall_from_rolling_update(
         parser.parse_args(["--daemonset", "drain-guard/drain-guard"]),
         {"NODE_NAME": NODE, "POD_NAME": "drain-guard-x7k2p"},
     )
-    decided, why = await shutdown_releases(settings, cast(Kube, _DaemonSetReader(state)))
+    reader = cast(Kube, _DaemonSetReader(state))
+    decided, why = await shutdown_releases(settings, reader, Stopped(0, signalled=True))
     assert decided is release
     assert why
+    # A crash is never an uninstall: after an error, even a deleted DaemonSet keeps the hold.
+    decided, why = await shutdown_releases(settings, reader, Stopped(1, signalled=False))
+    assert decided is False
+    assert "stopped by an error, not by a signal: holds are kept" in why
+
+
+async def test_release_on_exit_releases_only_after_a_signal() -> None:
+    """Issue 27: with --release-on-exit (the systemd unit's setting, with Restart=on-failure)
+    any unhandled error released the hold while the build pod still ran."""
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    settings = settings_from(parser.parse_args(["--release-on-exit"]), {"NODE_NAME": NODE})
+    reader = cast(Kube, _DaemonSetReader(WorkloadState.PRESENT))
+    assert (await shutdown_releases(settings, reader, Stopped(0, signalled=True)))[0] is True
+    assert (await shutdown_releases(settings, reader, Stopped(1, signalled=False)))[0] is False

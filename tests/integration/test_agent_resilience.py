@@ -143,6 +143,31 @@ async def test_failed_retries_of_a_pass_are_one_warning_and_one_recovery_line(
     assert await metric(agent, "drain_guard_retries_total", part="controller") == 3
 
 
+async def test_ten_refused_writes_in_a_row_with_nothing_else_happening_delay_the_hold_only(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Issue 27: after five refusals (422, as a webhook or the annotation size limit answers,
+    with no competing write to wake the agent) the agent waited for the next Node or pod
+    event, and the request stayed un-held. Now the pass is retried on the backoff's timer."""
+    add_build_pod(api)
+    agent = await start_agent()
+    refusals = api.faults.error(
+        422, message="denied by a webhook", user=AGENT_USER, verb="patch", resource="nodes"
+    )
+    refusals.times = 10
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert refusals.fired == 10
+    await agent.wait_log(_starts(f"decisions on node {NODE}: API accepting it again"))
+    ours = [r for r in agent.records if r["message"].startswith(f"decisions on node {NODE}: ")]
+    assert [r["level"] for r in ours] == ["WARNING", "WARNING"], ours
+    assert "API refusing it since" in ours[0]["message"]
+    assert "(node write failed: 422 5 times in a row: denied by a webhook)" in ours[0]["message"]
+    assert "API accepting it again" in ours[1]["message"]
+    assert ours[1]["message"].endswith("2 retries)")
+    assert await metric(agent, "drain_guard_retries_total", part="controller") == 2
+
+
 async def _status(agent: AgentProcess) -> dict[str, Any]:
     code, body = await agent.http("/status")
     assert code == 200

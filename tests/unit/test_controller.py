@@ -6,7 +6,10 @@ reaction and hold times are exact. The agent-process tests cover the same paths 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import copy
+import errno
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +42,10 @@ class FakeKube:
         self.node = node
         self.patches = 0
         self.interfere: Callable[[], None] | None = None
+        #: The next this many patches are refused (422) with nothing changed: a webhook.
+        self.refuse = 0
+        self.refused = 0
+        self.landed = asyncio.Event()
 
     def obj(self) -> NodeObj:
         return NodeObj.from_dict(self.node)
@@ -67,6 +74,10 @@ class FakeKube:
 
     async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
         assert name == NODE
+        if self.refuse:
+            self.refuse -= 1
+            self.refused += 1
+            return Conflict(422, "denied by a webhook")
         if self.interfere is not None:
             interfere, self.interfere = self.interfere, None
             interfere()
@@ -76,6 +87,7 @@ class FakeKube:
             return Conflict(422, str(exc))
         self.patches += 1
         self._store(node)
+        self.landed.set()
         return Applied(self.obj())
 
 
@@ -402,3 +414,64 @@ async def test_a_malformed_hold_request_is_logged_and_counted_once_per_value(
         ("HoldRequestInvalid", "drain-guard.io/hold-request='tomorrow'"),
         ("HoldRequestInvalid", "drain-guard.io/hold-request='soon'"),
     ]
+
+
+async def _run_until_landed(env: Env) -> None:
+    """The loop itself, woken by the watch once; stopped when a patch lands."""
+    env.deliver()
+    env.cache.changed.set()
+    loop = asyncio.create_task(env.controller.run())
+    try:
+        await env.kube.landed.wait()
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+
+
+async def test_ten_refused_writes_in_a_row_are_retried_on_the_backoffs_timer(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 27: after five refusals the loop waited for the next watch event, dropping its
+    timers; a webhook's refusal comes with no event. Now the pass is retried with backoff,
+    with no event at all, and the hold lands; one warning and one recovery line, counted."""
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})
+    env.kube.refuse = 10
+    await _run_until_landed(env)
+    assert env.kube.refused == 10
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert env.value("drain_guard_retries_total", part="controller") == 2
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 2, lines
+    assert "API refusing it since" in lines[0]
+    assert "(node write failed: 422 5 times in a row: denied by a webhook)" in lines[0]
+    assert "API accepting it again" in lines[1]
+
+
+async def test_an_oserror_in_a_decision_is_logged_once_counted_and_retried(
+    env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: out of descriptors, every decision raised OSError (EMFILE) and the first one
+    ended the agent. Now the pass is retried: one warning with the traceback, then a
+    recovery line, each failure counted."""
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})
+    real_get = env.controller.booted.get
+    failures = [OSError(errno.EMFILE, "Too many open files")] * 3
+
+    async def get() -> Any:
+        if failures:
+            raise failures.pop()
+        return await real_get()
+
+    monkeypatch.setattr(env.controller.booted, "get", get)
+    await _run_until_landed(env)
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert env.value("drain_guard_retries_total", part="controller") == 3
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 2, [r.getMessage() for r in warnings]
+    assert "failing since" in warnings[0].getMessage()
+    assert "(decision failed: OSError: [Errno 24] Too many open files)" in warnings[0].getMessage()
+    assert warnings[0].exc_info is not None
+    assert "working again" in warnings[1].getMessage()

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from drain_guard.runner import until_stopped
+from drain_guard.runner import Stopped, until_stopped
 
 
 async def _forever() -> None:
@@ -28,7 +28,7 @@ async def test_a_failing_part_ends_the_agent_with_1(caplog: pytest.LogCaptureFix
         finally:
             cancelled.set()
 
-    assert await until_stopped({"pods": boom(), "node": other()}) == 1
+    assert await until_stopped({"pods": boom(), "node": other()}) == Stopped(1, signalled=False)
     assert cancelled.is_set()
     failed = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert [r.getMessage() for r in failed] == ["pods task failed"]
@@ -41,11 +41,17 @@ async def test_sigterm_ends_the_agent_with_0() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         await _forever()
 
-    assert await until_stopped({"controller": term(), "node": _forever()}) == 0
+    stopped = await until_stopped({"controller": term(), "node": _forever()})
+    assert stopped == Stopped(0, signalled=True)
 
 
-async def test_a_part_that_returns_ends_the_agent_with_0() -> None:
+async def test_a_part_that_returns_ends_the_agent_with_1_unsignalled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every part runs until cancelled: one that returns is a bug, not a stop (no release)."""
+
     async def done() -> None:
         return None
 
-    assert await until_stopped({"node": done(), "pods": _forever()}) == 0
+    assert await until_stopped({"node": done(), "pods": _forever()}) == Stopped(1, signalled=False)
+    assert "node task ended" in [r.getMessage() for r in caplog.records]

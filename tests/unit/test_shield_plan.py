@@ -256,6 +256,19 @@ def test_a_pod_without_labels_cannot_be_selected() -> None:
     assert [(u.pod, "no labels" in u.why) for u in result.unshieldable] == [(bare, True)]
 
 
+def test_a_label_value_the_api_server_would_refuse_is_unshieldable_not_a_crash() -> None:
+    """Issue 27: a watch may carry a label value no selector can take (a space, 64
+    characters); the plan raised SelectorError and the shield's task ended the agent."""
+    for value in ("build rendered-worker-b", "b" * 64, "-build"):
+        bad = pod("bad", labels={"openshift.io/build.name": value})
+        result = plan(HERE, [bad], [], SELECTORS)
+        assert result.create == ()
+        [u] = result.unshieldable
+        assert u.pod == bad
+        assert "the API server would refuse the budget" in u.why
+        assert "invalid label value" in u.why
+
+
 def test_ours_that_no_longer_selects_the_pod_is_replaced() -> None:
     p = pod()
     stale_selector = ours_for(p, selector=LabelSelector.from_dict({"matchLabels": {"x": "y"}}))
