@@ -7,12 +7,13 @@ network-node-identity webhook confines each node's ovnkube. A bound token carrie
 and uid of the pod it was made for (``authentication.kubernetes.io/pod-name``, ``pod-uid``);
 the webhook looks that pod up and, from its owner and ``spec.nodeName``, knows the node:
 
-- an agent (a service account whose name ends in ``drain-guard``, in any namespace: a renamed
-  namespace or a kustomize ``namePrefix`` keeps it matched) may change only its own Node's
-  ``desiredDrain`` (hold and release, docs/protocol.md) and drain-guard's own keys, create and
+- an agent (a service account named ``drain-guard``, or ``<prefix>-drain-guard``, in any
+  namespace: a renamed namespace or a kustomize ``namePrefix`` keeps it matched) may change
+  only its own Node's ``desiredDrain`` (hold and release, docs/protocol.md) and drain-guard's
+  own keys, create and
   delete budgets of the shield's shape on its own node's build pods in MCO's namespace, and
   write Events about its own Node;
-- the central shield (a name ending in ``drain-guard-shield``) may create and delete budgets
+- the central shield (``drain-guard-shield``, with any prefix) may create and delete budgets
   of the shield's shape in MCO's namespace, on a pod that exists, and nothing else;
 - a pod that runs as an agent's service account is admitted only as the DaemonSet ships it
   (the one read-only host path, UID 65532, no privilege): the same rules as the policy
@@ -46,7 +47,7 @@ __all__ = [
 Obj = Mapping[str, Any]
 
 SA_PREFIX = "system:serviceaccount:"
-#: Service-account names the webhook judges (by suffix: robust to a kustomize namePrefix).
+#: Service-account names the webhook judges (with any kustomize namePrefix).
 AGENT_SUFFIX = "drain-guard"
 SHIELD_SUFFIX = "drain-guard-shield"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
@@ -102,7 +103,12 @@ class Caller:
 
     @property
     def is_shield(self) -> bool:
-        return self.name.endswith(SHIELD_SUFFIX)
+        return _named(self.name, SHIELD_SUFFIX)
+
+
+def _named(name: str, suffix: str) -> bool:
+    """``suffix`` itself, or with a kustomize ``namePrefix`` (``acme-drain-guard``)."""
+    return name == suffix or name.endswith("-" + suffix)
 
 
 def caller(request: Obj) -> Caller | None:
@@ -111,7 +117,7 @@ def caller(request: Obj) -> Caller | None:
     if not username.startswith(SA_PREFIX):
         return None
     namespace, _, name = username[len(SA_PREFIX) :].partition(":")
-    if not namespace or not name.endswith((AGENT_SUFFIX, SHIELD_SUFFIX)):
+    if not namespace or not (_named(name, AGENT_SUFFIX) or _named(name, SHIELD_SUFFIX)):
         return None
     return Caller(namespace, name)
 
@@ -371,7 +377,7 @@ def review_pod(request: Obj) -> Verdict:
     if not isinstance(pod, Mapping):
         return _deny("the pod is missing from the request")
     spec = pod.get("spec") or {}
-    if not str(spec.get("serviceAccountName") or "").endswith(AGENT_SUFFIX):
+    if not _named(str(spec.get("serviceAccountName") or ""), AGENT_SUFFIX):
         return ALLOW
     if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
         return _deny("the agent's pod may not share the host's network, PID or IPC namespace")

@@ -111,15 +111,16 @@ class InstallMode:
 
 
 #: Every install mode: the overlays (by directory name) and the systemd unit. 4.17+ and the
-#: trial overlay confine the service account with the admission policies; 4.15/4.16 and
-#: systemd have none (no ValidatingAdmissionPolicy before Kubernetes 1.30, no pod-bound
-#: token on a host), so there the agent holds no right its node does not already hold.
+#: trial overlay confine the service account with the admission policies, 4.15/4.16 with the
+#: admission webhook (``drain-guard webhook``: no ValidatingAdmissionPolicy before Kubernetes
+#: 1.30); systemd has no pod-bound token on a host, so there the agent holds no right its node
+#: does not already hold.
 INSTALL_MODES: dict[str, InstallMode] = {
     mode.name: mode
     for mode in (
         InstallMode("openshift", node_identity=False, service_account=True, shield=True),
         InstallMode("kubernetes", node_identity=False, service_account=True, shield=True),
-        InstallMode("openshift-4.15", node_identity=True, service_account=True, shield=False),
+        InstallMode("openshift-4.15", node_identity=False, service_account=True, shield=True),
         InstallMode("systemd", node_identity=True, service_account=False, shield=False),
     )
 }
@@ -170,6 +171,15 @@ SHIELD_PERMISSIONS: tuple[Permission, ...] = (
     # scraper's token reviewed, then its access to the metrics attribute.
     Permission("authentication.k8s.io", "tokenreviews", frozenset({"create"})),
     Permission("authorization.k8s.io", "subjectaccessreviews", frozenset({"create"})),
+)
+
+
+#: The admission webhook's calls (``drain-guard webhook``, ServiceAccount
+#: ``drain-guard-webhook``, openshift-4.15): a pod read by name, where the agents run (the pod
+#: a caller's token names) and where build pods run (a budget's owner). Nothing else.
+WEBHOOK_PERMISSIONS: tuple[Permission, ...] = (
+    Permission("", "pods", frozenset({"get"}), Scope.OWN_NAMESPACE),
+    Permission("", "pods", frozenset({"get"}), Scope.MCO),
 )
 
 

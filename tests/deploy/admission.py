@@ -138,3 +138,42 @@ def admitted_pod(objects: list[Obj], namespace: str | None = None) -> Obj:
         },
         "spec": spec,
     }
+
+
+class MatchConditions:
+    """A webhook entry's matchConditions, evaluated as the API server does: all must be
+    true for the webhook to be called. An evaluation error is an error here (the API server
+    would apply the failurePolicy to it): the expressions must never fail."""
+
+    def __init__(self, webhook: Obj) -> None:
+        self.env = celpy.Environment()
+        self.conditions = [
+            (c["name"], self.env.program(self.env.compile(c["expression"])))
+            for c in webhook["matchConditions"]
+        ]
+
+    def matches(
+        self,
+        username: str,
+        old: Obj | None,
+        new: Obj | None,
+        operation: str = "UPDATE",
+        resource: str = "nodes",
+    ) -> bool:
+        activation: dict[str, Any] = {
+            "request": json_to_cel(
+                {
+                    "operation": operation,
+                    "resource": {"resource": resource},
+                    "userInfo": {"username": username},
+                }
+            ),
+            "object": json_to_cel(new),
+            "oldObject": json_to_cel(old),
+        }
+        for name, program in self.conditions:
+            result = program.evaluate(activation)
+            assert isinstance(result, BoolType), (name, result)
+            if not result:
+                return False
+        return True

@@ -1,14 +1,13 @@
 """The central shield's manifests (``daemonset/components/central-shield``), rendered with
 ``kubectl kustomize`` in ``daemonset/overlays/systemd`` (the central shield alone, as the
-systemd install applies it) and inside the ``openshift-4.15`` overlay, read the way the API
-server, the scheduler and the kubelet read them. Its kube-rbac-proxy sidecar is the agents'
+systemd install applies it; no overlay includes it any more), read the way the API server,
+the scheduler and the kubelet read them. Its kube-rbac-proxy sidecar is the agents'
 (``tests/deploy/test_kube_rbac_proxy.py`` checks both)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -21,10 +20,8 @@ from drain_guard.permissions import (
     Scope,
     service_account_grants,
 )
-from tests.deploy.authorizer import scrape
 from tests.deploy.rbac import Grant, granted
 from tests.deploy.tools import (
-    DAEMONSET_DIR,
     MIN_KUBERNETES,
     OVERLAYS,
     Obj,
@@ -33,10 +30,7 @@ from tests.deploy.tools import (
     container_env,
     expand_args,
     one,
-    relative,
     render,
-    render_dir,
-    user_kustomization,
 )
 
 ACCOUNT = ("drain-guard", "drain-guard-shield")
@@ -50,11 +44,11 @@ def alone() -> list[Obj]:
     return render("systemd")
 
 
-@pytest.fixture(params=["systemd", "openshift-4.15"])
-def objects(
-    request: pytest.FixtureRequest, alone: list[Obj], rendered: Callable[[str], list[Obj]]
-) -> list[Obj]:
-    return alone if request.param == "systemd" else rendered("openshift-4.15")
+@pytest.fixture
+def objects(alone: list[Obj]) -> list[Obj]:
+    """Where the central shield is installed: with the systemd install only (OpenShift
+    4.15/4.16's agents keep their own budgets, confined by the admission webhook)."""
+    return alone
 
 
 def deployment(objects: list[Obj]) -> Obj:
@@ -98,22 +92,21 @@ def test_the_component_validates_against_kubernetes_schemas(alone: list[Obj], ne
     assert without_schema == CUSTOM_KINDS
 
 
-def test_the_overlays_without_an_admission_policy_run_it_and_only_they(
+def test_no_overlay_runs_it_every_agent_keeps_its_budgets(
     rendered: Callable[[str], list[Obj]],
 ) -> None:
     for overlay in OVERLAYS:
-        deployments = [o for o in rendered(overlay) if o["kind"] == "Deployment"]
-        central = not INSTALL_MODES[overlay].shield
-        assert [d["metadata"]["name"] for d in deployments] == (
-            ["drain-guard-shield"] if central else []
-        ), overlay
+        names = [o["metadata"]["name"] for o in rendered(overlay) if o["kind"] == "Deployment"]
+        assert "drain-guard-shield" not in names, overlay
+        assert INSTALL_MODES[overlay].shield, overlay
 
 
 def test_no_install_mode_lets_an_agent_write_budgets_unconfined(
     rendered: Callable[[str], list[Obj]],
 ) -> None:
     """Issue 11 finding 3: an agent's account may write budgets only where the admission
-    policy drain-guard-budget-confinement confines it to its own node's."""
+    policy drain-guard-budget-confinement, or the admission webhook (OpenShift 4.15/4.16),
+    confines it to its own node's."""
     for overlay in OVERLAYS:
         objects = rendered(overlay)
         writes = {
@@ -124,7 +117,17 @@ def test_no_install_mode_lets_an_agent_write_budgets_unconfined(
         policies = {
             o["metadata"]["name"] for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
         }
-        assert not writes or "drain-guard-budget-confinement" in policies, overlay
+        webhooks = {
+            w["name"]
+            for o in objects
+            if o["kind"] == "ValidatingWebhookConfiguration"
+            for w in o["webhooks"]
+            if any("poddisruptionbudgets" in rule["resources"] for rule in w["rules"])
+        }
+        confined = "drain-guard-budget-confinement" in policies or webhooks == {
+            "agents.drain-guard.io"
+        }
+        assert not writes or confined, overlay
     assert not [p for p in service_account_grants(INSTALL_MODES["systemd"]) if p.shield]
 
 
@@ -230,30 +233,3 @@ def test_prometheus_scrapes_it_as_its_own_job(objects: list[Obj]) -> None:
     ]
     assert [m["metadata"]["name"] for m in monitors] == ["drain-guard-shield"]
     assert [e["port"] for e in monitors[0]["spec"]["endpoints"]] == [port["name"]]
-
-
-def test_an_install_in_another_namespace_keeps_its_rights_where_they_act(tmp_path: Path) -> None:
-    """docs/install.md, "Another namespace": the account moves, its Role on pods and budgets
-    stays in MCO's namespace and is bound to the moved account."""
-    mine = tmp_path / "mine"
-    fixups = relative(DAEMONSET_DIR / "transformers" / "renamed-namespace", mine)
-    objects = render_dir(
-        user_kustomization(mine, "openshift-4.15", namespace="other-ns", transformers=[fixups])
-    )
-    assert not granted(objects, ACCOUNT)
-    moved = granted(objects, ("other-ns", ACCOUNT[1]))
-    assert {(g.resource, g.namespace) for g in moved} == {
-        ("pods", "openshift-machine-config-operator"),
-        ("poddisruptionbudgets", "openshift-machine-config-operator"),
-        ("deployments", "other-ns"),
-        # Its proxy's reviews, with the moved account.
-        ("tokenreviews", ""),
-        ("subjectaccessreviews", ""),
-    }
-    ref = shield_settings_in(objects, "other-ns").deployment
-    assert ref is not None
-    assert (ref.namespace, ref.name) == ("other-ns", "drain-guard-shield")
-    # Prometheus checks the moved name; the proxy asks for the moved attribute.
-    (endpoint,) = one(objects, "ServiceMonitor", "drain-guard-shield")["spec"]["endpoints"]
-    assert endpoint["tlsConfig"]["serverName"] == "drain-guard-shield.other-ns.svc"
-    assert scrape(objects, deployment(objects)).namespace == "other-ns"

@@ -7,18 +7,12 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from drain_guard import nodecreds
-from drain_guard.cli import build_parser
 from drain_guard.config import Settings, add_run_arguments, settings_from
-from drain_guard.permissions import INSTALL_MODES
 from tests.deploy.tools import (
-    KUBELET_CLIENT,
     REPO,
     Obj,
     agent_container,
@@ -26,32 +20,12 @@ from tests.deploy.tools import (
     container_env,
     containers,
     expand_args,
-    kubelet_kubeconfig,
     one,
     pod_spec,
     probe_port,
-    under,
 )
 
 OSTREE = "/sysroot/ostree"  # all the booted-image reader needs (and /proc/cmdline)
-#: Where Node writes and Events go with the node's identity (drain_guard.permissions), the
-#: kubelet's kubeconfig and its client certificates too, mounted by the copiers alone, which
-#: run as root to read the 0600 key and copy it for the agent (tests/deploy/test_node_identity.py).
-KUBELET_CREDENTIALS = {"/var/lib/kubelet/kubeconfig": "File", "/var/lib/kubelet/pki": "Directory"}
-#: The openshift-4.15 overlay's copiers: once before the agent starts, then at each rotation.
-COPIERS = {"node-credentials-init", "node-credentials"}
-
-
-def host_paths(overlay: str) -> dict[str, str]:
-    """Every host path the overlay's pod mounts, with its hostPath type."""
-    paths = {OSTREE: "Directory"}
-    if INSTALL_MODES[overlay].node_identity:
-        paths |= KUBELET_CREDENTIALS
-    return paths
-
-
-def runs_as_root(overlay: str, container_name: str) -> bool:
-    return INSTALL_MODES[overlay].node_identity and container_name in COPIERS
 
 
 def agent_settings(objects: list[Obj]) -> Settings:
@@ -81,7 +55,7 @@ def test_node_name_comes_from_the_downward_api(objects: list[Obj]) -> None:
 
 
 def test_pod_runs_non_root_with_runtime_default_seccomp(objects: list[Obj]) -> None:
-    """Every overlay's pod, the agent's UID and group; only a copier says otherwise."""
+    """Every overlay's pod, the agent's UID and group."""
     spec = pod_spec(objects)
     context = spec["securityContext"]
     assert context["runAsNonRoot"] is True
@@ -100,9 +74,8 @@ def test_every_container_is_locked_down(objects: list[Obj], overlay: str) -> Non
         assert context["readOnlyRootFilesystem"] is True, name
         assert context["capabilities"] == {"drop": ["ALL"]}, name
         assert not context.get("privileged"), name
-        root = runs_as_root(overlay, name)
-        assert context["runAsNonRoot"] is not root, name
-        assert (context.get("runAsUser", pod_user) == 0) is root, name
+        assert context["runAsNonRoot"] is True, name
+        assert context.get("runAsUser", pod_user) == 65532, name
         assert all("hostPort" not in p for p in c.get("ports", [])), name
 
 
@@ -111,7 +84,8 @@ def test_host_paths_are_only_what_the_agent_reads_and_read_only(
 ) -> None:
     spec = pod_spec(objects)
     host_volumes = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
-    assert {v["path"]: v["type"] for v in host_volumes.values()} == host_paths(overlay)
+    # No overlay mounts the kubelet's credentials: the one host path is the ostree directory.
+    assert {v["path"]: v["type"] for v in host_volumes.values()} == {OSTREE: "Directory"}
     mounts = [
         m
         for c in containers(objects)
@@ -217,8 +191,8 @@ def test_openshift_serves_metrics_only_through_the_proxy(
 
 
 def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:
-    """Every container of the project's image (the 4.15 copiers too, added after the base's
-    images: transformer ran), in every workload."""
+    """Every container of the project's image (the 4.15 webhook's too, added after the
+    base's images: transformer ran), in every workload."""
     with (REPO / "pyproject.toml").open("rb") as f:
         version = tomllib.load(f)["project"]["version"]
     images = [
@@ -232,115 +206,16 @@ def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:
     assert {image.rsplit(":", 1)[1] for image in images} == {version}
 
 
-def _host_mounts(container_spec: Obj, objects: list[Obj]) -> dict[str, Obj]:
-    """The container's mounts of host paths, by the host path: {path: mount}."""
-    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
-    return {
-        volumes[m["name"]]["hostPath"]["path"]: m
-        for m in container_spec.get("volumeMounts", [])
-        if "hostPath" in volumes[m["name"]]
-    }
-
-
-def _resolve(container_spec: Obj, objects: list[Obj], path: str) -> tuple[str, str]:
-    """The volume and the path inside it that ``path`` is in the container (the longest
-    mount covering it wins, as in the kubelet's mount table)."""
-    covering = [
-        m
-        for m in container_spec.get("volumeMounts", [])
-        if path == m["mountPath"] or path.startswith(m["mountPath"].rstrip("/") + "/")
-    ]
-    assert covering, f"{path} is on the container's own (image) filesystem"
-    mount = max(covering, key=lambda m: len(m["mountPath"]))
-    return mount["name"], path.removeprefix(mount["mountPath"].rstrip("/")).lstrip("/")
-
-
-def test_4_15_only_the_copiers_see_the_kubelets_files(
-    rendered: Callable[[str], list[Obj]],
-) -> None:
-    """The agent runs as 65532 (as in the openshift overlay) and mounts no kubelet path; the
-    copiers, root, mount the kubelet's kubeconfig and pki directory read-only at their own
-    paths, no /sysroot, and write only the in-memory emptyDir the agent reads."""
+def test_4_15_runs_under_the_same_scc_as_4_17(rendered: Callable[[str], list[Obj]]) -> None:
+    """MustRunAs 65532, as the openshift overlay's: no container of the pod runs as root
+    (the kubelet-credential copiers are gone), and nothing but the agent and its proxy runs."""
     objects = rendered("openshift-4.15")
-    pod_user = pod_spec(objects)["securityContext"]["runAsUser"]
-    agent = agent_container(objects)
-    assert agent["securityContext"].get("runAsUser", pod_user) == 65532
-    assert agent["securityContext"]["runAsNonRoot"] is True
-    assert set(_host_mounts(agent, objects)) == {OSTREE}  # as in the openshift overlay
-    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
-    assert volumes["node-credentials"]["emptyDir"]["medium"] == "Memory"
-    parser = build_parser()
-    for c in containers(objects):
-        host = _host_mounts(c, objects)
-        if c["name"] not in COPIERS:
-            assert not set(host) & set(KUBELET_CREDENTIALS), c["name"]
-            for mount in c.get("volumeMounts", []):
-                if mount["name"] == "node-credentials":
-                    assert mount["readOnly"] is True, c["name"]
-            continue
-        assert set(host) == set(KUBELET_CREDENTIALS), c["name"]
-        for path, mount in host.items():
-            assert (mount["mountPath"], mount["readOnly"]) == (path, True), c["name"]
-        others = [m for m in c["volumeMounts"] if m["mountPath"] not in host]
-        assert [m["name"] for m in others] == ["node-credentials"], c["name"]
-        args = parser.parse_args(c["args"])
-        assert (args.command, args.source_root, args.to) == (
-            "copy-node-credentials",
-            "/",
-            others[0]["mountPath"],
-        )
-        assert args.once is (c["name"] == "node-credentials-init"), c["name"]
-    # Init container first: the copy exists before the agent starts; then the long-running one.
-    assert [c["name"] for c in pod_spec(objects)["initContainers"]] == ["node-credentials-init"]
-    assert "node-credentials" in {c["name"] for c in pod_spec(objects)["containers"]}
-
-
-def test_4_15_reads_the_kubelets_credentials_through_the_copy(
-    rendered: Callable[[str], list[Obj]], tmp_path: Path
-) -> None:
-    """The node's identity as the agent loads it: --node-kubeconfig and the certificate and
-    key the kubelet's kubeconfig names (by absolute path) resolve, in the agent's mount table,
-    to the files the real copier writes into the emptyDir it mounts read-only."""
-    objects = rendered("openshift-4.15")
-    settings = agent_settings(objects)
-    assert settings.node_kubeconfig == "/var/lib/kubelet/kubeconfig"
-    assert not settings.shield_build_pods  # budgets are the central shield's there
-    # The kubelet's files on a host, copied into the volume by the copier's own code.
-    host = tmp_path / "host"
-    kubeconfig = Path(under(host, "/var/lib/kubelet/kubeconfig"))
-    Path(under(host, KUBELET_CLIENT)).parent.mkdir(parents=True)
-    Path(under(host, KUBELET_CLIENT)).write_text("pair\n")
-    kubeconfig.write_text(yaml.safe_dump(kubelet_kubeconfig()))
-    volume = tmp_path / "node-credentials"
-    volume.mkdir()
-    nodecreds.copy_once(host, volume)  # as the copiers do, into the volume (at its root)
-
-    agent = agent_container(objects)
-    user = kubelet_kubeconfig()["users"][0]["user"]  # type: ignore[index]
-    for path in (settings.node_kubeconfig, user["client-certificate"], user["client-key"]):
-        name, inside = _resolve(agent, objects, path)
-        assert name == "node-credentials", f"{path} is not read from the copy"
-        assert (volume / inside).read_bytes() == Path(under(host, path)).read_bytes(), path
-    read_only = {m["name"]: m.get("readOnly") for m in agent["volumeMounts"]}
-    assert read_only["node-credentials"] is True
-
-
-def test_4_15_admits_the_pod_under_its_scc(rendered: Callable[[str], list[Obj]]) -> None:
-    """The SCC lets the copiers run as root and the agent and its sidecar as 65532 (the
-    narrowest range an SCC can give with both); the 4.17+ overlay's SCC stays non-root."""
-    objects = rendered("openshift-4.15")
-    run_as = one(objects, "SecurityContextConstraints", "drain-guard")["runAsUser"]
-    assert run_as == {"type": "MustRunAsRange", "uidRangeMin": 0, "uidRangeMax": 65532}
+    constraints = one(objects, "SecurityContextConstraints", "drain-guard")
+    assert constraints == one(rendered("openshift"), "SecurityContextConstraints", "drain-guard")
+    assert constraints["runAsUser"] == {"type": "MustRunAs", "uid": 65532}
     pod_user = pod_spec(objects)["securityContext"]["runAsUser"]
     users = {
         c["name"]: c["securityContext"].get("runAsUser", pod_user) for c in containers(objects)
     }
-    assert users == {
-        "drain-guard": 65532,
-        "kube-rbac-proxy": 65532,
-        "node-credentials-init": 0,
-        "node-credentials": 0,
-    }
-    newer = one(rendered("openshift"), "SecurityContextConstraints", "drain-guard")["runAsUser"]
-    assert newer["type"] in {"MustRunAsNonRoot", "MustRunAs"}
-    assert newer.get("uid", 1) > 0
+    assert users == {"drain-guard": 65532, "kube-rbac-proxy": 65532}
+    assert "initContainers" not in pod_spec(objects)

@@ -31,10 +31,11 @@ from tests.deploy.tools import (
 
 PROMETHEUS = ("openshift-monitoring", "prometheus-k8s")
 #: Each rendering on OpenShift, and the workloads that must be behind the proxy there: every
-#: drain-guard workload (its /metrics and /status name nodes, builds and budgets).
+#: drain-guard workload (its /metrics and /status name nodes, builds and budgets) but the
+#: admission webhook, which serves no metrics and its own TLS (tests/deploy/test_webhook.py).
 BEHIND_THE_PROXY = {
     "openshift": [("DaemonSet", "drain-guard")],
-    "openshift-4.15": [("DaemonSet", "drain-guard"), ("Deployment", "drain-guard-shield")],
+    "openshift-4.15": [("DaemonSet", "drain-guard")],
     "systemd": [("Deployment", "drain-guard-shield")],
 }
 WORKLOADS = [(r, kind, name) for r, ws in BEHIND_THE_PROXY.items() for kind, name in ws]
@@ -138,10 +139,14 @@ def test_every_workload_has_the_one_sidecar(
     rendered: Callable[[str], list[Obj]], rendering: str
 ) -> None:
     """Each drain-guard workload gets the sidecar once, as the second container (its own stays
-    first): in openshift-4.15 the component runs for the agents (in the openshift overlay) and
-    for the shield (in its component), and must not add a second one to the agents."""
+    first)."""
     objects = rendered(rendering)
-    workloads = [o for o in objects if o["kind"] in ("DaemonSet", "Deployment")]
+    workloads = [
+        o
+        for o in objects
+        if o["kind"] in ("DaemonSet", "Deployment")
+        and o["metadata"]["name"] != "drain-guard-webhook"
+    ]
     assert [(w["kind"], w["metadata"]["name"]) for w in proxied(objects)] == [
         (w["kind"], w["metadata"]["name"]) for w in workloads
     ]
@@ -150,8 +155,7 @@ def test_every_workload_has_the_one_sidecar(
     )
     for workload in workloads:
         names = [c["name"] for c in workload["spec"]["template"]["spec"]["containers"]]
-        # (openshift-4.15's agents have their credentials' copier after it.)
-        assert names[1] == "kube-rbac-proxy", names
+        assert names == [names[0], "kube-rbac-proxy"], names
         assert names.count("kube-rbac-proxy") == 1, names
         volumes = [v["name"] for v in workload["spec"]["template"]["spec"]["volumes"]]
         assert len(volumes) == len(set(volumes)), volumes
@@ -191,6 +195,17 @@ def test_the_tls_modern_component_switches_to_the_modern_profile(
             for k, v in (a.removeprefix("--").split("=", 1) for a in expected["args"])
         ]
         workload["spec"]["template"]["spec"]["containers"][1] = expected
+    # The admission webhook (openshift-4.15) takes the same flags, switched too.
+    for workload in default:
+        if workload["metadata"].get("labels", {}).get("drain-guard.io/tls-flags") != "webhook":
+            continue
+        box = workload["spec"]["template"]["spec"]["containers"][0]
+        modern = profile_flags("Modern")
+        flag = [a.removeprefix("--").split("=", 1)[0] for a in box["args"]]
+        box["args"] = [
+            f"--{k}={modern[k]}" if k in modern else a
+            for k, a in zip(flag, box["args"], strict=True)
+        ]
     assert objects == default
 
 

@@ -84,9 +84,7 @@ def test_openshift_overlay_adds_its_pieces(
     labels = one(objects, "Namespace", NAMESPACE)["metadata"]["labels"]
     assert labels["openshift.io/cluster-monitoring"] == "true"
     names = [c["name"] for c in pod_spec(objects)["containers"]]
-    # 4.15: the copier of the kubelet's credentials, too (tests/deploy/test_daemonset.py).
-    copier = ["node-credentials"] if variant == "openshift-4.15" else []
-    assert names == ["drain-guard", "kube-rbac-proxy", *copier]
+    assert names == ["drain-guard", "kube-rbac-proxy"]
 
 
 @pytest.mark.parametrize("newest", [False, True], ids=["oldest", "newest"])
@@ -121,6 +119,7 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
         elif obj["kind"] in ("Role", "RoleBinding") and obj["metadata"]["name"] in (
             "drain-guard-shield",
             "drain-guard-central-shield",
+            "drain-guard-webhook-build-pods",
         ):
             # The shields' rights live where build pods run (drain_guard.permissions).
             assert namespace in MCO_NAMESPACES, f"{key(obj)} is not where build pods run"

@@ -17,7 +17,7 @@ import pytest
 
 from drain_guard import admission
 from tests.deploy.admission import Policy, Verdict, admitted_pod, scc
-from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one, pod_spec
+from tests.deploy.tools import OVERLAYS, WITH_ADMISSION_POLICY, Obj, one, pod_spec
 
 POD_POLICY = "drain-guard-pod-confinement"
 DAEMONSET_CONTROLLER = "system:serviceaccount:kube-system:daemon-set-controller"
@@ -301,7 +301,7 @@ def webhook_create(pod: Obj) -> admission.Verdict:
     return admission.decide(request, {})
 
 
-@pytest.mark.parametrize("overlay", WITH_ADMISSION_POLICY)
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_webhook_admits_the_daemonsets_pod(
     rendered: Callable[[str], list[Obj]], overlay: str
 ) -> None:

@@ -141,14 +141,23 @@ def test_events_are_granted_in_one_namespace_only(objects: list[Obj], overlay: s
 READS = {"get", "list", "watch"}
 
 
-def test_on_4_15_the_service_account_holds_no_write(
+def test_on_4_15_every_write_of_the_service_account_goes_through_the_webhook(
     rendered: Callable[[str], list[Obj]],
 ) -> None:
-    """Issue 11 finding 2: no nodes patch, no Events, no budgets; reads only (besides the
-    sidecar's reviews and the SCC's use, which write nothing)."""
-    own = granted(rendered("openshift-4.15")) - OPENSHIFT_EXTRA
-    assert {g.verb for g in own} == READS, sorted(g for g in own if g.verb not in READS)
-    assert {g.resource for g in own} == {"nodes", "pods", "daemonsets"}
+    """Issue 21: the 4.17+ rights (Node patch, Events, budgets) come back on 4.15/4.16 only
+    because the admission webhook's Fail entry sees every one of those writes."""
+    objects = rendered("openshift-4.15")
+    writes = {
+        (g.api_group, g.resource) for g in granted(objects) - OPENSHIFT_EXTRA if g.verb not in READS
+    }
+    assert writes == {("", "nodes"), ("", "events"), ("policy", "poddisruptionbudgets")}
+    configuration = one(objects, "ValidatingWebhookConfiguration", "drain-guard")
+    (agents,) = (w for w in configuration["webhooks"] if w["name"] == "agents.drain-guard.io")
+    assert agents["failurePolicy"] == "Fail"
+    seen = {
+        (g, r) for rule in agents["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    assert writes <= seen
 
 
 def test_the_systemd_unit_needs_no_service_account() -> None:

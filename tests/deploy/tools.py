@@ -32,6 +32,7 @@ CLUSTER_SCOPED = {
     "ClusterRoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "ValidatingWebhookConfiguration",
     "SecurityContextConstraints",
     "PriorityClass",
 }

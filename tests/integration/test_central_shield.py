@@ -6,7 +6,8 @@ build pod on any node, labelled with that pod's node; the eviction API then refu
 the pod (429); the budget goes when the pod finishes; MCO's own pods never get one; a restart
 resumes on the budgets it left (owned by their pods) without making them again; an uninstall
 (its Deployment gone) removes them. Its requests are authorized by the RBAC the
-``openshift-4.15`` overlay renders for its account, as the API server would.
+``systemd`` overlay (the central shield alone) renders for its account, as the API server
+would.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ StartShield = Callable[..., Awaitable[AgentProcess]]
 
 @pytest.fixture(scope="module")
 def rbac() -> set[Grant]:
-    """What the openshift-4.15 overlay grants the central shield's account."""
-    return granted(render("openshift-4.15"), ("drain-guard", "drain-guard-shield"))
+    """What the systemd overlay grants the central shield's account."""
+    return granted(render("systemd"), ("drain-guard", "drain-guard-shield"))
 
 
 @pytest.fixture
