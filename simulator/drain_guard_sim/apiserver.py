@@ -9,19 +9,21 @@ the eviction subresource honouring PodDisruptionBudgets (whose status the simula
 itself), bearer-token users and, over TLS, client-certificate users (``client_certificate``,
 ``refuse_certificate``), a write log, request counters and fault injection.
 
-Known differences from a real server (deliberate, for tests): deletion is immediate (no
+Known differences from a real server (deliberate, for tests; measured against one by
+tests/conformance, listed in docs/simulator-conformance.md): deletion is immediate (no
 finalizers, no graceful pod deletion); namespaces need not exist; no authorization but for
 anonymous users, node identities (``add_node_user``: the Node authorizer's static rules and
-NodeRestriction, ``drain_guard_sim.nodeauth``) and users given an RBAC check (``restrict``), so
-any other service account may do anything; no other
-admission (no ValidatingAdmissionPolicy), defaulting or schema validation beyond what is
-listed; LIST validates ``resourceVersionMatch`` as a real server does but serves the
-current state (``Exact`` included); a watch from a resourceVersion newer than the current one
-just waits (a real server answers 504 after 3 s); ``kubectl get -w`` (Table watch) is not
-served; PDB ``expectedPods`` counts the selected pods instead of asking their controllers'
-scale; no server-side apply (docs/simulator-conformance.md: the suite that measures the rest
-against a real server). client-go (kubectl) sends no credentials to an ``http://``
-server, so requests without credentials are ``system:anonymous`` and may only read.
+NodeRestriction, ``drain_guard_sim.nodeauth``), users given an RBAC check (``restrict``) and,
+with ``rbac=True``, everyone but the admins by the stored Roles, so without it any other
+service account may do anything; no other admission (no ValidatingAdmissionPolicy),
+defaulting or schema validation beyond what is listed; a LIST at an exact resourceVersion
+(``resourceVersionMatch=Exact``) is served from the retained history (410 before it, as after
+etcd's compaction), and ``compact()`` makes watches from before it 410 too (a real watch
+cache keeps its own window); a watch from a resourceVersion newer than the current one just
+waits (a real server answers 504 after 3 s); ``kubectl get -w`` (Table watch) is not served;
+PDB ``expectedPods`` counts the selected pods instead of asking their controllers' scale; no
+server-side apply. client-go (kubectl) sends no credentials to an ``http://`` server, so
+requests without credentials are ``system:anonymous`` and may only read.
 
 Use::
 
@@ -145,6 +147,13 @@ def _dry_run(query: MultiMapping[str], verb: str) -> bool:
               f'Unsupported value: {shown}: supported values: "All"')],
         )  # fmt: skip
     return bool(values)
+
+
+def _resource_version(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise errors.bad_request(f'invalid resource version "{text}"') from None
 
 
 def _check_list_options(query: Mapping[str, str], *, watch: bool) -> None:
@@ -1123,8 +1132,13 @@ class SimApiServer:
         query = request.query
         selected = parse_labels(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector", ""), rt)
-        items = store.list(rt, target.namespace, label_selector=selected, field_selector=fields)
-        rv = store.resource_version
+        at = None
+        if query.get("resourceVersionMatch") == "Exact":
+            at = _resource_version(query.get("resourceVersion", ""))
+        items = store.list(
+            rt, target.namespace, label_selector=selected, field_selector=fields, at=at
+        )
+        rv = store.resource_version if at is None else at
         metadata: JsonObj = {"resourceVersion": str(rv)}
         cont = query.get("continue")
         if cont:

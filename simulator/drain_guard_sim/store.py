@@ -365,12 +365,16 @@ class Store:
         *,
         label_selector: str | labels.Selector | None = None,
         field_selector: str | FieldSelector | None = None,
+        at: int | None = None,
     ) -> builtins.list[JsonObj]:
-        """Matching objects in key order (namespace, name); ``namespace=None`` means all."""
+        """Matching objects in key order (namespace, name); ``namespace=None`` means all.
+        ``at``: as they were at that resourceVersion (a list with ``resourceVersionMatch=
+        Exact``), 410 Expired before the retained window, as etcd's compaction answers."""
         rt = self.rt(resource)
         selected, fields = _selectors(rt, label_selector, field_selector)
+        objects = self._bucket(rt) if at is None else self._state_at(rt, at)
         out = []
-        for (ns, _name), obj in sorted(self._bucket(rt).items()):
+        for (ns, _name), obj in sorted(objects.items()):
             if rt.namespaced and namespace is not None and ns != namespace:
                 continue
             if selected.matches(labels_of(obj)) and fields.matches(obj):
@@ -973,6 +977,25 @@ class Store:
             self.unwatch(watcher)
             n += 1
         return n
+
+    def _state_at(self, rt: ResourceType, rv: int) -> dict[tuple[str, str], JsonObj]:
+        """The objects of ``rt`` at resourceVersion ``rv``: today's, with every later event of
+        the retained history undone, newest first."""
+        if rv < self._window_start:
+            raise errors.expired("The resourceVersion for the provided list is too old.")
+        state = dict(self._bucket(rt))
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.resource != rt.key:
+                continue
+            meta = event.obj["metadata"]
+            key = (meta.get("namespace", "") if rt.namespaced else "", meta["name"])
+            if event.type == "ADDED":
+                state.pop(key, None)
+            else:
+                state[key] = event.prev if event.prev is not None else event.obj
+        return state
 
     def compact(self) -> int:
         """Drop the retained event window: any watch from an older resourceVersion gets 410."""

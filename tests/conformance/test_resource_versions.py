@@ -1,6 +1,6 @@
 """resourceVersion as a client relies on it: optimistic concurrency (409 Conflict on a stale
-update or delete precondition), lists at a resourceVersion (``resourceVersionMatch``),
-watches from a resourceVersion, 410 Expired once the history is compacted, and bookmarks."""
+update or delete precondition), lists at a resourceVersion (``resourceVersionMatch``; 410
+Expired once the history is compacted), watches from a resourceVersion, and bookmarks."""
 
 from __future__ import annotations
 
@@ -119,36 +119,38 @@ async def test_a_watch_from_a_resource_version_sees_what_came_after_in_order(
     assert versions[0] > int(after)
 
 
-async def test_a_watch_from_a_compacted_resource_version_is_410_expired(
+async def test_a_list_at_an_exact_resource_version_then_410_after_compaction(
     server: Server, admin: Client, ns: str
 ) -> None:
+    """A list at an exact resourceVersion shows the objects as they were then; once the
+    history is compacted, the same list is 410 Expired (etcd's compaction)."""
     created = await admin.ok("POST", pods_path(ns), pod("p", f"{ns}-n0"))
     old = created["metadata"]["resourceVersion"]
-    for value in ("1", "2"):
-        await admin.ok(
-            "PATCH",
-            pods_path(ns, "p"),
-            {"metadata": {"labels": {"v": value}}},
-            content_type="application/merge-patch+json",
-        )
-    server.compact()
-    events: list[JsonObj] = []
-
-    async def watch() -> None:
-        async for event in admin.watch(pods_path(ns), resourceVersion=old):
-            events.append(event)
-
-    await asyncio.wait_for(watch(), WAIT)
-    assert len(events) == 1
-    assert events[0]["type"] == "ERROR"
-    status = events[0]["object"]
-    assert (status["kind"], status["status"], status["reason"], status["code"]) == (
-        "Status",
-        "Failure",
-        "Expired",
-        410,
+    await admin.ok(
+        "PATCH",
+        pods_path(ns, "p"),
+        {"metadata": {"labels": {"v": "1"}}},
+        content_type="application/merge-patch+json",
     )
-    assert status["message"].startswith(f"too old resource version: {old} (")
+    await admin.ok("POST", pods_path(ns), pod("q", f"{ns}-n0"))
+    exact = {"resourceVersion": old, "resourceVersionMatch": "Exact"}
+    then = await admin.ok("GET", pods_path(ns), params=exact)
+    assert then["metadata"]["resourceVersion"] == old
+    assert [(i["metadata"]["name"], i["metadata"].get("labels")) for i in then["items"]] == [
+        ("p", created["metadata"].get("labels"))
+    ]
+    server.compact()
+    gone = await admin.get(pods_path(ns), **exact)
+    assert gone.status == 410
+    assert gone.body == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "The resourceVersion for the provided list is too old.",
+        "reason": "Expired",
+        "code": 410,
+    }
 
 
 async def test_bookmarks_come_only_when_allowed(admin: Client, ns: str) -> None:
