@@ -482,6 +482,17 @@ def test_events_about_anything_else_are_denied(events: Policy) -> None:
     assert not delete(events, recorded_event()).admitted
     spoofed = recorded_event() | {"source": {"component": "kubelet", "host": "worker-1"}}
     assert not create(events, spoofed).admitted
+    # Item 7 of issue 21: an UPDATE is judged on the old Event too, and the component pinned.
+    mine = recorded_event()
+    verdict = events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, other, mine)
+    assert "update only its own Events" in " ".join(verdict.denied)
+    kubelets = recorded_event() | {"reportingComponent": "kubelet"}
+    verdict = events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, kubelets, mine)
+    assert "update only its own Events" in " ".join(verdict.denied)
+    posing = recorded_event() | {"reportingComponent": "machineconfigdaemon"}
+    assert "reporting component" in " ".join(create(events, posing).denied)
+    spoofed = recorded_event() | {"source": {"component": "kubelet", "host": NODE}}
+    assert "reporting component" in " ".join(create(events, spoofed).denied)
 
 
 # --- properties ---------------------------------------------------------------------------
