@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import configparser
+import errno
 import json
 import logging
 import os
@@ -247,21 +248,30 @@ def read_booted_image(
 
 
 class BootedImageReader:
-    """The booted image, re-read only when the boot (boot time + kernel cmdline) changes."""
+    """The booted image, re-read only when the boot (boot time + kernel cmdline) changes.
+
+    The boot time is read once: a reboot ends this process. A kernel command line that cannot
+    be read for want of a descriptor (EMFILE, ENFILE) is not a new boot: the last image stands.
+    """
 
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings = settings
         self.metrics = metrics
+        self._boot_time: float | None = None
         self._key: tuple[float, str] | None = None
         self._value: BootedImage | None = None
 
     def _boot_key(self) -> tuple[float, str]:
+        if self._boot_time is None:
+            self._boot_time = psutil.boot_time()
         try:
             with open(self.settings.cmdline_file, encoding="utf-8", errors="replace") as f:
                 cmdline = f.read()
         except OSError as exc:
+            if self._key is not None and exc.errno in (errno.EMFILE, errno.ENFILE):
+                return self._key
             cmdline = f"<unreadable: {exc}>"
-        return psutil.boot_time(), cmdline
+        return self._boot_time, cmdline
 
     def _read(self) -> BootedImage:
         return read_booted_image(

@@ -26,6 +26,13 @@ most ``MAX_PENDING`` wait so, beyond them the 503 is immediate and closes the co
 connection idle or stuck in
 a request for ``IDLE_TIMEOUT`` is closed, and malformed requests are logged at most once a
 ``BAD_REQUEST_LOG_INTERVAL``, on one line each.
+
+Connections are what a flood spends of the agent's file descriptors: at most
+``MAX_CONNECTIONS`` stay open (probes included); one more closes the oldest, so that a
+thousand idle connections cannot take the descriptors the agent needs for the API and the
+host's files, and a new probe connection still gets its answer. Should ``accept()`` fail for
+want of descriptors anyway, asyncio's error is logged at most once a
+``BAD_REQUEST_LOG_INTERVAL`` (it logged each of them, thousands a second).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
@@ -52,6 +59,9 @@ RETRY_AFTER = 1
 MAX_PENDING = 512
 #: Seconds a connection may sit idle, or dribble a request in, before it is closed.
 IDLE_TIMEOUT = 10.0
+#: Open connections at most, probes included: far below the 1,024 descriptors the agent is
+#: given (systemd's LimitNOFILE, a container's default), beside its ~20 of its own.
+MAX_CONNECTIONS = 128
 BAD_REQUEST_LOG_INTERVAL = 60.0
 PROBES = frozenset({"/healthz", "/readyz"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -212,6 +222,118 @@ class _BadRequestLog(logging.Filter):
         return True
 
 
+class _ConnectionCap:
+    """At most ``limit`` open connections: a new one beyond it closes the oldest (a flood's
+    idle connection, most likely; a probe's lasts milliseconds)."""
+
+    def __init__(self) -> None:
+        self.limit = MAX_CONNECTIONS
+        self.open: dict[asyncio.BaseProtocol, asyncio.Transport] = {}  # oldest first
+
+    def wrap(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
+        """The protocol factory for ``loop.create_server``: aiohttp's, counted."""
+
+        def factory() -> asyncio.Protocol:
+            return _Counted(server(), self)
+
+        return factory
+
+    def made(self, protocol: asyncio.BaseProtocol, transport: asyncio.Transport) -> None:
+        self.open[protocol] = transport
+        while len(self.open) > self.limit:
+            oldest = next(iter(self.open))
+            self.open.pop(oldest).abort()  # its descriptor is freed now, not after a flush
+
+    def lost(self, protocol: asyncio.BaseProtocol) -> None:
+        self.open.pop(protocol, None)
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's request handler, its connection counted by a :class:`_ConnectionCap`."""
+
+    def __init__(self, inner: asyncio.Protocol, cap: _ConnectionCap) -> None:
+        self.inner = inner
+        self.cap = cap
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.inner.connection_made(transport)
+        self.cap.made(self, cast(asyncio.Transport, transport))  # a TCP server's: a stream
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.cap.lost(self)
+        self.inner.connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+class _CappedSite(web.BaseSite):
+    """aiohttp's TCP site, its connections capped (:class:`_ConnectionCap`)."""
+
+    def __init__(self, runner: web.BaseRunner, listen: Listen) -> None:
+        super().__init__(runner)
+        self.listen = listen
+        self.cap = _ConnectionCap()
+
+    @property
+    def name(self) -> str:
+        return f"http://{self.listen}"
+
+    async def start(self) -> None:
+        await super().start()
+        assert self._runner.server is not None  # BaseSite requires a runner set up
+        self._server = await asyncio.get_running_loop().create_server(
+            self.cap.wrap(self._runner.server),
+            self.listen.host,
+            self.listen.port,
+            backlog=self._backlog,
+        )
+
+
+class AcceptErrorLog:
+    """The event loop's exception handler: asyncio's ``socket.accept() out of system
+    resource`` (no descriptor left) at most once an ``interval``, with how many were not
+    logged; everything else as asyncio would."""
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(
+        self,
+        interval: float = BAD_REQUEST_LOG_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.next_at = 0.0
+        self.suppressed = 0
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if context.get("message") != self.MESSAGE:
+            loop.default_exception_handler(context)
+            return
+        now = self.clock()
+        if now < self.next_at:
+            self.suppressed += 1
+            return
+        self.next_at = now + self.interval
+        log.error(
+            "cannot accept connections: %s (%d more not logged; the next in %gs at the earliest)",
+            context.get("exception") or "out of descriptors",
+            self.suppressed,
+            self.interval,
+        )
+        self.suppressed = 0
+
+
 def _server_log() -> logging.Logger:
     logger = logging.getLogger(f"{__name__}.requests")
     if not logger.filters:
@@ -229,8 +351,11 @@ async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, in
         app, access_log=None, keepalive_timeout=IDLE_TIMEOUT, logger=_server_log()
     )
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop.get_exception_handler(), AcceptErrorLog):
+        loop.set_exception_handler(AcceptErrorLog())
     try:
-        site = web.TCPSite(runner, listen.host, listen.port)
+        site = _CappedSite(runner, listen)
         await site.start()
     except BaseException:
         await runner.cleanup()

@@ -125,6 +125,7 @@ def test_resources_and_restarts_are_bounded() -> None:
     unit = unit_settings()
     assert unit["MemoryMax"] == ["128M"]
     assert unit["TasksMax"] == ["64"]
+    assert unit["LimitNOFILE"] == ["1024"]  # what the flood test gives the agent
     text = UNIT.read_text()
     unit_section = text[text.index("[Unit]") : text.index("[Service]")]
     assert "StartLimitIntervalSec=10min" in unit_section

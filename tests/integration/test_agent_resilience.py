@@ -2,29 +2,37 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from drain_guard import protocol
 from drain_guard.metrics import WATCH_RESOURCES
-from drain_guard_sim.agentproc import AgentProcess
+from drain_guard_sim.agentproc import AgentProcess, spawn_agent
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.faults import Fault, FaultKind
+from drain_guard_sim.hostfs import HostFS
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,
     MCO_NS,
     NODE,
+    WAIT,
     StartAgent,
     add_build_pod,
     agent_writes,
     mcd_request,
     metric,
+    reap,
     wait_annotation,
 )
 
@@ -166,6 +174,50 @@ async def test_ten_refused_writes_in_a_row_with_nothing_else_happening_delay_the
     assert "API accepting it again" in ours[1]["message"]
     assert ours[1]["message"].endswith("2 retries)")
     assert await metric(agent, "drain_guard_retries_total", part="controller") == 2
+
+
+def _soft_nofile(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-files limit in /proc/PID/limits")
+
+
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
+async def test_more_idle_connections_than_descriptors_leave_the_agent_running_and_holding(
+    api: SimApiServer, host: HostFS, tmp_path: Path
+) -> None:
+    """Issue 21 item 5: ~1,000 idle connections to the status port took every descriptor, the
+    next decision failed with EMFILE and the agent died (with --release-on-exit, releasing
+    the hold). Now: an agent with 1,024 descriptors under 1,100 idle connections keeps
+    running, keeps its hold, and still holds the MCD's next request."""
+    add_build_pod(api)
+    kubeconfig = api.kubeconfig(AGENT_USER, tmp_path / "agent-kubeconfig")
+    program = ("prlimit", "--nofile=1024:1024", sys.executable, "-m", "drain_guard")
+    started = [await spawn_agent(NODE, kubeconfig, host, "--release-on-exit", program=program)]
+    flood: list[asyncio.StreamWriter] = []
+    try:
+        agent = started[0]
+        await agent.wait_synced(WAIT)
+        assert _soft_nofile(agent.proc.pid) == 1024
+        mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+        assert agent.port is not None
+        for _ in range(1100):
+            _, writer = await asyncio.open_connection("127.0.0.1", agent.port)
+            flood.append(writer)
+        # Mid-flood: the MCD asks again, and the agent must decide (read the host, write).
+        mcd_request(api, DRAIN_C)
+        ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_C)
+        assert ann[protocol.HELD_DRAIN] == DRAIN_C
+        assert (await agent.http("/healthz"))[0] == 200  # a probe still gets through
+        assert agent.proc.returncode is None
+        assert len(os.listdir(f"/proc/{agent.proc.pid}/fd")) < 1024 // 4
+        assert not [r for r in agent.records if r.get("level") == "ERROR"]
+    finally:
+        for writer in flood:
+            writer.close()
+        await reap(started)
 
 
 async def _status(agent: AgentProcess) -> dict[str, Any]:

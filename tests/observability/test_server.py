@@ -228,3 +228,53 @@ async def test_bad_requests_are_logged_on_one_line_at_most_once_an_interval(
     assert len(bad) == 1
     assert bad[0].exc_info is None
     assert "\n" not in bad[0].getMessage()
+
+
+async def test_connections_beyond_the_cap_close_the_oldest_and_probes_still_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21: each idle connection held a descriptor until the agent had none left. Now at
+    most MAX_CONNECTIONS stay open; one more closes the oldest, and a probe gets through."""
+    monkeypatch.setattr(server, "MAX_CONNECTIONS", 8)
+    runner, port = await serve(make_app(FakeSource(), Metrics()), parse_listen("127.0.0.1:0"))
+    try:
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(20)]
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{port}/healthz") as resp,
+        ):
+            assert resp.status == 200
+        # The probe's connection pushed out one more: the 13 oldest are closed (EOF), the
+        # newest 7 stay open (nothing to read yet).
+        for reader, _ in idle[:13]:
+            assert await reader.read() == b""
+        for reader, _ in idle[13:]:
+            assert not reader.at_eof()
+        for _, writer in idle:
+            writer.close()
+    finally:
+        await runner.cleanup()
+
+
+def test_accept_errors_are_logged_at_most_once_an_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """asyncio logs every failed accept() out of descriptors (about 17,000 lines in 20 s
+    under a flood); one line an interval says how many it left out."""
+    now = 0.0
+    handler = server.AcceptErrorLog(interval=60.0, clock=lambda: now)
+    loop = asyncio.new_event_loop()
+    try:
+        context = {"message": handler.MESSAGE, "exception": OSError(24, "Too many open files")}
+        for _ in range(1000):
+            handler(loop, dict(context))
+        now = 61.0
+        handler(loop, dict(context))
+        handler(loop, {"message": "something else"})  # asyncio's own handler logs it
+    finally:
+        loop.close()
+    ours = [r.getMessage() for r in caplog.records if r.name == "drain_guard.server"]
+    assert len(ours) == 2, ours
+    assert ours[0].startswith("cannot accept connections: [Errno 24] Too many open files (0 more")
+    assert "(999 more not logged;" in ours[1]
+    assert any(r.name == "asyncio" and "something else" in r.getMessage() for r in caplog.records)

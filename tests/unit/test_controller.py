@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
+import psutil
 import pytest
 
-from drain_guard import protocol
+from drain_guard import host, protocol
 from drain_guard.config import add_run_arguments, settings_from
 from drain_guard.controller import Controller
 from drain_guard.kube import Applied, Conflict, NodeObj, PatchResult, WatchCache
@@ -475,3 +476,31 @@ async def test_an_oserror_in_a_decision_is_logged_once_counted_and_retried(
     assert "(decision failed: OSError: [Errno 24] Too many open files)" in warnings[0].getMessage()
     assert warnings[0].exc_info is not None
     assert "working again" in warnings[1].getMessage()
+
+
+async def test_the_boot_time_is_read_once_and_no_descriptor_is_not_a_new_boot(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: the boot time was read (a file opened) on every decision, and out of
+    descriptors the unreadable command line looked like a new boot, the image re-read."""
+    reads: list[float] = []
+
+    def boot_time() -> float:
+        reads.append(1.0)
+        return 1.0
+
+    monkeypatch.setattr(psutil, "boot_time", boot_time)
+    first = await env.controller.booted.get()
+    assert first.digest is not None
+    cmdline = str(env.controller.settings.cmdline_file)
+    real_open = open
+
+    def no_descriptor(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(file) == cmdline:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(host, "open", no_descriptor, raising=False)
+    for _ in range(3):
+        assert await env.controller.booted.get() == first
+    assert reads == [1.0]
