@@ -1,14 +1,14 @@
-"""``drain-guard run | shield | webhook | node-proxy | copy-node-credentials | status | release |
-demo``.
+"""``drain-guard run | shield | webhook | node-proxy | copy-node-credentials | status | hold |
+release | demo``.
 
 ``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
 keep no budgets; ``webhook`` the admission webhook that confines the agents on OpenShift
 4.15/4.16 (drain_guard.webhook); ``node-proxy`` holds the node's credential for a systemd agent
 and passes on only that agent's requests about its own Node (drain_guard.nodeproxy);
 ``copy-node-credentials`` copies the kubelet's credentials for an agent that may not read them
-(drain_guard.nodecreds). ``status`` and ``release`` are operator tools that talk to the API
-with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC
-decides who may release a hold. ``demo`` is imported lazily: the agent never loads the
+(drain_guard.nodecreds). ``status``, ``hold`` and ``release`` are operator tools that talk to
+the API with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so
+RBAC decides who may hold or release. ``demo`` is imported lazily: the agent never loads the
 simulator.
 """
 
@@ -114,13 +114,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint",
         help=f"the agent's HTTP endpoint to include (default: try {DEFAULT_ENDPOINT})",
     )
-    status.add_argument(
-        "--max-hold",
-        type=_duration,
-        default=os.environ.get("DRAIN_GUARD_MAX_HOLD") or default_max_hold(),
-        help="the agents' --max-hold, to say when a hold ends (default: DRAIN_GUARD_MAX_HOLD,"
-        " as in the agent's pod, else the agent's default)",
+    _add_max_hold_argument(status)
+
+    hold = sub.add_parser(
+        "hold",
+        help="hold the drains of a node for a while (writes drain-guard.io/hold-request;"
+        " release withdraws it)",
     )
+    _add_client_arguments(hold)
+    hold.add_argument("--node-name", required=True, help="node whose drains to hold")
+    hold.add_argument(
+        "--for", dest="duration", type=_duration, required=True, help="how long, e.g. 30m, 2h"
+    )
+    hold.add_argument(
+        "--reason", required=True, help="why, one line (shown in drain-guard status and Events)"
+    )
+    _add_max_hold_argument(hold)
 
     release = sub.add_parser(
         "release",
@@ -135,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
     # building this parser, as ``run`` does, never imports the simulator.
     sub.add_parser("demo", help="run the seed scenario in a simulated cluster (see demo --help)")
     return parser
+
+
+def _add_max_hold_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-hold",
+        type=_duration,
+        default=os.environ.get("DRAIN_GUARD_MAX_HOLD") or default_max_hold(),
+        help="the agents' --max-hold, to say when a hold ends (default: DRAIN_GUARD_MAX_HOLD,"
+        " as in the agent's pod, else the agent's default)",
+    )
 
 
 def _duration(text: str) -> timedelta:
@@ -210,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return nodecreds.main(args)
     if args.command == "status":
         return asyncio.run(_status(args))
+    if args.command == "hold":
+        return asyncio.run(_hold(args))
     assert args.command == "release", args.command  # "demo" never reaches the parser
     return asyncio.run(_release(args))
 
@@ -440,12 +461,70 @@ def _listed(node: NodeObj) -> bool:
 
 
 def _releasable(annotations: Mapping[str, str]) -> bool:
-    """What ``release --all`` acts on: a drain-guard hold, or stale drain-guard keys."""
+    """What ``release --all`` acts on: a drain-guard hold, a hold request, or stale
+    drain-guard keys."""
     try:
         guards.force_release(annotations, "", protocol.Outcome.MANUAL)
     except guards.NothingHeldError:
-        return bool(guards.stale_keys(annotations))
+        return bool(guards.stale_keys(annotations)) or protocol.HOLD_REQUEST in annotations
     return True
+
+
+# --- hold -------------------------------------------------------------------------------
+
+
+async def _hold(args: argparse.Namespace) -> int:
+    """Write a valid ``drain-guard.io/hold-request`` (replacing any): the agent holds the
+    node's drain requests until it expires, each at most ``--max-hold``."""
+    from drain_guard.kube import Applied, KubeError
+
+    if args.duration <= timedelta(0):
+        print("drain-guard hold: error: --for must be above 0", file=sys.stderr)
+        return EXIT_USAGE
+    until = datetime.now(UTC).replace(microsecond=0) + args.duration
+    try:
+        value = guards.format_hold_request(until, args.reason)
+    except ValueError as exc:
+        print(f"drain-guard hold: error: --reason: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    kube = await _connect(args.kubeconfig, "hold")
+    if kube is None:
+        return EXIT_USAGE
+    name = args.node_name
+    try:
+        node = await kube.get_node(name)
+        if node is None:
+            print(f"drain-guard hold: error: node {name} not found", file=sys.stderr)
+            return EXIT_FAILURE
+        path = protocol.annotation_path(protocol.HOLD_REQUEST)
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version},
+            {"op": "add", "path": path, "value": value},
+        ]
+        if not node.annotations:  # JSON Patch cannot add a key to a missing object
+            ops[1] = {"op": "add", "path": "/metadata/annotations", "value": {}}
+            ops.append({"op": "add", "path": path, "value": value})
+        if not isinstance(await kube.patch_node_json(name, ops), Applied):
+            print(f"drain-guard hold: error: node {name} changed; try again", file=sys.stderr)
+            return EXIT_FAILURE
+    except KubeError as exc:
+        print(f"drain-guard hold: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await kube.close()
+    previous = node.annotations.get(protocol.HOLD_REQUEST)
+    print(
+        f"node {name}: drains held until {protocol.format_rfc3339(until)}: {value.split(';', 1)[1]}"
+    )
+    if previous is not None:
+        print(f"node {name}: replaced the hold request {printable(repr(previous))}")
+    if args.duration > args.max_hold:
+        print(
+            f"node {name}: note: a held drain is released after --max-hold"
+            f" {format_duration(args.max_hold)} even so (the MCD's drain timeout is 1h)"
+        )
+    print(f"withdraw it with: drain-guard release --node-name {name}")
+    return EXIT_OK
 
 
 # --- release ----------------------------------------------------------------------------
@@ -489,32 +568,42 @@ async def release_node(kube: Kube, name: str) -> bool:
         if node is None:
             print(f"drain-guard release: error: node {name} not found", file=sys.stderr)
             return False
+        # A hold request would hold the next drain request: release withdraws it too.
+        request = node.annotations.get(protocol.HOLD_REQUEST)
+        withdraw = [] if request is None else _withdraw_ops(request)
         try:
             release = guards.force_release(
                 node.annotations, node.resource_version, protocol.Outcome.MANUAL
             )
         except guards.NothingHeldError as exc:
             stale = guards.stale_keys(node.annotations)
-            if not stale:
+            if not stale and request is None:
                 print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
                 return False
             desired = node.annotations.get(protocol.DESIRED_DRAIN)
-            patch = protocol.cleanup_patch(desired, node.annotations, stale)
+            cleanup = protocol.cleanup_patch(desired, node.annotations, stale) if stale else []
+            patch = [*cleanup, *withdraw]
             if isinstance(await kube.patch_node_json(name, patch), Applied):
-                print(f"node {name}: nothing held; removed stale {', '.join(stale)}")
+                if stale:
+                    print(f"node {name}: nothing held; removed stale {', '.join(stale)}")
+                if request is not None:
+                    print(f"node {name}: withdrew the hold request {printable(repr(request))}")
                 return True
             continue
         except protocol.ProtocolError as exc:
             print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
             return False
-        result = await kube.patch_node_json(name, release.patch)
+        result = await kube.patch_node_json(name, [*release.patch, *withdraw])
         if isinstance(result, Applied):
             print(f"node {name}: released {release.original} (outcome manual)")
-            if protocol.HOLD_REQUEST in node.annotations:
-                print(
-                    f"node {name}: note: {protocol.HOLD_REQUEST} is still set and will hold"
-                    " later drain requests until it expires or is removed"
-                )
+            if request is not None:
+                print(f"node {name}: withdrew the hold request {printable(repr(request))}")
             return True
     print(f"drain-guard release: error: node {name} kept changing; try again", file=sys.stderr)
     return False
+
+
+def _withdraw_ops(request: str) -> list[dict[str, str]]:
+    """JSON Patch removing the hold request ``request``, only if it is still that one."""
+    path = protocol.annotation_path(protocol.HOLD_REQUEST)
+    return [{"op": "test", "path": path, "value": request}, {"op": "remove", "path": path}]

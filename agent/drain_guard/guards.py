@@ -70,6 +70,7 @@ __all__ = [
     "default_guards",
     "evidence",
     "force_release",
+    "format_hold_request",
     "hold_detail",
     "invalid_inputs",
     "parse_hold_request",
@@ -264,6 +265,23 @@ class NoopImageGuard:
 
 def _short(digest: str) -> str:
     return digest[: len("sha256:") + 12]
+
+
+#: A hold request's reason: one line for `oc describe node` and `drain-guard status`.
+MAX_HOLD_REASON_BYTES = 256
+
+
+def format_hold_request(until: datetime, reason: str) -> str:
+    """The ``drain-guard.io/hold-request`` value that :func:`parse_hold_request` reads back as
+    ``(until, reason)`` (``drain-guard hold``); ValueError, one line, for a reason that is
+    empty, holds a control character or is longer than ``MAX_HOLD_REASON_BYTES``."""
+    if not reason.strip():
+        raise ValueError("the reason is empty: say why (it shows in drain-guard status)")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in reason):
+        raise ValueError("the reason holds a control character (a newline?): one line please")
+    if len(reason.encode()) > MAX_HOLD_REASON_BYTES:
+        raise ValueError(f"the reason is longer than {MAX_HOLD_REASON_BYTES} bytes")
+    return f"{format_rfc3339(until)};{' '.join(reason.split())}"
 
 
 def parse_hold_request(text: str) -> tuple[datetime, str]:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard import protocol
+from drain_guard import guards, protocol
 from drain_guard.events import EventRecorder
 from drain_guard.kube import Kube
 from drain_guard.kubeclient import ApiClient
@@ -65,7 +65,7 @@ def test_overlays_ship_the_same_policies(rendered: Callable[[str], list[Obj]]) -
             mine = sorted((o for o in rendered(overlay) if o["kind"] == kind), key=str)
             theirs = sorted((o for o in rendered("kubernetes") if o["kind"] == kind), key=str)
             assert mine == theirs
-            assert len(mine) == 4  # these three and the pod's (test_pod_confinement)
+            assert len(mine) == 5  # these three, the pod's (test_pod_confinement), hold requests
 
 
 def node(**annotations: str) -> Obj:
@@ -530,3 +530,73 @@ def test_any_drain_guard_annotation_is_allowed(
     else:
         _ann(after)[key] = value
     assert by_agent(policy, before, after).admitted
+
+
+# --- the hold request's format (issue 25) ---------------------------------------------------
+
+HOLD_REQUEST_POLICY = "drain-guard-hold-request-format"
+OPERATOR = "kube:admin"
+
+
+@pytest.fixture(scope="module")
+def hold_requests(rendered: Callable[[str], list[Obj]]) -> Policy:
+    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy", HOLD_REQUEST_POLICY))
+
+
+def _requested(value: str, old: Obj | None = None) -> Obj:
+    new = copy.deepcopy(old or node())
+    new["metadata"]["annotations"][protocol.HOLD_REQUEST] = value
+    return new
+
+
+@given(
+    until=st.datetimes(
+        min_value=datetime(2000, 1, 1), max_value=datetime(2999, 1, 1), timezones=st.just(UTC)
+    ),
+    reason=st.text(
+        st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\x85"),
+        min_size=1,
+        max_size=40,
+    ).filter(lambda r: r.strip()),
+)
+@settings(max_examples=30, deadline=None)
+def test_a_hold_request_written_by_drain_guard_hold_is_admitted(
+    hold_requests: Policy, until: datetime, reason: str
+) -> None:
+    value = guards.format_hold_request(until.replace(microsecond=0), reason)
+    verdict = hold_requests.review(OPERATOR, None, node(), _requested(value))
+    assert verdict.applies
+    assert verdict.admitted, verdict.denied
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "30m;db failover",
+        "tomorrow",
+        "2026-03-01 14:00:00Z;space instead of T",
+        "2026-03-01T14:00:00;no zone",
+        "2026-03-01T14:00Z;no seconds",
+        "",
+    ],
+)
+def test_a_malformed_hold_request_is_refused_when_written(
+    hold_requests: Policy, value: str
+) -> None:
+    verdict = hold_requests.review(OPERATOR, None, node(), _requested(value))
+    assert verdict.denied
+    assert "drain-guard hold --node-name NODE" in verdict.denied[0]
+    # The agent itself would ignore it: the policy refuses nothing the agent accepts.
+    with pytest.raises(ValueError, match="RFC 3339"):
+        guards.parse_hold_request(value)
+
+
+def test_writes_that_leave_the_hold_request_alone_are_not_checked(hold_requests: Policy) -> None:
+    """A malformed value already there (written before the policy) never blocks other writes
+    (the kubelet's, MCO's, the agent's hold)."""
+    old = _requested("30m;written before the policy")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][protocol.DESIRED_DRAIN] = REQUEST
+    assert not hold_requests.review(OPERATOR, None, old, new).applies
+    assert not hold_requests.review(OPERATOR, None, node(), node()).applies
+    assert hold_requests.review(OPERATOR, None, None, old, operation="CREATE").denied

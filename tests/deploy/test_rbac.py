@@ -207,12 +207,14 @@ def test_admission_policies_match_the_agent_account(objects: list[Obj]) -> None:
     meta = account["metadata"]
     username = f"system:serviceaccount:{meta['namespace']}:{meta['name']}"
     # The writes' policies; drain-guard-pod-confinement matches the account's pods by their
-    # spec instead (test_pod_confinement).
+    # spec instead (test_pod_confinement), drain-guard-hold-request-format everyone's hold
+    # requests (test_admission_policy).
     policies = [
         o
         for o in objects
         if o["kind"] == "ValidatingAdmissionPolicy"
-        and o["metadata"]["name"] != "drain-guard-pod-confinement"
+        and o["metadata"]["name"]
+        not in ("drain-guard-pod-confinement", "drain-guard-hold-request-format")
     ]
     assert len(policies) == 3
     for obj in policies:
@@ -237,8 +239,11 @@ def test_admission_policies_are_bound_and_deny(objects: list[Obj]) -> None:
     for binding in bindings:
         assert binding["spec"]["validationActions"] == ["Deny"]
         assert "matchResources" not in binding["spec"]
-    for policy in policies.values():
-        assert policy["spec"]["failurePolicy"] == "Fail"
+    for name, policy in policies.items():
+        # A confinement fails closed; the hold request's format check is a convenience that
+        # must never block the kubelet's or MCO's Node writes.
+        expected = "Ignore" if name == "drain-guard-hold-request-format" else "Fail"
+        assert policy["spec"]["failurePolicy"] == expected, name
 
 
 def test_scc_use_is_granted_for_the_drain_guard_scc_only(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard import protocol
+from drain_guard import guards, protocol
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
@@ -249,3 +249,75 @@ async def test_status_warns_about_an_endpoint_of_another_nodes_agent(
     warning = f"{endpoint} is the agent of node {NODE}, not of worker-1"
     assert err == f"drain-guard status: warning: {warning}\n"
     assert f"WARNING: {warning}" in out
+
+
+async def test_hold_writes_a_valid_request_that_release_withdraws(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """Issue 25: drain-guard hold beside release, round-tripping."""
+    agent = await start_agent()
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli(
+        "hold", "--node", NODE, "--for", "2h", "--reason", "db failover", "--kubeconfig", kubeconfig
+    )
+    assert (code, err) == (0, "")
+    assert "drains held until " in out
+    assert "note: a held drain is released after --max-hold 45m00s even so" in out
+    value = node_annotations(api)[protocol.HOLD_REQUEST]
+    until, reason = guards.parse_hold_request(value)
+    assert reason == "db failover"
+
+    # The agent reads it as valid: it holds the next drain request for it (only for it: the
+    # update is to a new image).
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert node_annotations(api)[protocol.HOLD_REASONS] == "manual"
+    code, out, _ = await run_cli("status", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert code == 0
+    assert (
+        f"released manual: when the hold request expires at {protocol.format_rfc3339(until)}" in out
+    )
+    assert "capped by --max-hold" in out
+
+    code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert f"released {DRAIN_B} (outcome manual)" in out
+    assert f"withdrew the hold request '{value}'" in out
+    ann = node_annotations(api)
+    assert protocol.HOLD_REQUEST not in ann
+    assert ann[protocol.DESIRED_DRAIN] == DRAIN_B
+    await agent.wait_log(lambda r: r.get("message") == "hold ended")
+
+
+async def test_release_withdraws_a_hold_request_with_nothing_held(
+    api: SimApiServer, tmp_path: Path
+) -> None:
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, _, err = await run_cli(
+        "hold", "--node-name", NODE, "--for", "30m", "--reason", "x", "--kubeconfig", kubeconfig
+    )
+    assert (code, err) == (0, "")
+    code, out, err = await run_cli("release", "--all", "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert "withdrew the hold request" in out
+    assert protocol.HOLD_REQUEST not in node_annotations(api)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--for", "0s", "--reason", "x"), "drain-guard hold: error: --for must be above 0"),
+        (("--for", "30m", "--reason", "a\nb"), "control character"),
+        (("--for", "30m", "--reason", "  "), "the reason is empty"),
+        (("--for", "soon", "--reason", "x"), "argument --for: "),
+    ],
+)
+async def test_hold_refuses_bad_input_in_one_line(
+    api: SimApiServer, tmp_path: Path, flags: tuple[str, ...], message: str
+) -> None:
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli("hold", "--node-name", NODE, *flags, "--kubeconfig", kubeconfig)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert message in err
+    assert protocol.HOLD_REQUEST not in node_annotations(api)

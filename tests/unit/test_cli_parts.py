@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from drain_guard import guards, protocol
 from drain_guard.cli import _listed, build_parser, main, node_state, render_text
@@ -247,3 +249,18 @@ def test_status_max_hold_defaults_to_the_agents_environment(
     assert build_parser().parse_args(["status"]).max_hold == timedelta(minutes=20)
     monkeypatch.delenv("DRAIN_GUARD_MAX_HOLD")
     assert build_parser().parse_args(["status"]).max_hold == timedelta(minutes=45)
+
+
+@given(
+    until=st.datetimes(
+        min_value=datetime(2000, 1, 1), max_value=datetime(2999, 1, 1), timezones=st.just(UTC)
+    ).map(lambda t: t.replace(microsecond=0)),
+    reason=st.text(
+        st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="\x85"),
+        min_size=1,
+        max_size=60,
+    ).filter(lambda r: r.strip()),
+)
+def test_a_hold_request_written_by_hold_reads_back(until: datetime, reason: str) -> None:
+    value = guards.format_hold_request(until, reason)
+    assert guards.parse_hold_request(value) == (until, " ".join(reason.split()))
