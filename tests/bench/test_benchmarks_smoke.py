@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import __main__ as bench_main
-from benchmarks import apiload, fleet, footprint, reaction, scrapeflood, shieldscale
+from benchmarks import (
+    apiload,
+    fleet,
+    footprint,
+    reaction,
+    scrapeflood,
+    shieldscale,
+    startup_profile,
+)
 
 
 def _result(out: Path, name: str) -> dict[str, Any]:
@@ -120,3 +128,11 @@ def test_shieldscale(tmp_path: Path) -> None:
     # Only build pods are sent to it: the two at start, whatever the number of nodes.
     assert run["slopes"]["start_pods_sent"]["values"] == [2, 2]
     assert all(s["start_requests"]["list pods"] >= 1 for s in run["sizes"])
+
+
+def test_startup_profile(tmp_path: Path) -> None:
+    assert startup_profile.main(["--variant", "development", "--out", str(tmp_path)]) == 0
+    doc = _result(tmp_path, "startup_profile")
+    # The agent's own modules are among the imports it reports (it once filtered on "agent.").
+    assert any(name.startswith("drain_guard.") for name in doc["top_imports_ms"])
+    assert doc["agent_import_ms"] > 0
