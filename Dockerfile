@@ -28,8 +28,12 @@ LABEL org.opencontainers.image.title="drain-guard" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /opt/drain-guard /opt/drain-guard
 # Optimised: no docstrings (kubernetes_asyncio's are large) and no asserts (nothing in the
-# agent relies on one); measured in docs/benchmarks.md, "Footprint".
+# agent relies on one); measured in docs/benchmarks.md, "Footprint". glibc's mmap threshold
+# fixed at its default, 128 KiB: left dynamic, every freed large buffer raises it, later ones
+# come from the heap, and the heap grew with every hold (about 3 KiB each, never returned;
+# docs/reliability.md, "Soak").
 ENV PATH=/opt/drain-guard/bin:$PATH \
+    MALLOC_MMAP_THRESHOLD_=131072 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONOPTIMIZE=2 \
     PYTHONPYCACHEPREFIX=/opt/drain-guard/pycache \

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: The Dockerfile's runtime ENV (besides PATH); ``{tree}`` is where it installs, /opt/drain-guard.
 DEPLOYED_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": "131072",
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONOPTIMIZE": "2",
     "PYTHONPYCACHEPREFIX": "{tree}/pycache",

@@ -150,7 +150,7 @@ def _event_by(user: str, node: str) -> Callable[[WriteRecord], bool]:
     return match
 
 
-async def _cycle(
+async def cycle(
     api: SimApiServer, mcd: Mcd, node: str, i: int, *, settle_events: bool = True
 ) -> float:
     """One request on an idle node → hold; then back to idle. Returns the reaction in s."""
@@ -184,7 +184,7 @@ async def _latency_runs(params: Params, workdir: Path) -> dict[str, Any]:
                 await seconds_to_ready(agent)
                 samples = []
                 for i in range(params.requests):
-                    samples.append(await _cycle(api, mcd, AGENT_NODE, offset + i))
+                    samples.append(await cycle(api, mcd, AGENT_NODE, offset + i))
                 offset += params.requests
             finally:
                 await mcd.close()

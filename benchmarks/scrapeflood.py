@@ -35,7 +35,7 @@ from benchmarks.common import (
     summary_ms,
     write_result,
 )
-from benchmarks.reaction import AGENT_NODE, Mcd, _cycle
+from benchmarks.reaction import AGENT_NODE, Mcd, cycle
 from drain_guard_sim.apiserver import SimApiServer
 
 
@@ -65,7 +65,7 @@ async def _flood(url: str, concurrency: int, seconds: float, limit: int) -> dict
 
 
 async def _reactions(api: SimApiServer, mcd: Mcd, n: int, offset: int) -> list[float]:
-    return [await _cycle(api, mcd, AGENT_NODE, offset + i) for i in range(n)]
+    return [await cycle(api, mcd, AGENT_NODE, offset + i) for i in range(n)]
 
 
 async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

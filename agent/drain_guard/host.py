@@ -282,7 +282,10 @@ class BootedImageReader:
         )
 
     async def get(self) -> BootedImage:
-        key = await asyncio.to_thread(self._boot_key)
+        # Read in the loop, not in a thread: on every decision, and so on the path from a
+        # drain request to its hold, where a thread hop waited for the scheduler (a loaded
+        # node's p99, docs/benchmarks.md); a procfs file and /proc/stat answer from memory.
+        key = self._boot_key()
         if key != self._key or self._value is None:
             self._value = await asyncio.to_thread(self._read)
             self._key = key

@@ -734,10 +734,17 @@ class SoakReport:
 
 
 async def run_soak(
-    events: int = 5000, samples: int = 20, workdir: Path | None = None
+    events: int = 5000,
+    samples: int = 20,
+    workdir: Path | None = None,
+    *,
+    program: Sequence[str] = (),
+    env: dict[str, str] | None = None,
 ) -> SoakReport:
     """Feed one agent ``events`` watch events (pod churn on its node, node annotation updates,
-    drain requests it holds and releases) and sample its RSS and open fds along the way."""
+    drain requests it holds and releases) and sample its RSS and open fds along the way.
+    ``program`` and ``env`` run drain-guard as :func:`spawn_agent` says (``benchmarks.soak``:
+    as the image runs it)."""
     from drain_guard_sim.apiserver import SimApiServer
     from drain_guard_sim.hostfs import HostFS
 
@@ -751,7 +758,14 @@ async def run_soak(
             host = HostFS(root / "host", "registry.example/os@sha256:" + "a" * 64)
             kubeconfig = api.kubeconfig(agent_user("worker-0"), root / "kubeconfig")
             agent = await spawn_agent(
-                "worker-0", kubeconfig, host, "--log-level", "WARNING", log_path=root / "agent.log"
+                "worker-0",
+                kubeconfig,
+                host,
+                "--log-level",
+                "WARNING",
+                log_path=root / "agent.log",
+                program=program,
+                env=env,
             )
             try:
                 probe = psutil.Process(agent.pid)

@@ -237,4 +237,12 @@ def test_the_systemd_unit_runs_optimised_as_the_image() -> None:
     (line,) = [x for x in unit.splitlines() if x.startswith("Environment=PYTHON")]
     settings = dict(w.split("=", 1) for w in shlex.split(line.removeprefix("Environment=")))
     final = _env(parse_dockerfile(DOCKERFILE.read_text())[1])
-    assert settings == {k: final[k] for k in ("PYTHONOPTIMIZE", "PYTHONPYCACHEPREFIX")}
+    kept = ("PYTHONOPTIMIZE", "PYTHONPYCACHEPREFIX", "MALLOC_MMAP_THRESHOLD_")
+    assert settings == {k: final[k] for k in kept}
+
+
+def test_glibcs_mmap_threshold_is_fixed_so_the_heap_does_not_grow_with_holds() -> None:
+    """Set, glibc stops raising the threshold on each freed large buffer (mallopt(3)); the
+    soak (benchmarks/soak.py) showed the heap growing by each hold without it."""
+    final = _env(parse_dockerfile(DOCKERFILE.read_text())[1])
+    assert final["MALLOC_MMAP_THRESHOLD_"] == "131072"
