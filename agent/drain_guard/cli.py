@@ -92,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_node_proxy_arguments(proxy)
 
+    origin = sub.add_parser(
+        "copy-booted-origin",
+        help="copy the booted deployment's origin file alone, for an agent that sees no more",
+    )
+    origin.add_argument("--host-root", required=True, help="where the host's / is mounted")
+    origin.add_argument(
+        "--cmdline-file",
+        default="/proc/cmdline",
+        help="the kernel command line (default: %(default)s)",
+    )
+    origin.add_argument(
+        "--to", required=True, help="the directory to copy into (the agent's --host-root)"
+    )
+
     copier = sub.add_parser(
         "copy-node-credentials",
         help="copy the kubelet's kubeconfig and client certificate for the agent's group",
@@ -225,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from drain_guard.nodeproxy import main as nodeproxy_main
 
         return nodeproxy_main(args)
+    if args.command == "copy-booted-origin":
+        return _copy_booted_origin(args)
     if args.command == "copy-node-credentials":
         return nodecreds.main(args)
     if args.command == "status":
@@ -233,6 +249,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(_hold(args))
     assert args.command == "release", args.command  # "demo" never reaches the parser
     return asyncio.run(_release(args))
+
+
+def _copy_booted_origin(args: argparse.Namespace) -> int:
+    """One line either way, and exit 0 even when the host's booted image cannot be read: the
+    agent then reads the same failure from the empty copy and its no-op guard abstains (a
+    failed init container would keep the agent, and its build-pod guard, from starting)."""
+    from pathlib import Path
+
+    from drain_guard.host import HostError, copy_booted_origin
+
+    prog = "drain-guard copy-booted-origin"
+    target = Path(args.to)
+    if not target.is_dir():
+        print(f"{prog}: error: --to {target} is not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        copied = copy_booted_origin(Path(args.host_root), Path(args.cmdline_file), target)
+    except HostError as exc:
+        print(f"{prog}: nothing copied, the booted image is unknown: {exc}", file=sys.stderr)
+        return EXIT_OK
+    except OSError as exc:
+        print(f"{prog}: nothing copied: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        return EXIT_OK
+    print(f"{prog}: copied {copied} to {target}")
+    return EXIT_OK
 
 
 def _demo(argv: Sequence[str]) -> int:

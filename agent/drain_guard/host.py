@@ -31,6 +31,7 @@ from drain_guard.metrics import Metrics
 __all__ = [
     "DEFAULT_RPM_OSTREE_COMMAND",
     "HostError",
+    "copy_booted_origin",
     "deployment_origin_path",
     "parse_cmdline",
     "parse_origin",
@@ -245,6 +246,32 @@ def read_booted_image(
     if source != "ostree":
         return BootedImage(None, None, source, f"unknown booted-image source {source!r}")
     return read_booted_image_ostree(Path(host_root), Path(cmdline_file))
+
+
+def copy_booted_origin(host_root: Path, cmdline_file: Path, target: Path) -> str:
+    """Copy under ``target`` what :func:`read_booted_image_ostree` reads under ``host_root``
+    and nothing more: the booted deployment's origin file, an empty directory for the
+    deployment, and the kernel's ``ostree=`` boot path as a link to it. Read with
+    ``host_root=target`` it gives the same answer; the rest of the host's ostree tree (every
+    deployment's ``/etc``, all of ``/var``) is not there. Returns the boot path and the
+    origin it leads to; a host whose booted image cannot be read is a :class:`HostError`
+    (nothing written)."""
+    boot_path = parse_cmdline(_read_text(cmdline_file))
+    _, relative = resolve_inside(host_root, boot_path)
+    content = _read_text(deployment_origin_path(host_root, boot_path))
+    deployment = target / relative
+    deployment.mkdir(parents=True, exist_ok=True)
+    origin = target / f"{relative}.origin"
+    new = origin.with_name(f".{origin.name}.new")
+    new.write_text(content)
+    new.replace(origin)
+    link = target / boot_path.lstrip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    new_link = link.with_name(f".{link.name}.new")
+    new_link.unlink(missing_ok=True)
+    new_link.symlink_to("/" + relative)  # resolved inside the copy, as on the host
+    new_link.replace(link)
+    return f"{boot_path} -> /{relative}.origin"
 
 
 class BootedImageReader:

@@ -103,14 +103,6 @@ def test_host_paths_are_only_what_the_agent_reads_and_read_only(
             assert mount.get("readOnly") is True or mount["name"] in scratch, mount
 
 
-def test_ostree_is_mounted_where_the_agent_reads_it(objects: list[Obj]) -> None:
-    """The agent reads <host-root>/ostree/...; the host's /sysroot/ostree is mounted there."""
-    settings = agent_settings(objects)
-    mounts = {m["mountPath"] for m in agent_container(objects)["volumeMounts"]}
-    assert settings.host_root.rstrip("/") + "/ostree" in mounts
-    assert settings.cmdline_file == "/proc/cmdline"
-
-
 def test_runs_on_every_node_and_updates_one_at_a_time(objects: list[Obj]) -> None:
     daemonset = one(objects, "DaemonSet", "drain-guard")
     spec = daemonset["spec"]["template"]["spec"]

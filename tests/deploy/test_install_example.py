@@ -91,5 +91,6 @@ def test_the_check_has_teeth(tmp_path: Path) -> None:
     """An overlay rendered without the user's digest has an unpinned image (the agent's)."""
     found = images(render_dir(REPO / "daemonset" / "overlays" / "openshift"))
     assert {w for w, i in found.items() if not DIGEST.search(i)} == {
-        "DaemonSet/drain-guard/drain-guard"
+        "DaemonSet/drain-guard/drain-guard",
+        "DaemonSet/drain-guard/booted-origin",
     }

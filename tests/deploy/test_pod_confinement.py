@@ -50,7 +50,8 @@ def test_scc_pins_the_images_user_and_groups(rendered: Callable[[str], list[Obj]
             "ranges": [{"min": security["runAsGroup"], "max": security["runAsGroup"]}],
         }, strategy
     # No container overrides the pod's user with one the SCC would refuse.
-    for container in pod_spec(objects)["containers"]:
+    spec = pod_spec(objects)
+    for container in [*spec["containers"], *spec.get("initContainers", [])]:
         assert container["securityContext"].get("runAsUser", UID) == UID, container["name"]
 
 
@@ -119,6 +120,13 @@ def _host_mount(container: Obj, pod: Obj) -> Obj:
     return mount
 
 
+def _reader(pod: Obj) -> Obj:
+    """The one container that mounts the host path: the init container booted-origin."""
+    found: list[Obj] = [c for c in pod["spec"]["initContainers"] if c["name"] == "booted-origin"]
+    (container,) = found
+    return container
+
+
 def _agent(pod: Obj) -> Obj:
     container: Obj = pod["spec"]["containers"][0]
     return container
@@ -159,15 +167,15 @@ DENIED: dict[str, tuple[Callable[[Obj], object], str]] = {
         "of type Directory",
     ),
     "no type": (lambda p: _host_volume(p)["hostPath"].pop("type"), "of type Directory"),
-    "writable mount": (lambda p: _host_mount(_agent(p), p).update(readOnly=False), "read-only"),
-    "mount without readOnly": (lambda p: _host_mount(_agent(p), p).pop("readOnly"), "read-only"),
-    "subPath": (lambda p: _host_mount(_agent(p), p).update(subPath="deploy"), "no subPath"),
+    "writable mount": (lambda p: _host_mount(_reader(p), p).update(readOnly=False), "read-only"),
+    "mount without readOnly": (lambda p: _host_mount(_reader(p), p).pop("readOnly"), "read-only"),
+    "subPath": (lambda p: _host_mount(_reader(p), p).update(subPath="deploy"), "no subPath"),
     "subPathExpr": (
-        lambda p: _host_mount(_agent(p), p).update(subPathExpr="$(NODE_NAME)"),
+        lambda p: _host_mount(_reader(p), p).update(subPathExpr="$(NODE_NAME)"),
         "no subPath",
     ),
     "bidirectional propagation": (
-        lambda p: _host_mount(_agent(p), p).update(mountPropagation="Bidirectional"),
+        lambda p: _host_mount(_reader(p), p).update(mountPropagation="Bidirectional"),
         "mount propagation",
     ),
     "writable mount in an init container": (
