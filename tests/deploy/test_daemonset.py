@@ -200,7 +200,8 @@ def test_image_tag_is_the_project_version(objects: list[Obj]) -> None:
 
 def test_4_15_runs_under_the_same_scc_as_4_17(rendered: Callable[[str], list[Obj]]) -> None:
     """MustRunAs 65532, as the openshift overlay's: no container of the pod runs as root
-    (the kubelet-credential copiers are gone), and nothing but the agent and its proxy runs."""
+    (the kubelet-credential copiers are gone), and nothing but the agent, its proxy and the
+    booted-origin copy (tests/deploy/test_host_view.py) runs."""
     objects = rendered("openshift-4.15")
     constraints = one(objects, "SecurityContextConstraints", "drain-guard")
     assert constraints == one(rendered("openshift"), "SecurityContextConstraints", "drain-guard")
@@ -209,5 +210,5 @@ def test_4_15_runs_under_the_same_scc_as_4_17(rendered: Callable[[str], list[Obj
     users = {
         c["name"]: c["securityContext"].get("runAsUser", pod_user) for c in containers(objects)
     }
-    assert users == {"drain-guard": 65532, "kube-rbac-proxy": 65532}
-    assert "initContainers" not in pod_spec(objects)
+    assert users == {"drain-guard": 65532, "kube-rbac-proxy": 65532, "booted-origin": 65532}
+    assert [c["name"] for c in pod_spec(objects)["initContainers"]] == ["booted-origin"]
