@@ -37,7 +37,11 @@ from drain_guard.status import WatchStatus, format_duration
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT = 10.0  # seconds, for every non-watch request
+REQUEST_TIMEOUT = 10.0  # seconds, for every non-watch request but the Node writes
+#: A Node write hung this long is given up and retried on a fresh connection (the loop's
+#: backoff: 0.25-0.5 s), all within 3 s: the drain controller acts 2-5 s after a request. The
+#: retry is safe: the write's ``test`` operations refuse it if the first one landed meanwhile.
+NODE_WRITE_TIMEOUT = 2.0
 #: ``timeoutSeconds`` asked for on watches (±10 %): client-go's reflector asks 5 to 10 minutes.
 #: Each renewal is one request; at rest they are nearly all the agent sends.
 WATCH_TIMEOUT = 600
@@ -331,19 +335,26 @@ async def _error_from(resp: aiohttp.ClientResponse) -> KubeError:
 
 
 async def call_api(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> JsonObj:
+    """:func:`call_api_within` the default ``REQUEST_TIMEOUT``."""
+    return await call_api_within(REQUEST_TIMEOUT, fn, *args, **kwargs)
+
+
+async def call_api_within(
+    request_timeout: float, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+) -> JsonObj:
     """Call a generated kubernetes_asyncio API function with a timeout, unparsed, and return
     its JSON body. Every non-watch call of the agent goes through here, so that every caller
     sees the same :class:`KubeError`: a non-2xx status with the server's message and
     ``Retry-After``, or status 0 for a transport error or a body that is not a JSON object."""
     try:
-        resp = await fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+        resp = await fn(*args, _preload_content=False, _request_timeout=request_timeout, **kwargs)
         async with resp:
             if not 200 <= resp.status <= 299:
                 raise await _error_from(resp)
             text = await resp.text()
         body = json.loads(text) if text else {}
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise KubeError(0, f"{_name(fn)}: {describe(exc, REQUEST_TIMEOUT)}") from exc
+        raise KubeError(0, f"{_name(fn)}: {describe(exc, request_timeout)}") from exc
     if not isinstance(body, dict):
         raise KubeError(0, f"malformed response: {type(body).__name__}, not an object")
     return body
@@ -602,14 +613,16 @@ class Kube:
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
         answers: tuple[int, ...] = (404,),
+        request_timeout: float | None = None,
         **kwargs: Any,
     ) -> JsonObj:
         """:func:`call_api`, counted: the one way the agent and the central shield make a
         (non-watch) call. A success, or a status in ``answers`` (404 by default: absent), is
         API contact (``/readyz``, ``drain_guard_last_api_contact_timestamp_seconds``); any
         other failure counts in ``drain_guard_api_errors_total{operation}``."""
+        timeout = REQUEST_TIMEOUT if request_timeout is None else request_timeout
         try:
-            body = await call_api(fn, *args, **kwargs)
+            body = await call_api_within(timeout, fn, *args, **kwargs)
         except KubeError as exc:
             if exc.status in answers:
                 self.counters.api_contact()
@@ -640,6 +653,7 @@ class Kube:
                 name,
                 [dict(op) for op in ops],
                 _content_type=JSON_PATCH,
+                request_timeout=NODE_WRITE_TIMEOUT,
             )
         except KubeError as exc:
             if exc.status in (409, 422):
