@@ -1,11 +1,12 @@
 # Every target sets up what it needs on a fresh machine: a .venv with the project and,
-# for the tests, the system tools they drive (promtool and prometheus from Debian).
+# for the tests, the system tools they drive (promtool and prometheus from Debian) and the
+# real control plane (kube-apiserver, kube-controller-manager, etcd) built from source with Go.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chaos bench system-deps clean
+.PHONY: demo test lint chaos bench system-deps control-plane clean
 
 $(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,10 +17,14 @@ $(STAMP): pyproject.toml simulator/pyproject.toml
 system-deps:
 	scripts/system-deps.sh
 
+# Does nothing when the binaries in tools/control-plane/bin are current (keyed on go.sum).
+control-plane:
+	tools/control-plane/build.sh
+
 demo: $(STAMP)
 	$(BIN)/drain-guard demo $${MCO:+--mco-version $$MCO}
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps control-plane
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -36,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin

@@ -9,7 +9,7 @@ The helpers the tests import are in ``tests/helpers.py``.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +17,54 @@ import pytest
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
+from drain_guard_sim.controlplane import ControlPlane, default_bin_dir, missing_binaries
 from drain_guard_sim.hostfs import HostFS
-from tests.helpers import AGENT_USER, CONFIG_A, IMAGE_A, MCO_NS, NODE, StartAgent, reap, spawn
+from tests.helpers import (
+    AGENT_USER,
+    CONFIG_A,
+    IMAGE_A,
+    MCO_NS,
+    NODE,
+    StartAgent,
+    reap,
+    require_or_skip,
+    spawn,
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test on the real control plane ``controlplane`` (``-m controlplane``)."""
+    for item in items:
+        if {"control_plane", "control_plane_1_31"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.controlplane)
+
+
+def _control_plane(
+    tmp_path_factory: pytest.TempPathFactory, emulated_version: str | None = None
+) -> Iterator[ControlPlane]:
+    bin_dir = default_bin_dir()
+    missing = missing_binaries(bin_dir)
+    if missing:
+        require_or_skip(f"{', '.join(missing)} not built in {bin_dir} (make control-plane)")
+    workdir = tmp_path_factory.mktemp(f"control-plane-{emulated_version or 'current'}")
+    with ControlPlane.start(bin_dir, workdir, emulated_version=emulated_version) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The real control plane (etcd, kube-apiserver, kube-controller-manager) at the version
+    tools/control-plane pins, one for the whole run: each test works in its own namespace and
+    Node names (tests/controlplane/helpers.py)."""
+    yield from _control_plane(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def control_plane_1_31(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The same binaries emulating Kubernetes 1.31 (OpenShift 4.18), the lowest they can: the
+    Node authorizer without AuthorizeNodeWithSelectors (alpha, off, in 1.31), for the rights
+    that differ. Started only by the tests that ask for it."""
+    yield from _control_plane(tmp_path_factory, "1.31")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -44,7 +44,12 @@ def require_tool(name: str) -> str:
     found = shutil.which(name)
     if found is not None:
         return found
-    message = f"{name} is not installed (scripts/system-deps.sh installs it)"
+    require_or_skip(f"{name} is not installed (scripts/system-deps.sh installs it)")
+
+
+def require_or_skip(message: str) -> NoReturn:
+    """A missing prerequisite skips the test on a developer's machine and fails it in CI
+    (``CI`` set, and not ``false``), where ``make test`` has set everything up."""
     if os.environ.get("CI", "").lower() not in ("", "false", "0"):
         pytest.fail(message)
     pytest.skip(message)

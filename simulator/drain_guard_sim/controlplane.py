@@ -1,0 +1,376 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-controller-manager,
+built from source by ``make control-plane`` (``tools/control-plane/``).
+
+The simulator is a model of Kubernetes written by drain-guard's own hands; this is Kubernetes.
+The tests that prove what is the API server's (authorization, admission, eviction, garbage
+collection, watches) run on it, and the conformance suite holds the simulator to it. It is
+started with what a real cluster has on: client-certificate users signed by a CA made for the
+run, service-account tokens (an issuer and a signing key: TokenRequest works),
+``--authorization-mode=Node,RBAC``, NodeRestriction, ValidatingAdmissionPolicy and admission
+webhooks; the controller manager runs the controllers the agent and the MCO actors meet, each
+with its own service account as in a real cluster. There is no kubelet: a test sets a pod's
+``status.phase`` itself, as Kubernetes' own integration tests do.
+
+Everything is synchronous (processes and blocking HTTP), so a pytest session fixture and a
+command line can both start it. etcd keeps its data on tmpfs when there is one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from drain_guard_sim.tls import ServingCert
+
+__all__ = ["BINARIES", "ControlPlane", "ControlPlaneError", "default_bin_dir"]
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CIDR = "10.0.0.0/24"
+# The controllers the agent, its shield and the MCO actors meet; the rest of a real controller
+# manager (nodes, volumes, workloads) has nothing to act on without kubelets.
+CONTROLLERS = (
+    "disruption-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "validatingadmissionpolicy-status-controller",
+)
+START_TIMEOUT = 120.0  # seconds: a cold kube-apiserver on a loaded two-core machine
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start or answer; the message ends with its log's tail."""
+
+
+def default_bin_dir() -> Path:
+    """``tools/control-plane/bin`` of the repository this simulator is installed from
+    (``make control-plane`` builds there), unless ``DRAIN_GUARD_CONTROL_PLANE_BIN`` names one."""
+    configured = os.environ.get("DRAIN_GUARD_CONTROL_PLANE_BIN")
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / "tools" / "control-plane" / "bin"
+
+
+def missing_binaries(bin_dir: Path) -> list[str]:
+    return [name for name in BINARIES if not os.access(bin_dir / name, os.X_OK)]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])
+
+    def stop(self, grace: float = 10.0) -> None:
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane: where it answers and how to be someone there."""
+
+    url: str
+    ca_file: Path
+    admin_kubeconfig: Path
+    workdir: Path
+    etcd_url: str
+    emulated_version: str | None
+    feature_gates: Mapping[str, bool]
+    _certs: ServingCert
+    _processes: list[_Process] = field(default_factory=list)
+    _etcd_data: Path | None = None
+
+    @classmethod
+    def start(
+        cls,
+        bin_dir: Path,
+        workdir: Path,
+        *,
+        emulated_version: str | None = None,
+        feature_gates: Mapping[str, bool] | None = None,
+    ) -> ControlPlane:
+        """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
+        return once the API server is ready and the controllers have made the ``default``
+        namespace's service account. ``emulated_version`` (1.31 at the lowest for a 1.34
+        binary) and ``feature_gates`` go to the API server as its flags."""
+        missing = missing_binaries(bin_dir)
+        if missing:
+            raise ControlPlaneError(
+                f"{', '.join(missing)} not built in {bin_dir} (make control-plane builds them)"
+            )
+        workdir.mkdir(parents=True, exist_ok=True)
+        certs = ServingCert.generate(workdir / "pki")
+        signing_key = workdir / "pki" / "service-account.key"
+        _write_signing_key(signing_key)
+        shm = Path("/dev/shm")
+        etcd_data = Path(
+            tempfile.mkdtemp(prefix="drain-guard-etcd-", dir=shm if shm.is_dir() else None)
+        )
+        etcd_port, peer_port, api_port, kcm_port = (_free_port() for _ in range(4))
+        plane = cls(
+            url=f"https://127.0.0.1:{api_port}",
+            ca_file=certs.ca_file,
+            admin_kubeconfig=workdir / "admin.kubeconfig",
+            workdir=workdir,
+            etcd_url=f"http://127.0.0.1:{etcd_port}",
+            emulated_version=emulated_version,
+            feature_gates=dict(feature_gates or {}),
+            _certs=certs,
+            _etcd_data=etcd_data,
+        )
+        try:
+            plane.user_kubeconfig("drain-guard-admin", ["system:masters"], plane.admin_kubeconfig)
+            plane._spawn(
+                "etcd",
+                bin_dir / "etcd",
+                "--name=default",
+                f"--data-dir={etcd_data}",
+                f"--listen-client-urls={plane.etcd_url}",
+                f"--advertise-client-urls={plane.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",  # tmpfs, and a test run: durability is not the subject
+                "--log-level=warn",
+            )
+            plane._wait("etcd", lambda: _http_ok(f"{plane.etcd_url}/health"))
+            plane._spawn("kube-apiserver", bin_dir / "kube-apiserver", *plane._apiserver_flags())
+            plane._wait("kube-apiserver", lambda: plane._get_ok("/readyz"))
+            kcm_kubeconfig = plane.user_kubeconfig(
+                "system:kube-controller-manager", (), workdir / "kube-controller-manager.kubeconfig"
+            )
+            plane._spawn(
+                "kube-controller-manager",
+                bin_dir / "kube-controller-manager",
+                f"--kubeconfig={kcm_kubeconfig}",
+                f"--authentication-kubeconfig={kcm_kubeconfig}",
+                f"--authorization-kubeconfig={kcm_kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={workdir / 'kcm-certs'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--controllers={','.join(CONTROLLERS)}",
+                f"--service-account-private-key-file={signing_key}",
+                f"--root-ca-file={certs.ca_file}",
+                # The garbage collector and the disruption controller react within a second.
+                "--concurrent-gc-syncs=5",
+            )
+            plane._wait(
+                "kube-controller-manager",
+                lambda: plane._get_ok("/api/v1/namespaces/default/serviceaccounts/default"),
+            )
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    def _apiserver_flags(self) -> list[str]:
+        pki = self.workdir / "pki"
+        flags = [
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.url.rsplit(':', 1)[1]}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--tls-cert-file={self._certs.cert_file}",
+            f"--tls-private-key-file={self._certs.key_file}",
+            f"--client-ca-file={self._certs.ca_file}",
+            f"--service-account-issuer={ISSUER}",
+            f"--service-account-key-file={pki / 'service-account.key'}",
+            f"--service-account-signing-key-file={pki / 'service-account.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            # ValidatingAdmissionPolicy and ValidatingAdmissionWebhook are on by default;
+            # NodeRestriction is not.
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            # Loopback is no address for the kubernetes Service's endpoints.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ]
+        if self.emulated_version:
+            flags.append(f"--emulated-version={self.emulated_version}")
+        if self.feature_gates:
+            gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+            flags.append(f"--feature-gates={gates}")
+        return flags
+
+    def _spawn(self, name: str, binary: Path, *args: str) -> None:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
+            )
+        self._processes.append(_Process(name, popen, log))
+
+    def _wait(self, name: str, ready: Callable[[], bool]) -> None:
+        process = self._processes[-1]
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if process.popen.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with {process.popen.returncode}:\n{process.tail()}"
+                )
+            if ready():
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError(f"{name} not ready after {START_TIMEOUT:.0f} s:\n{process.tail()}")
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(self.workdir / "pki" / "drain-guard-admin.pem")
+        return context
+
+    def _get_ok(self, path: str) -> bool:
+        return _http_ok(self.url + path, self._ssl_context())
+
+    def stop(self) -> None:
+        """Stop the processes (the controller manager first, etcd last) and drop etcd's data."""
+        for process in reversed(self._processes):
+            process.stop()
+        self._processes.clear()
+        if self._etcd_data is not None:
+            shutil.rmtree(self._etcd_data, ignore_errors=True)
+            self._etcd_data = None
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def user_kubeconfig(
+        self, user: str, groups: Sequence[str] = (), path: Path | None = None
+    ) -> Path:
+        """A kubeconfig for a client-certificate user (CN ``user``, O ``groups``) signed by the
+        run's CA, as kube-apiserver's x509 authenticator reads it: ``system:node:NAME`` in
+        ``system:nodes`` is a node identity. The pair is a file beside the run's CA."""
+        safe = user.replace(":", "_")
+        pem = self.workdir / "pki" / f"{safe}.pem"
+        if not pem.exists():
+            pem.touch(mode=0o600)
+            pem.write_bytes(self._certs.client_certificate(user, groups))
+        target = path or self.workdir / "kubeconfigs" / f"{safe}.kubeconfig"
+        return self._write_kubeconfig(
+            target, user, {"client-certificate": str(pem), "client-key": str(pem)}
+        )
+
+    def token_kubeconfig(self, token: str, path: Path, name: str = "token-user") -> Path:
+        """A kubeconfig that authenticates with a bearer token (a service account's)."""
+        return self._write_kubeconfig(path, name, {"token": token})
+
+    def _write_kubeconfig(self, path: Path, user: str, credentials: Mapping[str, str]) -> Path:
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "control-plane",
+                    "cluster": {"server": self.url, "certificate-authority-data": ca},
+                }
+            ],
+            "users": [{"name": user, "user": dict(credentials)}],
+            "contexts": [
+                {"name": "control-plane", "context": {"cluster": "control-plane", "user": user}}
+            ],
+            "current-context": "control-plane",
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def compact(self) -> int:
+        """Compact etcd at its current revision, as kube-apiserver does every five minutes,
+        so that a resource version before it is gone (the real 410 Gone). Returns the
+        revision compacted at."""
+        header = _etcd_post(self.etcd_url, "/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
+        revision = int(header["header"]["revision"])
+        _etcd_post(
+            self.etcd_url, "/v3/kv/compaction", {"revision": str(revision), "physical": True}
+        )
+        return revision
+
+    def logs(self) -> Iterator[tuple[str, str]]:
+        """Each process's name and the tail of its log, for a test's failure message."""
+        for process in self._processes:
+            yield process.name, process.tail()
+
+
+def _write_signing_key(path: Path) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    path.touch(mode=0o600)
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # refused, reset, or an HTTP error (urllib.error.URLError is an OSError)
+        return False
+
+
+def _etcd_post(etcd_url: str, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        etcd_url + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        result: dict[str, Any] = json.load(answer)
+        return result

@@ -1,0 +1,53 @@
+"""Helpers for the tests on the real control plane (the session's ``control_plane`` fixture):
+a client for a kubeconfig, and a namespace of the test's own.
+
+Every test on it shares one etcd, so each uses its own namespace (``own_namespace``) and Node
+names (``unique``): nothing a test leaves behind can meet another test's objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+WAIT = 30.0  # seconds: an upper bound for a controller's reaction on a loaded machine
+
+_counter = itertools.count()
+
+
+def unique(prefix: str) -> str:
+    """A name no other test of this run uses (the pid keeps parallel workers apart)."""
+    return f"{prefix}-{os.getpid()}-{next(_counter)}"
+
+
+@asynccontextmanager
+async def api_client(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    """A kubernetes_asyncio client loaded from ``kubeconfig``, as the agent loads its own."""
+    api = await config.new_client_from_config(config_file=str(kubeconfig))
+    async with api:
+        yield api
+
+
+async def own_namespace(admin: client.ApiClient, prefix: str = "test") -> str:
+    """Create a namespace and wait for its ``default`` service account, which the service
+    account controller makes and without which the ServiceAccount admission plugin refuses
+    pods."""
+    core = client.CoreV1Api(admin)
+    name = unique(prefix)
+    await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    async with asyncio.timeout(WAIT):
+        while True:
+            try:
+                await core.read_namespaced_service_account("default", name)
+                return name
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+            await asyncio.sleep(0.1)
