@@ -112,6 +112,7 @@ class ControlPlane:
     """A running control plane: where it answers and how to be someone there."""
 
     url: str
+    bin_dir: Path
     ca_file: Path
     admin_kubeconfig: Path
     workdir: Path
@@ -151,6 +152,7 @@ class ControlPlane:
         etcd_port, peer_port, api_port, kcm_port = (_free_port() for _ in range(4))
         plane = cls(
             url=f"https://127.0.0.1:{api_port}",
+            bin_dir=bin_dir,
             ca_file=certs.ca_file,
             admin_kubeconfig=workdir / "admin.kubeconfig",
             workdir=workdir,
@@ -176,8 +178,7 @@ class ControlPlane:
                 "--log-level=warn",
             )
             plane._wait("etcd", lambda: _http_ok(f"{plane.etcd_url}/health"))
-            plane._spawn("kube-apiserver", bin_dir / "kube-apiserver", *plane._apiserver_flags())
-            plane._wait("kube-apiserver", lambda: plane._get_ok("/readyz"))
+            plane._start_apiserver()
             kcm_kubeconfig = plane.user_kubeconfig(
                 "system:kube-controller-manager", (), workdir / "kube-controller-manager.kubeconfig"
             )
@@ -207,6 +208,21 @@ class ControlPlane:
             raise
         return plane
 
+    def _start_apiserver(self) -> None:
+        self._spawn("kube-apiserver", self.bin_dir / "kube-apiserver", *self._apiserver_flags())
+        self._wait("kube-apiserver", lambda: self._get_ok("/readyz"))
+
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port and etcd, as an upgrade or
+        a crash does. Its watch cache starts afresh at etcd's current revision, so a resource
+        version older than that and compacted away (``compact``) is gone for watches and
+        lists alike: the 410 Gone that clients meet on a real cluster. (Before the restart the
+        cache still serves it, as it would for as long as it stays in the cache's window.)"""
+        (running,) = (p for p in self._processes if p.name == "kube-apiserver")
+        running.stop()
+        self._processes.remove(running)
+        self._start_apiserver()
+
     def _apiserver_flags(self) -> list[str]:
         pki = self.workdir / "pki"
         flags = [
@@ -219,7 +235,7 @@ class ControlPlane:
             f"--tls-private-key-file={self._certs.key_file}",
             f"--client-ca-file={self._certs.ca_file}",
             f"--service-account-issuer={ISSUER}",
-            f"--service-account-key-file={pki / 'service-account.key'}",
+            f"--service-account-key-file={pki / 'service-account.pub'}",
             f"--service-account-signing-key-file={pki / 'service-account.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC",
@@ -240,7 +256,7 @@ class ControlPlane:
 
     def _spawn(self, name: str, binary: Path, *args: str) -> None:
         log = self.workdir / f"{name}.log"
-        with log.open("wb") as out:
+        with log.open("ab") as out:
             popen = subprocess.Popen(
                 [str(binary), *args],
                 stdin=subprocess.DEVNULL,
@@ -328,9 +344,9 @@ class ControlPlane:
         return path
 
     def compact(self) -> int:
-        """Compact etcd at its current revision, as kube-apiserver does every five minutes,
-        so that a resource version before it is gone (the real 410 Gone). Returns the
-        revision compacted at."""
+        """Compact etcd at its current revision, as kube-apiserver does every five minutes:
+        a resource version before it is gone from etcd (and, once the API server's watch cache
+        no longer holds it, ``restart_apiserver``, from the API). Returns the revision."""
         header = _etcd_post(self.etcd_url, "/v3/kv/range", {"key": base64.b64encode(b"/").decode()})
         revision = int(header["header"]["revision"])
         _etcd_post(
@@ -345,13 +361,20 @@ class ControlPlane:
 
 
 def _write_signing_key(path: Path) -> None:
+    """The service-account signing key (SEC1 PEM, which kube-apiserver and the controller
+    manager read) and its public half beside it (``.pub``), which verifies the tokens."""
     key = ec.generate_private_key(ec.SECP256R1())
     path.touch(mode=0o600)
     path.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
+            serialization.PrivateFormat.TraditionalOpenSSL,
             serialization.NoEncryption(),
+        )
+    )
+    path.with_suffix(".pub").write_bytes(
+        key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
 
