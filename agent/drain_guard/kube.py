@@ -48,9 +48,10 @@ WATCH_TIMEOUT = 600
 #: Items per page of a list (``limit``/``continue``), as client-go's reflector pages: the API
 #: server answers a large list in bounded pieces, and none is one response of the whole set.
 LIST_PAGE = 500
-#: A watch stream silent this long is taken for dead (a half-open connection) and renewed:
-#: a real API server sends a bookmark about once a minute on an idle watch.
-WATCH_READ_TIMEOUT = 180.0
+#: How often kube-apiserver sends a bookmark on an idle watch (its watch cache's bookmark
+#: frequency: a minute). A stream silent for 1.5 periods is reported silent (``/readyz``
+#: fails, ``/status`` says so); at 2 periods it is taken for a half-open connection and renewed.
+BOOKMARK_PERIOD = 60.0
 JSON_PATCH = "application/json-patch+json"
 DEFAULT_KUBECONFIG = os.path.expanduser("~/.kube/config")
 JsonObj = dict[str, Any]
@@ -798,6 +799,8 @@ class ListWatch:
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
     _listed: bool = False
+    #: Since when (wall clock) the open stream has been silent past 1.5 bookmark periods.
+    _silent_since: datetime | None = None
     outage: Outage = field(init=False)
 
     def __post_init__(self) -> None:
@@ -843,15 +846,41 @@ class ListWatch:
             self._report_state()
 
     def _report_state(self) -> None:
+        silent = self._silent_since is not None and self.outage.since is None
         self.counters.watch_state(
             self.resource,
             WatchStatus(
                 listed=self._listed,
-                watching=self._listed and self.outage.since is None,
-                failing_since=self.outage.since,
-                error=self.outage.error,
+                watching=self._listed and self.outage.since is None and not silent,
+                failing_since=self.outage.since or self._silent_since,
+                error=self.outage.error or (self._silence(1.5) if silent else None),
+                silent=silent,
             ),
         )
+
+    @staticmethod
+    def _silence(periods: float) -> str:
+        return f"no event or bookmark for {periods * BOOKMARK_PERIOD:g}s"
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The stream's next bytes (b"" at its end). Silent for 1.5 bookmark periods, the
+        watch is reported silent; for 2, TimeoutError: the stream is renewed."""
+        try:
+            async with asyncio.timeout(1.5 * BOOKMARK_PERIOD):
+                return await resp.content.readany()
+        except TimeoutError:
+            pass
+        self._silent_since = datetime.now(UTC) - timedelta(seconds=1.5 * BOOKMARK_PERIOD)
+        self._report_state()
+        try:
+            async with asyncio.timeout(0.5 * BOOKMARK_PERIOD):
+                chunk = await resp.content.readany()
+        except TimeoutError:
+            raise TimeoutError(f"{self._silence(2)}: a frozen stream, renewed") from None
+        finally:
+            self._silent_since = None
+        self._report_state()
+        return chunk
 
     def _selectors(self) -> dict[str, str]:
         selectors = {"field_selector": self.field_selector}
@@ -894,10 +923,9 @@ class ListWatch:
             resource_version=self.resource_version,
             timeout_seconds=server_timeout,
             _preload_content=False,
+            # A silent stream is renewed by _read, after two bookmark periods.
             _request_timeout=aiohttp.ClientTimeout(
-                total=server_timeout + 30,
-                sock_connect=REQUEST_TIMEOUT,
-                sock_read=WATCH_READ_TIMEOUT,
+                total=server_timeout + 30, sock_connect=REQUEST_TIMEOUT
             ),
         )
         async with resp:
@@ -910,7 +938,7 @@ class ListWatch:
             # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
             # one Pod with large annotations can be longer than that.
             buffer = b""
-            async for chunk in resp.content.iter_any():
+            while chunk := await self._read(resp):
                 *lines, buffer = (buffer + chunk).split(b"\n")
                 for line in lines:
                     if line.strip():

@@ -218,6 +218,9 @@ class WatchStatus:
     watching: bool = False
     failing_since: datetime | None = None
     error: str | None = None
+    #: The open stream has gone silent (no event, no bookmark) past 1.5 bookmark periods: a
+    #: half-open connection, likely; renewed at 2.
+    silent: bool = False
 
     @property
     def synced(self) -> bool:
@@ -229,6 +232,7 @@ class WatchStatus:
             "watching": self.watching,
             "failingSince": _rfc3339(self.failing_since),
             "error": self.error,
+            "silent": self.silent,
         }
 
     @classmethod
@@ -238,6 +242,7 @@ class WatchStatus:
             watching=bool(data["watching"]),
             failing_since=_parse(data["failingSince"]),
             error=data["error"],
+            silent=bool(data.get("silent", False)),  # absent from older agents' /status
         )
 
     def to_text(self, now: datetime) -> str:
@@ -631,7 +636,7 @@ def watches_unready(
     now: datetime,
     stale_after: timedelta,
 ) -> str | None:
-    """Why the first of ``resources``' watches is not ready (not listed yet, or failing for
+    """Why the first of ``resources``' watches is not ready (not listed yet, silent, or failing for
     longer than ``stale_after``), or None; the readiness rule of the agent and the central
     shield alike."""
     for resource in resources:
@@ -639,6 +644,8 @@ def watches_unready(
         if not watch.listed:
             return f"{resource} watch not listed yet"
         since = watch.failing_since
+        if watch.silent and since is not None:
+            return f"{resource} watch silent since {format_rfc3339(since)} ({watch.error})"
         if not watch.watching and since is not None and now - since > stale_after:
             return (
                 f"{resource} watch failing since {format_rfc3339(since)} ({watch.error};"

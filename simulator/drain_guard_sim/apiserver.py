@@ -594,6 +594,10 @@ class SimApiServer:
         """End every open watch stream now; ``abort`` breaks the connection instead."""
         return self.store.cut_watches(abort=abort, resource=resource, user=user)
 
+    def freeze_watches(self, *, resource: str | None = None, user: str | None = None) -> int:
+        """Silence open watch streams for good, their connections open (half-open)."""
+        return self.store.freeze_watches(resource=resource, user=user)
+
     @property
     def open_watches(self) -> int:
         return len(self.store.watchers)
@@ -1301,6 +1305,9 @@ class SimApiServer:
                 if event_type == "__INITIAL_END__":
                     sent += await self._send_bookmark(response, rt, initial_end=True)
                     continue
+                if event_type == "__FROZEN__":
+                    await asyncio.sleep(max(0.0, deadline - loop.time()))  # silent to the end
+                    break
                 size = await self._send(response, event_type, obj)
                 self._count_served(user, resource, (obj,), size)
         finally:

@@ -978,6 +978,19 @@ class Store:
             n += 1
         return n
 
+    def freeze_watches(self, *, resource: str | None = None, user: str | None = None) -> int:
+        """Silence open watch streams for good, their connections left open (half-open)."""
+        n = 0
+        for watcher in self._watchers:
+            if resource is not None and watcher.rt.key != self.rt(resource).key:
+                continue
+            if user is not None and watcher.user != user:
+                continue
+            # The stream's loop sends nothing more, not even its end: a half-open connection.
+            watcher.queue.put_nowait(("__FROZEN__", {}))
+            n += 1
+        return n
+
     def _state_at(self, rt: ResourceType, rv: int) -> dict[tuple[str, str], JsonObj]:
         """The objects of ``rt`` at resourceVersion ``rv``: today's, with every later event of
         the retained history undone, newest first."""

@@ -128,6 +128,7 @@ def test_json_keys_and_times() -> None:
         "watching": True,
         "failingSince": None,
         "error": None,
+        "silent": False,
     }
     for key in ("since", "expiresAt", "lastApiContact", "startedAt", "generatedAt"):
         assert RFC3339.fullmatch(doc[key]), key
@@ -243,6 +244,7 @@ def test_an_outage_is_not_synced_with_a_stale_contact_time() -> None:
         "watching": False,
         "failingSince": "2026-03-01T11:57:55Z",
         "error": "503 unavailable",
+        "silent": False,
     }
     assert doc["lastApiContact"] == "2026-03-01T11:57:00Z"
     assert (
