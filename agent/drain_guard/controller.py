@@ -33,7 +33,14 @@ from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
 from drain_guard.shield import Shield, shield_namespaces
-from drain_guard.status import AgentStatus, WatchStatus, decided, nothing_decided, readiness
+from drain_guard.status import (
+    AgentStatus,
+    WatchStatus,
+    WouldHoldStatus,
+    decided,
+    nothing_decided,
+    readiness,
+)
 
 log = logging.getLogger("drain_guard.controller")
 
@@ -387,6 +394,18 @@ class Controller:
             self._would_hold = decision.original
             self.metrics.count_would_hold(b.reason.value for b in decision.blocks)
         self._settle(decision, node, view)
+        last = self._status.last_would_hold
+        if isinstance(decision, guards.Hold) and (
+            last is None or last.request != decision.original
+        ):
+            # Kept after the drain went ahead: the log's "would hold" also stays in /status.
+            would = WouldHoldStatus(
+                at=view.now,
+                request=decision.original,
+                reasons=tuple(b.reason.value for b in decision.blocks),
+                detail=guards.hold_detail(decision.blocks),
+            )
+            self._status = replace(self._status, last_would_hold=would)
 
     # Status and the decision log ---------------------------------------------------------
 

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,23 +232,50 @@ class Backoff:
 API_FAILURES = (KubeError, aiohttp.ClientError, TimeoutError)
 
 
+#: While a run of failures lasts, a WARNING says so again this often (seconds).
+OUTAGE_REMINDER = 300.0
+_ERROR_TYPE = re.compile(r"\b(\w*(?:Error|Exception|Timeout)\w*):")
+
+
+def failure_kind(exc: BaseException) -> str:
+    """What kind of failure ``exc`` is: its HTTP status, else the transport error's type (a
+    refused connection and a refused certificate are different problems for the operator)."""
+    status = getattr(exc, "status", 0)
+    if status:
+        return f"HTTP {status}"
+    if isinstance(exc, KubeError):
+        found = _ERROR_TYPE.search(exc.reason)
+        return found.group(1) if found else exc.reason
+    return type(exc).__name__
+
+
 class Outage:
     """A run of failures of one part of the agent (a watch, the controller's pass, the
-    shield's pass), logged once when it begins and once when it ends, however many retries
-    lie between: each retry is a DEBUG line and a count in the metrics (``count``).
+    shield's pass), logged when it begins, when the kind of failure changes (the API came back
+    with another CA: unreachable becomes a certificate error), every ``OUTAGE_REMINDER``
+    seconds while it lasts, and when it ends; other retries are DEBUG lines, and each is a count
+    in the metrics (``count``).
 
     A failure that is not the API's (an ``OSError`` out of descriptors, a bug) is retried the
     same way: one failed step never ends the agent. Its first line carries the traceback.
     """
 
     def __init__(
-        self, what: str, logger: logging.Logger, count: Callable[[], None] | None = None
+        self,
+        what: str,
+        logger: logging.Logger,
+        count: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.what = what
         self.logger = logger
         self.count = count
+        self.clock = clock
         #: When the run began (wall clock, monotonic), None while the calls work.
         self._since: tuple[datetime, float] | None = None
+        #: The kind of the latest failure (failure_kind) and when a WARNING last said so.
+        self._kind = ""
+        self._said_at = 0.0
         #: How the log names the current run: ("API unreachable", "API reachable again").
         self._words = ("", "")
         self._retries = 0
@@ -267,20 +295,40 @@ class Outage:
         self.error = why
         if self.count is not None:
             self.count()
+        kind, at = failure_kind(exc), self.clock()
+        if ours:
+            words = ("failing", "working again")
+        elif status == 0 or status >= 500:
+            words = ("API unreachable", "API reachable again")
+        else:
+            words = ("API refusing it", "API accepting it again")
         if self._since is not None:
             self._retries += 1
-            self.logger.debug(
-                "%s: %s failed again (%s); retry in %.1fs", self.what, action, why, delay
+            since, start = self._since
+            changed, self._kind = kind != self._kind, kind
+            if changed:
+                self._words = words
+            if not changed and at - self._said_at < OUTAGE_REMINDER:
+                self.logger.debug(
+                    "%s: %s failed again (%s); retry in %.1fs", self.what, action, why, delay
+                )
+                return
+            self._said_at = at
+            self.logger.warning(
+                "%s: %s since %s (%s, %d retries); %s %s failed: %s",
+                self.what,
+                self._words[0],
+                format_rfc3339(since),
+                format_duration(timedelta(seconds=at - start)),
+                self._retries,
+                "now" if changed else "still:",
+                action,
+                why,
             )
             return
         now = datetime.now(UTC)
-        self._since, self._retries = (now, time.monotonic()), 1
-        if ours:
-            self._words = ("failing", "working again")
-        elif status == 0 or status >= 500:
-            self._words = ("API unreachable", "API reachable again")
-        else:
-            self._words = ("API refusing it", "API accepting it again")
+        self._since, self._retries = (now, at), 1
+        self._kind, self._said_at, self._words = kind, at, words
         self.logger.warning(
             "%s: %s since %s (%s failed: %s); retrying in %.1fs, then with backoff",
             self.what,
@@ -302,7 +350,7 @@ class Outage:
             "%s: %s after %s (failing since %s, %d retries)",
             self.what,
             self._words[1],
-            format_duration(timedelta(seconds=time.monotonic() - start)),
+            format_duration(timedelta(seconds=self.clock() - start)),
             format_rfc3339(since),
             self._retries,
         )

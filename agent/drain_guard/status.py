@@ -177,6 +177,29 @@ def printable(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class WouldHoldStatus:
+    """An observe-only agent's latest would-be hold: the request it would have held, when it
+    first decided so, why. Kept after the drain went ahead, until the next one."""
+
+    at: datetime
+    request: str
+    reasons: tuple[str, ...]
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": format_rfc3339(self.at),
+            "request": self.request,
+            "reasons": list(self.reasons),
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WouldHoldStatus:
+        return cls(_required(data["at"]), data["request"], tuple(data["reasons"]), data["detail"])
+
+
+@dataclass(frozen=True)
 class PodStatus:
     """A build pod (or a pod builds depend on) seen on the node."""
 
@@ -294,6 +317,7 @@ class AgentStatus:
     hold_request: HoldRequestStatus | None = None
     releases_when: tuple[str, ...] = ()
     max_hold: timedelta | None = None
+    last_would_hold: WouldHoldStatus | None = None  # --observe-only: its latest would-be hold
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -359,6 +383,9 @@ class AgentStatus:
             else self.hold_request.to_json(self.expires_at),
             "releasesWhen": list(self.releases_when),
             "maxHoldSeconds": None if self.max_hold is None else self.max_hold.total_seconds(),
+            "lastWouldHold": None
+            if self.last_would_hold is None
+            else self.last_would_hold.to_json(),
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -411,6 +438,9 @@ class AgentStatus:
             max_hold=None
             if data.get("maxHoldSeconds") is None
             else timedelta(seconds=data["maxHoldSeconds"]),
+            last_would_hold=None
+            if data.get("lastWouldHold") is None
+            else WouldHoldStatus.from_json(data["lastWouldHold"]),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -443,6 +473,13 @@ class AgentStatus:
         if self.hold_request is not None:
             request = self.hold_request.to_text(now, self.expires_at, self.max_hold)
             lines.append(f"  hold request:  {request}")
+        if self.last_would_hold is not None:
+            would = self.last_would_hold
+            lines.append(
+                f"  would hold:    {printable(would.request)} at {format_rfc3339(would.at)}"
+                f" ({format_duration(now - would.at)} ago) for {', '.join(would.reasons)}:"
+                f" {printable(would.detail)}"
+            )
         if self.build_pods is None:
             lines.append("  build pods:    unknown (pod watch not synced)")
         elif not self.build_pods:
@@ -510,6 +547,7 @@ def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> Agent
         started_at=base.started_at,
         generated_at=now,
         observe_only=base.observe_only,
+        last_would_hold=base.last_would_hold,
     )
 
 
@@ -562,6 +600,7 @@ def decided(
         hold_request=request,
         releases_when=releases_when([(b.reason.value, b.detail) for b in blocks], request),
         max_hold=max_hold,
+        last_would_hold=base.last_would_hold,
     )
 
 

@@ -106,6 +106,7 @@ def test_json_keys_and_times() -> None:
         "holdRequest",
         "releasesWhen",
         "maxHoldSeconds",
+        "lastWouldHold",
         "version",
         "startedAt",
         "generatedAt",

@@ -375,6 +375,21 @@ async def test_observe_only_writes_nothing_and_counts_a_would_be_hold_once(
     assert status.explanation.startswith("observe-only, not written: would hold")
     assert env.events.posted == []
 
+    first = status.last_would_hold
+    assert first is not None
+    assert (first.request, first.reasons) == (DRAIN_B, ("build-pod",))
+    # The drain goes ahead (nothing was held): /status still shows what would have been held,
+    # and when (issue 25: it read "idle" a second after the log's "would hold").
+    env.clock.wall += timedelta(seconds=30)
+    env.kube.write({protocol.LAST_APPLIED_DRAIN: DRAIN_B})
+    env.build_pod(running=False)
+    await env.step()
+    status = env.controller.status()
+    assert status.decision == "idle"
+    assert status.last_would_hold == first
+    assert f"would hold:    {DRAIN_B} at " in status.to_text()
+    assert "(30s ago) for build-pod: build-pod: build pod" in status.to_text()
+
 
 async def test_status_and_gauges_come_from_the_decision_with_no_request_pending(env: Env) -> None:
     env.build_pod()
