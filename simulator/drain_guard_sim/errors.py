@@ -106,6 +106,24 @@ def conflict(rt: ResourceType, name: str, why: str = CONFLICT_MODIFIED) -> ApiEr
     )
 
 
+def precondition_conflict(rt: ResourceType, name: str, why: str) -> ApiError:
+    """A delete's failed precondition, as ``rest.BeforeDelete`` reports it: a Conflict on the
+    object's kind (``GroupResource{Group, Resource: Kind}``), not its resource."""
+    qualified_kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    details: JsonObj = {"name": name}
+    if rt.group:
+        details["group"] = rt.group
+    details["kind"] = rt.kind
+    return ApiError(
+        status_obj(
+            409,
+            "Conflict",
+            f'Operation cannot be fulfilled on {qualified_kind} "{name}": {why}',
+            details,
+        )
+    )
+
+
 def bad_request(message: str) -> ApiError:
     return ApiError(status_obj(400, "BadRequest", message))
 

@@ -729,19 +729,21 @@ class Store:
         if preconditions:
             uid = preconditions.get("uid")
             if uid and uid != old["metadata"]["uid"]:
-                raise errors.conflict(
+                raise errors.precondition_conflict(
                     rt,
                     name,
-                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
-                    f"{old['metadata']['uid']}",
+                    f"the UID in the precondition ({uid}) does not match the UID in record "
+                    f"({old['metadata']['uid']}). The object might have been deleted and then "
+                    "recreated",
                 )
             rv = preconditions.get("resourceVersion")
             if rv and str(rv) != old["metadata"]["resourceVersion"]:
-                raise errors.conflict(
+                raise errors.precondition_conflict(
                     rt,
                     name,
-                    f"Precondition failed: ResourceVersion in precondition: {rv}, "
-                    f"ResourceVersion in object meta: {old['metadata']['resourceVersion']}",
+                    f"the ResourceVersion in the precondition ({rv}) does not match the "
+                    f"ResourceVersion in record ({old['metadata']['resourceVersion']}). The "
+                    "object might have been modified",
                 )
         if verb == "delete":
             self._admit("DELETE", rt, subresource, user, name, old, None)
@@ -881,6 +883,17 @@ class Store:
 
     # --- the disruption controller ---
 
+    def _controller_scale(self, namespace: str, ref: Mapping[str, Any]) -> int | None:
+        """The scale of a pod's controller, as the disruption controller's finders read it
+        (a kind with a scale subresource: of those the simulator serves, a Deployment's
+        ``spec.replicas``); None when none is found (a DaemonSet, a Job, a missing one)."""
+        if (ref.get("apiVersion"), ref.get("kind")) != ("apps/v1", "Deployment"):
+            return None
+        found = self.try_get("deployments", str(ref.get("name")), namespace)
+        if found is None or found["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return int((found.get("spec") or {}).get("replicas", 1))
+
     def _sync_pdbs(self, namespace: str) -> None:
         pdb_rt = self.rt("poddisruptionbudgets")
         pdbs = sorted((k, v) for k, v in self._bucket(pdb_rt).items() if k[0] == namespace)
@@ -888,7 +901,7 @@ class Store:
             return
         pods = [p for (ns, _n), p in self._bucket(self.rt("pods")).items() if ns == namespace]
         for (_ns, _name), pdb in pdbs:
-            status = compute_pdb_status(pdb, pods, self.clock())
+            status = compute_pdb_status(pdb, pods, self.clock(), self._controller_scale)
             if status == pdb.get("status"):
                 continue
             new = copy.deepcopy(pdb)
@@ -1162,15 +1175,25 @@ def _scaled(value: Any, total: int, round_up: bool) -> int:
     return int(text)
 
 
-def compute_pdb_status(
-    pdb: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: datetime
-) -> JsonObj:
-    """``DisruptionController.trySync``, simplified: every selected pod counts as expected.
+#: A pod's controller (its controller ownerReference) to that controller's scale, or None.
+ScaleOf = Callable[[str, Mapping[str, Any]], int | None]
 
-    The real controller takes ``expectedPods`` from the pods' controllers' scale for
-    percentages and ``maxUnavailable``; here the number of selected pods stands in for it
-    (the same result for pods owned by a fully scaled controller).
-    """
+
+def _no_controller(_namespace: str, _ref: Mapping[str, Any]) -> int | None:
+    return None
+
+
+def compute_pdb_status(
+    pdb: Mapping[str, Any],
+    pods: Iterable[Mapping[str, Any]],
+    now: datetime,
+    scale_of: ScaleOf = _no_controller,
+) -> JsonObj:
+    """``DisruptionController.trySync``: ``expectedPods`` is the number of selected pods for
+    an integer ``minAvailable``; for ``maxUnavailable`` or a percentage, the sum of the scales
+    of the pods' controllers (``getExpectedScale``: a pod without a controller counts 0; one
+    whose controller has no scale fails the sync, ``failSafe``: no disruption allowed,
+    condition ``SyncFailed``)."""
     spec = pdb.get("spec") or {}
     old = pdb.get("status") or {}
     selected = [
@@ -1178,11 +1201,28 @@ def compute_pdb_status(
         for p in pods
         if _controller_selects(pdb, p) and not p["metadata"].get("deletionTimestamp")
     ]
+    scaled = spec.get("maxUnavailable") is not None or isinstance(spec.get("minAvailable"), str)
+    expected = len(selected)
+    if scaled:
+        scales: dict[str, int] = {}
+        for p in selected:
+            ref = next(
+                (r for r in p["metadata"].get("ownerReferences") or [] if r.get("controller")),
+                None,
+            )
+            if ref is None or ref.get("uid") in scales:
+                continue
+            scale = scale_of(p["metadata"].get("namespace", ""), ref)
+            if scale is None:
+                return _sync_failed(
+                    old, f'found no controllers for pod "{p["metadata"]["name"]}"', now
+                )
+            scales[str(ref.get("uid"))] = scale
+        expected = sum(scales.values())
     disrupted_old: Mapping[str, str] = old.get("disruptedPods") or {}
     present = {p["metadata"]["name"] for p in selected}
     disrupted = {k: v for k, v in disrupted_old.items() if k in present}
     healthy = sum(1 for p in selected if _pod_ready(p) and p["metadata"]["name"] not in disrupted)
-    expected = len(selected)
     if spec.get("maxUnavailable") is not None:
         max_unavailable = _scaled(spec["maxUnavailable"], expected, True)
         desired = max(0, expected - max_unavailable)
@@ -1210,7 +1250,17 @@ def compute_pdb_status(
     return status
 
 
-def _set_condition(status: JsonObj, reason: str, allowed: bool, now: datetime) -> None:
+def _sync_failed(old: Mapping[str, Any], message: str, now: datetime) -> JsonObj:
+    """``failSafe``: the old status with no disruption allowed and condition SyncFailed."""
+    status: JsonObj = copy.deepcopy(dict(old))
+    status["disruptionsAllowed"] = 0
+    _set_condition(status, "SyncFailed", False, now, message)
+    return status
+
+
+def _set_condition(
+    status: JsonObj, reason: str, allowed: bool, now: datetime, message: str = ""
+) -> None:
     conditions: list[JsonObj] = status.setdefault("conditions", [])
     value = "True" if allowed else "False"
     for cond in conditions:
@@ -1219,7 +1269,7 @@ def _set_condition(status: JsonObj, reason: str, allowed: bool, now: datetime) -
                 cond.update(
                     status=value,
                     reason=reason,
-                    message="",
+                    message=message,
                     lastTransitionTime=rfc3339(now),
                     observedGeneration=status.get("observedGeneration", 1),
                 )
@@ -1230,7 +1280,7 @@ def _set_condition(status: JsonObj, reason: str, allowed: bool, now: datetime) -
             "type": "DisruptionAllowed",
             "status": value,
             "reason": reason,
-            "message": "",
+            "message": message,
             "lastTransitionTime": rfc3339(now),
             "observedGeneration": status.get("observedGeneration", 1),
         }

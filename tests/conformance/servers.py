@@ -39,10 +39,6 @@ class Server(Protocol):
         """A kubeconfig for a bearer token (a TokenRequest's)."""
         ...
 
-    def compact(self) -> None:
-        """Forget the history: a watch from an older resourceVersion gets 410 Expired."""
-        ...
-
     async def namespace_ready(self, admin: Client, name: str) -> None:
         """Wait until pods may be created in a new namespace (its ``default`` account)."""
         ...
@@ -73,9 +69,6 @@ class SimServer:
 
     def token_kubeconfig(self, token: str, path: Path) -> Path:
         return self.api.kubeconfig("token-user", path, token=token)
-
-    def compact(self) -> None:
-        self.api.compact()
 
     async def namespace_ready(self, admin: Client, name: str) -> None:
         """At once: the simulator has no ServiceAccount admission to wait for."""
@@ -136,9 +129,6 @@ class RealServer:
     def token_kubeconfig(self, token: str, path: Path) -> Path:
         written: Path = self._plane.token_kubeconfig(token, path)
         return written
-
-    def compact(self) -> None:
-        self._plane.compact()
 
     async def namespace_ready(self, admin: Client, name: str) -> None:
         """ServiceAccount admission refuses pods until the controller made ``default``."""

@@ -46,11 +46,32 @@ async def test_budget_status_counts_healthy_pods(admin: Client, ns: str) -> None
     )
 
 
+async def test_a_scaled_budget_over_pods_without_a_controller_allows_nothing(
+    admin: Client, ns: str
+) -> None:
+    """maxUnavailable needs the pods' controllers' scale: bare pods count 0 expected, so no
+    disruption is allowed however many are healthy (why the shield's budgets use
+    minAvailable: 1)."""
+    for name in ("a", "b"):
+        await create_pod(admin, ns, name, f"{ns}-n0", labels=APP)
+    await admin.ok("POST", _budgets(ns), budget("pdb", APP, maxUnavailable=1))
+    settled = await _settled(admin, ns, "pdb", currentHealthy=2)
+    status = settled["status"]
+    assert (status["expectedPods"], status["desiredHealthy"], status["disruptionsAllowed"]) == (
+        0,
+        0,
+        0,
+    )
+    code, body = await _evict(admin, ns, "a")
+    assert code == 429
+    assert body["reason"] == "TooManyRequests"
+
+
 async def test_eviction_within_the_budget_is_201_and_the_pod_goes(admin: Client, ns: str) -> None:
     node = f"{ns}-n0"
     for name in ("a", "b"):
         await create_pod(admin, ns, name, node, labels=APP)
-    await admin.ok("POST", _budgets(ns), budget("pdb", APP, maxUnavailable=1))
+    await admin.ok("POST", _budgets(ns), budget("pdb", APP, minAvailable=1))
     await _settled(admin, ns, "pdb", disruptionsAllowed=1)
     code, body = await _evict(admin, ns, "a")
     assert code == 201
@@ -139,8 +160,8 @@ async def test_an_unready_pod_is_evicted_with_always_allow(admin: Client, ns: st
 async def test_a_pod_with_two_budgets_is_500(admin: Client, ns: str) -> None:
     await create_pod(admin, ns, "a", f"{ns}-n0", labels=APP)
     for name in ("one", "two"):
-        await admin.ok("POST", _budgets(ns), budget(name, APP, maxUnavailable=1))
-        await _settled(admin, ns, name, disruptionsAllowed=1)
+        await admin.ok("POST", _budgets(ns), budget(name, APP, minAvailable=0))
+        await _settled(admin, ns, name, currentHealthy=1, disruptionsAllowed=1)
     code, body = await _evict(admin, ns, "a")
     assert code == 500
     assert body["message"] == (

@@ -203,8 +203,17 @@ async def test_pdb_status_is_computed(
     ready: int,
     expected: tuple[int, int, int, int],
 ) -> None:
+    web = sim.create(
+        "deployments",
+        {"metadata": {"name": "web", "namespace": NS}, "spec": {"replicas": 3}},
+        NS,
+    )
+    owner = {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+             "uid": web["metadata"]["uid"], "controller": True}  # fmt: skip
     for i in range(3):
-        sim.create("pods", pod(f"p{i}", labels={"app": "web"}, ready=i < ready))
+        owned = pod(f"p{i}", labels={"app": "web"}, ready=i < ready)
+        owned["metadata"]["ownerReferences"] = [owner]
+        sim.create("pods", owned)
     sim.create("pods", pod("other", labels={"app": "db"}))
     created = await client.PolicyV1Api(kube).create_namespaced_pod_disruption_budget(
         NS, pdb("web", WEB, **spec)
@@ -224,6 +233,40 @@ async def test_pdb_status_is_computed(
     assert condition.status == ("True" if expected[3] > 0 else "False")
     assert condition.reason == ("SufficientPods" if expected[3] > 0 else "InsufficientPods")
     assert sim.writes("poddisruptionbudgets", user=DISRUPTION_CONTROLLER)
+
+
+async def test_a_scaled_budget_counts_only_controllers_scale(
+    sim: SimApiServer, kube: client.ApiClient
+) -> None:
+    """maxUnavailable over pods without a controller: they count 0 expected (getExpectedScale
+    skips unmanaged pods), so nothing may be disrupted; over a DaemonSet's pods (no scale) the
+    sync fails (failSafe: condition SyncFailed)."""
+    for i in range(2):
+        sim.create("pods", pod(f"bare{i}", labels={"app": "bare"}))
+    sim.create("poddisruptionbudgets", pdb("bare", {"matchLabels": {"app": "bare"}},
+                                           max_unavailable=1))  # fmt: skip
+    status = sim.get("poddisruptionbudgets", "bare", NS)["status"]
+    assert (status["expectedPods"], status["currentHealthy"], status["disruptionsAllowed"]) == (
+        0,
+        2,
+        0,
+    )
+    ds = sim.create("daemonsets", {"metadata": {"name": "agent", "namespace": NS}}, NS)
+    owned = pod("agent-x", labels={"app": "agent"})
+    owned["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent",
+         "uid": ds["metadata"]["uid"], "controller": True}
+    ]  # fmt: skip
+    sim.create("pods", owned)
+    sim.create("poddisruptionbudgets", pdb("agent", {"matchLabels": {"app": "agent"}},
+                                           max_unavailable=1))  # fmt: skip
+    failed = sim.get("poddisruptionbudgets", "agent", NS)["status"]
+    assert failed["disruptionsAllowed"] == 0
+    [condition] = failed["conditions"]
+    assert (condition["reason"], condition["message"]) == (
+        "SyncFailed",
+        'found no controllers for pod "agent-x"',
+    )
 
 
 async def test_pdb_status_follows_pod_changes(sim: SimApiServer) -> None:
