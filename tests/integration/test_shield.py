@@ -320,7 +320,9 @@ async def test_a_pod_with_another_budget_is_left_alone_and_reported(
         PDBS,
         {
             "metadata": {"name": "builds", "namespace": MCO_NAMESPACE},
-            "spec": {"maxUnavailable": 1, "selector": {"matchExpressions": [
+            # minAvailable 0 lets the drain evict the pod; maxUnavailable would not (a
+            # build pod has no controller with a scale: expectedPods 0, nothing allowed).
+            "spec": {"minAvailable": 0, "selector": {"matchExpressions": [
                 {"key": "openshift.io/build.name", "operator": "Exists"}]}},
         },
         MCO_NAMESPACE,
