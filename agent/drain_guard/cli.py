@@ -1,15 +1,13 @@
-"""``drain-guard run | shield | webhook | node-proxy | copy-node-credentials | status | hold |
-release | demo``.
+"""``drain-guard run | shield | webhook | node-proxy | copy-booted-origin | status | hold | release
+| demo``.
 
 ``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
 keep no budgets; ``webhook`` the admission webhook that confines the agents on OpenShift
 4.15/4.16 (drain_guard.webhook); ``node-proxy`` holds the node's credential for a systemd agent
-and passes on only that agent's requests about its own Node (drain_guard.nodeproxy);
-``copy-node-credentials`` copies the kubelet's credentials for an agent that may not read them
-(drain_guard.nodecreds). ``status``, ``hold`` and ``release`` are operator tools that talk to
-the API with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so
-RBAC decides who may hold or release. ``demo`` is imported lazily: the agent never loads the
-simulator.
+and passes on only that agent's requests about its own Node (drain_guard.nodeproxy).
+``status``, ``hold`` and ``release`` are operator tools that talk to the API with the caller's
+own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides who may hold
+or release. ``demo`` is imported lazily: the agent never loads the simulator.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from drain_guard import __version__, guards, nodecreds, protocol
+from drain_guard import __version__, guards, protocol
 from drain_guard.config import (
     SettingsError,
     add_run_arguments,
@@ -48,7 +46,7 @@ if TYPE_CHECKING:
     from drain_guard.kube import Kube, NodeObj
 
 # The API client (aiohttp, kubernetes_asyncio) is imported by the commands that talk to the
-# API, when they run: copy-node-credentials, root in its pod, loads none of it.
+# API, when they run.
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -105,12 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
     origin.add_argument(
         "--to", required=True, help="the directory to copy into (the agent's --host-root)"
     )
-
-    copier = sub.add_parser(
-        "copy-node-credentials",
-        help="copy the kubelet's kubeconfig and client certificate for the agent's group",
-    )
-    nodecreds.add_arguments(copier)
 
     webhook = sub.add_parser(
         "webhook",
@@ -241,8 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return nodeproxy_main(args)
     if args.command == "copy-booted-origin":
         return _copy_booted_origin(args)
-    if args.command == "copy-node-credentials":
-        return nodecreds.main(args)
     if args.command == "status":
         return asyncio.run(_status(args))
     if args.command == "hold":

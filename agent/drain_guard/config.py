@@ -110,7 +110,6 @@ class Settings:
     api_stale_after: timedelta = timedelta(minutes=10)
     observe_only: bool = False
     pod_name: str | None = None
-    node_kubeconfig: str | None = None
     api_socket: str | None = None
 
     def effective(self) -> dict[str, object]:
@@ -168,15 +167,7 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         "Unix socket of drain-guard node-proxy (the systemd install): every API request goes"
         " there, with no credential of the agent's own, and the proxy passes on only this"
         " Node's reads, hold, release and Events (docs/install.md, section 7); excludes"
-        " --kubeconfig and --node-kubeconfig",
-    ),
-    _Option(
-        "--node-kubeconfig",
-        _env_name("--node-kubeconfig"),
-        None,
-        "kubeconfig of the node's own identity (system:node:NAME, e.g. the kubelet's"
-        " /var/lib/kubelet/kubeconfig), used for Node writes only: NodeRestriction then confines"
-        " them to this Node (docs/install.md, Confinement)",
+        " --kubeconfig",
     ),
     _Option(
         "--pod-name",
@@ -614,12 +605,11 @@ def _settings(raw: dict[str, object]) -> Settings:
     if shield_dependencies and not shield_build_pods:
         raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
     kubeconfig = raw["kubeconfig"]
-    node_kubeconfig = raw["node_kubeconfig"]
     api_socket = str(raw["api_socket"] or "").strip() or None
-    if api_socket is not None and (kubeconfig is not None or node_kubeconfig is not None):
+    if api_socket is not None and kubeconfig is not None:
         raise SettingsError(
-            "--api-socket excludes --kubeconfig and --node-kubeconfig: through"
-            " the node proxy the agent holds no credential"
+            "--api-socket excludes --kubeconfig: through the node proxy the agent holds no"
+            " credential"
         )
     return Settings(
         node_name=node_name,
@@ -641,7 +631,6 @@ def _settings(raw: dict[str, object]) -> Settings:
         api_stale_after=api_stale_after,
         observe_only=bool(raw["observe_only"]),
         pod_name=pod_name,
-        node_kubeconfig=None if node_kubeconfig is None else str(node_kubeconfig),
         api_socket=api_socket,
     )
 

@@ -11,10 +11,6 @@ API call is, by ``Kube.call`` (``drain_guard_api_errors_total{operation="event_c
 "event_patch"}``; an answer is API contact); successes count in
 ``drain_guard_events_emitted_total{reason}``.
 
-Events go out with the identity Node writes use (``Kube.node_core``): the node's own where the
-agent has it (``--node-kubeconfig``), whose static rules allow Events, so the agent's service
-account needs no Event right there; the agent's own account otherwise.
-
 API (the controller)::
 
     events = EventRecorder(kube, node_name, metrics=metrics)
@@ -91,7 +87,6 @@ class EventRecorder:
         node_uid: str | None = None,
         window: timedelta = DEFAULT_WINDOW,
     ) -> None:
-        #: ``kube.node_core`` is looked up at each write (the identity Node writes use).
         self.kube = kube
         self.node_name = node_name
         self.component = component
@@ -209,13 +204,13 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": f"{self.component}-{self.node_name}",
         }
-        core = self.kube.node_core
+        core = self.kube.core
         await self.kube.call("event_create", core.create_namespaced_event, EVENT_NAMESPACE, body)
         return name
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
         body = {"count": seen.count + 1, "lastTimestamp": format_rfc3339(now), "message": message}
-        core = self.kube.node_core
+        core = self.kube.core
         # A 404 (the Event expired or was deleted) is an answer: emit() writes a new one.
         await self.kube.call(
             "event_patch",

@@ -631,9 +631,6 @@ class Kube:
         self.core = k8s.CoreV1Api(api)
         self.apps = k8s.AppsV1Api(api)
         self.counters: Counters = counters or NullCounters()
-        # Node writes go out with the node's own identity when given (use_node_credentials).
-        self.node_api: k8s.ApiClient | None = None
-        self.node_core = self.core
 
     @classmethod
     async def connect(
@@ -646,15 +643,6 @@ class Kube:
 
     async def close(self) -> None:
         await self.api.close()
-        if self.node_api is not None:
-            await self.node_api.close()
-
-    async def use_node_credentials(self, kubeconfig: str) -> None:
-        """Send Node writes as the node itself (``system:node:<name>``), whom NodeRestriction
-        confines to its own Node; everything else keeps the agent's own identity. The kubelet
-        rotates its client certificate: the client reads the file again on a 401."""
-        self.node_api = await load_api_client(kubeconfig, self.counters, "node")
-        self.node_core = k8s.CoreV1Api(self.node_api)
 
     async def call(
         self,
@@ -698,7 +686,7 @@ class Kube:
         try:
             body = await self.call(
                 "node_patch",
-                self.node_core.patch_node,
+                self.core.patch_node,
                 name,
                 [dict(op) for op in ops],
                 _content_type=JSON_PATCH,
@@ -710,16 +698,13 @@ class Kube:
             raise
         return Applied(NodeObj.from_dict(body))
 
-    async def dry_run_patch_node(
-        self, name: str, patch: Mapping[str, Any], *, own_account: bool = False
-    ) -> None:
-        """A merge patch of Node ``name`` with ``dryRun=All``, as Node writes are sent (or
-        with the agent's own account, ``own_account``): authorization and admission run,
-        nothing is stored. A denial (403) is not counted as an API error: the confinement
-        self-check expects it."""
+    async def dry_run_patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        """A merge patch of Node ``name`` with ``dryRun=All``: authorization and admission
+        run, nothing is stored. A denial (403) is not counted as an API error: the
+        confinement self-check expects it."""
         await self.call(
             "node_patch",
-            (self.core if own_account else self.node_core).patch_node,
+            self.core.patch_node,
             name,
             dict(patch),
             dry_run="All",

@@ -95,7 +95,8 @@ SHIELD_API_OPERATIONS: tuple[str, ...] = (
     "poddisruptionbudget_delete",
 )
 SHIELD_WATCH_RESOURCES: tuple[str, ...] = ("pod", "poddisruptionbudget")
-#: Whose credentials a client sends: the agent's own, or the node's (``--node-kubeconfig``).
+#: Whose credentials a client sends: the agent's own, or the node's (the systemd install's
+#: node proxy).
 IDENTITIES: tuple[str, ...] = ("agent", "node")
 #: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
 WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")

@@ -52,9 +52,10 @@ EVENTS_NAMESPACE = "default"
 class Permission:
     """One RBAC rule: the verbs the agent uses on one resource of one API group.
 
-    ``node_write``: a write the agent makes with the node's own identity when it has one
-    (``--node-kubeconfig``): Node patches and Events, which the Node authorizer's static rules
-    allow every node and NodeRestriction confines (Node patches) to its own Node. ``shield``:
+    ``node_write``: a write that goes with the node's own identity where the agent has no
+    service account (the systemd install, through its node proxy): Node patches and Events,
+    which the Node authorizer's static rules allow every node and NodeRestriction confines
+    (Node patches) to its own Node. ``shield``:
     made by the shield only (``--shield-build-pods``).
     """
 

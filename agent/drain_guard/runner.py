@@ -195,15 +195,9 @@ async def _agent(
     settings: Settings, metrics: Metrics, counters: MetricCounters, kube: Kube, source: LateSource
 ) -> int:
     try:
-        if settings.node_kubeconfig is not None:
-            await kube.use_node_credentials(settings.node_kubeconfig)
         if settings.daemonset is not None:
             assert settings.pod_name is not None  # config.settings_from requires it
             await selfcheck.check_daemonset(kube, settings.daemonset, settings.pod_name)
-    except (ConfigException, OSError, ValueError) as exc:
-        log.error("cannot load --node-kubeconfig: %s", exc)
-        await kube.close()
-        return 2
     except selfcheck.StartupError as exc:
         log.error("%s", exc)
         await kube.close()

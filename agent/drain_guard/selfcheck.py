@@ -8,11 +8,8 @@
 - ``--node-name`` must name a Node: the agent keeps running (a node may register after its
   agent starts) but says so in its log, not only in ``/readyz``.
 - The agent's Node writes must be confined to its own Node: a server-side dry-run write to
-  another Node (authorization and admission run, nothing is stored) must be denied, to the
-  identity that writes Nodes; and where that is the node's own (``--node-kubeconfig``), to the
-  agent's service account too, which should then hold no Node write at all (its token is in
-  the pod, so a right it keeps is a right an attacker in the pod has). The result is the metric
-  ``drain_guard_confined`` and ``confinement`` in ``/status``.
+  another Node (authorization and admission run, nothing is stored) must be denied. The
+  result is the metric ``drain_guard_confined`` and ``confinement`` in ``/status``.
 
 Transient API failures (transport, 429, 5xx) are retried with backoff; nothing else is.
 """
@@ -165,22 +162,7 @@ async def check_confinement(kube: Kube, node_name: str) -> Confinement:
             f"a dry-run write to Node {other} was allowed: this agent can write every Node"
             " (docs/install.md, Confinement)",
         )
-    if kube.node_api is None:
-        return Confinement(True, denied)
-    try:
-        await _answered(what, lambda: kube.dry_run_patch_node(other, probe, own_account=True))
-    except KubeError as exc:
-        if exc.status != 403:
-            return Confinement(
-                None, f"{denied}; the service account's dry-run write to it failed: {exc}"
-            )
-        return Confinement(True, f"{denied}; the service account's was denied too: {exc.reason}")
-    return Confinement(
-        False,
-        f"Node writes go with the node's identity ({denied}), but the service account may"
-        f" write Node {other} too: its role must not grant nodes patch (docs/install.md,"
-        " Confinement)",
-    )
+    return Confinement(True, denied)
 
 
 async def report_confinement(

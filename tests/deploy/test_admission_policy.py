@@ -451,7 +451,7 @@ def recorded_event(node_name: str = NODE) -> Obj:
         async with ApiClient() as api:
             kube = Kube(api)
             # A stand-in CoreV1Api that records the body instead of sending it.
-            kube.node_core = core  # type: ignore[assignment]
+            kube.core = core  # type: ignore[assignment]
             recorder = EventRecorder(kube, node_name, node_uid="a-uid")
             await recorder.emit("DrainHeld", "Holding drain request")
 

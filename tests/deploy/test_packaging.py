@@ -48,4 +48,4 @@ def test_the_wheel_needs_no_simulator_dependency(wheel: zipfile.ZipFile) -> None
     fields = Parser().parsestr(wheel.read(metadata).decode())
     required = [r for r in fields.get_all("Requires-Dist") or [] if "extra ==" not in r]
     names = {r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in required}
-    assert names == {"aiohttp", "kubernetes_asyncio", "psutil", "prometheus_client", "pyyaml"}
+    assert names == {"aiohttp", "kubernetes_asyncio", "psutil", "prometheus_client"}

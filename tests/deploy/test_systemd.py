@@ -236,7 +236,6 @@ def test_agent_accepts_the_command_line_and_environment_file() -> None:
     assert not settings.shield_build_pods
     assert settings.api_socket == "/run/drain-guard-node-proxy/api.sock"
     assert settings.kubeconfig is None
-    assert settings.node_kubeconfig is None
 
 
 def test_a_kubeconfig_in_the_settings_file_is_refused() -> None:

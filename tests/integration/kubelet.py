@@ -19,9 +19,8 @@ class Kubelet:
     current pair by its host path, and in ``pki`` the pairs ``kubelet-client-<n>.pem`` (0600)
     and the ``kubelet-client-current.pem`` link. A rotation is client-go's certificate store's:
     a new file, a ``-updated`` link to it, the ``-current`` link removed and ``-updated``
-    renamed over it. (client-go's links name the pair by absolute path, which the pod's copier
-    resolves under its --from, tests/unit/test_nodecreds.py; here by its name, which the
-    systemd copier's coreutils resolve the same way on a scratch host.)"""
+    renamed over it. (client-go's links name the pair by absolute path; here by its name, so
+    that they resolve on a scratch host.)"""
 
     def __init__(self, api: SimApiServer, node: str, root: Path) -> None:
         self.api, self.node, self.root = api, node, root

@@ -9,23 +9,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drain_guard import protocol
 from drain_guard.selfcheck import PROBE_ANNOTATION
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import (
     AGENT_POD,
     AGENT_USER,
-    CONFIG_B,
-    IMAGE_B,
     NODE,
     StartAgent,
-    add_build_pod,
     add_own_daemonset,
     confinement,
-    mcd_request,
-    metric,
     node_annotations,
-    wait_annotation,
 )
 
 
@@ -118,62 +111,6 @@ async def test_a_single_node_cluster_cannot_be_checked(
     assert doc == {
         "confined": None,
         "detail": "no other Node to test against (a single-node cluster)",
-    }
-
-
-async def test_node_writes_with_the_nodes_identity_are_confined_and_work(
-    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
-) -> None:
-    """--node-kubeconfig: Node writes and Events go out as system:node:worker-0, whom
-    NodeRestriction confines to worker-0 (the dry run to worker-1 is denied); holds work. (The
-    simulator's service account may still write every Node here, which the self-check
-    reports: tests/integration/test_node_identity.py.)"""
-    api.create("nodes", {"metadata": {"name": "worker-1"}})
-    api.add_node_user(NODE)
-    kubeconfig = api.kubeconfig(f"system:node:{NODE}", tmp_path / "node-kubeconfig")
-    rv = api.resource_version
-    agent = await start_agent("--node-kubeconfig", str(kubeconfig))
-    doc = await confinement(agent)
-    assert 'node "worker-0" is not allowed to modify node "worker-1"' in doc["detail"]
-    assert await metric(agent, "drain_guard_api_errors_total", operation="node_patch") == 0
-
-    add_build_pod(api)
-    mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
-    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"hold-drain-{CONFIG_B}")
-    node_writers = {w.user for w in api.writes("nodes") if w.rv > rv and w.name == NODE}
-    assert f"system:node:{NODE}" in node_writers
-    assert AGENT_USER not in node_writers
-    await agent.wait_log(lambda r: r.get("message") == "decision" and r.get("outcome") == "hold")
-    event = await api.wait_for_write(lambda w: w.resource == "events", since=rv)
-    assert event.user == f"system:node:{NODE}"
-
-
-async def test_an_unreadable_node_kubeconfig_is_one_line(
-    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
-) -> None:
-    message = await _refused(start_agent, "--node-kubeconfig", str(tmp_path / "missing"))
-    assert message.startswith("cannot load --node-kubeconfig:")
-
-
-async def test_rotated_node_credentials_are_read_again_on_401(
-    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
-) -> None:
-    """The kubelet rotates its client certificate: the old one stops working, the file names
-    the new one. The agent's next Node write gets a 401, reads the kubeconfig again, and
-    goes through."""
-    api.add_node_user(NODE)
-    path = tmp_path / "node-kubeconfig"
-    api.kubeconfig(f"system:node:{NODE}", path)
-    agent = await start_agent("--node-kubeconfig", str(path))
-    api.add_node_user(NODE)  # a new credential; the agent's old one is now refused
-    api.kubeconfig(f"system:node:{NODE}", path)
-    rv = api.resource_version
-    add_build_pod(api)
-    mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
-    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"hold-drain-{CONFIG_B}")
-    await agent.wait_log(lambda r: "node credentials refused (401)" in str(r.get("message")))
-    assert {w.user for w in api.writes("nodes") if w.rv > rv and w.name == NODE} >= {
-        f"system:node:{NODE}"
     }
 
 

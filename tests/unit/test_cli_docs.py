@@ -13,7 +13,7 @@ from drain_guard.cli import build_parser
 from drain_guard.config import RUN_OPTIONS, SHIELD_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-DOCUMENTED_COMMANDS = ("run", "shield", "webhook", "copy-node-credentials", "status", "release")
+DOCUMENTED_COMMANDS = ("run", "shield", "webhook", "status", "release")
 
 
 def _doc_tables() -> dict[str, dict[str, str]]:

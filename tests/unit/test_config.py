@@ -52,7 +52,6 @@ def test_defaults() -> None:
     assert tuple(str(sel) for sel in s.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
     assert s.daemonset is None
     assert s.pod_name is None
-    assert s.node_kubeconfig is None
     assert s.release_on_exit is False
     assert s.log_format is LogFormat.TEXT
     assert s.log_level == "INFO"
@@ -66,7 +65,6 @@ def test_environment_fills_in_and_flags_win() -> None:
         "DRAIN_GUARD_LISTEN": "0.0.0.0:0",
         "DRAIN_GUARD_DAEMONSET": "ns/dg",
         "POD_NAME": "dg-x7k2p",
-        "DRAIN_GUARD_NODE_KUBECONFIG": "/var/lib/kubelet/kubeconfig",
         "DRAIN_GUARD_LOG_FORMAT": "json",
         "DRAIN_GUARD_LOG_LEVEL": "debug",
         "DRAIN_GUARD_BUILD_POD_SELECTOR": "app=a,tier=b; other=c",
@@ -79,7 +77,6 @@ def test_environment_fills_in_and_flags_win() -> None:
     assert s.listen == Listen("0.0.0.0", 0)
     assert s.daemonset == WorkloadRef("ns", "dg")
     assert s.pod_name == "dg-x7k2p"
-    assert s.node_kubeconfig == "/var/lib/kubelet/kubeconfig"
     assert s.log_format is LogFormat.JSON
     assert s.log_level == "DEBUG"
     assert [str(sel) for sel in s.build_pod_selectors] == ["app=a,tier=b", "other=c"]
