@@ -241,7 +241,7 @@ def test_agent_accepts_the_command_line_and_environment_file() -> None:
 def test_a_kubeconfig_in_the_settings_file_is_refused() -> None:
     """The agent must not be handed a credential by a settings file: one clear line."""
     env = _unit_environment() | {"KUBECONFIG": "/var/lib/kubelet/kubeconfig"}
-    with pytest.raises(SettingsError, match="DRAIN_GUARD_API_SOCKET excludes KUBECONFIG and"):
+    with pytest.raises(SettingsError, match="DRAIN_GUARD_API_SOCKET excludes KUBECONFIG: "):
         settings_from(_settings(env), env)
 
 
