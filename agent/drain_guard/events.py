@@ -6,6 +6,9 @@ type, reason and key as one written within ``window`` bumps that Event's ``count
 long hold that is re-evaluated often does not flood the Node's events. Only the ``events`` verbs
 ``create`` and ``patch`` are used (the RBAC grants exactly those).
 
+Events are best-effort (docs/troubleshooting.md): queued in memory, each tried once, lost if
+the agent dies first; the annotations, the log and the metrics are the record of every hold.
+
 Emitting never raises into the controller: a failure is logged, and counted as every other
 API call is, by ``Kube.call`` (``drain_guard_api_errors_total{operation="event_create"|
 "event_patch"}``; an answer is API contact); successes count in

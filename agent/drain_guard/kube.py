@@ -604,6 +604,16 @@ async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
         await k8s.load_kube_config(config_file=path, client_configuration=cfg)
     except ConfigException as exc:
         raise ConfigException(f"kubeconfig {path}: {' '.join(str(exc).split())}") from None
+    except OSError as exc:
+        if exc.filename == path:
+            raise ConfigException(f"cannot read kubeconfig {path}: {describe(exc)}") from None
+        # The library writes inline certificate data (certificate-authority-data, ...) to
+        # temporary files: with no writable temporary directory, say that, not "malformed".
+        raise ConfigException(
+            f"kubeconfig {path}: cannot write its inline certificate data to a temporary file"
+            f" ({describe(exc)}); give the agent a writable temporary directory (TMPDIR, such"
+            " as an emptyDir at /tmp)"
+        ) from None
     except Exception as exc:  # any parse failure of a malformed file
         raise ConfigException(f"kubeconfig {path} is malformed: {describe(exc)}") from None
 

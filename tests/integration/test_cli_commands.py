@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from drain_guard import guards, protocol
+from drain_guard.kube import load_configuration
+from drain_guard.kubeclient import ConfigException
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node
@@ -210,6 +215,33 @@ async def test_a_missing_kubeconfig_is_one_line_exit_2(
     assert (code, out) == (2, "")
     assert err.count("\n") == 1
     assert f"cannot load Kubernetes config: kubeconfig {missing} not found" in err
+
+
+async def test_no_writable_temporary_directory_is_said_so_not_malformed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 27: the library writes inline certificate data to a temporary file; with none
+    writable the agent said the kubeconfig "is malformed"."""
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+    cluster = {"server": "https://127.0.0.1:6443", "certificate-authority-data": ca.decode()}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    with pytest.raises(ConfigException) as info:
+        await load_configuration(str(path))
+    message = str(info.value)
+    assert "cannot write its inline certificate data to a temporary file" in message
+    assert "writable temporary directory" in message
+    assert "malformed" not in message
+    assert "\n" not in message
 
 
 @pytest.mark.parametrize(
