@@ -342,6 +342,11 @@ def plan(
     """
     shared = shared or {}
     ours = [b for b in budgets if nodes.owns(b)]
+    # Indexes, so that each pod's lookups do not scan every budget again.
+    ours_by_name: dict[tuple[str, str], list[BudgetState]] = {}
+    for b in ours:
+        ours_by_name.setdefault((b.namespace, b.name), []).append(b)
+    taken = {(b.namespace, b.name) for b in budgets}
     keep: set[str] = set()
     create: list[Want] = []
     held: list[Held] = []
@@ -352,10 +357,8 @@ def plan(
         mine = next(
             (
                 b
-                for b in ours
-                if b.name == name
-                and b.namespace == pod.namespace
-                and pod.uid in b.owner_uids
+                for b in ours_by_name.get((pod.namespace, name), ())
+                if pod.uid in b.owner_uids
                 and not b.deleting
                 and b.selects(pod)
             ),
@@ -383,7 +386,7 @@ def plan(
         if why:
             unshieldable.append(Unshieldable(pod, role, why))
             continue
-        if any(b.namespace == pod.namespace and b.name == name for b in budgets):
+        if (pod.namespace, name) in taken:
             continue  # the name is taken by a budget being replaced: create once it is gone
         create.append(Want(pod, role, name))
     delete = tuple(b for b in ours if b.key not in keep and not b.deleting)
