@@ -29,13 +29,14 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import psutil
 
+from benchmarks import deployed
 from benchmarks.common import (
     MCD_USER,
     config_name,
@@ -73,6 +74,8 @@ class Params:
     settle_seconds: float = 2.0
     holds: int = 20
     profile: bool = False  # profile this process (the simulator) during the MCD rollout
+    variant: str = "deployed"
+    agent: deployed.Agent | None = None  # how ``variant`` runs; set once its tree is built
 
 
 def _profile_summary(profiler: Any, n: int) -> dict[str, Any]:
@@ -269,7 +272,7 @@ async def _one_size(size: int, params: Params, workdir: Path) -> dict[str, Any]:
         agents: list[AgentProcess] = []
         try:
             for node in sampled:
-                agents.append(await start_agent(api, node, workdir))
+                agents.append(await start_agent(api, node, workdir, agent=params.agent))
             ready = [await seconds_to_ready(a, timeout=120.0) for a in agents]
             await asyncio.sleep(params.settle_seconds)
             users = [agent_user(n) for n in sampled]
@@ -387,15 +390,20 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
         help="profile the simulator's process during the MCD rollout with pyinstrument (extra"
         " 'bench'; results: fleet_profile.json)",
     )
+    p.add_argument("--variant", choices=deployed.VARIANTS, default=Params.variant)
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
-    params = Params(tuple(a.sizes), a.agents, a.wave_fraction, a.settle_seconds, a.holds, a.profile)
+    params = Params(
+        tuple(a.sizes), a.agents, a.wave_fraction, a.settle_seconds, a.holds, a.profile, a.variant
+    )
     return params, a.out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     params, out = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        tree = deployed.tree_for([params.variant], Path(tmp))
+        params = replace(params, agent=deployed.agent(params.variant, tree))
         result = asyncio.run(measure(params, Path(tmp)))
     name = "fleet_profile" if params.profile else "fleet"
     print(f"wrote {write_result(name, result, out)}")

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 import psutil
 
+from benchmarks import deployed
 from benchmarks.common import (
     percentile,
     seconds_to_ready,
@@ -69,9 +70,10 @@ async def _reactions(api: SimApiServer, mcd: Mcd, n: int, offset: int) -> list[f
 
 
 async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    how = deployed.agent(args.variant, deployed.tree_for([args.variant], workdir))
     async with SimApiServer() as api:
         seed_api(api, [AGENT_NODE])
-        agent = await start_agent(api, AGENT_NODE, workdir)
+        agent = await start_agent(api, AGENT_NODE, workdir, agent=how)
         mcd = Mcd(api)
         try:
             await seconds_to_ready(agent)
@@ -128,6 +130,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--flood-seconds", type=float, default=30.0, help="flood's upper bound")
     parser.add_argument("--flood-requests", type=int, default=200_000, help="flood's bound")
     parser.add_argument("--flood-only", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=deployed.VARIANTS, default="deployed")
     parser.add_argument("--out", type=Path, default=None, help="result directory")
     return parser.parse_args(argv)
 

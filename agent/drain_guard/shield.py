@@ -358,9 +358,7 @@ def plan(
             (
                 b
                 for b in ours_by_name.get((pod.namespace, name), ())
-                if pod.uid in b.owner_uids
-                and not b.deleting
-                and b.selects(pod)
+                if pod.uid in b.owner_uids and not b.deleting and b.selects(pod)
             ),
             None,
         )

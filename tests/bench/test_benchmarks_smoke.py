@@ -85,7 +85,7 @@ def test_apiload(tmp_path: Path) -> None:
 
 def test_fleet(tmp_path: Path) -> None:
     argv = ["--sizes", "6", "--agents", "2", "--holds", "1", "--settle-seconds", "0.2"]
-    assert fleet.main([*argv, "--out", str(tmp_path)]) == 0
+    assert fleet.main([*argv, "--variant", "development", "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "fleet")
     (size,) = doc["sizes"]
     assert (size["nodes"], size["sampled_agents"]) == (6, 2)
@@ -110,7 +110,16 @@ def test_runner_rejects_unknown_names() -> None:
 
 
 def test_scrapeflood(tmp_path: Path) -> None:
-    argv = ["--requests", "3", "--concurrency", "20", "--flood-seconds", "5"]
+    argv = [
+        "--requests",
+        "3",
+        "--concurrency",
+        "20",
+        "--flood-seconds",
+        "5",
+        "--variant",
+        "development",
+    ]
     assert scrapeflood.main([*argv, "--flood-requests", "500", "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "scrapeflood")
     assert doc["idle"]["n"] == 3
