@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.client import Client
-from tests.conformance.servers import Server, sim_server
+from tests.conformance.servers import RealServer, Server, sim_server
 
-SERVERS = ("sim",)
+SERVERS = ("sim", "real")
 
 
 @pytest.fixture(params=SERVERS)
@@ -25,8 +25,6 @@ async def server(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         async with sim_server(tmp_path / "sim") as sim:
             yield sim
         return
-    from tests.conformance.servers import RealServer
-
     yield RealServer(request.getfixturevalue("control_plane"))
 
 
