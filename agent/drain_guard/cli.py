@@ -40,6 +40,7 @@ from drain_guard.status import (
     printable,
     releases_when,
     split_hold_detail,
+    stalled,
 )
 
 if TYPE_CHECKING:
@@ -308,6 +309,7 @@ def node_state(
         "held": False,
         "holdRequest": None if request is None else request.to_json(),
         "staleKeys": list(guards.stale_keys(ann)),
+        "pool": protocol.pool_of(ann),
         "now": protocol.format_rfc3339(now),
         "maxHoldSeconds": max_hold.total_seconds(),
     }
@@ -452,6 +454,8 @@ def render_text(state: Mapping[str, Any]) -> str:
         for condition in state.get("releasesWhen", ()):
             lines.append(f"  released {condition}")
         lines.append(f"  released now by: drain-guard release --node-name {state['node']}")
+        if state.get("pool"):
+            lines.append(f"  {stalled(printable(state['pool']), state['node'])}")
     elif state.get("foreign"):
         lines.append(f"  no drain-guard hold: {printable(state['foreign'])}")
     else:

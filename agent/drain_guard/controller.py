@@ -425,6 +425,7 @@ class Controller:
             self.metrics.set_build_pods(len(pods.pods))
         image = guards.evidence(decision.verdicts, guards.ImageCompared)
         self.metrics.set_image_match(None if image is None else image.equal)
+        self.metrics.set_pool_held(self._status.pool, self._status.held_request is not None)
         fields = decision_fields(node, decision, self._status.decision)
         observed = self.settings.observe_only and bool(decision.patch)
         if observed:

@@ -299,6 +299,14 @@ class Metrics(BaseMetrics):
             "Unix time the current hold began (held-since on the Node); 0 when no hold.",
             registry=r,
         )
+        self.pool_rollout_held = Gauge(
+            PREFIX + "pool_rollout_held",
+            "1 while this node holds a drain of its MachineConfigPool's rollout (the pool waits"
+            " on it), else 0; sum by pool: the held nodes a pool waits on.",
+            ["pool"],
+            registry=r,
+        )
+        self._pool: str | None = None
         self.holds_total = Counter(
             PREFIX + "holds",
             "Holds committed by this agent, per reason (a hold with two reasons counts in both).",
@@ -449,6 +457,15 @@ class Metrics(BaseMetrics):
         for reason in REASONS:
             self.hold_active.labels(reason=reason).set(0)
         self.hold_started_timestamp_seconds.set(0)
+
+    def set_pool_held(self, pool: str | None, held: bool) -> None:
+        """Whether this node's hold stalls ``pool``'s rollout; the node's series moves with its
+        pool (None: the pool cannot be told, no series)."""
+        if pool != self._pool and self._pool is not None:
+            self.pool_rollout_held.remove(self._pool)
+        self._pool = pool
+        if pool is not None:
+            self.pool_rollout_held.labels(pool=pool).set(int(held))
 
     def set_build_pods(self, count: int) -> None:
         """Build pods currently seen on the node."""

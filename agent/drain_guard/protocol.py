@@ -49,6 +49,7 @@ __all__ = [
     "later",
     "parse_drain_request",
     "parse_rfc3339",
+    "pool_of",
     "read_hold",
     "release_patch",
     "truncate_utf8",
@@ -230,6 +231,21 @@ def truncate_utf8(text: str, limit: int = MAX_DETAIL_BYTES) -> str:
         return text
     ellipsis = "…".encode()
     return data[: limit - len(ellipsis)].decode(errors="ignore") + "…"
+
+
+#: MCO names a pool's rendered MachineConfigs ``rendered-<pool>-<hash>``.
+_RENDERED = re.compile(r"rendered-(.+)-[0-9a-f]{8,}", re.ASCII)
+
+
+def pool_of(annotations: Mapping[str, str]) -> str | None:
+    """The MachineConfigPool whose rollout the node is in, from the name of the rendered
+    config it is asked to run (or runs); None when that name is not MCO's form. Read from the
+    Node alone: the agent needs no right on pools."""
+    for key in (DESIRED_CONFIG, CURRENT_CONFIG):
+        found = _RENDERED.fullmatch(annotations.get(key, ""))
+        if found:
+            return found.group(1)
+    return None
 
 
 # --- the hold record --------------------------------------------------------------------

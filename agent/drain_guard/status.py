@@ -42,6 +42,7 @@ from drain_guard.protocol import (
     later,
     parse_drain_request,
     parse_rfc3339,
+    pool_of,
     truncate_utf8,
 )
 
@@ -168,6 +169,11 @@ def releases_when(
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def stalled(pool: str, node: str) -> str:
+    """The line that puts a hold's cost in view: the pool's rollout waits on the node."""
+    return f"{pool} pool waiting: its rollout goes on past {node} only once the hold ends"
 
 
 def printable(text: str) -> str:
@@ -318,6 +324,7 @@ class AgentStatus:
     releases_when: tuple[str, ...] = ()
     max_hold: timedelta | None = None
     last_would_hold: WouldHoldStatus | None = None  # --observe-only: its latest would-be hold
+    pool: str | None = None  # the MachineConfigPool whose rollout the node is in (pool_of)
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -386,6 +393,7 @@ class AgentStatus:
             "lastWouldHold": None
             if self.last_would_hold is None
             else self.last_would_hold.to_json(),
+            "pool": self.pool,
             "version": self.version,
             "startedAt": _rfc3339(self.started_at),
             "generatedAt": _rfc3339(self.generated_at),
@@ -441,6 +449,7 @@ class AgentStatus:
             last_would_hold=None
             if data.get("lastWouldHold") is None
             else WouldHoldStatus.from_json(data["lastWouldHold"]),
+            pool=data.get("pool"),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -470,6 +479,8 @@ class AgentStatus:
             lines.append(f"  released:      {condition}")
         if self.held_request is not None:
             lines.append(f"  released:      now by drain-guard release --node-name {self.node}")
+            if self.pool is not None:
+                lines.append(f"  pool:          {stalled(printable(self.pool), self.node)}")
         if self.hold_request is not None:
             request = self.hold_request.to_text(now, self.expires_at, self.max_hold)
             lines.append(f"  hold request:  {request}")
@@ -601,6 +612,7 @@ def decided(
         releases_when=releases_when([(b.reason.value, b.detail) for b in blocks], request),
         max_hold=max_hold,
         last_would_hold=base.last_would_hold,
+        pool=pool_of(annotations),
     )
 
 

@@ -78,6 +78,7 @@ def held() -> AgentStatus:
             None,
         ),
         max_hold=timedelta(minutes=45),
+        pool="worker",
     )
 
 
@@ -107,6 +108,7 @@ def test_json_keys_and_times() -> None:
         "releasesWhen",
         "maxHoldSeconds",
         "lastWouldHold",
+        "pool",
         "version",
         "startedAt",
         "generatedAt",
@@ -537,3 +539,19 @@ def test_the_status_says_what_releases_the_hold_and_reads_the_hold_request() -> 
     assert "  released:      now by drain-guard release --node-name worker-0" in text
     assert "capped by --max-hold: the hold ends at 2026-03-01T12:45:00Z" in text
     assert AgentStatus.from_json(json.loads(json.dumps(doc))) == status
+
+
+@pytest.mark.parametrize(
+    ("annotations", "pool"),
+    [
+        ({protocol.DESIRED_CONFIG: "rendered-worker-" + "a" * 32}, "worker"),
+        ({protocol.CURRENT_CONFIG: "rendered-infra-gpu-5620b8c1d2e3"}, "infra-gpu"),
+        ({protocol.DESIRED_CONFIG: "my-config"}, None),
+        ({}, None),
+    ],
+)
+def test_the_pool_is_read_from_the_rendered_configs_name(
+    annotations: dict[str, str], pool: str | None
+) -> None:
+    assert protocol.pool_of(annotations) == pool
+    assert _status(annotations, ()).pool == pool

@@ -191,6 +191,7 @@ STORAGE = {
         ]
     ),
     protocol.HOLD_REQUEST: "2099-01-01T00:00:00Z;storage migration",
+    protocol.DESIRED_CONFIG: "rendered-worker-5620b8c1d2e3f4a5b6c7d8e9f0a1b2c3",
 }
 
 
@@ -207,6 +208,10 @@ def test_status_says_since_when_until_when_and_what_releases_the_hold() -> None:
     assert "released manual: when the hold request expires at 2099-01-01T00:00:00Z" in text
     assert "released now by: drain-guard release --node-name worker-1" in text
     assert "capped by --max-hold: the hold ends at 2026-03-01T12:32:55Z" in text
+    # The pool in view (issue 25): its rollout waits on this node.
+    assert (
+        "  worker pool waiting: its rollout goes on past worker-1 only once the hold ends" in text
+    )
 
 
 def test_the_configuration_docs_show_the_real_output() -> None:

@@ -359,6 +359,18 @@ async def test_release_on_exit_ends_the_hold_as_uninstall(env: Env) -> None:
     assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "uninstall", timedelta(seconds=42))
 
 
+async def test_a_hold_puts_its_pool_in_view(env: Env) -> None:
+    """Issue 25: a held node stalls its pool's rollout; the metric says which pool waits."""
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})
+    await env.step()
+    assert env.value("drain_guard_pool_rollout_held", pool="worker") == 1
+    assert "  pool:          worker pool waiting: " in env.controller.status().to_text()
+    env.build_pod(running=False)
+    await env.step()
+    assert env.value("drain_guard_pool_rollout_held", pool="worker") == 0
+
+
 async def test_observe_only_writes_nothing_and_counts_a_would_be_hold_once(
     tmp_path: Path,
 ) -> None:
