@@ -1,0 +1,561 @@
+"""Each overlay installed on the real control plane, and the agent's rights proven by the real
+authorizer (RBAC) and admission (the overlay's ValidatingAdmissionPolicies, evaluated by the
+API server itself), with a real token of the rendered ServiceAccount bound to a pod on its Node.
+
+``docs/rights.md`` is the table of those rights: every row of an overlay installed here is a
+request made here, and the test fails when the API server's answer and the table disagree, or
+when a request has no row. The agent itself then runs with the same token and holds, shields
+and releases, every write its own Node's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard import protocol
+from drain_guard.pods import Pod
+from drain_guard.shield import Role, Want
+from drain_guard_sim.agentproc import AgentProcess
+from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.hostfs import HostFS
+from tests.controlplane.helpers import api_client, unique
+from tests.controlplane.nodes import (
+    DRAIN_B,
+    add_build_pod,
+    create_worker,
+    mcd_request,
+    set_phase,
+    shared_namespace,
+    until,
+    wait_annotation,
+)
+from tests.deploy.tools import REPO, Obj, one, render
+from tests.helpers import (
+    IMAGE_A,
+    IMAGE_B,
+    MCO_NS,
+    confinement,
+    metric,
+    reap,
+    require_tool,
+    spawn,
+)
+
+RIGHTS = REPO / "docs" / "rights.md"
+CRDS = Path(__file__).with_name("crds.yaml")
+#: The overlays whose agent is its ServiceAccount, confined by the admission policies
+#: (Kubernetes 1.30+, OpenShift 4.17+). openshift-4.15's rows are its own test's.
+OVERLAYS = ("kubernetes", "openshift")
+AGENT_NS = "drain-guard"
+ACCOUNT = "drain-guard"
+ALLOWED = "allowed"
+RBAC = "denied: RBAC"
+#: The agent's writes (drain_guard.metrics.API_OPERATIONS): none may have failed.
+WRITES = ("node_patch", "event_create", "event_patch", "poddisruptionbudget_create")
+POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
+
+
+@dataclasses.dataclass
+class Installed:
+    """An overlay applied, a Node with the agent's pod on it, and the pod's account's token."""
+
+    overlay: str
+    plane: ControlPlane
+    admin: client.ApiClient
+    agent: client.ApiClient  # the token's
+    kubeconfig: Path
+    node: str
+    other: str
+    pod: str
+
+
+def kubectl(plane: ControlPlane, *args: str, stdin: str = "") -> str:
+    proc = subprocess.run(
+        [require_tool("kubectl"), "--kubeconfig", str(plane.admin_kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}:\n{proc.stderr}"
+    return proc.stdout
+
+
+def applied(objects: list[Obj]) -> list[Obj]:
+    """What the test applies: every object but the MCO's namespace, which other tests share
+    (it exists already)."""
+    return [o for o in objects if (o["kind"], o["metadata"]["name"]) != ("Namespace", MCO_NS)]
+
+
+def agent_pod(objects: list[Obj], daemonset_uid: str, node: str) -> Any:
+    """The pod the DaemonSet controller would make on ``node``: its template, owned by it."""
+    template = one(objects, "DaemonSet", "drain-guard")["spec"]["template"]
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": "drain-guard",
+        "uid": daemonset_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "metadata": {
+            "name": unique("drain-guard"),
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": [owner],
+        },
+        "spec": {**template["spec"], "nodeName": node},
+    }
+
+
+@pytest.fixture(params=OVERLAYS)
+async def installed(
+    request: pytest.FixtureRequest, control_plane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[Installed]:
+    overlay: str = request.param
+    objects = applied(render(overlay))
+    manifest = tmp_path / f"{overlay}.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+    async with api_client(control_plane.admin_kubeconfig) as admin:
+        core = client.CoreV1Api(admin)
+        await shared_namespace(admin, MCO_NS)
+        kubectl(control_plane, "apply", "--server-side", "-f", str(CRDS))
+        kubectl(control_plane, "wait", "--for=condition=Established", "-f", str(CRDS))
+        kubectl(control_plane, "apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+        await shared_namespace(admin, AGENT_NS)
+        node, other = await create_worker(admin), await create_worker(admin)
+        daemonset = await client.AppsV1Api(admin).read_namespaced_daemon_set(
+            "drain-guard", AGENT_NS
+        )
+        body = agent_pod(objects, daemonset.metadata.uid, node)
+        pod = await core.create_namespaced_pod(AGENT_NS, body)
+        token = await core.create_namespaced_service_account_token(
+            ACCOUNT,
+            AGENT_NS,
+            client.AuthenticationV1TokenRequest(
+                spec=client.V1TokenRequestSpec(
+                    audiences=[],
+                    expiration_seconds=3600,
+                    bound_object_ref=client.V1BoundObjectReference(
+                        api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
+                    ),
+                )
+            ),
+        )
+        kubeconfig = control_plane.token_kubeconfig(token.status.token, tmp_path / "agent")
+        try:
+            async with api_client(kubeconfig) as agent:
+                setup = Installed(
+                    overlay, control_plane, admin, agent, kubeconfig, node, other, pod.metadata.name
+                )
+                await policies_in_force(setup)
+                yield setup
+        finally:
+            await core.delete_namespaced_pod(pod.metadata.name, AGENT_NS, grace_period_seconds=0)
+            rest = [o for o in objects if o["kind"] != "Namespace"]
+            manifest.write_text(yaml.safe_dump_all(rest))
+            kubectl(control_plane, "delete", "--ignore-not-found", "-f", str(manifest))
+
+
+async def policies_in_force(setup: Installed) -> None:
+    """Until the API server enforces the policies just applied (it loads them in the
+    background): a write about the other Node that each policy alone refuses."""
+
+    async def refused() -> bool:
+        probes = (hold_other_node, other_nodes_budget, other_nodes_event)
+        return all([await probe(setup) != ALLOWED for probe in probes])
+
+    await until(refused)
+
+
+async def answer(call: Awaitable[Any]) -> str:
+    """What the API server said: allowed, or who denied it (RBAC, or which policy)."""
+    try:
+        await call
+    except ApiException as error:
+        if error.status != 403:
+            return f"error {error.status}: {error.body!r}"
+        found = POLICY.search(str(error.body))
+        return f"denied: {found.group(1)}" if found else RBAC
+    return ALLOWED
+
+
+# --- the requests of the table ---------------------------------------------------------------
+
+
+async def prepare_drain(setup: Installed, node: str) -> None:
+    await mcd_request(setup.admin, node, DRAIN_B)
+
+
+def hold_ops(node_annotations: dict[str, str], detail: str = "rights test") -> list[Any]:
+    return protocol.hold_patch(
+        DRAIN_B,
+        node_annotations.get(protocol.LAST_APPLIED_DRAIN),
+        "",
+        [protocol.Reason.BUILD_POD],
+        datetime.now(UTC),
+        detail,
+    )
+
+
+async def node_annotations(setup: Installed, node: str) -> dict[str, str]:
+    return dict((await client.CoreV1Api(setup.admin).read_node(node)).metadata.annotations)
+
+
+async def patch_node(setup: Installed, node: str, body: Any) -> str:
+    return await answer(client.CoreV1Api(setup.agent).patch_node(node, body))
+
+
+async def hold_own_node(setup: Installed) -> str:
+    await prepare_drain(setup, setup.node)
+    ops = hold_ops(await node_annotations(setup, setup.node))
+    return await patch_node(setup, setup.node, ops)
+
+
+async def release_own_node(setup: Installed) -> str:
+    await hold_own_node(setup)
+    ann = await node_annotations(setup, setup.node)
+    present = [k for k in protocol.OWNED_KEYS if k in ann]
+    ops = protocol.release_patch(DRAIN_B, ann.get(protocol.LAST_APPLIED_DRAIN), "", present)
+    return await patch_node(setup, setup.node, ops)
+
+
+async def hold_other_node(setup: Installed) -> str:
+    await prepare_drain(setup, setup.other)
+    ops = hold_ops(await node_annotations(setup, setup.other))
+    return await patch_node(setup, setup.other, ops)
+
+
+async def other_annotation(setup: Installed) -> str:
+    body = {"metadata": {"annotations": {"example.com/other": "x"}}}
+    return await patch_node(setup, setup.node, body)
+
+
+async def rewrite_drain(setup: Installed) -> str:
+    """desiredDrain set to something not a hold of the request (a fake completion)."""
+    ann = await node_annotations(setup, setup.node)
+    body = {"metadata": {"annotations": {protocol.DESIRED_DRAIN: ann[protocol.LAST_APPLIED_DRAIN]}}}
+    return await patch_node(setup, setup.node, body)
+
+
+async def cordon(setup: Installed) -> str:
+    return await patch_node(setup, setup.node, {"spec": {"unschedulable": True}})
+
+
+async def taint(setup: Installed) -> str:
+    taints = [{"key": "example.com/t", "effect": "NoSchedule"}]
+    return await patch_node(setup, setup.node, {"spec": {"taints": taints}})
+
+
+async def label(setup: Installed) -> str:
+    return await patch_node(setup, setup.node, {"metadata": {"labels": {"example.com/l": "x"}}})
+
+
+async def node_status(setup: Installed) -> str:
+    body = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+    return await answer(client.CoreV1Api(setup.agent).patch_node_status(setup.node, body))
+
+
+async def delete_node(setup: Installed) -> str:
+    return await answer(client.CoreV1Api(setup.agent).delete_node(setup.node, dry_run="All"))
+
+
+async def create_node(setup: Installed) -> str:
+    body: Any = {"metadata": {"name": unique("made")}}
+    return await answer(client.CoreV1Api(setup.agent).create_node(body, dry_run="All"))
+
+
+async def read_own_node(setup: Installed) -> str:
+    return await answer(client.CoreV1Api(setup.agent).read_node(setup.node))
+
+
+async def list_own_pods(setup: Installed) -> str:
+    return await answer(
+        client.CoreV1Api(setup.agent).list_namespaced_pod(
+            MCO_NS, field_selector=f"spec.nodeName={setup.node}"
+        )
+    )
+
+
+async def list_pods_elsewhere(setup: Installed) -> str:
+    return await answer(client.CoreV1Api(setup.agent).list_namespaced_pod("kube-system"))
+
+
+async def budget(setup: Installed, node: str, namespace: str = MCO_NS) -> Any:
+    """A budget shaped as the shield's, on a real build pod on ``node`` (the garbage collector
+    deletes a budget whose owner does not exist)."""
+    name = await add_build_pod(setup.admin, node)
+    read = await client.CoreV1Api(setup.admin).read_namespaced_pod(name, MCO_NS)
+    labels = {str(k): str(v) for k, v in read.metadata.labels.items()}
+    pod = Pod(namespace, name, "Running", labels, uid=read.metadata.uid, node=node)
+    return Want(pod, Role.BUILD_POD, unique("drain-guard-build")).manifest()
+
+
+async def create_budget(setup: Installed, body: Any) -> str:
+    api = client.PolicyV1Api(setup.agent)
+    namespace = body["metadata"]["namespace"]
+    return await answer(api.create_namespaced_pod_disruption_budget(namespace, body, dry_run="All"))
+
+
+async def own_budget(setup: Installed) -> str:
+    return await create_budget(setup, await budget(setup, setup.node))
+
+
+async def delete_own_budget(setup: Installed) -> str:
+    body = await budget(setup, setup.node)
+    await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
+    return await answer(
+        client.PolicyV1Api(setup.agent).delete_namespaced_pod_disruption_budget(
+            body["metadata"]["name"], MCO_NS
+        )
+    )
+
+
+async def delete_other_budget(setup: Installed) -> str:
+    body = await budget(setup, setup.other)
+    await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
+    return await answer(
+        client.PolicyV1Api(setup.agent).delete_namespaced_pod_disruption_budget(
+            body["metadata"]["name"], MCO_NS, dry_run="All"
+        )
+    )
+
+
+async def other_nodes_budget(setup: Installed) -> str:
+    return await create_budget(setup, await budget(setup, setup.other))
+
+
+async def budget_elsewhere(setup: Installed) -> str:
+    return await create_budget(setup, await budget(setup, setup.node, "default"))
+
+
+async def change_budget(setup: Installed) -> str:
+    body = await budget(setup, setup.node)
+    await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
+    return await answer(
+        client.PolicyV1Api(setup.agent).patch_namespaced_pod_disruption_budget(
+            body["metadata"]["name"], MCO_NS, {"spec": {"minAvailable": 0}}, dry_run="All"
+        )
+    )
+
+
+def event(node: str, namespace: str = "default", component: str = "drain-guard") -> Any:
+    """An Event about ``node`` as the agent's recorder writes one."""
+    return {
+        "metadata": {"name": unique("event"), "namespace": namespace},
+        "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
+        "reason": "DrainHeld",
+        "message": "rights test",
+        "type": "Normal",
+        "source": {"component": component, "host": node},
+        "reportingComponent": component,
+        "reportingInstance": f"{component}-{node}",
+    }
+
+
+async def create_event(setup: Installed, body: Any) -> str:
+    namespace = body["metadata"]["namespace"]
+    return await answer(
+        client.CoreV1Api(setup.agent).create_namespaced_event(namespace, body, dry_run="All")
+    )
+
+
+async def own_event(setup: Installed) -> str:
+    return await create_event(setup, event(setup.node))
+
+
+async def other_nodes_event(setup: Installed) -> str:
+    return await create_event(setup, event(setup.other))
+
+
+async def event_as_kubelet(setup: Installed) -> str:
+    return await create_event(setup, event(setup.node, component="kubelet"))
+
+
+async def event_elsewhere(setup: Installed) -> str:
+    return await create_event(setup, event(setup.node, AGENT_NS))
+
+
+async def token_of(setup: Installed, namespace: str, account: str) -> str:
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    return await answer(
+        client.CoreV1Api(setup.agent).create_namespaced_service_account_token(
+            account, namespace, request
+        )
+    )
+
+
+async def own_token(setup: Installed) -> str:
+    return await token_of(setup, AGENT_NS, ACCOUNT)
+
+
+async def other_token(setup: Installed) -> str:
+    return await token_of(setup, "kube-system", "default")
+
+
+async def own_secrets(setup: Installed) -> str:
+    return await answer(client.CoreV1Api(setup.agent).list_namespaced_secret(AGENT_NS))
+
+
+async def all_secrets(setup: Installed) -> str:
+    return await answer(client.CoreV1Api(setup.agent).list_secret_for_all_namespaces())
+
+
+async def create_csr(setup: Installed) -> str:
+    body: Any = {
+        "metadata": {"name": unique("csr")},
+        "spec": {
+            "request": "",
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["client auth"],
+        },
+    }
+    return await answer(
+        client.CertificatesV1Api(setup.agent).create_certificate_signing_request(
+            body, dry_run="All"
+        )
+    )
+
+
+async def create_pod(setup: Installed) -> str:
+    body: Any = {
+        "metadata": {"name": unique("pod")},
+        "spec": {"nodeName": setup.node, "containers": [{"name": "c", "image": "x"}]},
+    }
+    return await answer(
+        client.CoreV1Api(setup.agent).create_namespaced_pod(AGENT_NS, body, dry_run="All")
+    )
+
+
+async def evict(setup: Installed) -> str:
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=setup.pod, namespace=AGENT_NS))
+    return await answer(
+        client.CoreV1Api(setup.agent).create_namespaced_pod_eviction(
+            setup.pod, AGENT_NS, body, dry_run="All"
+        )
+    )
+
+
+Request = Callable[[Installed], Awaitable[str]]
+#: The table's request column, word for word, and how each is made.
+REQUESTS: dict[str, Request] = {
+    "get its own Node": read_own_node,
+    "list the pods on its own Node in openshift-machine-config-operator": list_own_pods,
+    "list the pods in kube-system": list_pods_elsewhere,
+    "hold its own Node's drain (the agent's JSON Patch)": hold_own_node,
+    "release its own Node's hold (the agent's JSON Patch)": release_own_node,
+    "hold another Node's drain": hold_other_node,
+    "set desiredDrain to lastAppliedDrain on its own Node (a fake completion)": rewrite_drain,
+    "add another annotation to its own Node": other_annotation,
+    "cordon its own Node (spec.unschedulable)": cordon,
+    "taint its own Node": taint,
+    "label its own Node": label,
+    "write its own Node's status": node_status,
+    "delete its own Node": delete_node,
+    "create a Node": create_node,
+    "create a budget on its own Node's build pod": own_budget,
+    "delete a budget on its own Node's build pod": delete_own_budget,
+    "create a budget on another Node's build pod": other_nodes_budget,
+    "delete a budget on another Node's build pod": delete_other_budget,
+    "change a budget": change_budget,
+    "create a budget in default": budget_elsewhere,
+    "create an Event about its own Node in default": own_event,
+    "create an Event about another Node in default": other_nodes_event,
+    "create an Event about its own Node as the kubelet": event_as_kubelet,
+    "create an Event in its own namespace": event_elsewhere,
+    "create a token for its own ServiceAccount": own_token,
+    "create a token for kube-system's default ServiceAccount": other_token,
+    "list the Secrets of its own namespace": own_secrets,
+    "list every Secret": all_secrets,
+    "create a CertificateSigningRequest": create_csr,
+    "create a pod in its own namespace": create_pod,
+    "evict its own pod": evict,
+}
+
+
+def table_rows(text: str) -> Iterator[tuple[str, str, str]]:
+    """(install, request, answer) of each row of the rights table."""
+    for line in text.splitlines():
+        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+        header = cells[0] == "install" or set(cells[0]) <= {"-", ":"}
+        if line.startswith("|") and len(cells) == 3 and not header:
+            yield cells[0], cells[1], cells[2]
+
+
+def documented(overlay: str) -> dict[str, str]:
+    return {r: a for o, r, a in table_rows(RIGHTS.read_text()) if o == overlay}
+
+
+async def test_the_rights_table_is_what_the_real_api_server_answers(installed: Installed) -> None:
+    results = {name: await make(installed) for name, make in REQUESTS.items()}
+    table = documented(installed.overlay)
+    wrong = {
+        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
+        for name in results
+        if table.get(name) != results[name]
+    }
+    assert not wrong, "\n".join(f"{installed.overlay}: {k}: {v}" for k, v in wrong.items())
+    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
+
+
+async def test_the_agent_holds_shields_and_releases_with_its_own_token(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """The agent with the overlay's flags and its pod's token: confined by its own check
+    (a dry-run write to another Node refused by the API server), it holds for a build pod,
+    shields it, posts its Events and releases, every one of them allowed."""
+    admin = installed.admin
+    build = await add_build_pod(admin, installed.node)
+    started: list[AgentProcess] = []
+    try:
+        agent = await spawn(
+            installed.node,
+            installed.kubeconfig,
+            HostFS(tmp_path / "host", IMAGE_A),
+            "--daemonset",
+            f"{AGENT_NS}/drain-guard",
+            "--pod-name",
+            installed.pod,
+            started=started,
+        )
+        doc = await confinement(agent)
+        assert doc["confined"] is True, doc
+        await mcd_request(admin, installed.node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        await wait_annotation(
+            admin, installed.node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
+        )
+
+        async def shielded() -> bool:
+            budgets = await client.PolicyV1Api(admin).list_namespaced_pod_disruption_budget(
+                MCO_NS, label_selector=f"drain-guard.io/node={installed.node}"
+            )
+            return len(budgets.items) == 1
+
+        assert await until(shielded)
+
+        async def held_event() -> bool:
+            events = await client.CoreV1Api(admin).list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={installed.node}"
+            )
+            return any(e.reason == "DrainHeld" for e in events.items)
+
+        assert await until(held_event)
+        await set_phase(admin, build, "Succeeded")
+        await wait_annotation(admin, installed.node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+        await agent.wait_log(lambda r: r.get("outcome") == "release:safe")
+        for operation in WRITES:
+            assert await metric(agent, "drain_guard_api_errors_total", operation=operation) == 0
+    finally:
+        await reap(started)
