@@ -13,7 +13,15 @@ from drain_guard.cli import build_parser
 from drain_guard.config import RUN_OPTIONS, SHIELD_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
-DOCUMENTED_COMMANDS = ("run", "shield", "webhook", "status", "release")
+DOCUMENTED_COMMANDS = (
+    "run",
+    "shield",
+    "webhook",
+    "node-proxy",
+    "copy-booted-origin",
+    "status",
+    "release",
+)
 
 
 def _doc_tables() -> dict[str, dict[str, str]]:
