@@ -40,7 +40,7 @@ async def measure(requests: int, interval: float, report: Path, workdir: Path) -
     env = {"PYTHONUNBUFFERED": "1"}
     program = (
         *(sys.executable, "-m", "pyinstrument", "--interval", str(interval)),
-        *("-r", "text", "--show-all", "-o", str(report), "-m", "drain_guard"),
+        *("-r", "text", "-o", str(report), "-m", "drain_guard"),
     )
     how = deployed.Agent("development+pyinstrument", sys.executable, program, env)
     async with SimApiServer() as api:
