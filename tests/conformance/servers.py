@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import yaml
 
 from drain_guard_sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.crds import custom_resource_definitions
 from drain_guard_sim.gc import GC_USER, GarbageCollector
 from drain_guard_sim.mco import Timings
 from drain_guard_sim.timeline import Timeline
@@ -41,6 +42,10 @@ class Server(Protocol):
 
     async def namespace_ready(self, admin: Client, name: str) -> None:
         """Wait until pods may be created in a new namespace (its ``default`` account)."""
+        ...
+
+    async def custom_resources(self, admin: Client) -> None:
+        """Make the MCO's kinds served (drain_guard_sim.crds), if they are not yet."""
         ...
 
 
@@ -72,6 +77,9 @@ class SimServer:
 
     async def namespace_ready(self, admin: Client, name: str) -> None:
         """At once: the simulator has no ServiceAccount admission to wait for."""
+
+    async def custom_resources(self, admin: Client) -> None:
+        """At once: the simulator serves them built in."""
 
 
 #: The garbage collector's grant, as the real server's bootstrap policy has one
@@ -109,6 +117,11 @@ async def sim_server(directory: Path) -> AsyncIterator[SimServer]:
             await gc.stop()
 
 
+def _established(crd: dict[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 class RealServer:
     """kube-apiserver, kube-controller-manager and etcd of the session (``control_plane``)."""
 
@@ -133,3 +146,12 @@ class RealServer:
     async def namespace_ready(self, admin: Client, name: str) -> None:
         """ServiceAccount admission refuses pods until the controller made ``default``."""
         await admin.wait_for(f"/api/v1/namespaces/{name}/serviceaccounts/default", bool)
+
+    async def custom_resources(self, admin: Client) -> None:
+        """Create the project's CRDs (once per session: a 409 means done) and wait until
+        each is Established."""
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in custom_resource_definitions():
+            answer = await admin.post(path, crd)
+            assert answer.status in (201, 409), answer.body
+            await admin.wait_for(f"{path}/{crd['metadata']['name']}", _established)
