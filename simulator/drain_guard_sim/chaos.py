@@ -53,7 +53,14 @@ from drain_guard_sim.agentproc import (
     spawn_agent,
 )
 from drain_guard_sim.build import is_build_pod
-from drain_guard_sim.checker import Checked, CheckerConfig, Interval, Violation, check
+from drain_guard_sim.checker import (
+    HOLD_REQUEST,
+    Checked,
+    CheckerConfig,
+    Interval,
+    Violation,
+    check,
+)
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.mco import (
     ADMIN_USER,
@@ -91,6 +98,18 @@ FAULT_KINDS = (
     "release",
     "fail-build",
     "corrupt-host",
+)
+#: Faults of issue 27, drawn from a random stream of their own (each with probability 1/2),
+#: so that every seed's other actions stay as they were: a burst of refused Node writes (409
+#: or 422 with no competing write, as a webhook answers), a Node write that hangs, and an
+#: operator's hold-request at the edge of the calendar (invalid input the agent must survive).
+RELIABILITY_KINDS = ("refuse-writes", "hang-write", "edge-date")
+#: hold-requests the agent must report as invalid and survive (they crashed it).
+EDGE_DATES = (
+    "9999-12-31T23:59:59-05:00;hold until further notice",
+    "0001-01-01T00:00:00+01:00",
+    "2026-01-01T00:00:00+25:00;typo",
+    "2026-06-30T12:00:60Z",
 )
 #: After a fault that hit an agent, how long it may take to be current again: a watch's
 #: backoff after a few failed attempts (``drain_guard.kube.Backoff``: 0.5 s doubling, jittered).
@@ -175,6 +194,8 @@ class ChaosReport:
     writes: int
     seconds: float
     timelines: dict[str, str] = field(default_factory=dict)
+    #: Requests the fault rules of each kind hit (a rule may never fire: no write came).
+    fired: Counter[str] = field(default_factory=Counter)
 
     @property
     def ok(self) -> bool:
@@ -239,6 +260,19 @@ def make_schedule(config: ChaosConfig) -> list[Action]:
         elif kind == "corrupt-host":
             params["how"] = rng.choice(("cmdline", "link-loop", "link-escape"))
         actions.append(Action(at, kind, node, tuple(params.items())))
+    extra = random.Random(f"{config.seed}-reliability")
+    for kind in RELIABILITY_KINDS:
+        if extra.random() < 0.5:
+            continue
+        at = round(extra.uniform(0.2, config.duration), 2)
+        node = extra.choice(nodes)
+        if kind == "refuse-writes":
+            params = {"status": extra.choice((409, 422)), "times": extra.randint(6, 12)}
+        elif kind == "edge-date":
+            params = {"value": extra.choice(EDGE_DATES)}
+        else:
+            params = {}
+        actions.append(Action(at, kind, node, tuple(params.items())))
     actions.sort(key=lambda a: a.at)
     return actions
 
@@ -264,6 +298,7 @@ class _Run:
         self.impaired: dict[str, list[Interval]] = {}
         self.events: list[tuple[float, str | None, str]] = []
         self.faults: Counter[str] = Counter()
+        self.fired: Counter[str] = Counter()
         self.reboots: Counter[str] = Counter()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.rollouts = 0
@@ -420,12 +455,45 @@ class _Run:
         elif action.kind == "corrupt-host":
             assert node is not None
             await self._corrupt(node, str(action.param("how")))
+        elif action.kind in ("refuse-writes", "hang-write"):
+            # Only the node's agent's Node writes; for a window, as a webhook's outage.
+            assert node is not None
+            window = 2.0 if action.kind == "refuse-writes" else 3.0
+            if action.kind == "refuse-writes":
+                rule = api.faults.error(
+                    int(action.param("status")),
+                    message="refused by chaos (an admission webhook)",
+                    user=agent_user(node),
+                    verb="patch",
+                    resource="nodes",
+                    times=int(action.param("times")),
+                )
+            else:  # given up by the agent after its 2 s write timeout, and retried
+                rule = api.faults.latency(
+                    30.0, user=agent_user(node), verb="patch", resource="nodes", times=1
+                )
+            self.impair([node], now, now + window)
+            self.note(node, f"fault on: {action}")
+            self.spawn(self._lift([rule], window, action))
+        elif action.kind == "edge-date":
+            assert node is not None
+            value = str(action.param("value"))
+            api.patch(
+                "nodes",
+                node,
+                {"metadata": {"annotations": {HOLD_REQUEST: value}}},
+                patch_type="merge",
+                user=ADMIN_USER,
+            )
+            self.note(node, f"operator: hold-request={value!r}")
 
     async def _lift(self, rules: list[Any], seconds: float, action: Action) -> None:
         await asyncio.sleep(seconds)
         for rule in rules:
             self.cluster.api.faults.remove(rule)
-        self.note(action.node, f"fault off: {action.kind}")
+        fired = sum(rule.fired for rule in rules)
+        self.fired[action.kind] += fired
+        self.note(action.node, f"fault off: {action.kind} (fired {fired} times)")
 
     async def _release(self, node: str) -> None:
         """``drain-guard release`` as an operator would type it."""
@@ -526,6 +594,7 @@ class _Run:
             schedule=list(schedule),
             checked=checked,
             faults=self.faults,
+            fired=self.fired,
             events=self.events,
             settled=settled,
             crashes=crashes,
@@ -861,6 +930,9 @@ def _summary(reports: Sequence[ChaosReport]) -> dict[str, Any]:
         "stalled_seeds": [r.seed for r in reports if r.stalled],
         "violations": sum(len(r.checked.violations) for r in reports),
         "actions_by_kind": dict(sorted(faults.items())),
+        "requests_hit_by_kind": dict(
+            sorted(sum((r.fired for r in reports), Counter[str]()).items())
+        ),
         "mcd_requests": sum(r.checked.requests for r in reports),
         "holds": sum(r.checked.holds for r in reports),
         "releases": sum(r.checked.releases for r in reports),
