@@ -1,0 +1,420 @@
+"""The admission webhook of OpenShift 4.15/4.16 registered with the real kube-apiserver.
+
+The ``openshift-4.15`` overlay, rendered in a namespace of the test's own with a kustomize
+``namePrefix`` (so a renamed namespace and prefixed names at once) and the repository's
+renamed-namespace transformer, is applied as it renders: the agent's and the webhook's
+accounts and RBAC, the DaemonSet (no controller makes its pods here), the
+ValidatingWebhookConfiguration. The webhook runs as a process on loopback
+(``drain-guard webhook`` with a CA made for the test) and the configuration reaches it by
+``clientConfig.url`` instead of the in-cluster Service; each entry also gets one more
+matchCondition, this test's namespace only, so that the other tests sharing the control
+plane are never sent to it. The agent's pod is made from the DaemonSet's template on a Node
+(admitted by the webhook's pods entry), and the agent's identity is a real bound token for
+that pod (TokenRequest with ``boundObjectRef``), which carries the pod-name and pod-uid extras
+as a projected token does.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard import protocol
+from drain_guard.pods import Pod
+from drain_guard.protocol import Reason
+from drain_guard.shield import Role, Want, budget_name
+from drain_guard_sim.agentproc import AgentProcess, spawn_webhook
+from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.tls import ServingCert
+from tests.controlplane.helpers import api_client, own_namespace, unique
+from tests.deploy.tools import (
+    DAEMONSET_DIR,
+    Obj,
+    relative,
+    render_dir,
+    user_kustomization,
+)
+from tests.helpers import reap
+
+MCO = "openshift-machine-config-operator"
+JSON_PATCH = "application/json-patch+json"
+REQUEST = "drain-rendered-worker-5620aa"
+LAST_APPLIED = "uncordon-rendered-worker-11b0cc"
+BUILD_LABELS = {"openshift.io/build.name": "build-rendered-worker-5620aa"}
+
+
+async def _create(admin: client.ApiClient, obj: Obj) -> Any:
+    """Create one rendered object with the typed API of its kind (a dict body, as rendered)."""
+    kind, namespace = obj["kind"], obj["metadata"].get("namespace")
+    body: Any = obj  # the typed APIs take a dict body as the manifest renders it
+    rbac = client.RbacAuthorizationV1Api(admin)
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "ServiceAccount": lambda: client.CoreV1Api(admin).create_namespaced_service_account(
+            namespace, body
+        ),
+        "Role": lambda: rbac.create_namespaced_role(namespace, body),
+        "RoleBinding": lambda: rbac.create_namespaced_role_binding(namespace, body),
+        "ClusterRole": lambda: rbac.create_cluster_role(body),
+        "ClusterRoleBinding": lambda: rbac.create_cluster_role_binding(body),
+        "DaemonSet": lambda: client.AppsV1Api(admin).create_namespaced_daemon_set(namespace, body),
+        "ValidatingWebhookConfiguration": lambda: client.AdmissionregistrationV1Api(
+            admin
+        ).create_validating_webhook_configuration(body),
+    }
+    return await calls[kind]()
+
+
+def _rendered(tmp_path: Path, namespace: str, prefix: str) -> list[Obj]:
+    mine = tmp_path / "mine"
+    fixups = relative(DAEMONSET_DIR / "transformers" / "renamed-namespace", mine)
+    return render_dir(
+        user_kustomization(
+            mine,
+            "openshift-4.15",
+            namespace=namespace,
+            namePrefix=prefix,
+            transformers=[fixups],
+        )
+    )
+
+
+def _pointed_at(configuration: Obj, url: str, ca: bytes, namespace: str) -> Obj:
+    """The rendered configuration, sent to ``url`` and to this test's namespace only."""
+    configuration = copy.deepcopy(configuration)
+    configuration["metadata"].pop("annotations", None)  # the service CA's injection
+    only_here = {
+        "pods.drain-guard.io": f"request.namespace == '{namespace}'",
+    }
+    for webhook in configuration["webhooks"]:
+        webhook["clientConfig"] = {
+            "url": url,
+            "caBundle": base64.b64encode(ca).decode(),
+        }
+        expression = only_here.get(
+            webhook["name"],
+            f"request.userInfo.username.startsWith('system:serviceaccount:{namespace}:')",
+        )
+        webhook["matchConditions"].append({"name": "this-test-only", "expression": expression})
+    return configuration
+
+
+def _node(name: str, drain: str = REQUEST) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                protocol.DESIRED_DRAIN: drain,
+                protocol.LAST_APPLIED_DRAIN: LAST_APPLIED,
+            },
+        },
+    }
+
+
+def _event(node: str) -> Obj:
+    """An Event as drain_guard.events.EventRecorder writes it."""
+    now = protocol.format_rfc3339(datetime.now(UTC))
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": unique(node), "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
+        "reason": "DrainHeld",
+        "message": "Holding drain request",
+        "type": "Normal",
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "drain-guard", "host": node},
+        "reportingComponent": "drain-guard",
+        "reportingInstance": f"drain-guard-{node}",
+    }
+
+
+def _denied(status: int, message: str, why: str) -> None:
+    assert status == 403, message
+    assert why in message, message
+
+
+async def _status(call: Awaitable[Any]) -> tuple[int, str]:
+    """(200, "") when the API server allowed it, else its status and message."""
+    try:
+        await call
+    except ApiException as error:
+        return int(error.status), str(error.body)
+    return 200, ""
+
+
+async def test_the_webhook_confines_the_agents_real_token(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    prefix = unique("p") + "-"
+    started: list[AgentProcess] = []
+    async with api_client(control_plane.admin_kubeconfig) as admin:
+        core: Any = client.CoreV1Api(admin)
+        namespace = await own_namespace(admin, "dg")
+        try:
+            await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=MCO)))
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        objects = _rendered(tmp_path, namespace, prefix)
+        agent_account = f"{prefix}drain-guard"
+        kinds = ("ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+        for kind in kinds:
+            for obj in objects:
+                if obj["kind"] == kind:
+                    await _create(admin, obj)
+        (daemonset_manifest,) = (o for o in objects if o["kind"] == "DaemonSet")
+        daemonset = await _create(admin, daemonset_manifest)
+
+        # The webhook, with its own account's token and a CA made for the test.
+        token = await core.create_namespaced_service_account_token(
+            f"{prefix}drain-guard-webhook",
+            namespace,
+            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+        )
+        webhook_kubeconfig = control_plane.token_kubeconfig(
+            token.status.token, tmp_path / "webhook-kubeconfig"
+        )
+        cert = ServingCert.generate(tmp_path / "webhook-tls")
+        webhook = await spawn_webhook(webhook_kubeconfig, cert.cert_file, cert.key_file)
+        started.append(webhook)
+        configuration_name = f"{prefix}drain-guard"
+        try:
+            await webhook.wait_log(lambda r: str(r.get("message", "")).startswith("listening"))
+            (rendered_configuration,) = (
+                o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"
+            )
+            await _create(
+                admin,
+                _pointed_at(
+                    rendered_configuration,
+                    f"https://127.0.0.1:{webhook.port}/validate",
+                    cert.ca_file.read_bytes(),
+                    namespace,
+                ),
+            )
+            await _prove(admin, control_plane, tmp_path, namespace, agent_account, daemonset)
+            await _prove_an_outage_strands_no_hold(
+                admin, control_plane, tmp_path, namespace, agent_account, daemonset, webhook
+            )
+        finally:
+            await reap(started)
+            await _status(
+                client.AdmissionregistrationV1Api(admin).delete_validating_webhook_configuration(
+                    configuration_name
+                )
+            )
+
+
+async def _agent_pod(
+    admin: client.ApiClient, namespace: str, account: str, daemonset: Any, node: str
+) -> tuple[str, str]:
+    """The DaemonSet's pod on ``node``, as its controller would make it; (name, uid)."""
+    template = admin.sanitize_for_serialization(daemonset.spec.template)
+    name = unique("agent")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": template["metadata"]["labels"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": account,
+                    "uid": daemonset.metadata.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {**template["spec"], "nodeName": node},
+    }
+    core: Any = client.CoreV1Api(admin)
+    created = await core.create_namespaced_pod(namespace, pod)
+    return name, str(created.metadata.uid)
+
+
+async def _bound_kubeconfig(
+    admin: client.ApiClient,
+    plane: ControlPlane,
+    path: Path,
+    namespace: str,
+    account: str,
+    pod: tuple[str, str] | None,
+) -> Path:
+    """A token of ``account`` bound to ``pod`` (as the kubelet projects it), or bound to
+    nothing (a TokenRequest's plain token: no pod extras)."""
+    spec = client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
+    if pod is not None:
+        spec.bound_object_ref = client.V1BoundObjectReference(
+            api_version="v1", kind="Pod", name=pod[0], uid=pod[1]
+        )
+    token = await client.CoreV1Api(admin).create_namespaced_service_account_token(
+        account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
+    )
+    return plane.token_kubeconfig(token.status.token, path)
+
+
+async def _prove(
+    admin: client.ApiClient,
+    plane: ControlPlane,
+    tmp_path: Path,
+    namespace: str,
+    account: str,
+    daemonset: Any,
+) -> None:
+    core: Any = client.CoreV1Api(admin)
+    own, other = unique("worker"), unique("worker")
+    for name in (own, other):
+        await core.create_node(_node(name))
+    pod = await _agent_pod(admin, namespace, account, daemonset, own)
+    build = await core.create_namespaced_pod(
+        MCO,
+        {
+            "metadata": {"name": unique("build"), "labels": BUILD_LABELS},
+            "spec": {"nodeName": own, "containers": [{"name": "b", "image": "builder"}]},
+        },
+    )
+    kubeconfig = await _bound_kubeconfig(admin, plane, tmp_path / "agent", namespace, account, pod)
+    async with api_client(kubeconfig) as agent:
+        as_agent: Any = client.CoreV1Api(agent)
+        policy: Any = client.PolicyV1Api(agent)
+
+        # Rights the node identity had and this account never has (RBAC).
+        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+        for target in ("default", f"{account}-webhook", account):
+            status, _ = await _status(
+                as_agent.create_namespaced_service_account_token(target, namespace, request)
+            )
+            assert status == 403, target
+        assert (await _status(as_agent.list_namespaced_secret(namespace)))[0] == 403
+        assert (await _status(as_agent.read_namespaced_secret("any", MCO)))[0] == 403
+        csr = {
+            "metadata": {"name": unique("csr")},
+            "spec": {
+                "request": base64.b64encode(b"not a request").decode(),
+                "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                "usages": ["client auth"],
+            },
+        }
+        certificates: Any = client.CertificatesV1Api(agent)
+        assert (await _status(certificates.create_certificate_signing_request(csr)))[0] == 403
+
+        # Another Node: its drain keys, its spec, its taints. The webhook denies each.
+        hold = protocol.hold_patch(
+            REQUEST, LAST_APPLIED, "0", [Reason.BUILD_POD], datetime.now(UTC), "build pod"
+        )
+        status, message = await _status(as_agent.patch_node(other, hold, _content_type=JSON_PATCH))
+        _denied(status, message, f"only the Node it runs on ({own})")
+        taint = {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
+        for name in (other, own):
+            status, message = await _status(
+                as_agent.patch_node(name, taint, _content_type="application/merge-patch+json")
+            )
+            _denied(status, message, "drain-guard:")
+        label = {"metadata": {"labels": {"example.com/x": "y"}}}
+        status, message = await _status(
+            as_agent.patch_node(own, label, _content_type="application/merge-patch+json")
+        )
+        _denied(status, message, "labels")
+
+        # Its own hold and release: allowed, as the agent writes them.
+        assert (await _status(as_agent.patch_node(own, hold, _content_type=JSON_PATCH)))[0] == 200
+        node = await core.read_node(own)
+        assert node.metadata.annotations[protocol.DESIRED_DRAIN] == "hold-" + REQUEST
+        release = protocol.release_patch(
+            REQUEST, LAST_APPLIED, node.metadata.resource_version, node.metadata.annotations
+        )
+        assert (await _status(as_agent.patch_node(own, release, _content_type=JSON_PATCH)))[
+            0
+        ] == 200
+
+        # Budgets: the shield's shape on its own node's build pod, and nothing else.
+        build_pod = Pod.from_dict(core.api_client.sanitize_for_serialization(build))
+        budget = Want(build_pod, Role.BUILD_POD, budget_name(build_pod.name, build_pod.uid))
+        manifest = budget.manifest()
+        wide = copy.deepcopy(manifest)
+        wide["metadata"]["name"] += "-mco"
+        wide["spec"]["selector"] = {"matchLabels": {"k8s-app": "machine-os-builder"}}
+        status, message = await _status(policy.create_namespaced_pod_disruption_budget(MCO, wide))
+        _denied(status, message, "never k8s-app")
+        theirs = copy.deepcopy(manifest)
+        theirs["metadata"]["name"] += "-other"
+        theirs["metadata"]["labels"]["drain-guard.io/node"] = other
+        status, message = await _status(policy.create_namespaced_pod_disruption_budget(MCO, theirs))
+        _denied(status, message, "own node's")
+        status, message = await _status(
+            policy.create_namespaced_pod_disruption_budget(MCO, manifest)
+        )
+        assert status == 200, message
+
+        # Events: about its own Node only.
+        status, message = await _status(as_agent.create_namespaced_event("default", _event(other)))
+        _denied(status, message, "own Node")
+        status, message = await _status(as_agent.create_namespaced_event("default", _event(own)))
+        assert status == 200, message
+
+    # The same account with a token bound to no pod: no extras, every write denied.
+    unbound = await _bound_kubeconfig(admin, plane, tmp_path / "unbound", namespace, account, None)
+    async with api_client(unbound) as stranger:
+        as_stranger: Any = client.CoreV1Api(stranger)
+        status, message = await _status(as_stranger.patch_node(own, hold, _content_type=JSON_PATCH))
+        _denied(status, message, "pod-name and pod-uid")
+
+
+async def _prove_an_outage_strands_no_hold(
+    admin: client.ApiClient,
+    plane: ControlPlane,
+    tmp_path: Path,
+    namespace: str,
+    account: str,
+    daemonset: Any,
+    webhook: AgentProcess,
+) -> None:
+    """The webhook gone: every write but a release is refused (failurePolicy Fail), the
+    release of a hold taken before goes through (the release entry's Ignore)."""
+    core: Any = client.CoreV1Api(admin)
+    held = unique("worker")
+    await core.create_node(_node(held))
+    pod = await _agent_pod(admin, namespace, account, daemonset, held)
+    kubeconfig = await _bound_kubeconfig(
+        admin, plane, tmp_path / "agent-outage", namespace, account, pod
+    )
+    hold = protocol.hold_patch(
+        REQUEST, LAST_APPLIED, "0", [Reason.MANUAL], datetime.now(UTC), "operator"
+    )
+    async with api_client(kubeconfig) as agent:
+        as_agent: Any = client.CoreV1Api(agent)
+        status, message = await _status(as_agent.patch_node(held, hold, _content_type=JSON_PATCH))
+        assert status == 200, message
+        await webhook.stop()
+        node = await core.read_node(held)
+        record = protocol.read_hold(node.metadata.annotations)
+        assert record is not None
+        update = protocol.update_hold_patch(record, [Reason.BUILD_POD], "more")
+        status, message = await _status(as_agent.patch_node(held, update, _content_type=JSON_PATCH))
+        assert status != 200, "a write went through without the webhook"
+        assert "failed calling webhook" in message, message
+        release = protocol.release_patch(
+            REQUEST, LAST_APPLIED, node.metadata.resource_version, node.metadata.annotations
+        )
+        status, message = await _status(
+            as_agent.patch_node(held, release, _content_type=JSON_PATCH)
+        )
+        assert status == 200, message
+    node = await core.read_node(held)
+    assert node.metadata.annotations[protocol.DESIRED_DRAIN] == REQUEST
+    assert protocol.HELD_DRAIN not in node.metadata.annotations
