@@ -257,11 +257,12 @@ async def _bound_kubeconfig(
 ) -> Path:
     """A token of ``account`` bound to ``pod`` (as the kubelet projects it), or bound to
     nothing (a TokenRequest's plain token: no pod extras)."""
-    spec = client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
-    if pod is not None:
-        spec.bound_object_ref = client.V1BoundObjectReference(
-            api_version="v1", kind="Pod", name=pod[0], uid=pod[1]
-        )
+    bound = (
+        None
+        if pod is None
+        else client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod[0], uid=pod[1])
+    )
+    spec = client.V1TokenRequestSpec(audiences=[], expiration_seconds=600, bound_object_ref=bound)
     token = await client.CoreV1Api(admin).create_namespaced_service_account_token(
         account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
     )
