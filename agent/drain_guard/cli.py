@@ -17,6 +17,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -64,6 +65,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     The agent's log is what an operator sees of a bad manifest; one line reads best there.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A negative duration (--max-hold -5m) is a value, refused as such, not a missing one.
+        self._negative_number_matcher = re.compile(r"^-\d[\w.]*$")
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
@@ -211,6 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = settings_from(args, os.environ)
         except SettingsError as exc:
             print(f"drain-guard run: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if not os.path.isdir(settings.host_root):
+            print(
+                f"drain-guard run: error: --host-root {settings.host_root}: no such directory"
+                " (where the host's / is mounted)",
+                file=sys.stderr,
+            )
             return EXIT_USAGE
         from drain_guard.runner import run_agent  # lazily: status/release need none of it
 

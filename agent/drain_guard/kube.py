@@ -414,8 +414,10 @@ async def load_configuration(kubeconfig: str | None) -> tuple[k8s.Configuration,
     ~/.kube/config; and where its credentials came from, for the log."""
     cfg = k8s.Configuration()
     if kubeconfig is not None:
+        # kubectl's list form (KUBECONFIG=a:b) is merged by the library, first file first.
+        paths = [p for p in kubeconfig.split(os.pathsep) if p]
         # The library reports a missing file as a missing current-context: say it plainly.
-        if not os.path.isfile(kubeconfig):  # noqa: ASYNC240  (one stat per load)
+        if not any(os.path.isfile(p) for p in paths):  # noqa: ASYNC240  (one stat per load)
             raise ConfigException(f"kubeconfig {kubeconfig} not found")
         await _load_kubeconfig(kubeconfig, cfg)
         return cfg, f"kubeconfig {kubeconfig}"
@@ -594,6 +596,11 @@ class ApiClient(k8s.ApiClient):
             await self._retired.close()
 
 
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8", errors="replace") as file:
+        return file.read()
+
+
 async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
     """Load ``path`` into ``cfg``; a malformed file is one ConfigException line.
 
@@ -601,8 +608,13 @@ async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
     (ScannerError, TypeError, AttributeError, ...), many lines long.
     """
     try:
+        files = [p for p in path.split(os.pathsep) if p and os.path.isfile(p)]  # noqa: ASYNC240
+        if not any(_read_text(p).strip() for p in files):
+            raise ConfigException(f"kubeconfig {path} is empty")
         await k8s.load_kube_config(config_file=path, client_configuration=cfg)
     except ConfigException as exc:
+        if str(exc).startswith(f"kubeconfig {path} "):
+            raise
         raise ConfigException(f"kubeconfig {path}: {' '.join(str(exc).split())}") from None
     except OSError as exc:
         if exc.filename == path:

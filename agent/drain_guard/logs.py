@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,8 +40,16 @@ class _JsonFormatter(logging.Formatter):
 class _TextFormatter(logging.Formatter):
     """``TIME LEVEL logger: message key=value ...``; values with spaces are quoted."""
 
+    default_time_format = "%Y-%m-%dT%H:%M:%S"
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        """UTC with its zone, as every time in the messages and the JSON logs is (it was local
+        time without a zone)."""
+        stamp = time.strftime(datefmt or self.default_time_format, time.gmtime(record.created))
+        return f"{stamp}.{int(record.msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)

@@ -50,6 +50,7 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
 )
 
 from drain_guard import __version__
@@ -57,6 +58,9 @@ from drain_guard.protocol import Outcome, Reason, Verb
 from drain_guard.status import WatchStatus
 
 PREFIX = "drain_guard_"
+
+# No `<name>_created` series: a third of /metrics (84 of 260 lines) that nothing here reads.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: Hold reasons, outcomes and request verbs: the protocol's enums, so they cannot drift.
 REASONS: tuple[str, ...] = tuple(Reason)

@@ -246,3 +246,15 @@ def test_glibcs_mmap_threshold_is_fixed_so_the_heap_does_not_grow_with_holds() -
     soak (benchmarks/soak.py) showed the heap growing by each hold without it."""
     final = _env(parse_dockerfile(DOCKERFILE.read_text())[1])
     assert final["MALLOC_MMAP_THRESHOLD_"] == "131072"
+
+
+def test_the_dockerfile_is_architecture_neutral() -> None:
+    """A multi-architecture build (docs/install.md, issue 25) needs a Dockerfile that names no
+    architecture and no platform, and a project with no compiled code of its own."""
+    text = DOCKERFILE.read_text()
+    for word in ("--platform", "amd64", "x86_64", "arm64", "aarch64", "ppc64le", "s390x"):
+        assert word not in text, word
+    for path in (REPO / "agent").rglob("*"):
+        assert path.suffix not in (".c", ".pyx", ".so"), path
+    install = (REPO / "docs" / "install.md").read_text()
+    assert "podman build --platform linux/amd64,linux/arm64" in install

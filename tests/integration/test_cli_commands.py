@@ -353,3 +353,34 @@ async def test_hold_refuses_bad_input_in_one_line(
     assert err.count("\n") == 1
     assert message in err
     assert protocol.HOLD_REQUEST not in node_annotations(api)
+
+
+async def test_kubectls_kubeconfig_list_is_merged_and_an_empty_one_is_one_line(
+    api: SimApiServer, tmp_path: Path
+) -> None:
+    """Issue 25: KUBECONFIG=a:b was read as one file name; an empty file was a TypeError."""
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    listed = f"{tmp_path / 'absent'}:{kubeconfig}"
+    code, out, err = await run_cli("status", env={"KUBECONFIG": listed})
+    assert (code, err) == (0, "")
+    assert out.startswith("no node has a hold")
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    code, out, err = await run_cli("status", "--kubeconfig", str(empty))
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"drain-guard status: error: cannot load Kubernetes config: kubeconfig {empty}"
+        + (" is empty\n")
+    )
+
+
+async def test_a_missing_host_root_is_one_line_exit_2(tmp_path: Path) -> None:
+    code, out, err = await run_cli(
+        "run", "--node-name", NODE, "--host-root", str(tmp_path / "nonexistent")
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        f"drain-guard run: error: --host-root {tmp_path / 'nonexistent'}: no such directory"
+        " (where the host's / is mounted)\n"
+    )

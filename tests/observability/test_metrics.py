@@ -243,3 +243,12 @@ def test_the_central_shield_serves_the_documented_subset_and_no_agent_metric() -
     for name in exposed:  # the same type; the agent's labels cover the shield's
         assert agent[name][0] == shield[name][0]
         assert agent[name][1] >= shield[name][1]
+
+
+def test_no_created_series() -> None:
+    """Issue 25: /metrics carried 84 _created series in 260 lines."""
+    metrics = Metrics()
+    metrics.count_drain_request("drain")
+    names = [s.name for f in metrics.registry.collect() for s in f.samples]
+    assert names
+    assert [n for n in names if n.endswith("_created")] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,13 @@ def test_alert_has_severity_annotations_and_runbook(rule: dict[str, Any]) -> Non
     assert text.startswith(f"# {name}\n")
     for section in ("## Meaning", "## Impact", "## Diagnosis", "## Mitigation"):
         assert section in text, (name, section)
+
+
+def test_the_runbook_index_lists_every_alert_in_the_rules_order() -> None:
+    """Issue 25: the index listed 8 of 10 alerts."""
+    index = (RUNBOOKS / "README.md").read_text()
+    listed = re.findall(r"^\| \[(DrainGuard\w+)\]\(\1\.md\) \| (\w+) \|", index, re.M)
+    assert listed == [(rule["alert"], rule["labels"]["severity"]) for rule in alerts()]
 
 
 def test_no_runbook_without_an_alert() -> None:

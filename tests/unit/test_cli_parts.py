@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from drain_guard import guards, protocol
 from drain_guard.cli import _listed, build_parser, main, node_state, render_text
-from drain_guard.config import settings_from
+from drain_guard.config import SettingsError, settings_from
 from drain_guard.kube import NodeObj
 
 HELD = {
@@ -269,3 +269,10 @@ def test_status_max_hold_defaults_to_the_agents_environment(
 def test_a_hold_request_written_by_hold_reads_back(until: datetime, reason: str) -> None:
     value = guards.format_hold_request(until, reason)
     assert guards.parse_hold_request(value) == (until, " ".join(reason.split()))
+
+
+def test_a_negative_duration_is_refused_as_such(no_env: None) -> None:
+    """Issue 25: --max-hold -5m read as a missing argument."""
+    args = build_parser().parse_args(["run", "--node-name", "n", "--max-hold", "-5m"])
+    with pytest.raises(SettingsError, match="--max-hold"):
+        settings_from(args, {})
