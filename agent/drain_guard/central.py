@@ -328,10 +328,6 @@ async def _shield(
             await kube.close()
             return 2
     selectors = pod_watch_selectors(settings.build_pod_selectors)
-    if not selectors:
-        log.error("no --build-pod-selector can match a pod in %s: nothing to shield", MCO_NAMESPACE)
-        await kube.close()
-        return 2
     pods = SelectedPods(watches=len(selectors))
     shield = Shield(
         kube,
