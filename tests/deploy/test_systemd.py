@@ -14,15 +14,20 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from drain_guard.cli import build_parser
 from drain_guard.config import RUN_OPTIONS, SettingsError, add_run_arguments, settings_from
+from drain_guard.host import read_booted_image_ostree
+from drain_guard_sim.hostfs import HostFS
+from tests.deploy.test_host_view import IMAGE, SECRET, SECRETS
 from tests.deploy.tools import (
     AGENT_UNIT,
     ENV_FILE,
+    ORIGIN_UNIT,
     PROXY_UNIT,
     REPO,
     SYSTEMD_DIR,
@@ -141,7 +146,7 @@ def test_the_agent_unit_holds_no_credential() -> None:
     assert "LoadCredentialEncrypted" not in service
     assert not [e for e in service["Environment"] if "KUBECONFIG" in e]
     assert "DRAIN_GUARD_API_SOCKET=%t/drain-guard-node-proxy/api.sock" in service["Environment"]
-    assert unit["Unit"]["Wants"] == [PROXY_UNIT.name]
+    assert unit["Unit"]["Wants"] == [PROXY_UNIT.name, ORIGIN_UNIT.name]
     assert PROXY_UNIT.name in " ".join(unit["Unit"]["After"]).split()
     hidden = service["InaccessiblePaths"][0].split()
     assert "-/var/lib/kubelet" in hidden
@@ -269,3 +274,52 @@ def test_environment_names_are_the_agents() -> None:
     }
     assert names
     assert names <= known, names - known
+
+
+def test_the_agent_unit_sees_the_booted_origin_and_nothing_else_of_the_physical_root(
+    tmp_path: Path,
+) -> None:
+    """Issue 21 item 6, for the host: /sysroot holds every deployment's /etc, where MCO leaves
+    secrets world-readable, and all of /var. The agent's unit hides it; the copy unit's own
+    command, run as systemd runs it on a scratch /sysroot with those secrets, makes the agent's
+    host root (the unit's DRAIN_GUARD_HOST_ROOT, the settings file leaving it alone), where the
+    agent's reader finds the booted image as on the host, and nothing else."""
+    hidden = unit_settings()["InaccessiblePaths"][0].split()
+    assert {"-/sysroot", "-/ostree"} <= set(hidden)
+    assert "DRAIN_GUARD_HOST_ROOT" not in env_file(ENV_FILE.read_text())
+    host_root = _unit_environment()["DRAIN_GUARD_HOST_ROOT"]
+    origin_unit = systemd_unit(ORIGIN_UNIT)
+    assert origin_unit["Unit"]["Before"] == [UNIT.name]
+    assert origin_unit["Unit"]["PartOf"] == [UNIT.name]
+    copy = unit_settings(ORIGIN_UNIT)
+    assert (copy["User"], copy["Type"], copy["RemainAfterExit"]) == (
+        ["drain-guard"],
+        ["oneshot"],
+        ["yes"],
+    )
+    assert copy["PrivateNetwork"] == ["yes"]
+    assert host_root == "/run/" + copy["RuntimeDirectory"][0]
+
+    sysroot = HostFS(tmp_path / "sysroot", IMAGE)
+    sysroot.reboot_into(IMAGE.replace("ab" * 32, "cd" * 32))
+    for deployment in sysroot.deployments:
+        for secret in SECRETS:
+            path = sysroot.deploy_dir / deployment.name / secret
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(SECRET)
+    (argv,) = exec_start(ORIGIN_UNIT)
+    assert argv[:2] == ["/opt/drain-guard/bin/drain-guard", "copy-booted-origin"]
+    args = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert args == {"--host-root": "/sysroot", "--to": host_root}
+    view = tmp_path / host_root.lstrip("/")
+    view.mkdir(parents=True)
+    command = [sys.executable, "-m", "drain_guard", "copy-booted-origin"]
+    command += ["--host-root", str(sysroot.root), "--to", str(view)]
+    command += ["--cmdline-file", str(sysroot.cmdline_file)]
+    subprocess.run(command, capture_output=True, check=True, timeout=60)
+
+    on_host = read_booted_image_ostree(sysroot.root, sysroot.cmdline_file)
+    assert on_host.digest == "sha256:" + "cd" * 32, on_host
+    assert read_booted_image_ostree(view, sysroot.cmdline_file) == on_host
+    files = [p.relative_to(view) for p in view.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert files == [sysroot.origin_file().relative_to(sysroot.root)]

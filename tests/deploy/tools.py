@@ -49,7 +49,8 @@ SYSTEMD_DIR = REPO / "systemd"
 #: the node's and passes on only the agent's own Node's requests.
 AGENT_UNIT = SYSTEMD_DIR / "drain-guard.service"
 PROXY_UNIT = SYSTEMD_DIR / "drain-guard-node-proxy.service"
-UNITS = (AGENT_UNIT, PROXY_UNIT)
+ORIGIN_UNIT = SYSTEMD_DIR / "drain-guard-booted-origin.service"
+UNITS = (AGENT_UNIT, PROXY_UNIT, ORIGIN_UNIT)
 
 Unit = dict[str, dict[str, list[str]]]
 
