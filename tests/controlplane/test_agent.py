@@ -21,7 +21,7 @@ from drain_guard import protocol
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.controlplane import ControlPlane
 from drain_guard_sim.hostfs import HostFS
-from tests.controlplane.helpers import api_client
+from tests.controlplane.helpers import WAIT, api_client
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,
@@ -31,7 +31,7 @@ from tests.controlplane.nodes import (
     shared_namespace,
     wait_annotation,
 )
-from tests.helpers import CONFIG_A, IMAGE_A, IMAGE_B, MCO_NS, reap, spawn
+from tests.helpers import CONFIG_A, IMAGE_A, IMAGE_B, MCO_NS, metric, reap, spawn
 
 CONFIG_C = "rendered-worker-" + "c" * 32
 #: New MCD requests at most, until another writer gets between the agent's read and write.
@@ -206,3 +206,38 @@ async def test_a_concurrent_writer_loses_the_agent_its_compare_and_swap(
     assert held[protocol.HELD_DRAIN] == request
     # The other writer's annotation is as it left it (its last patch may have been cut off).
     assert held["example.com/writer"] in (str(writes), str(writes - 1))
+
+
+async def test_a_watch_whose_resource_version_is_compacted_away_lists_again(
+    control_plane: ControlPlane,
+    admin: client.ApiClient,
+    agents: list[AgentProcess],
+    tmp_path: Path,
+) -> None:
+    """etcd compacted past the agent's resource versions and the API server restarted, as an
+    upgrade does: its watch cache starts at etcd's current revision and etcd no longer has the
+    older ones. Each of the agent's watches is renewed from where it was, gets the real 410
+    Gone, lists again, and the agent holds the next request as before. (The restart alone
+    gives the 410 too: the cache cannot serve a version older than its start.)"""
+    node = await create_worker(admin)
+    await add_build_pod(admin, node)
+    agent = await start(control_plane, node, tmp_path, agents)
+    # A write the agent's watches do not see: etcd's revision moves past theirs.
+    await create_worker(admin)
+    control_plane.compact()
+    await asyncio.to_thread(control_plane.restart_apiserver)
+
+    def expired(watch: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda r: str(r.get("message")) == f"watch of {watch} expired (410), listing again"
+
+    for watch in (f"node {node}", f"pods on node {node} in {MCO_NS}"):
+        await agent.wait_log(expired(watch), timeout=WAIT)
+    assert (
+        await metric(agent, "drain_guard_watch_restarts_total", resource="node", reason="expired")
+        >= 1
+    )
+    await mcd_request(admin, node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    held = await wait_annotation(
+        admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
+    )
+    assert held[protocol.HOLD_REASONS] == "build-pod"
