@@ -108,6 +108,7 @@ class Settings:
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
+    confinement_check_interval: timedelta = timedelta(minutes=10)
     observe_only: bool = False
     pod_name: str | None = None
     api_socket: str | None = None
@@ -122,6 +123,7 @@ class Settings:
             "listen": str(self.listen),
             "maxHold": format_duration(self.max_hold),
             "apiStaleAfter": format_duration(self.api_stale_after),
+            "confinementCheckInterval": format_duration(self.confinement_check_interval),
             "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
             "buildPodScope": self.build_pod_scope.names(),
             "bootedImageSource": self.booted_image_source.value,
@@ -215,6 +217,13 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         "10m",
         "/readyz fails when the API server has not answered for this long (watch events and"
         " bookmarks count)",
+    ),
+    _Option(
+        "--confinement-check-interval",
+        _env_name("--confinement-check-interval"),
+        "10m",
+        "how often the confinement self-check runs again after the start (a dry-run write to"
+        " another Node and a dry-run TokenRequest for another account must be denied)",
     ),
     _Option(
         "--build-pod-selector",
@@ -576,6 +585,13 @@ def _settings(raw: dict[str, object]) -> Settings:
         )
 
     api_stale_after = _api_stale_after(raw)
+    confinement_check_interval = _named(
+        "--confinement-check-interval",
+        parse_duration,
+        str(raw["confinement_check_interval"]),
+    )
+    if confinement_check_interval <= timedelta(0):
+        raise SettingsError("--confinement-check-interval must be greater than 0")
     selectors = _selectors(raw)
     scope = _parse_scope(raw["build_pod_namespace"])
     for selector in selectors:
@@ -629,6 +645,7 @@ def _settings(raw: dict[str, object]) -> Settings:
         shield_build_pods=shield_build_pods,
         shield_dependencies=shield_dependencies,
         api_stale_after=api_stale_after,
+        confinement_check_interval=confinement_check_interval,
         observe_only=bool(raw["observe_only"]),
         pod_name=pod_name,
         api_socket=api_socket,

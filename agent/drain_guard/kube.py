@@ -734,6 +734,25 @@ class Kube:
             answers=(403, 404),
         )
 
+    async def dry_run_token_request(self, namespace: str, account: str) -> None:
+        """A TokenRequest for service account ``account`` with ``dryRun=All``. A denial (403)
+        or an absent account (404) is an answer, not an API error: the confinement self-check
+        asks it expecting a refusal."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": [], "expirationSeconds": 600},
+        }
+        await self.call(
+            "token_create",
+            self.core.create_namespaced_service_account_token,
+            account,
+            namespace,
+            body,
+            dry_run="All",
+            answers=(403, 404),
+        )
+
     async def other_node(self, name: str) -> str | None:
         """The name of some Node other than ``name`` (None on a single-node cluster)."""
         body = await self.call(

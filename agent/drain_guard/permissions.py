@@ -175,6 +175,13 @@ SHIELD_PERMISSIONS: tuple[Permission, ...] = (
 )
 
 
+#: What the agent asks for expecting a refusal, never to be granted: the confinement
+#: self-check's dry-run TokenRequest for another account (drain_guard.selfcheck).
+REFUSED_PROBES: tuple[Permission, ...] = (
+    Permission("", "serviceaccounts/token", frozenset({"create"})),
+)
+
+
 #: The admission webhook's calls (``drain-guard webhook``, ServiceAccount
 #: ``drain-guard-webhook``, openshift-4.15): a pod read by name, where the agents run (the pod
 #: a caller's token names) and where build pods run (a budget's owner). Nothing else.

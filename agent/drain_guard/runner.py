@@ -232,7 +232,11 @@ async def _agent(
     sender = asyncio.create_task(events.run(), name="events")
     checker = asyncio.create_task(
         selfcheck.report_confinement(
-            kube, settings.node_name, metrics, lambda c: setattr(controller, "confinement", c)
+            kube,
+            settings.node_name,
+            metrics,
+            lambda c: setattr(controller, "confinement", c),
+            settings.confinement_check_interval.total_seconds(),
         ),
         name="confinement",
     )

@@ -7,9 +7,13 @@
   reason: a wrong name would remove every budget on every restart.
 - ``--node-name`` must name a Node: the agent keeps running (a node may register after its
   agent starts) but says so in its log, not only in ``/readyz``.
-- The agent's Node writes must be confined to its own Node: a server-side dry-run write to
-  another Node (authorization and admission run, nothing is stored) must be denied. The
-  result is the metric ``drain_guard_confined`` and ``confinement`` in ``/status``.
+- The agent must be confined to its own Node: a server-side dry-run write to another Node
+  (authorization and admission run, nothing is stored) must be denied, and so must a dry-run
+  TokenRequest for another service account (``default/default``): an identity that may mint
+  tokens for other accounts (a node's may, for its pods') can become them. Checked at start
+  and again every ``CONFINEMENT_INTERVAL`` (a role granted later, an admission policy or
+  webhook removed, is seen). The result is the metric ``drain_guard_confined`` and
+  ``confinement`` in ``/status``.
 
 Transient API failures (transport, 429, 5xx) are retried with backoff; nothing else is.
 """
@@ -137,6 +141,39 @@ class Confinement:
 
 
 NOT_CHECKED = Confinement(None, "not checked yet")
+#: The account whose token the check asks for: one every cluster has.
+TOKEN_PROBE = ("default", "default")
+
+
+async def check_token_request(kube: Kube) -> Confinement:
+    """Dry-run a TokenRequest for another service account; expect 403. Authorization comes
+    before the account is looked up, so a 404 means it was allowed too."""
+    namespace, account = TOKEN_PROBE
+    what = "confinement self-check"
+    try:
+        await _answered(what, lambda: kube.dry_run_token_request(namespace, account))
+    except KubeError as exc:
+        if exc.status == 403:
+            return Confinement(True, f"a dry-run TokenRequest for {namespace}/{account} was denied")
+        if exc.status != 404:
+            return Confinement(None, f"the dry-run TokenRequest failed: {exc}")
+    return Confinement(
+        False,
+        f"a dry-run TokenRequest for service account {namespace}/{account} was allowed: this"
+        " agent can act as other service accounts (docs/install.md, Every identity and every"
+        " right)",
+    )
+
+
+def combined(node: Confinement, token: Confinement) -> Confinement:
+    """Confined only if both checks say so; not confined if either says not."""
+    if node.confined is False or token.confined is False:
+        confined: bool | None = False
+    elif node.confined and token.confined:
+        confined = True
+    else:
+        confined = None
+    return Confinement(confined, f"{node.detail}; {token.detail}")
 
 
 async def check_confinement(kube: Kube, node_name: str) -> Confinement:
@@ -166,14 +203,24 @@ async def check_confinement(kube: Kube, node_name: str) -> Confinement:
 
 
 async def report_confinement(
-    kube: Kube, node_name: str, metrics: Metrics, record: Callable[[Confinement], None]
+    kube: Kube,
+    node_name: str,
+    metrics: Metrics,
+    record: Callable[[Confinement], None],
+    interval: float,
 ) -> None:
-    """Run the confinement check and report it: log, metric, and ``record`` (for /status)."""
-    result = await check_confinement(kube, node_name)
-    record(result)
-    metrics.set_confined(result.confined)
-    fields = {"confined": result.confined}
-    if result.confined:
-        log.info("confinement self-check: %s", result.detail, extra={"fields": fields})
-    else:
-        log.warning("confinement self-check: %s", result.detail, extra={"fields": fields})
+    """Run the confinement checks, at start and every ``interval``, and report each result:
+    ``record`` (for /status) and the metric always, the log line when it changes."""
+    last: Confinement | None = None
+    while True:
+        result = combined(await check_confinement(kube, node_name), await check_token_request(kube))
+        record(result)
+        metrics.set_confined(result.confined)
+        if result != last:
+            fields = {"confined": result.confined}
+            if result.confined:
+                log.info("confinement self-check: %s", result.detail, extra={"fields": fields})
+            else:
+                log.warning("confinement self-check: %s", result.detail, extra={"fields": fields})
+        last = result
+        await asyncio.sleep(interval)

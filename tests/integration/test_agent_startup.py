@@ -18,6 +18,7 @@ from tests.helpers import (
     StartAgent,
     add_own_daemonset,
     confinement,
+    metric,
     node_annotations,
 )
 
@@ -103,15 +104,46 @@ async def test_a_service_account_that_may_write_every_node_is_reported_unconfine
     assert PROBE_ANNOTATION not in node_annotations(api, "worker-1")
 
 
-async def test_a_single_node_cluster_cannot_be_checked(
+async def test_a_single_node_cluster_checks_the_token_request_only(
     api: SimApiServer, start_agent: StartAgent
 ) -> None:
+    """No other Node to write to; the TokenRequest is checked still (the simulator allows it,
+    as RBAC with a wildcard role would)."""
     agent = await start_agent()
     doc = await confinement(agent)
     assert doc == {
-        "confined": None,
-        "detail": "no other Node to test against (a single-node cluster)",
+        "confined": False,
+        "detail": "no other Node to test against (a single-node cluster); a dry-run"
+        " TokenRequest for service account default/default was allowed: this agent can act as"
+        " other service accounts (docs/install.md, Every identity and every right)",
     }
+
+
+async def test_the_confinement_check_runs_again_and_sees_a_change(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Issue 21 item 4: not only at start. Allowed at first (the simulator authorizes
+    everything), then RBAC narrowed to the agent's own Node and no TokenRequest: the next
+    check reports it confined, in /status, the metric and one new log line."""
+    api.create("nodes", {"metadata": {"name": "worker-1"}})
+    agent = await start_agent("--confinement-check-interval", "200ms")
+    assert (await confinement(agent))["confined"] is False
+
+    def narrowed(
+        group: str, resource: str, verb: str, namespace: str | None, name: str | None
+    ) -> bool:
+        if resource == "serviceaccounts/token":
+            return False
+        return not (resource == "nodes" and verb == "patch" and name != NODE)
+
+    api.restrict(AGENT_USER, narrowed)
+    record = await agent.wait_log(lambda r: r.get("confined") is True)
+    assert "a dry-run write to Node worker-1 was denied" in record["message"]
+    assert "a dry-run TokenRequest for default/default was denied" in record["message"]
+    status, body = await agent.http("/status")
+    assert status == 200
+    assert json.loads(body)["confinement"]["confined"] is True
+    assert await metric(agent, "drain_guard_confined") == 1
 
 
 def _unreachable_kubeconfig(api: SimApiServer, path: Path) -> Path:
