@@ -184,3 +184,37 @@ async def test_bookmarks_come_only_when_allowed(admin: Client, ns: str) -> None:
     assert set(mark["metadata"]) <= {"resourceVersion", "creationTimestamp", "annotations"}
     plain = admin.watch(pods_path(ns), resourceVersion=rv, timeoutSeconds="2")
     assert await asyncio.wait_for(_all(plain), WAIT) == []
+
+
+async def test_a_selected_watch_sees_objects_enter_and_leave_its_selection(
+    admin: Client, ns: str
+) -> None:
+    """A label-selected watch gets ADDED when a change makes an object match and DELETED when
+    one makes it stop matching (the watch cache's filtering); a watch on ``spec.nodeName``
+    (the agent's pod watch) sees only the pods bound to that node."""
+    start = await admin.ok("GET", pods_path(ns))
+    rv = start["metadata"]["resourceVersion"]
+    await admin.ok("POST", pods_path(ns), pod("a", f"{ns}-n0", {"app": "x"}))
+    await admin.ok("POST", pods_path(ns), pod("b", f"{ns}-n1", {"app": "y"}))
+    for name, value in (("a", "y"), ("b", "x")):
+        await admin.ok(
+            "PATCH",
+            pods_path(ns, name),
+            {"metadata": {"labels": {"app": value}}},
+            content_type="application/merge-patch+json",
+        )
+    await admin.ok("DELETE", pods_path(ns, "a"))
+
+    async def seen(count: int, **params: str) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        async for event in admin.watch(pods_path(ns), resourceVersion=rv, **params):
+            if not _deletion_mark(event):
+                out.append((event["type"], event["object"]["metadata"]["name"]))
+            if len(out) == count:
+                return out
+        return out
+
+    by_label = await asyncio.wait_for(seen(3, labelSelector="app=x"), WAIT)
+    assert by_label == [("ADDED", "a"), ("DELETED", "a"), ("ADDED", "b")]
+    by_node = await asyncio.wait_for(seen(3, fieldSelector=f"spec.nodeName={ns}-n0"), WAIT)
+    assert by_node == [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")]
