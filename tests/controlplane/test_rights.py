@@ -54,9 +54,15 @@ from tests.helpers import (
 
 RIGHTS = REPO / "docs" / "rights.md"
 CRDS = Path(__file__).with_name("crds.yaml")
-#: The overlays whose agent is its ServiceAccount, confined by the admission policies
-#: (Kubernetes 1.30+, OpenShift 4.17+). openshift-4.15's rows are its own test's.
-OVERLAYS = ("kubernetes", "openshift")
+#: The installs of the table: an overlay whose agent is its ServiceAccount, confined by the
+#: admission policies (Kubernetes 1.30+, OpenShift 4.17+), and the control plane it is applied
+#: to: the pinned Kubernetes, or the same emulating 1.31 (OpenShift 4.18, the oldest a 1.34
+#: binary emulates). openshift-4.15's rows are its own test's.
+INSTALLS = {
+    "kubernetes": ("kubernetes", "control_plane"),
+    "openshift": ("openshift", "control_plane"),
+    "openshift on 1.31": ("openshift", "control_plane_1_31"),
+}
 AGENT_NS = "drain-guard"
 ACCOUNT = "drain-guard"
 ALLOWED = "allowed"
@@ -70,7 +76,7 @@ POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
 class Installed:
     """An overlay applied, a Node with the agent's pod on it, and the pod's account's token."""
 
-    overlay: str
+    install: str  #: the table's name for it (``INSTALLS``)
     plane: ControlPlane
     admin: client.ApiClient
     agent: client.ApiClient  # the token's
@@ -120,20 +126,26 @@ def agent_pod(objects: list[Obj], daemonset_uid: str, node: str) -> Any:
     }
 
 
-@pytest.fixture(params=OVERLAYS)
+@pytest.fixture(params=list(INSTALLS))
 async def installed(
     request: pytest.FixtureRequest, control_plane: ControlPlane, tmp_path: Path
 ) -> AsyncIterator[Installed]:
-    overlay: str = request.param
+    install: str = request.param
+    overlay, plane_fixture = INSTALLS[install]
+    plane: ControlPlane = (
+        control_plane
+        if plane_fixture == "control_plane"
+        else request.getfixturevalue(plane_fixture)
+    )
     objects = applied(render(overlay))
     manifest = tmp_path / f"{overlay}.yaml"
     manifest.write_text(yaml.safe_dump_all(objects))
-    async with api_client(control_plane.admin_kubeconfig) as admin:
+    async with api_client(plane.admin_kubeconfig) as admin:
         core = client.CoreV1Api(admin)
         await shared_namespace(admin, MCO_NS)
-        kubectl(control_plane, "apply", "--server-side", "-f", str(CRDS))
-        kubectl(control_plane, "wait", "--for=condition=Established", "-f", str(CRDS))
-        kubectl(control_plane, "apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+        kubectl(plane, "apply", "--server-side", "-f", str(CRDS))
+        kubectl(plane, "wait", "--for=condition=Established", "-f", str(CRDS))
+        kubectl(plane, "apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         await shared_namespace(admin, AGENT_NS)
         node, other = await create_worker(admin), await create_worker(admin)
         daemonset = await client.AppsV1Api(admin).read_namespaced_daemon_set(
@@ -154,11 +166,11 @@ async def installed(
                 )
             ),
         )
-        kubeconfig = control_plane.token_kubeconfig(token.status.token, tmp_path / "agent")
+        kubeconfig = plane.token_kubeconfig(token.status.token, tmp_path / "agent")
         try:
             async with api_client(kubeconfig) as agent:
                 setup = Installed(
-                    overlay, control_plane, admin, agent, kubeconfig, node, other, pod.metadata.name
+                    install, plane, admin, agent, kubeconfig, node, other, pod.metadata.name
                 )
                 await policies_in_force(setup)
                 yield setup
@@ -166,7 +178,7 @@ async def installed(
             await core.delete_namespaced_pod(pod.metadata.name, AGENT_NS, grace_period_seconds=0)
             rest = [o for o in objects if o["kind"] != "Namespace"]
             manifest.write_text(yaml.safe_dump_all(rest))
-            kubectl(control_plane, "delete", "--ignore-not-found", "-f", str(manifest))
+            kubectl(plane, "delete", "--ignore-not-found", "-f", str(manifest))
 
 
 async def policies_in_force(setup: Installed) -> None:
@@ -494,19 +506,19 @@ def table_rows(text: str) -> Iterator[tuple[str, str, str]]:
             yield cells[0], cells[1], cells[2]
 
 
-def documented(overlay: str) -> dict[str, str]:
-    return {r: a for o, r, a in table_rows(RIGHTS.read_text()) if o == overlay}
+def documented(install: str) -> dict[str, str]:
+    return {r: a for i, r, a in table_rows(RIGHTS.read_text()) if i == install}
 
 
 async def test_the_rights_table_is_what_the_real_api_server_answers(installed: Installed) -> None:
     results = {name: await make(installed) for name, make in REQUESTS.items()}
-    table = documented(installed.overlay)
+    table = documented(installed.install)
     wrong = {
         name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
         for name in results
         if table.get(name) != results[name]
     }
-    assert not wrong, "\n".join(f"{installed.overlay}: {k}: {v}" for k, v in wrong.items())
+    assert not wrong, "\n".join(f"{installed.install}: {k}: {v}" for k, v in wrong.items())
     assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
 
 
