@@ -458,7 +458,7 @@ class _Run:
         elif action.kind in ("refuse-writes", "hang-write"):
             # Only the node's agent's Node writes; for a window, as a webhook's outage.
             assert node is not None
-            window = 2.0 if action.kind == "refuse-writes" else 3.0
+            window = 5.0 if action.kind == "refuse-writes" else 3.0
             if action.kind == "refuse-writes":
                 rule = api.faults.error(
                     int(action.param("status")),

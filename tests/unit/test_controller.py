@@ -531,3 +531,18 @@ async def test_the_boot_time_is_read_once_and_no_descriptor_is_not_a_new_boot(
     for _ in range(3):
         assert await env.controller.booted.get() == first
     assert reads == [1.0]
+
+
+async def test_a_hold_past_max_hold_is_released_after_refused_writes_with_no_event(
+    env: Env,
+) -> None:
+    """Issue 27: with --max-hold 10s a hold lasted 43 s after refusals: the max-hold timer
+    was dropped with the retry. Now the release is retried on the backoff's timer alone."""
+    await _hold_b(env)
+    env.kube.landed.clear()
+    env.clock.advance(MAX_HOLD.total_seconds())
+    env.kube.refuse = 7
+    await _run_until_landed(env)
+    assert env.kube.refused == 7
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="expired") == 1
