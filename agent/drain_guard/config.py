@@ -442,7 +442,13 @@ def format_duration(delta: timedelta) -> str:
 def parse_listen(text: str) -> Listen:
     """Parse ``HOST:PORT`` or ``[IPv6]:PORT``."""
     host, sep, port_text = text.rpartition(":")
-    if not sep or not host:
+    if sep and not host:  # Go's and kubectl's ":PORT"
+        raise SettingsError(
+            f"invalid listen address {text!r}: name the host, 127.0.0.1{text} for this host"
+            f" only, or 0.0.0.0{text} / [::]{text} for every interface (the endpoint is"
+            " unauthenticated)"
+        )
+    if not sep:
         raise SettingsError(f"invalid listen address {text!r} (expected HOST:PORT)")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -108,6 +108,13 @@ def _fresh(workdir: Path) -> None:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     (workdir / MARKER).write_text("made by drain-guard-sim serve; emptied at its next start\n")
+    logs_dir(workdir).mkdir(parents=True, exist_ok=True)
+
+
+def logs_dir(workdir: Path) -> Path:
+    """Where the printed commands send the agents' logs: beside the workdir, not in it, so
+    that the next serve, which empties the workdir, leaves the last run's logs to read."""
+    return workdir.with_name(f"{workdir.name}-logs")
 
 
 def _manifests(workdir: Path) -> tuple[Path, Path]:
@@ -163,7 +170,7 @@ def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) ->
             cluster.hosts[node],
             listen=f"127.0.0.1:{args.agent_port + i}",
         )
-        log = args.workdir / f"agent-{node}.log"
+        log = logs_dir(args.workdir) / f"agent-{node}.log"
         lines.append(f"drain-guard {shlex.join(argv)} 2>{q(str(log))} &")
     lines.append(
         "# wait until each is ready (its watches listed), or MCO may drain before it looks"

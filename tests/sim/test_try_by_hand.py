@@ -172,3 +172,14 @@ async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
     at = [out.rindex(line) for line in order]
     assert at == sorted(at)
     assert "Marking Degraded" not in rest
+
+
+def test_the_agents_logs_survive_the_next_serve(tmp_path: Path) -> None:
+    """Issue 25: the printed commands logged into the workdir, which the next serve empties."""
+    workdir = tmp_path / "sim"
+    serve._fresh(workdir)
+    log = serve.logs_dir(workdir) / "agent-worker-0.log"
+    log.write_text("the last run's log\n")
+    serve._fresh(workdir)
+    assert log.read_text() == "the last run's log\n"
+    assert not log.is_relative_to(workdir)

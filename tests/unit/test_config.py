@@ -241,7 +241,7 @@ def test_parse_listen(listen: str, expected: Listen) -> None:
         ("[::1:80", r"write IPv6 hosts as \[::1\]:PORT"),
         ("[nonsense]:80", "invalid IPv6 address"),
         ("9464", "expected HOST:PORT"),
-        (":9464", "expected HOST:PORT"),
+        (":9464", "name the host"),
         ("", "expected HOST:PORT"),
         ("host:", "invalid port"),
         ("host:http", "invalid port"),
@@ -306,3 +306,11 @@ def test_shield_settings_refuse_in_one_line(
         shield_settings(*argv, env=env)
     assert str(refused.value).startswith(message)
     assert "\n" not in str(refused.value)
+
+
+def test_a_listen_address_without_a_host_says_which_to_write() -> None:
+    """Issue 25: --listen :9797 was refused with no hint of what to write instead."""
+    with pytest.raises(
+        SettingsError, match=r"127\.0\.0\.1:9797 for this host only, or 0\.0\.0\.0:9797"
+    ):
+        parse_listen(":9797")
