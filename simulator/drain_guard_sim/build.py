@@ -335,10 +335,16 @@ class OpenShiftBuildController(Actor):
             self.spawn(self._run_build(obj), f"run-{name}")
 
     def _on_pod(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        name = obj["metadata"]["name"]
         if etype == "DELETED":
-            gone = self._running.get(self._pod_build.get(obj["metadata"]["name"], ""))
+            gone = self._running.get(self._pod_build.get(name, ""))
             if gone is not None:
                 gone.set()
+        elif obj["metadata"].get("deletionTimestamp") and name in self._pod_build:
+            # The kubelet's part on a real API server, which marks a bound pod deleted and
+            # waits for its kubelet: the containers stop, the pod goes (grace period 0).
+            # The simulator deletes at once and never sends this.
+            self.spawn(self._delete_pod(name, grace_period=0), f"kubelet-{name}")
 
     def _pod(self, build: JsonObj, owner: JsonObj, attempt: int, node: str) -> JsonObj:
         """The build pod as each version's builder makes it."""
@@ -537,10 +543,13 @@ class OpenShiftBuildController(Actor):
                 await self._delete_pod(pod)
         self.log(None, f"Build {name}: cleaned up its build pod")
 
-    async def _delete_pod(self, pod_name: str) -> None:
+    async def _delete_pod(self, pod_name: str, grace_period: int | None = None) -> None:
         with contextlib.suppress(ApiException):
             await read_json(
                 await self.core.delete_namespaced_pod(
-                    pod_name, MCO_NAMESPACE, _preload_content=False
+                    pod_name,
+                    MCO_NAMESPACE,
+                    grace_period_seconds=grace_period,
+                    _preload_content=False,
                 )
             )

@@ -8,19 +8,27 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from drain_guard_sim.build import OpenShiftBuildController
 from drain_guard_sim.drain import DrainController
-from drain_guard_sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, Timings
+from drain_guard_sim.mco import (
+    BUILD_NAME_LABEL,
+    DESIRED_DRAIN,
+    LAST_APPLIED_DRAIN,
+    MCO_NAMESPACE,
+    Timings,
+)
 from drain_guard_sim.timeline import Timeline
+from tests.conformance.actors import actor_kubeconfig, remove_actor
 from tests.conformance.client import MERGE_PATCH, Client, JsonObj
 from tests.conformance.objects import budget, create_pod, node, pods_path
 from tests.conformance.servers import Server
 from tests.helpers import WAIT
 
-RBAC = "/apis/rbac.authorization.k8s.io/v1"
 BUILD = {"app": "build"}
 
 #: What the drain controller calls: its node informer and patches, the pods of a node, the
@@ -37,47 +45,17 @@ MCC_RULES = [
 async def drain_controller(
     server: Server, admin: Client, ns: str, tmp_path: Path
 ) -> AsyncIterator[DrainController]:
-    """The drain controller (MCO 4.15, durations a hundredth of MCO's) as a service account
-    (``machine-config-controller`` of the test's namespace, its token from the TokenRequest
-    API), granted MCC_RULES by a ClusterRole of the test's own."""
-    role = f"{ns}-machine-config-controller"
-    await admin.ok(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts",
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": "machine-config-controller"}},
-    )  # fmt: skip
-    await admin.ok(
-        "POST",
-        f"{RBAC}/clusterroles",
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": role}, "rules": MCC_RULES},
-    )  # fmt: skip
-    await admin.ok(
-        "POST",
-        f"{RBAC}/clusterrolebindings",
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "machine-config-controller",
-                          "namespace": ns}],
-        },
-    )  # fmt: skip
-    token = await admin.ok(
-        "POST",
-        f"/api/v1/namespaces/{ns}/serviceaccounts/machine-config-controller/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    """The drain controller (MCO 4.15, durations a hundredth of MCO's) as service account
+    ``machine-config-controller`` with MCC_RULES."""
+    account = "machine-config-controller"
+    kubeconfig = await actor_kubeconfig(
+        server, admin, ns, account, MCC_RULES, tmp_path / "mcc.kubeconfig"
     )
-    kubeconfig = server.token_kubeconfig(token["status"]["token"], tmp_path / "mcc.kubeconfig")
     controller = DrainController(kubeconfig, Timeline(), Timings().scaled(0.01))
     await controller.start()
     yield controller
     await controller.stop()
-    for kind in ("clusterrolebindings", "clusterroles"):
-        await admin.delete(f"{RBAC}/{kind}/{role}")
+    await remove_actor(admin, ns, account)
 
 
 def _annotations(obj: JsonObj) -> dict[str, str]:
@@ -124,3 +102,110 @@ async def test_a_drain_waits_for_the_budget_then_completes(
     evicted = [(e.namespace, e.name) for e in drain_controller.evictions if e.node == name]
     assert evicted == [(ns, "app"), (ns, "build")]
     await admin.delete(f"/api/v1/nodes/{name}")
+
+
+#: What the 4.15 build controller (openshift-controller-manager's, and the kubelet for its pod)
+#: calls: its Build informer and writes, the build pod's creation, status and deletion.
+BUILD_RULES = [
+    {"apiGroups": ["build.openshift.io"], "resources": ["builds"],
+     "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["build.openshift.io"], "resources": ["builds/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods"],
+     "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["unguarded", "budget"])
+async def test_the_seed_drain_against_a_running_build(
+    server: Server,
+    admin: Client,
+    ns: str,
+    tmp_path: Path,
+    drain_controller: DrainController,
+    guarded: bool,
+) -> None:
+    """The seed's core on either server: a drain of the node a build runs on. Unguarded, the
+    eviction API takes the build pod and the build ends in Error (BuildPodDeleted), as in the
+    seed report; with the budget drain-guard's shield makes (minAvailable 1 over the pod) the
+    eviction is refused (429) until the build completes, then the drain finishes."""
+    await server.custom_resources(admin)
+    name = f"{ns}-n0"
+    worker = node(name)
+    worker["metadata"]["annotations"] = {
+        DESIRED_DRAIN: "uncordon-a",
+        LAST_APPLIED_DRAIN: "uncordon-a",
+    }
+    await admin.ok("POST", "/api/v1/nodes", worker)
+    mco = await _mco_namespace(server, admin)
+    # Unguarded, the build would outlast the drain by far; guarded it ends in 3 s.
+    timings = replace(Timings().scaled(0.01), build_duration=300.0 if guarded else 3000.0)
+    kubeconfig = await actor_kubeconfig(
+        server, admin, ns, "build-controller", BUILD_RULES, tmp_path / "build.kubeconfig"
+    )
+    builder = OpenShiftBuildController(
+        kubeconfig, drain_controller.timeline, timings, lambda _: name
+    )
+    await builder.start()
+    try:
+        build = f"{ns}-build"
+        builds = f"/apis/build.openshift.io/v1/namespaces/{mco}/builds"
+        await admin.ok(
+            "POST",
+            builds,
+            {"apiVersion": "build.openshift.io/v1", "kind": "Build", "metadata": {"name": build},
+             "spec": {"strategy": {"type": "Docker"}}},
+        )  # fmt: skip
+        await admin.wait_for(f"{builds}/{build}", lambda b: _phase(b) == "Running")
+        if guarded:
+            budgets = f"/apis/policy/v1/namespaces/{mco}/poddisruptionbudgets"
+            shield = budget(build, {BUILD_NAME_LABEL: build}, minAvailable=1)
+            await admin.ok("POST", budgets, shield)
+            await admin.wait_for(
+                f"{budgets}/{build}", lambda b: (b.get("status") or {}).get("currentHealthy") == 1
+            )
+        await admin.ok(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            {"metadata": {"annotations": {DESIRED_DRAIN: "drain-b"}}},
+            content_type=MERGE_PATCH,
+        )
+        ended = await admin.wait_for(
+            f"{builds}/{build}", lambda b: _phase(b) in ("Complete", "Error", "Failed")
+        )
+        await admin.wait_for(
+            f"/api/v1/nodes/{name}", lambda n: _annotations(n).get(LAST_APPLIED_DRAIN) == "drain-b"
+        )
+        refused = drain_controller.timeline.select(
+            contains=f'pods/"{build}-build" -n "{mco}" (will retry'
+        )
+        if guarded:
+            assert _phase(ended) == "Complete"
+            assert refused, "the budget never refused the eviction"
+            await admin.delete(f"{budgets}/{build}")
+        else:
+            assert (_phase(ended), ended["status"].get("reason")) == ("Error", "BuildPodDeleted")
+            assert not refused
+        evicted = [(e.namespace, e.name) for e in drain_controller.evictions if e.node == name]
+        assert evicted == [(mco, f"{build}-build")]
+    finally:
+        await builder.stop()
+        await remove_actor(admin, ns, "build-controller")
+        await admin.delete(f"/api/v1/nodes/{name}")
+
+
+def _phase(build: JsonObj) -> str | None:
+    phase: str | None = (build.get("status") or {}).get("phase")
+    return phase
+
+
+async def _mco_namespace(server: Server, admin: Client) -> str:
+    """MCO's namespace (the build controller's), shared by the session's tests, with the
+    ``builder`` account its build pods run as."""
+    created = await admin.post("/api/v1/namespaces", {"metadata": {"name": MCO_NAMESPACE}})
+    assert created.status in (201, 409), created.body
+    await server.namespace_ready(admin, MCO_NAMESPACE)
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "builder"}}
+    made = await admin.post(f"/api/v1/namespaces/{MCO_NAMESPACE}/serviceaccounts", account)
+    assert made.status in (201, 409), made.body
+    return MCO_NAMESPACE
