@@ -200,16 +200,21 @@ async def test_requests_beyond_the_rate_are_refused_and_probes_still_answer(
         await runner.cleanup()
 
 
-async def test_idle_and_slow_connections_are_closed(served: Served) -> None:
-    port = int(served.base.rsplit(":", 1)[1])
-    idle = await asyncio.open_connection("127.0.0.1", port)
-    slow = await asyncio.open_connection("127.0.0.1", port)
-    slow[1].write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
-    await slow[1].drain()
-    for reader, writer in (idle, slow):
-        # Closed by the server: EOF (bounded by the test's timeout, not asserted as a time).
-        assert await reader.read() == b""
-        writer.close()
+async def test_idle_and_slow_connections_are_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The closing is the subject, not the 10 s: serve() reads the timeout when it starts.
+    monkeypatch.setattr(server, "IDLE_TIMEOUT", 0.5)
+    runner, port = await serve(make_app(FakeSource(), Metrics()), parse_listen("127.0.0.1:0"))
+    try:
+        idle = await asyncio.open_connection("127.0.0.1", port)
+        slow = await asyncio.open_connection("127.0.0.1", port)
+        slow[1].write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
+        await slow[1].drain()
+        for reader, writer in (idle, slow):
+            # Closed by the server: EOF (bounded by the test's timeout, not asserted as a time).
+            assert await reader.read() == b""
+            writer.close()
+    finally:
+        await runner.cleanup()
 
 
 async def test_bad_requests_are_logged_on_one_line_at_most_once_an_interval(
