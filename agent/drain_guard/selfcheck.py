@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 #: The annotation the confinement probe writes, in dry run only: it names the prober.
 PROBE_ANNOTATION = "drain-guard.io/confinement-probe"
+#: Where Nodes cannot be listed, the probe targets ``<node>-<this>``, a name not the agent's.
+PROBE_SUFFIX = "confinement-probe"
 
 
 class StartupError(Exception):
@@ -183,7 +185,11 @@ async def check_confinement(kube: Kube, node_name: str) -> Confinement:
     try:
         other = await _answered(what, lambda: kube.other_node(node_name))
     except KubeError as exc:
-        return Confinement(None, f"cannot list Nodes to pick one to test against: {exc}")
+        if exc.status != 403:
+            return Confinement(None, f"cannot list Nodes to pick one to test against: {exc}")
+        # Through the systemd install's node proxy on Kubernetes 1.32+, the node identity
+        # reads its own Node only (AuthorizeNodeWithSelectors): probe a name that is not it.
+        other = f"{node_name}-{PROBE_SUFFIX}"
     if other is None:
         return Confinement(None, "no other Node to test against (a single-node cluster)")
     probe = {"metadata": {"annotations": {PROBE_ANNOTATION: node_name}}}

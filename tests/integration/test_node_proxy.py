@@ -15,6 +15,7 @@ NodeRestriction of drain_guard_sim.nodeauth).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
@@ -117,7 +118,7 @@ def _proxy_command(root: Path) -> list[str]:
     return [sys.executable, "-m", "drain_guard", *argv[1:]]
 
 
-def _agent_socket(root: Path) -> str:
+def agent_socket(root: Path) -> str:
     """DRAIN_GUARD_API_SOCKET as the agent's unit sets it, on the scratch host."""
     (value,) = [
         v.partition("=")[2]
@@ -127,11 +128,12 @@ def _agent_socket(root: Path) -> str:
     return under(root, specifiers(value))
 
 
-@pytest.fixture
-async def proxy(root: Path, api: SimApiServer) -> AsyncIterator[asyncio.subprocess.Process]:
-    """drain-guard-node-proxy.service, started as systemd starts it: its runtime directory
-    (root:Group, its mode), root with its group and umask and no capability, NODE_NAME; ready
-    when it says READY=1 on the notify socket (Type=notify)."""
+@contextlib.asynccontextmanager
+async def started_proxy(root: Path, node: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """drain-guard-node-proxy.service for ``node``, started as systemd starts it: its runtime
+    directory (root:Group, its mode), root with its group and umask and no capability,
+    NODE_NAME; ready when it says READY=1 on the notify socket (Type=notify). It reads the
+    kubeconfig at /var/lib/kubelet/kubeconfig under ``root``."""
     service = _service(PROXY_UNIT)
     assert "User" not in service
     assert service["Group"] == [_service(AGENT_UNIT)["User"][0]]
@@ -145,7 +147,7 @@ async def proxy(root: Path, api: SimApiServer) -> AsyncIterator[asyncio.subproce
     proc = await asyncio.create_subprocess_exec(
         *_no_capabilities(f"--regid={GROUP}", "--clear-groups"),
         *_proxy_command(root),
-        env={**os.environ, "NODE_NAME": NODE, "NOTIFY_SOCKET": str(root / "notify")},
+        env={**os.environ, "NODE_NAME": node, "NOTIFY_SOCKET": str(root / "notify")},
         umask=int(service["UMask"][0], 8),
         stderr=asyncio.subprocess.PIPE,
     )
@@ -166,6 +168,14 @@ async def proxy(root: Path, api: SimApiServer) -> AsyncIterator[asyncio.subproce
 
 
 @pytest.fixture
+async def proxy(
+    root: Path, api: SimApiServer, kubelet: Kubelet
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    async with started_proxy(root, NODE) as proc:
+        yield proc
+
+
+@pytest.fixture
 async def kubelet(root: Path, api: SimApiServer) -> Kubelet:
     kubelet = Kubelet(api, NODE, root)
     kubelet.moved()
@@ -179,16 +189,16 @@ async def agents() -> AsyncIterator[list[AgentProcess]]:
     await reap(started)
 
 
-async def _agent(root: Path, agents: list[AgentProcess]) -> AgentProcess:
+async def start_agent(root: Path, agents: list[AgentProcess], node: str = NODE) -> AgentProcess:
     """drain-guard.service on the scratch host: the agent's user and group, no capability, no
     credential, the unit's socket and the settings file's shield setting."""
     settings = env_file(ENV_FILE.read_text())
     assert "KUBECONFIG" not in settings
     env = {"DRAIN_GUARD_SHIELD_BUILD_PODS": settings["DRAIN_GUARD_SHIELD_BUILD_PODS"]}
-    env["DRAIN_GUARD_API_SOCKET"] = _agent_socket(root)
+    env["DRAIN_GUARD_API_SOCKET"] = agent_socket(root)
     host = HostFS(root / "host", IMAGE_A)
     agent = await spawn_agent(
-        NODE,
+        node,
         None,
         host,
         "--release-on-exit",
@@ -200,7 +210,7 @@ async def _agent(root: Path, agents: list[AgentProcess]) -> AgentProcess:
     return agent
 
 
-async def _as_agent(
+async def as_agent(
     root: Path, requests: list[tuple[str, str, str, object]]
 ) -> list[tuple[int, str]]:
     """Each request sent to the proxy's socket by a process of the agent's user, as a
@@ -228,7 +238,7 @@ for line in sys.stdin:
         sys.executable,
         "-c",
         script,
-        _agent_socket(root),
+        agent_socket(root),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -238,7 +248,7 @@ for line in sys.stdin:
     return [(int(status), str(message)) for status, message in answers]
 
 
-def _reads(root: Path, path: Path) -> bool:
+def reads_as_agent(root: Path, path: Path) -> bool:
     cat = [*AS_AGENT, "cat", str(path)]
     return subprocess.run(cat, capture_output=True, timeout=30, check=False).returncode == 0
 
@@ -246,80 +256,89 @@ def _reads(root: Path, path: Path) -> bool:
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 DRAIN = protocol.annotation_path(protocol.DESIRED_DRAIN)
-#: What a compromised agent would try with the node's identity; each is refused by the proxy.
-ATTEMPTS: list[tuple[str, str, str, object]] = [
-    ("PATCH", f"/api/v1/nodes/{OTHER}", JSON_PATCH, [{"op": "add", "path": DRAIN, "value": "x"}]),
-    ("PATCH", f"/api/v1/nodes/{OTHER}", MERGE, {"metadata": {"annotations": {"a": "b"}}}),
-    ("PATCH", f"/api/v1/nodes/{NODE}", MERGE, {"spec": {"taints": []}}),
-    (
-        "PATCH",
-        f"/api/v1/nodes/{NODE}",
-        JSON_PATCH,
-        [{"op": "add", "path": "/spec/unschedulable", "value": True}],
-    ),
-    (
-        "PATCH",
-        f"/api/v1/nodes/{NODE}",
-        JSON_PATCH,
-        [{"op": "add", "path": "/metadata/labels/x", "value": "y"}],
-    ),
-    (
-        "PATCH",
-        f"/api/v1/nodes/{NODE}",
-        JSON_PATCH,
-        [
+Request = tuple[str, str, str, object]
+
+
+def attempts(node: str = NODE, other: str = OTHER) -> list[Request]:
+    """What a compromised agent of ``node`` would try with the node's identity."""
+    return [
+        (
+            "PATCH",
+            f"/api/v1/nodes/{other}",
+            JSON_PATCH,
+            [{"op": "add", "path": DRAIN, "value": "x"}],
+        ),
+        ("PATCH", f"/api/v1/nodes/{other}", MERGE, {"metadata": {"annotations": {"a": "b"}}}),
+        ("PATCH", f"/api/v1/nodes/{node}", MERGE, {"spec": {"taints": []}}),
+        (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            [{"op": "add", "path": "/spec/unschedulable", "value": True}],
+        ),
+        (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            [{"op": "add", "path": "/metadata/labels/x", "value": "y"}],
+        ),
+        (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            [
+                {
+                    "op": "add",
+                    "path": protocol.annotation_path(protocol.LAST_APPLIED_DRAIN),
+                    "value": f"drain-{CONFIG_B}",
+                }
+            ],
+        ),
+        # desiredDrain only one step from the value the patch tests: never a new drain request.
+        (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            [{"op": "add", "path": DRAIN, "value": "drain-forged"}],
+        ),
+        (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            [
+                {"op": "test", "path": DRAIN, "value": "uncordon-x"},
+                {"op": "add", "path": DRAIN, "value": "hold-uncordon-x"},
+            ],
+        ),
+        ("PATCH", f"/api/v1/nodes/{node}/status", MERGE, {"status": {"conditions": []}}),
+        (
+            "POST",
+            f"/api/v1/namespaces/{MCO_NS}/serviceaccounts/machine-os-builder/token",
+            "application/json",
+            {"spec": {"audiences": []}},
+        ),
+        ("GET", f"/api/v1/namespaces/{MCO_NS}/secrets", "application/json", None),
+        ("GET", "/api/v1/pods", "application/json", None),
+        (
+            "POST",
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            "application/json",
+            {"spec": {"signerName": "kubernetes.io/kube-apiserver-client-kubelet"}},
+        ),
+        ("POST", f"/api/v1/namespaces/{MCO_NS}/pods/build-pod/eviction", "application/json", {}),
+        (
+            "POST",
+            f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events",
+            "application/json",
             {
-                "op": "add",
-                "path": protocol.annotation_path(protocol.LAST_APPLIED_DRAIN),
-                "value": f"drain-{CONFIG_B}",
-            }
-        ],
-    ),
-    # desiredDrain only one step from the value the patch tests: never a new drain request.
-    (
-        "PATCH",
-        f"/api/v1/nodes/{NODE}",
-        JSON_PATCH,
-        [{"op": "add", "path": DRAIN, "value": "drain-forged"}],
-    ),
-    (
-        "PATCH",
-        f"/api/v1/nodes/{NODE}",
-        JSON_PATCH,
-        [
-            {"op": "test", "path": DRAIN, "value": "uncordon-x"},
-            {"op": "add", "path": DRAIN, "value": "hold-uncordon-x"},
-        ],
-    ),
-    ("PATCH", f"/api/v1/nodes/{NODE}/status", MERGE, {"status": {"conditions": []}}),
-    (
-        "POST",
-        f"/api/v1/namespaces/{MCO_NS}/serviceaccounts/machine-os-builder/token",
-        "application/json",
-        {"spec": {"audiences": []}},
-    ),
-    ("GET", f"/api/v1/namespaces/{MCO_NS}/secrets", "application/json", None),
-    ("GET", "/api/v1/pods", "application/json", None),
-    (
-        "POST",
-        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
-        "application/json",
-        {"spec": {"signerName": "kubernetes.io/kube-apiserver-client-kubelet"}},
-    ),
-    ("POST", f"/api/v1/namespaces/{MCO_NS}/pods/build-pod/eviction", "application/json", {}),
-    (
-        "POST",
-        f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events",
-        "application/json",
-        {
-            "metadata": {"name": f"{OTHER}.1"},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": OTHER},
-            "reason": "DrainHeld",
-            "source": {"component": "drain-guard", "host": OTHER},
-        },
-    ),
-    ("DELETE", f"/api/v1/nodes/{NODE}", "application/json", None),
-]
+                "metadata": {"name": f"{other}.1"},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": other},
+                "reason": "DrainHeld",
+                "source": {"component": "drain-guard", "host": other},
+            },
+        ),
+        ("DELETE", f"/api/v1/nodes/{node}", "application/json", None),
+    ]
 
 
 async def test_the_agent_holds_and_releases_through_the_proxy_and_can_do_nothing_else(
@@ -330,9 +349,9 @@ async def test_the_agent_holds_and_releases_through_the_proxy_and_can_do_nothing
     agents: list[AgentProcess],
 ) -> None:
     # The agent's user reads no credential: the kubelet's files are 0600 root.
-    assert not _reads(root, kubelet.kubeconfig)
-    assert not _reads(root, kubelet.current)
-    agent = await _agent(root, agents)
+    assert not reads_as_agent(root, kubelet.kubeconfig)
+    assert not reads_as_agent(root, kubelet.current)
+    agent = await start_agent(root, agents)
     doc = await confinement(agent)
     assert doc["confined"] is True, doc
     assert "drain-guard node-proxy: an agent may change only the Node it runs on" in doc["detail"]
@@ -355,15 +374,16 @@ async def test_the_agent_holds_and_releases_through_the_proxy_and_can_do_nothing
     assert {r[1] for r in api.request_log if r[1] not in TEST_USERS} == {NODE_USER}
 
     sent = len(api.request_log)
-    answers = await _as_agent(root, ATTEMPTS)
-    assert len(answers) == len(ATTEMPTS)
-    for attempt, (status, message) in zip(ATTEMPTS, answers, strict=True):
+    tried = attempts()
+    answers = await as_agent(root, tried)
+    assert len(answers) == len(tried)
+    for attempt, (status, message) in zip(tried, answers, strict=True):
         assert status == 403, (attempt, status, message)
         assert message.startswith("drain-guard node-proxy: "), (attempt, message)
     assert api.request_log[sent:] == []  # none of them reached the API server
     # Its own Node's hold, in the protocol's shape, does go through (the API server's 422:
     # the test fails, desiredDrain is no longer held).
-    (answer,) = await _as_agent(
+    (answer,) = await as_agent(
         root,
         [
             (
@@ -390,7 +410,7 @@ async def test_only_the_agents_user_is_served(
     """Another local user (here root, whose group may reach the socket) gets a 403: the
     proxy checks the peer's UID on each request, not only the socket's file mode."""
     assert kubelet.kubeconfig.exists()
-    reader, writer = await asyncio.open_unix_connection(_agent_socket(root))
+    reader, writer = await asyncio.open_unix_connection(agent_socket(root))
     writer.write(
         f"GET /api/v1/nodes/{NODE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
     )
@@ -412,7 +432,7 @@ async def test_the_proxy_follows_the_kubelets_rotation_and_the_hold_is_kept(
     """Issue 14, now in the proxy: the kubelet rotates its certificate, the API server refuses
     the old one (401); the proxy reads the kubelet's kubeconfig and key again and the agent,
     never told, keeps its hold and releases it, neither restarted."""
-    agent = await _agent(root, agents)
+    agent = await start_agent(root, agents)
     add_build_pod(api)
     mcd_request(api, f"drain-{CONFIG_B}", **{protocol.DESIRED_IMAGE: IMAGE_B})
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == HELD)

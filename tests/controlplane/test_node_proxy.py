@@ -1,0 +1,137 @@
+"""The systemd install on the real control plane: drain-guard node-proxy holds a real node
+identity (a client certificate of ``system:node:<node>`` in ``system:nodes``, authorized by the
+real Node authorizer and NodeRestriction) and the agent, as its unit runs it (its own UID, no
+credential, ``--api-socket``), holds and releases its Node through it; whatever else the
+agent's process asks is refused by the proxy, and its own Node's write in the protocol's shape
+reaches the real API server's compare-and-swap. Processes as in
+tests/integration/test_node_proxy.py, which runs the same against the simulator.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from drain_guard import protocol
+from drain_guard_sim.agentproc import AgentProcess
+from drain_guard_sim.controlplane import ControlPlane
+from tests.controlplane.helpers import api_client
+from tests.controlplane.nodes import (
+    DRAIN_B,
+    add_build_pod,
+    create_worker,
+    mcd_request,
+    set_phase,
+    shared_namespace,
+    until,
+    wait_annotation,
+)
+from tests.deploy.tools import under
+from tests.helpers import IMAGE_B, MCO_NS, confinement, reap
+from tests.integration.test_node_proxy import (
+    JSON_PATCH,
+    as_agent,
+    attempts,
+    reads_as_agent,
+    start_agent,
+    started_proxy,
+)
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the proxy runs as root")
+
+DRAIN = protocol.annotation_path(protocol.DESIRED_DRAIN)
+
+
+@pytest.fixture
+async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
+    async with api_client(control_plane.admin_kubeconfig) as api:
+        await shared_namespace(api, MCO_NS)
+        await shared_namespace(api, "default")
+        yield api
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """The scratch host: one the agent's user may enter (pytest's own are root's, 0700)."""
+    with tempfile.TemporaryDirectory(prefix="dg-host-") as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+@pytest.fixture
+async def agents() -> AsyncIterator[list[AgentProcess]]:
+    started: list[AgentProcess] = []
+    yield started
+    await reap(started)
+
+
+async def test_the_agent_holds_and_releases_through_the_proxy_on_the_real_api_server(
+    control_plane: ControlPlane, admin: client.ApiClient, root: Path, agents: list[AgentProcess]
+) -> None:
+    node, other = await create_worker(admin), await create_worker(admin)
+    kubeconfig = Path(under(root, "/var/lib/kubelet/kubeconfig"))
+    kubeconfig.parent.mkdir(parents=True)
+    control_plane.user_kubeconfig(f"system:node:{node}", ["system:nodes"], kubeconfig)
+    kubeconfig.chmod(0o600)  # noqa: ASYNC240  (once)
+    assert not reads_as_agent(root, kubeconfig)  # the agent's user reads no credential
+
+    async with started_proxy(root, node) as proxy:
+        agent = await start_agent(root, agents, node)
+        doc = await confinement(agent)
+        assert doc["confined"] is True, doc
+        assert (
+            "drain-guard node-proxy: an agent may change only the Node it runs on"
+            in (doc["detail"])
+        )
+
+        pod = await add_build_pod(admin, node)
+        await mcd_request(admin, node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        held = await wait_annotation(
+            admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
+        )
+        assert held[protocol.HOLD_REASONS] == "build-pod"
+        await set_phase(admin, pod, "Succeeded")
+        await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+
+        # Its Events, written as the node through the proxy, are about its Node only.
+        core = client.CoreV1Api(admin)
+
+        async def released() -> list[client.CoreV1Event]:
+            found = await core.list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={node}"
+            )
+            return [e for e in found.items if e.reason == "DrainReleased"]
+
+        (event,) = await until(released)
+        assert event.reporting_component == "drain-guard"
+
+        # What a compromised agent process would try: refused by the proxy, every one.
+        tried = attempts(node, other)
+        answers = await as_agent(root, tried)
+        for attempt, (status, message) in zip(tried, answers, strict=True):
+            assert status == 403, (attempt, status, message)
+            assert message.startswith("drain-guard node-proxy: "), (attempt, message)
+        # Its own Node's release in the protocol's shape does reach the real API server, whose
+        # compare-and-swap refuses it: desiredDrain is no longer held (422).
+        ((status, message),) = await as_agent(
+            root,
+            [
+                (
+                    "PATCH",
+                    f"/api/v1/nodes/{node}",
+                    JSON_PATCH,
+                    [
+                        {"op": "test", "path": DRAIN, "value": "hold-" + DRAIN_B},
+                        {"op": "add", "path": DRAIN, "value": DRAIN_B},
+                    ],
+                )
+            ],
+        )
+        assert status == 422, message
+        assert await agent.stop() == 0
+        assert proxy.returncode is None
