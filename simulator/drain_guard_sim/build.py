@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -53,6 +54,7 @@ from drain_guard_sim.mco import (
     JsonObj,
     McoVersion,
     Timings,
+    condition_true,
     labels_of,
     read_json,
 )
@@ -100,6 +102,28 @@ def _conditions(**status: bool) -> list[JsonObj]:
     return out
 
 
+def _can_pool_build(pool: JsonObj) -> bool:
+    """canPoolBuild: no build while one is pending or running, or the pool is degraded.
+
+    MCO 4.15 also starts none after a failed build (``IsBuildFailure``) until the pool is
+    reset by hand; the simulator starts one for the next rendered config, so that a chaos
+    run goes on after a build its MCC evicted.
+    """
+    return not any(
+        condition_true(pool, c)
+        for c in ("BuildPending", "Building", "Degraded", "NodeDegraded", "RenderDegraded")
+    )
+
+
+async def _created(request: Awaitable[Any]) -> None:
+    """A create whose object may exist already (a build started again): 409 is fine."""
+    try:
+        await read_json(await request)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 class MachineOSBuilder(Actor):
     """MCO's 4.15 build controller for layered pools."""
 
@@ -140,19 +164,37 @@ class MachineOSBuilder(Actor):
             await inf.synced.wait()
 
     def _on_pool(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        """updateMachineConfigPool: a layered pool's new rendered config starts its build here,
+        in the event handler (shouldWeDoABuild), not 5 s later from the work queue."""
         if etype != "MODIFIED" or old is None or LAYERING_LABEL not in labels_of(obj):
             return
         new_config = ((obj.get("spec") or {}).get("configuration") or {}).get("name")
         old_config = ((old.get("spec") or {}).get("configuration") or {}).get("name")
-        if new_config and new_config != old_config:
+        if new_config and new_config != old_config and _can_pool_build(obj):
             self.spawn(
                 self._start_build(obj["metadata"]["name"], new_config), f"build-{new_config}"
             )
 
     async def _start_build(self, pool: str, config: str) -> None:
-        t = self.timings
-        await asyncio.sleep(t.s(t.build_controller_delay + t.build_prepare))
+        """startBuildForMachineConfigPool: the build's ConfigMaps, the Build, then BuildPending.
+
+        Until the last write the pool still says BuildSuccess (of the previous build): the
+        window in which MCO 4.15's node controller may target a node with the old image.
+        """
         name = f"build-{config}"
+        for cm_name, key in (
+            (f"mc-{config}", "machineconfig.json.gz"),
+            (f"dockerfile-{config}", "Dockerfile"),
+        ):
+            cm = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": cm_name, "namespace": MCO_NAMESPACE},
+                "data": {key: ""},
+            }
+            await _created(
+                self.core.create_namespaced_config_map(MCO_NAMESPACE, cm, _preload_content=False)
+            )
         body = {
             "apiVersion": f"{GROUP_BUILD}/v1",
             "kind": "Build",
@@ -175,15 +217,11 @@ class MachineOSBuilder(Actor):
                 "output": {"to": {"kind": "DockerImage", "name": f"{OCB_IMAGE_REPO}:latest"}},
             },
         }
-        try:
-            await read_json(
-                await self.custom.create_namespaced_custom_object(
-                    GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", body, _preload_content=False
-                )
+        await _created(
+            self.custom.create_namespaced_custom_object(
+                GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", body, _preload_content=False
             )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        )
         self.log(
             None,
             f"Build for {pool} marked pending with object reference Build {MCO_NAMESPACE}/{name}",

@@ -22,6 +22,7 @@ import asyncio
 import hashlib
 import itertools
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ from drain_guard_sim.mco import (
     read_json,
 )
 from drain_guard_sim.nodecontroller import NodeController, rendered_name
+from drain_guard_sim.nodewriters import NFD_USER, Kubelet, label_patch
 from drain_guard_sim.timeline import Timeline
 from drain_guard_sim.tls import ServingCert
 
@@ -100,6 +102,13 @@ DEPLOYMENTS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("openshift-monitoring", "openshift-state-metrics", {"k8s-app": "openshift-state-metrics"}),
 )
 READY = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
+#: The seed's losing order (``SimCluster.lose_build_races``), in MCO seconds: a label written
+#: this long after the MachineConfig queues the node controller's sync 5 s later, i.e. this
+#: long after the render's write (5 s after the MachineConfig), and each of the build's two
+#: ConfigMap creates takes this long, so the build is marked pending 2 x this after the
+#: render: the sync lands in the middle of the window, this far from either end.
+RACE_MARGIN = 2.0
+NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 
 
 def _suffix(*parts: str, n: int = 5) -> str:
@@ -321,6 +330,8 @@ class SimCluster:
     ``build_node`` hosts the build pod and the machine-os-builder and registry pods
     (default: the first worker, the node the rollout targets first, as in the seed);
     ``node_controller=False`` leaves the nodes' desired config and image to the caller;
+    ``node_writers=True`` adds each node's kubelet status reports (``nodewriters``, at a
+    phase drawn from ``seed``), which MCO 4.15's drain controller queues the node on;
     ``port`` and ``tls`` are the API server's (default: any free port, plain HTTP).
     """
 
@@ -334,6 +345,8 @@ class SimCluster:
         build_node: str | None = None,
         version: McoVersion = McoVersion.V4_15,
         node_controller: bool = True,
+        node_writers: bool = False,
+        seed: int = 0,
         bookmark_interval: float = 1.0,
         port: int = 0,
         tls: ServingCert | None = None,
@@ -348,6 +361,10 @@ class SimCluster:
         self.build_node = build_node or self.node_names[0]
         self.version = version
         self.with_node_controller = node_controller
+        self.with_node_writers = node_writers
+        self.seed = seed
+        self.kubelets: dict[str, Kubelet] = {}
+        self._race_arranger: asyncio.Task[None] | None = None
         self.api = SimApiServer(bookmark_interval=bookmark_interval, port=port, tls=tls)
         self.timeline = Timeline()
         self.hosts: dict[str, HostFS] = {}
@@ -387,6 +404,12 @@ class SimCluster:
         ]
         if self.with_node_controller:
             self.actors.append(NodeController(kc(MCC_USER), tl, t, version=v))
+        if self.with_node_writers:
+            for name in self.node_names:
+                self.api.add_node_user(name)
+                kubelet = Kubelet(kc(f"system:node:{name}"), tl, t, name, self.seed)
+                self.kubelets[name] = kubelet
+                self.actors.append(kubelet)
         for actor in self.actors:
             await actor.start()
         for name in self.node_names:
@@ -400,6 +423,10 @@ class SimCluster:
             await machine.wait_daemon_synced()
 
     async def stop(self) -> None:
+        if self._race_arranger is not None:
+            self._race_arranger.cancel()
+            await asyncio.gather(self._race_arranger, return_exceptions=True)
+            self._race_arranger = None
         for machine in self.machines.values():
             await machine.stop()
         for actor in reversed(self.actors):
@@ -514,8 +541,16 @@ class SimCluster:
 
     # -- driving the scenario --------------------------------------------------------------
 
-    async def create_machine_config(self, name: str, kernel_arguments: tuple[str, ...] = ()) -> str:
-        """``oc create`` a :func:`machine_config`; returns the config it renders to."""
+    async def create_machine_config(
+        self, name: str, kernel_arguments: tuple[str, ...] = (), *, lose_build_race: bool = False
+    ) -> str:
+        """``oc create`` a :func:`machine_config`; returns the config it renders to.
+
+        ``lose_build_race``: :meth:`lose_build_races` first, so MCO 4.15 targets a node with
+        the old image as in the seed; without it, the race is won.
+        """
+        if lose_build_race:
+            self.lose_build_races()
         mc = machine_config(name, kernel_arguments)
         self.api.create("machineconfigs", mc)
         self.timeline.add("user", None, f"oc create machineconfig {name}")
@@ -525,6 +560,45 @@ class SimCluster:
             if (m["metadata"].get("labels") or {}).get(ROLE_LABEL) == "worker"
         ]
         return rendered_name("worker", inputs)
+
+    def lose_build_races(self, margin: float = RACE_MARGIN) -> None:
+        """Arrange the order the seed's log shows for every MachineConfig created from now on.
+
+        MCO 4.15 targets a node with the new config and the old image only when the node
+        controller syncs between the render's write and the build controller's BuildPending,
+        which the build controller writes in its handler of that same pool event; the node
+        controller's own sync for it comes 5 s later. Here the build start is slow (each of
+        its ConfigMap creates takes ``margin`` s: the API server's latency) and another
+        controller labels ``build_node`` ``margin`` s after each MachineConfig, which queues
+        the node controller's sync ``margin`` s after the render and as long before the
+        BuildPending (MCO seconds; below 5 s the build pod exists before the cordon).
+        """
+        if self._race_arranger is not None:
+            return
+        t = self.timings
+        self.api.faults.latency(
+            t.s(margin), user=BUILDER_USER, verb="create", resource="configmaps"
+        )
+        self._race_arranger = asyncio.create_task(
+            self._label_after_each_machine_config(margin, self.api.resource_version)
+        )
+
+    async def _label_after_each_machine_config(self, margin: float, since: int) -> None:
+        """Label ``build_node`` ``margin`` s after each MachineConfig a user creates (checked
+        every 0.25 MCO s in the write log, so that it also follows ``kubectl create``)."""
+        while True:
+            await asyncio.sleep(self.timings.s(0.25))
+            for record in self.api.writes("machineconfigs", verb="create", since=since):
+                since = max(since, record.rv)
+                if record.name.startswith("rendered-"):
+                    continue
+                await asyncio.sleep(self.timings.s(margin) - (time.monotonic() - record.time))
+                self.label_node(self.build_node, NFD_LABEL, f"5.14.0-284.{record.rv}.el9_2")
+
+    def label_node(self, node: str, key: str, value: str) -> None:
+        """Another controller (node-feature-discovery) labels ``node``."""
+        self.api.patch("nodes", node, label_patch(key, value), user=NFD_USER)
+        self.timeline.add("node-feature-discovery", node, f"labelled {key}={value}")
 
     def restart_mcd(self, node: str, *, graceful: bool = False) -> None:
         self.machines[node].restart_daemon(graceful=graceful)

@@ -58,8 +58,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--time-factor",
         type=float,
-        default=0.04,
-        help="simulated seconds per MCO second (default: 0.04: a 120 s build takes 4.8 s)",
+        default=0.05,
+        help="simulated seconds per MCO second (default: 0.05: a 120 s build takes 6 s)",
     )
     parser.add_argument(
         "--timeline",
@@ -215,7 +215,9 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
                 for node in cluster.node_names:
                     await agents.start(node)
                 cluster.reboot_hooks.append(agents.restart)
-            await cluster.create_machine_config("99-worker-seed")
+            # The seed's order: the node controller's sync lands between the render and the
+            # build's BuildPending (only MCO 4.15 acts on it; cluster.create_machine_config).
+            await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
             try:
                 build = await cluster.wait_build_done(timeout=args.timeout)
                 if build.succeeded:
@@ -425,8 +427,10 @@ async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
         out.write(
             "drain-guard demo: the seed report (MCO 4.15 on-cluster layering) in a simulated\n"
             f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
-            "worker-0, and MCO 4.15 targets worker-0 with the new config but the old image\n"
-            "before the build is done. (--mco-version 4.18 plays a later MCO.)\n"
+            "worker-0. MCO 4.15's node controller races the build controller: here it loses,\n"
+            "as in the seed (a slow build start, and a node label written by another controller\n"
+            "that queued the node controller just after the render), and targets worker-0 with\n"
+            "the new config but the old image. (--mco-version 4.18 plays a later MCO.)\n"
         )
     else:
         out.write(

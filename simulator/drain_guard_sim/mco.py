@@ -145,15 +145,15 @@ class Timings:
     eviction_retry: float = 5.0
     wait_for_delete_interval: float = 1.0
     cordon_backoff: float = 10.0
-    # node controller (render + rollout)
+    # render controller (renderDelay) and node controller (defaultUpdateDelay)
+    render_delay: float = 5.0
     node_controller_delay: float = 5.0
-    # builds: the build controller also waits UpdateDelay after a pool change, then prepares
-    # the build (ConfigMaps, the Build object) before it marks the pool BuildPending.
-    build_controller_delay: float = 5.0
-    build_prepare: float = 2.0
+    # builds: the build controller starts a build in its pool event handler, at once.
     build_backoff_limit: int = 3
     build_pod_start: float = 3.0
     build_duration: float = 120.0
+    #: the kubelet's nodeStatusReportFrequency (MCO's kubelet.yaml): a Node status write
+    kubelet_status_report: float = 300.0
     # ReplicaSet controller re-creating an evicted pod
     replicaset_delay: float = 1.0
 
@@ -167,6 +167,14 @@ class Timings:
 
 def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def condition_true(obj: Mapping[str, Any], ctype: str) -> bool:
+    """Whether ``obj``'s status condition ``ctype`` is True (absent: False)."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == ctype:
+            return bool(cond.get("status") == "True")
+    return False
 
 
 def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:

@@ -1,11 +1,14 @@
-"""The machine-config-controller's render and node controllers for one pool, MCO 4.15 to 4.18.
+"""The machine-config-controller's render and node controllers for one pool, MCO 4.15 to 4.19.
 
-Render (pkg/controller/render): the pool's MachineConfigs (label ``…/role=<pool>``) are merged
-into ``rendered-<pool>-<hash>``, a MachineConfig of its own (with their kernel arguments), and
-the pool's ``spec.configuration.name`` points at it.
+Render (pkg/controller/render, its own queue, ``renderDelay`` 5 s after a MachineConfig or
+pool event): the pool's MachineConfigs (label ``…/role=<pool>``) are merged into
+``rendered-<pool>-<hash>``, a MachineConfig of its own (with their kernel arguments), and the
+pool's ``spec.configuration.name`` points at it.
 
 Node controller (pkg/controller/node/node_controller.go, ``syncMachineConfigPool``,
-``getAllCandidateMachines``): nodes whose desired config or desired image differ from the
+``getAllCandidateMachines``), queued 5 s after any pool event and after a node event that
+changes the node's readiness, MCO annotations, labels or taints (``updateNode``; the earliest
+pending time is kept): nodes whose desired config or desired image differ from the
 pool's are candidates; ``maxUnavailable`` (1) minus the unavailable nodes, minus the nodes
 failing to reach this very target (Degraded), is the capacity; candidates are taken oldest
 first; each chosen node gets ``desiredConfig`` = the pool's config and ``desiredImage`` = the
@@ -16,20 +19,23 @@ image already equals the pool's; a cordoned node is never a candidate.
 When a layered pool may roll out (``canLayeredPoolContinue``):
 
 - 4.15: while the pool's ``BuildSuccess`` condition is True, which it still is, from the
-  previous build, between the render and the moment the build controller marks the new build
-  pending (both wait 5 s after the pool changes; the build controller then prepares the build
-  first). A node targeted then gets the new config with the old image: the seed's bug. Once
-  BuildPending or Building is True, the rollout waits.
-- 4.16, 4.17: only once the build (a MachineOSBuild; here the Build object, kept) of the
-  pool's current rendered config has succeeded, with the image the pool has then;
-- 4.18 (latest z-stream, OCPBUGS-53408): and only once that build's image is the pool's
-  (``MachineOSBuildIsCurrent``).
+  previous build, between the render's write and the moment the build controller, which
+  starts the build in its handler of that very pool event, marks it pending. The node
+  controller's own sync for that event comes 5 s later and waits; a node is targeted with
+  the new config and the *old* image only when a sync queued by an earlier event (a node's
+  label changed by another controller, say) lands in that gap: the seed's race, lost.
+- 4.16, 4.17 and 4.18 before the OCL backport (``4.18-early``): only once the build (a
+  MachineOSBuild; here the Build object, kept) of the pool's current rendered config has
+  succeeded, with the image the pool has then;
+- 4.18 from the OCL backport (2025-05-27, with OCPBUGS-53408) and 4.19: and only once that
+  build's image is the pool's (``MachineOSBuildIsCurrent``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -44,6 +50,7 @@ from drain_guard_sim.mco import (
     LAYERING_LABEL,
     MCO_NAMESPACE,
     POOL_IMAGE,
+    REASON,
     ROLE_LABEL,
     STATE,
     STATE_DEGRADED,
@@ -56,12 +63,13 @@ from drain_guard_sim.mco import (
     WorkQueue,
     annotation_patch,
     annotations_of,
+    condition_true,
     labels_of,
     read_json,
 )
 from drain_guard_sim.timeline import Timeline
 
-__all__ = ["NodeController", "condition_true", "rendered_name", "rollout_targets"]
+__all__ = ["NodeController", "rendered_name", "rollout_targets"]
 
 
 def rendered_name(pool: str, configs: list[JsonObj]) -> str:
@@ -71,13 +79,6 @@ def rendered_name(pool: str, configs: list[JsonObj]) -> str:
     )
     digest = hashlib.md5(json.dumps(merged).encode(), usedforsecurity=False).hexdigest()
     return f"rendered-{pool}-{digest}"
-
-
-def condition_true(pool: JsonObj, ctype: str) -> bool:
-    for cond in (pool.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return bool(cond.get("status") == "True")
-    return False
 
 
 def _failing(node: JsonObj) -> bool:
@@ -114,6 +115,27 @@ def rollout_targets(
     return [n for n in nodes if not desired_equal(n) and _node_ready(n)][:capacity]
 
 
+_WATCHED_ANNOTATIONS = (CURRENT_CONFIG, DESIRED_CONFIG, STATE, REASON, CURRENT_IMAGE, DESIRED_IMAGE)
+
+
+def _node_changed(old: JsonObj, new: JsonObj) -> bool:
+    """What updateNode calls a change: readiness, its MCO annotations, labels, taints."""
+    old_ann, new_ann = annotations_of(old), annotations_of(new)
+    return (
+        _ready_condition(old) != _ready_condition(new)
+        or any(old_ann.get(k) != new_ann.get(k) for k in _WATCHED_ANNOTATIONS)
+        or labels_of(old) != labels_of(new)
+        or (old.get("spec") or {}).get("taints") != (new.get("spec") or {}).get("taints")
+    )
+
+
+def _ready_condition(node: JsonObj) -> str | None:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return str(cond.get("status"))
+    return None
+
+
 def _node_ready(node: JsonObj) -> bool:
     if (node.get("spec") or {}).get("unschedulable"):
         return False
@@ -143,6 +165,11 @@ class NodeController(Actor):
         self.queue = WorkQueue(
             timings.s(timings.rate_limit_base), timings.s(timings.rate_limit_max)
         )
+        #: The render controller's own queue (render_controller.go): its sync is not the
+        #: node controller's, and each waits its own 5 s after the events it watches.
+        self.render_queue = WorkQueue(
+            timings.s(timings.rate_limit_base), timings.s(timings.rate_limit_max)
+        )
         self.nodes: Informer | None = None
         self.pools: Informer | None = None
         self.configs: Informer | None = None
@@ -151,20 +178,20 @@ class NodeController(Actor):
 
     async def started(self) -> None:
         c = self.custom
-        self.nodes = Informer(self.core.list_node, self._on_change)
+        self.nodes = Informer(self.core.list_node, self._on_node)
         self.pools = Informer(
             c.list_cluster_custom_object,
-            self._on_change,
+            self._on_pool,
             {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigpools"},
         )
         self.configs = Informer(
             c.list_cluster_custom_object,
-            self._on_change,
+            self._on_config,
             {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigs"},
         )
         self.builds = Informer(
             c.list_namespaced_custom_object,
-            self._on_change,
+            self._on_build,
             {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE, "plural": "builds"},
         )
         informers = [(self.nodes, "nodes"), (self.pools, "pools"), (self.configs, "mcs")]
@@ -173,28 +200,51 @@ class NodeController(Actor):
         for inf, name in informers:
             self.spawn(inf.run(), f"node-controller-{name}")
             await inf.synced.wait()
-        self.spawn(self._worker(), "node-controller-worker")
+        self.spawn(self._worker(self.render_queue, self._render), "render-controller-worker")
+        self.spawn(self._worker(self.queue, self._sync_pool), "node-controller-worker")
+        self.render_queue.add(self.pool_name)
         self.queue.add(self.pool_name)
 
     async def stop(self) -> None:
         self.queue.shutdown()
+        self.render_queue.shutdown()
         await super().stop()
 
-    def _on_change(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+    def _enqueue(self) -> None:
         self.queue.add_after(self.pool_name, self.timings.s(self.timings.node_controller_delay))
 
-    async def _worker(self) -> None:
+    def _enqueue_render(self) -> None:
+        self.render_queue.add_after(self.pool_name, self.timings.s(self.timings.render_delay))
+
+    def _on_pool(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        """Both controllers queue the pool on any of its events."""
+        self._enqueue_render()
+        self._enqueue()
+
+    def _on_config(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        """Only the render controller watches MachineConfigs."""
+        self._enqueue_render()
+
+    def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        self._enqueue()
+
+    def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        """updateNode: the pool is queued when a node's readiness, MCO annotations, labels or
+        taints change; a status heartbeat alone queues nothing."""
+        if etype != "MODIFIED" or old is None or _node_changed(old, obj):
+            self._enqueue()
+
+    async def _worker(self, queue: WorkQueue, sync: Callable[[], Awaitable[None]]) -> None:
         while True:
-            key = await self.queue.get()
+            key = await queue.get()
             try:
-                await self._render()
-                await self._sync_pool()
-                self.queue.forget(key)
+                await sync()
+                queue.forget(key)
             except ApiException as exc:
                 self.log(None, f"Error syncing machineconfigpool {key}: {exc.status} {exc.reason}")
-                self.queue.add_rate_limited(key)
+                queue.add_rate_limited(key)
             finally:
-                self.queue.done(key)
+                queue.done(key)
 
     # -- render ----------------------------------------------------------------------------
 

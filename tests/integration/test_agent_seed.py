@@ -37,7 +37,7 @@ async def test_seed_scenario_with_agents(tmp_path: Path, version: McoVersion) ->
                 await spawn(
                     node, cluster.agent_kubeconfig(node), cluster.hosts[node], started=agents
                 )
-            await cluster.create_machine_config("99-worker-seed")
+            await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
             build = await cluster.wait_build_done(timeout=120)
             await cluster.wait_rollout_done(timeout=180)
         finally:

@@ -25,9 +25,10 @@ WAIT = 30.0
 
 async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path: Path) -> None:
     # The eviction API ignores budgets for Pending pods (as Kubernetes does), so the build pod
-    # must be Running before the first eviction. The pod comes 7 MCO seconds after the pool
-    # changes (the build controller's 5 s delay and its preparation), the cordon 10 s after
-    # (the node controller's and the MCC's 5 s): a pod that starts in 0.5 s leaves 2.5 s.
+    # must be Running before the first eviction. In the seed's order (lose_build_race) the pod
+    # comes 4 MCO seconds after the render (the build's two slow ConfigMap creates), the
+    # cordon 7 s after (the node controller's sync 2 s after the render, then the MCC's 5 s):
+    # a pod that starts in 0.5 s leaves 2.5 s.
     timings = Timings(build_pod_start=0.5)
     async with SimCluster(tmp_path, time_factor=0.03, timings=timings) as cluster:
         api = cluster.api
@@ -39,7 +40,7 @@ async def test_seed_with_the_agent_killed_after_shielding_the_build_pod(tmp_path
         shield = Shield(kube, NodeScope(node), default_build_pod_selectors(), cache)
         task = asyncio.create_task(shield.run())
         try:
-            rendered = await cluster.create_machine_config("99-worker-seed")
+            rendered = await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
             pod = f"build-{rendered}-build"
             # The budget is in force (computed by the disruption controller) for the running pod.
             await api.wait_for(

@@ -212,31 +212,50 @@ async def test_4_18_does_not_drain_for_an_equal_image(tmp_path: Path) -> None:
         assert ann(cluster, "worker-1")[STATE] == "Done"
 
 
-@pytest.mark.parametrize("version", [McoVersion.V4_15, McoVersion.V4_16])
-async def test_targets_during_the_build(tmp_path: Path, version: McoVersion) -> None:
-    """4.15 targets the first node with the old image before the build is marked pending,
-    then waits; 4.16+ target no node before the build of the new config succeeded."""
-    # 0.03: the 4.15 node controller wins its race with the build controller by 2 MCO seconds.
-    async with SimCluster(tmp_path, time_factor=0.03, version=version) as cluster:
+@pytest.mark.parametrize(
+    ("version", "lose_build_race"),
+    [(McoVersion.V4_15, True), (McoVersion.V4_15, False), (McoVersion.V4_16, True)],
+)
+async def test_targets_during_the_build(
+    tmp_path: Path, version: McoVersion, lose_build_race: bool
+) -> None:
+    """4.15 targets the first node with the old image when the node controller syncs between
+    the render and the build's BuildPending (the race lost, as in the seed), then waits;
+    when the race is won, or on 4.16+, no node is targeted before the build succeeded and
+    no node is drained for the image it runs."""
+    # 0.05: each end of the lost race is 2 MCO seconds (0.1 s) away from the node controller.
+    async with SimCluster(tmp_path, time_factor=0.05, version=version) as cluster:
         api = cluster.api
         rv = api.resource_version
-        rendered = await cluster.create_machine_config("99-worker-files")
+        rendered = await cluster.create_machine_config(
+            "99-worker-files", lose_build_race=lose_build_race
+        )
         build = await cluster.wait_build_done(timeout=60)
-        targeted = [
-            r
-            for r in api.writes("nodes", user=MCC_USER, since=rv)
-            if annotations_of(r.after or {}).get(DESIRED_CONFIG) == rendered
-            and annotations_of(r.before or {}).get(DESIRED_CONFIG) != rendered
-        ]
+
+        def targeted() -> list[WriteRecord]:
+            return [
+                r
+                for r in api.writes("nodes", user=MCC_USER, since=rv)
+                if annotations_of(r.after or {}).get(DESIRED_CONFIG) == rendered
+                and annotations_of(r.before or {}).get(DESIRED_CONFIG) != rendered
+            ]
+
         during = [
-            r.name for r in targeted if cluster.timeline.since_start(r.time) <= build.finished
+            r.name for r in targeted() if cluster.timeline.since_start(r.time) <= build.finished
         ]
-        if version is McoVersion.V4_15:
+        if version is McoVersion.V4_15 and lose_build_race:
             assert during == ["worker-0"]
-        else:
-            assert during == []
-            assert build.succeeded
-            assert cluster.cordons() == []
+            return
+        assert during == []
+        assert build.succeeded
+        assert cluster.cordons() == []
+        await cluster.wait_rollout_done(timeout=60)
+        images = {annotations_of(r.after or {})[DESIRED_IMAGE] for r in targeted()}
+        assert images
+        assert cluster.initial_image not in images
+        assert not [c for c in cluster.cordons() if c.unchanged_image]
+        # Its syncs during the build waited for it (pending, or running once its pod started).
+        assert cluster.timeline.select(actor="node-controller", contains="Requeueing layered pool")
 
 
 async def test_4_18_recordons_a_node_uncordoned_during_its_drain(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from drain_guard_sim.cluster import SimCluster
 from drain_guard_sim.mco import (
+    BUILDER_USER,
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -19,18 +20,21 @@ from drain_guard_sim.mco import (
     MCD_USER,
     MCO_NAMESPACE,
     annotations_of,
+    condition_true,
 )
 from drain_guard_sim.timeline import Timeline
 
 
 async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> None:
-    # 0.03: the node controller wins its race with the build controller by 2 MCO seconds.
-    async with SimCluster(tmp_path, time_factor=0.03) as cluster:
+    # The race lost as in the seed (create_machine_config's lose_build_race: a slow build start
+    # and a node-controller sync queued by another controller's label write); 0.05: each end
+    # of the race is 2 MCO seconds (0.1 s) away from the node controller's sync.
+    async with SimCluster(tmp_path, time_factor=0.05) as cluster:
         api = cluster.api
         x = cluster.initial_image
         start_rv = api.resource_version
-        rendered = await cluster.create_machine_config("99-worker-seed")
-        build = await cluster.wait_build_done(timeout=30)
+        rendered = await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
+        build = await cluster.wait_build_done(timeout=60)
 
         # The build ran on worker-0 (the seed's node) and ended Error (BuildPodDeleted).
         stored = api.get("builds", build.name, MCO_NAMESPACE)
@@ -45,7 +49,8 @@ async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> No
         assert pod_create.after is not None
         assert pod_create.after["spec"]["nodeName"] == "worker-0"
 
-        # The node controller gave worker-0 the new config while desiredImage still named X.
+        # The node controller gave worker-0 the new config while desiredImage still named X:
+        # after the render's write, before the build controller marked the build pending.
         targeted = [
             r
             for r in api.writes("nodes", name="worker-0", user=MCC_USER, since=start_rv)
@@ -53,6 +58,18 @@ async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> No
         ]
         assert targeted
         assert annotations_of(targeted[0].after or {})[DESIRED_IMAGE] == x
+        [render] = [
+            r
+            for r in api.writes("machineconfigpools", name="worker", user=MCC_USER, since=start_rv)
+            if (r.after or {}).get("spec", {}).get("configuration", {}).get("name") == rendered
+            and (r.before or {}).get("spec", {}).get("configuration", {}).get("name") != rendered
+        ]
+        pending = next(
+            r
+            for r in api.writes("machineconfigpools", name="worker", user=BUILDER_USER)
+            if condition_true(r.after or {}, "BuildPending")
+        )
+        assert render.rv < targeted[0].rv < pending.rv
 
         # The MCD planned a transition from X to the same X and requested a drain.
         transition = cluster.timeline.select(
