@@ -140,6 +140,9 @@ class MachineOSBuilder(Actor):
         self.pools: Informer | None = None
         self.builds: Informer | None = None
         self._phases: dict[str, str] = {}
+        #: MCO seconds each of a build's ConfigMap creates takes (a slow API server; 0: as
+        #: fast as the simulator answers). ``SimCluster.lose_build_races`` sets it.
+        self.slow_start = 0.0
 
     async def started(self) -> None:
         c = self.custom
@@ -192,6 +195,7 @@ class MachineOSBuilder(Actor):
                 "metadata": {"name": cm_name, "namespace": MCO_NAMESPACE},
                 "data": {key: ""},
             }
+            await asyncio.sleep(self.timings.s(self.slow_start))
             await _created(
                 self.core.create_namespaced_config_map(MCO_NAMESPACE, cm, _preload_content=False)
             )
@@ -390,11 +394,11 @@ class OpenShiftBuildController(Actor):
         labels: dict[str, str] = {BUILD_NAME_LABEL: name}
         annotations: dict[str, str] = {BUILD_NAME_LABEL: name}
         pod_name = f"{name}-build"
-        if self.version is McoVersion.V4_16:
-            labels, annotations = {BUILD_POD_LABEL: ""}, {}
-        elif self.version is McoVersion.V4_18:
+        if self.version.job_builds:
             labels, annotations = {JOB_NAME_LABEL: name, "job-name": name}, {}
             pod_name = f"{name}-{attempt}"
+        elif self.version.gates_on_build:
+            labels, annotations = {BUILD_POD_LABEL: ""}, {}
         return {
             "apiVersion": "v1",
             "kind": "Pod",

@@ -164,8 +164,8 @@ class ChaosConfig:
 
     @property
     def mco_version(self) -> McoVersion:
-        """The MCO the actors play: seeds cycle through 4.15, 4.16 (and 4.17), 4.18 in runs of
-        six, so every version meets every combination of ``racing_mcc`` and ``shield``."""
+        """The MCO the actors play: seeds cycle through every ``McoVersion`` in runs of six, so
+        every version meets every combination of ``racing_mcc`` and ``shield``."""
         return list(McoVersion)[(self.seed // 6) % len(McoVersion)]
 
     @property
@@ -291,6 +291,9 @@ class _Run:
             time_factor=config.time_factor,
             timings=timings,
             version=config.mco_version,
+            # The kubelets' status reports: on 4.15 and 4.16-early each queues the MCC.
+            node_writers=True,
+            seed=config.seed,
         )
         self.agents: dict[str, AgentProcess] = {}
         self.history: list[AgentProcess] = []

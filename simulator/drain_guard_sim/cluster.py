@@ -374,6 +374,7 @@ class SimCluster:
         self.initial_config = ""
         self.initial_image = INITIAL_IMAGE
         self.drain: DrainController | None = None
+        self.builder: MachineOSBuilder | None = None
         self._agent_kubeconfigs: dict[str, Path] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -392,12 +393,13 @@ class SimCluster:
         kc = self.kubeconfig
         v = self.version
         self.drain = DrainController(kc(MCC_USER), tl, t, v)
+        self.builder = MachineOSBuilder(kc(BUILDER_USER), tl, t, v)
         self.actors = [
             ReplicaSetController(kc(KCM_USER), tl, t),
             OpenShiftBuildController(
                 kc(BUILD_CONTROLLER_USER), tl, t, lambda _b: self.build_node, v
             ),
-            MachineOSBuilder(kc(BUILDER_USER), tl, t, v),
+            self.builder,
             self.drain,
             # Deletes the shield's budgets with their pods, as kube-controller-manager does.
             GarbageCollector(kc(GC_USER), tl, t),
@@ -568,17 +570,15 @@ class SimCluster:
         controller syncs between the render's write and the build controller's BuildPending,
         which the build controller writes in its handler of that same pool event; the node
         controller's own sync for it comes 5 s later. Here the build start is slow (each of
-        its ConfigMap creates takes ``margin`` s: the API server's latency) and another
+        its ConfigMap creates takes ``margin`` s longer, as on a slow API server) and another
         controller labels ``build_node`` ``margin`` s after each MachineConfig, which queues
         the node controller's sync ``margin`` s after the render and as long before the
         BuildPending (MCO seconds; below 5 s the build pod exists before the cordon).
         """
         if self._race_arranger is not None:
             return
-        t = self.timings
-        self.api.faults.latency(
-            t.s(margin), user=BUILDER_USER, verb="create", resource="configmaps"
-        )
+        assert self.builder is not None, "start the cluster first"
+        self.builder.slow_start = margin
         self._race_arranger = asyncio.create_task(
             self._label_after_each_machine_config(margin, self.api.resource_version)
         )

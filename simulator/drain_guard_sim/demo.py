@@ -71,8 +71,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--mco-version",
         choices=[v.value for v in McoVersion],
         default=McoVersion.V4_15.value,
-        help="the MCO the simulated cluster plays: 4.15 (the seed's, default), 4.16 (4.16 and "
-        "4.17), 4.18 (its latest z-stream); docs/mco-versions.md",
+        help="the MCO the simulated cluster plays: 4.15 (the seed's, default), 4.16-early (4.16 "
+        "before PR 4484), 4.16 (4.16 from then, 4.17), 4.18-early (4.18 before the "
+        "on-cluster-layering backport), 4.18 (its latest z-stream, 4.19); docs/mco-versions.md",
     )
     parser.add_argument(
         "--agent-max-hold",

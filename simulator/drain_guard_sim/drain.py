@@ -4,8 +4,10 @@ Modelled on pkg/controller/drain/drain_controller.go and the kubectl drain helpe
 
 - informer-driven, 5 workers, a node enqueued ``UpdateDelay`` (5 s) after an event (an earlier
   pending time is kept): in 4.15 on every node add/update (so the 5 s run from the node
-  controller's write, before the MCD's request); in 4.16 and 4.17 only when ``desiredDrain``
-  changes; in 4.18 also when ``spec.unschedulable`` changes;
+  controller's write, before the MCD's request, and every other Node writer's); so in 4.16
+  before PR 4484 (``4.16-early``); from then, in 4.17 and in 4.18 before PR 6101 only when
+  ``desiredDrain`` changes; in 4.18's latest (``4.18``) also when ``spec.unschedulable``
+  changes;
 - ``syncNode``: nothing when ``desiredDrain == lastAppliedDrain``; the verb is the text before
   the first ``-``; ``uncordon`` uncordons, ``drain`` cordons and drains, anything else is an
   error retried with client-go's rate limiter, then "Dropping node ... out of the queue" and a
@@ -15,8 +17,9 @@ Modelled on pkg/controller/drain/drain_controller.go and the kubectl drain helpe
   it has failed for 10 min); after 1 h ``mcc_drain_err{node}`` is 1;
 - on success ``lastAppliedDrain`` = the ``desiredDrain`` value read at the start of the sync.
   An attempt in flight is not stopped when ``desiredDrain`` changes, and the node is uncordoned
-  only for the ``uncordon`` verb. 4.18 cordons again a node someone uncordoned during a drain,
-  and does not write ``lastAppliedDrain`` when the node was uncordoned by the drain's end.
+  only for the ``uncordon`` verb. 4.18's latest cordons again a node someone uncordoned during
+  a drain, and does not write ``lastAppliedDrain`` when the node was uncordoned by the
+  drain's end.
 """
 
 from __future__ import annotations
@@ -101,7 +104,7 @@ class DrainController(Actor):
             watched = [
                 annotations_of(obj).get(DESIRED_DRAIN) != annotations_of(old).get(DESIRED_DRAIN)
             ]
-            if self.version is McoVersion.V4_18:
+            if self.version.manages_cordon:
                 watched.append(_cordoned(obj) != _cordoned(old))
             if not any(watched):
                 return
@@ -148,7 +151,7 @@ class DrainController(Actor):
             if not await self._drain_node(node):
                 # Requeued inside; MCO returns nil here so the rate limiter is not involved.
                 return None
-            if self.version is McoVersion.V4_18 and not _cordoned(self.nodes.cache.get(name, node)):
+            if self.version.manages_cordon and not _cordoned(self.nodes.cache.get(name, node)):
                 self.log(
                     name,
                     f"node {name}: externally uncordoned during drain, skipping completion "
@@ -196,7 +199,7 @@ class DrainController(Actor):
         now = time.monotonic()
         started = self.ongoing_drains.get(name)
         duration = 0.0
-        recordon = started is not None and self.version is McoVersion.V4_18 and not _cordoned(node)
+        recordon = started is not None and self.version.manages_cordon and not _cordoned(node)
         if recordon:
             self.log(
                 name, f"External actor has unexpectedly uncordoned node {name}, cordoning again..."

@@ -10,8 +10,9 @@ pkg/daemon/update.go (``updateOnClusterBuild``) and pkg/daemon/drain.go (``perfo
 - an update's target (config *and image*) is taken from the Node when the sync starts; the
   daemon then blocks in ``performDrain``, so a ``desiredImage`` that changes meanwhile is only
   seen after the reboot: MCO 4.15 finishes the stale same-image update, then starts the real one
-  (whose drain is skipped: ``lastAppliedDrain`` already says ``drain-<config>``); 4.18 (with
-  OCPBUGS-53408) skips an update whose images are equal: no drain, no reboot;
+  (whose drain is skipped: ``lastAppliedDrain`` already says ``drain-<config>``); every
+  version to 4.19 (``updateOnClusterLayering``) drains and reboots for an equal image too:
+  only the node controller (4.18's ``MachineOSBuildIsCurrent``) keeps such a target away;
 - an update starts when config or image differ, or when they are equal but the state is not
   Done (``prepUpdateFromCluster``);
 - ``performDrain`` writes ``desiredDrain=drain-<desiredConfig>`` by strategic merge patch
@@ -307,19 +308,6 @@ class MachineConfigDaemon(Actor):
     async def _update_on_cluster_build(
         self, started: float, old_config: str, new_config: str, old_image: str, new_image: str
     ) -> None:
-        if old_image == new_image and self.version is McoVersion.V4_18:
-            # OCPBUGS-53408 (4.18.z, 4.19+): equal images, no OS update, no drain, no reboot.
-            self.say(f"Already in desired image {new_image}")
-            self.host.write_mcd_current_config(new_config, new_image)
-            await self._set(
-                {
-                    STATE: STATE_DONE,
-                    CURRENT_CONFIG: new_config,
-                    CURRENT_IMAGE: new_image,
-                    REASON: "",
-                }
-            )
-            return
         self.updating = True
         if self.cached.get(STATE) not in (STATE_DEGRADED, "Unreconcilable"):
             await self._set({STATE: STATE_WORKING})

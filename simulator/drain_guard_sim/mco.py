@@ -82,12 +82,18 @@ GROUP_BUILD = "build.openshift.io"
 class McoVersion(StrEnum):
     """Which MCO the actors play; where the versions differ is in docs/mco-versions.md.
 
-    ``4.16`` stands for 4.16 and 4.17 (same drain controller, same node-controller gate);
-    ``4.18`` is 4.18's latest z-stream (with OCPBUGS-53408).
+    ``4.16-early``: 4.16 before PR 4484 (release-4.16, 2024-07-27), whose drain controller
+    queues a node on every Node update, as 4.15's does; ``4.16``: 4.16 from then, and 4.17;
+    ``4.18-early``: 4.18 before the on-cluster-layering backport (PR 5025, 2025-05-27): as
+    4.16/4.17, with Job builds; ``4.18``: 4.18's latest z-stream (the backport, which brought
+    OCPBUGS-53408's check, and the drain controller's cordon management of PRs 5322 and 6101)
+    and 4.19.
     """
 
     V4_15 = "4.15"
+    V4_16_EARLY = "4.16-early"
     V4_16 = "4.16"
+    V4_18_EARLY = "4.18-early"
     V4_18 = "4.18"
 
     @property
@@ -97,12 +103,26 @@ class McoVersion(StrEnum):
 
     @property
     def drain_on_annotation_only(self) -> bool:
-        """4.16+: the drain controller queues a node only when ``desiredDrain`` changes."""
-        return self is not McoVersion.V4_15
+        """4.16 from PR 4484: the drain controller queues a node only when ``desiredDrain``
+        changes (and, with ``manages_cordon``, ``spec.unschedulable``)."""
+        return self not in (McoVersion.V4_15, McoVersion.V4_16_EARLY)
 
     @property
     def job_builds(self) -> bool:
         """4.18+: a build runs as a Job (``backoffLimit: 3``), whose evicted pod is retried."""
+        return self in (McoVersion.V4_18_EARLY, McoVersion.V4_18)
+
+    @property
+    def checks_build_is_current(self) -> bool:
+        """4.18 from the backport, 4.19: the node controller also waits until the pool's image
+        is its build's (``MachineOSBuildIsCurrent``, OCPBUGS-53408)."""
+        return self is McoVersion.V4_18
+
+    @property
+    def manages_cordon(self) -> bool:
+        """4.18's latest, 4.19: the drain controller cordons again a node uncordoned during
+        its drain, queues the node when ``spec.unschedulable`` changes, and then writes no
+        ``lastAppliedDrain`` (PRs 5322, 6101)."""
         return self is McoVersion.V4_18
 
 

@@ -351,9 +351,9 @@ class NodeController(Actor):
             if phase != "Complete":
                 return f"MachineOSBuild for {target} is {phase or 'not there yet'}"
             built = (status.get("output") or {}).get("to", {}).get("imageDigest", "-")
-            if self.version is McoVersion.V4_18 and not image.endswith(built):
-                # MachineOSBuildIsCurrent (OCPBUGS-53408); 4.16/4.17 go on with the image the
-                # pool has: the residual race, open only until the image is written.
+            if self.version.checks_build_is_current and not image.endswith(built):
+                # MachineOSBuildIsCurrent (OCPBUGS-53408); 4.16/4.17 and 4.18-early go on with
+                # the image the pool has: the residual race, open until the image is written.
                 return f"Image built successfully, but the pool's image is not {built} yet"
             return None
         if condition_true(pool, "BuildSuccess"):

@@ -10,14 +10,23 @@ before the build is done: the agents hold nothing there, and must not get in the
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import McoVersion
+from drain_guard_sim.mco import (
+    DESIRED_CONFIG,
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    MCD_USER,
+    McoVersion,
+    annotations_of,
+)
 from tests.helpers import reap, spawn
+from tests.sim.helpers import CFG
 
 # MCO's seconds → simulated seconds (a 120 s build takes 6 s). The 4.15 MCC may cordon 2 to
 # 3.5 s (here 0.1 to 0.18 s) after a request; the agent answers in milliseconds, and this keeps
@@ -65,3 +74,59 @@ async def test_seed_scenario_with_agents(tmp_path: Path, version: McoVersion) ->
     # The drains that did happen came after the build, each for a new image.
     assert outcome.cordons
     assert all(c.t > build.finished for c in outcome.cordons)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("version", [McoVersion.V4_18_EARLY, McoVersion.V4_18])
+async def test_the_4_18_daemon_asks_to_drain_for_its_image_and_the_agent_holds(
+    tmp_path: Path, version: McoVersion
+) -> None:
+    """4.18's daemon drains for an equal image whenever such a target reaches it; only the
+    node controller's MachineOSBuildIsCurrent (the latest z-stream's) keeps it away. Passed
+    by (the target written as an earlier z-stream's node controller could), drain-guard holds
+    the request (noop-image) and the node is not cordoned."""
+    agents: list[AgentProcess] = []
+    async with SimCluster(
+        tmp_path / "cluster",
+        nodes=2,
+        time_factor=TIME_FACTOR,
+        node_controller=False,
+        version=version,
+    ) as cluster:
+        api = cluster.api
+        try:
+            agent = await spawn(
+                "worker-1",
+                cluster.agent_kubeconfig("worker-1"),
+                cluster.hosts["worker-1"],
+                started=agents,
+            )
+            rv = api.resource_version
+            api.patch("nodes", "worker-1", {"metadata": {"annotations": {DESIRED_CONFIG: CFG}}})
+            request = await api.wait_for_write(
+                lambda r: (
+                    r.user == MCD_USER
+                    and annotations_of(r.after or {}).get(DESIRED_DRAIN) == f"drain-{CFG}"
+                ),
+                since=rv,
+                timeout=30,
+            )
+            assert annotations_of(request.after or {})[DESIRED_IMAGE] == cluster.initial_image
+            record = await agent.wait_log(lambda r: r.get("outcome") == "hold", timeout=30)
+            assert record["reasons"] == ["noop-image"]
+            await api.wait_for(
+                lambda: (
+                    annotations_of(api.get("nodes", "worker-1"))[DESIRED_DRAIN] != f"drain-{CFG}"
+                ),
+                timeout=10,
+            )
+            # The MCC has read the held request (it refuses its verb) and not cordoned.
+            async with asyncio.timeout(30):
+                await cluster.timeline.wait_for(
+                    lambda e: e.node == "worker-1" and "non-recognized drain verb" in e.message
+                )
+            assert not api.get("nodes", "worker-1")["spec"].get("unschedulable")
+            assert cluster.cordons() == []
+            assert await agent.stop() == 0
+        finally:
+            await reap(agents)

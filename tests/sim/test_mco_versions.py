@@ -41,12 +41,19 @@ def cordoned(rec: WriteRecord) -> bool:
 
 @pytest.mark.parametrize(
     ("version", "window"),
-    [(McoVersion.V4_15, "short"), (McoVersion.V4_16, "5s"), (McoVersion.V4_18, "5s")],
+    [
+        (McoVersion.V4_15, "short"),
+        (McoVersion.V4_16_EARLY, "short"),
+        (McoVersion.V4_16, "5s"),
+        (McoVersion.V4_18_EARLY, "5s"),
+        (McoVersion.V4_18, "5s"),
+    ],
 )
 async def test_request_to_cordon_window(tmp_path: Path, version: McoVersion, window: str) -> None:
-    """4.15: the MCC's 5 s start at the node controller's write and the MCD asks 1.5-3 s later
-    (rate limiter, drift check), so the cordon follows the request by 2-3.5 s; 4.16+ queue
-    the node only when desiredDrain changes: 5 s from the request."""
+    """4.15 and 4.16 before PR 4484: the MCC's 5 s start at the node controller's write (no
+    other Node writer here) and the MCD asks 1.5-3 s later (rate limiter, drift check), so
+    the cordon follows the request by 2-3.5 s; later versions queue the node only when
+    desiredDrain changes: 5 s from the request."""
     factor = 0.1
     timings = Timings(mcd_drift_check=(2.0, 2.0))
     async with SimCluster(
@@ -194,22 +201,26 @@ def test_a_node_failing_to_reach_the_target_keeps_the_capacity_at_zero() -> None
     assert [n["metadata"]["name"] for n in rollout_targets(nodes, "new", "x", 1)] == ["worker-0"]
 
 
-async def test_4_18_does_not_drain_for_an_equal_image(tmp_path: Path) -> None:
-    """OCPBUGS-53408 (4.18.z, 4.19+): the MCD skips an update whose images are equal."""
+@pytest.mark.parametrize("version", [McoVersion.V4_18_EARLY, McoVersion.V4_18])
+async def test_4_18_drains_and_reboots_for_an_equal_image(
+    tmp_path: Path, version: McoVersion
+) -> None:
+    """updateOnClusterLayering drains unconditionally and always reboots; "Already in desired
+    image" only skips the rebase. With the node controller's check passed by (here: no node
+    controller, the target written by hand), the 4.18 daemon asks for a drain to its image."""
     async with SimCluster(
-        tmp_path, nodes=2, time_factor=0.01, node_controller=False, version=McoVersion.V4_18
+        tmp_path, nodes=2, time_factor=0.01, node_controller=False, version=version
     ) as cluster:
         api = cluster.api
         rv = api.resource_version
         set_ann(cluster, "worker-1", desired_config=CFG)
-        await api.wait_for(lambda: ann(cluster, "worker-1").get(CURRENT_CONFIG) == CFG, timeout=20)
-        assert not [
-            r
-            for r in api.writes("nodes", user=MCD_USER, since=rv)
-            if wrote_drain(f"drain-{CFG}", "worker-1")(r)
-        ]
-        assert cluster.machines["worker-1"].reboots == 0
+        await api.wait_for_write(wrote_drain(f"drain-{CFG}", "worker-1"), since=rv, timeout=20)
+        await api.wait_for(lambda: ann(cluster, "worker-1").get(CURRENT_CONFIG) == CFG, timeout=30)
+        assert cluster.machines["worker-1"].reboots == 1
         assert ann(cluster, "worker-1")[STATE] == "Done"
+        assert cluster.timeline.select(actor=MCD, node="worker-1", contains="Image pullspecs equal")
+        [cordon] = [c for c in cluster.cordons() if c.node == "worker-1"]
+        assert cordon.unchanged_image
 
 
 @pytest.mark.parametrize(
