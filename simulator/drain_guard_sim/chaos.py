@@ -155,6 +155,9 @@ class ChaosConfig:
     settle_timeout: float = 45.0
     #: Extra ``drain-guard run`` flags (the checker's own tests cripple the agent with them).
     agent_args: tuple[str, ...] = ()
+    #: The kubelets' status reports (``SimCluster(node_writers=...)``): on 4.15 and 4.16-early
+    #: each queues the MCC, which then may act before its delay from the target.
+    node_writers: bool = True
 
     @property
     def racing_mcc(self) -> bool:
@@ -291,8 +294,7 @@ class _Run:
             time_factor=config.time_factor,
             timings=timings,
             version=config.mco_version,
-            # The kubelets' status reports: on 4.15 and 4.16-early each queues the MCC.
-            node_writers=True,
+            node_writers=config.node_writers,
             seed=config.seed,
         )
         self.agents: dict[str, AgentProcess] = {}

@@ -57,11 +57,13 @@ async def test_the_checker_catches_an_agent_that_does_not_guard(tmp_path: Path) 
     """An agent blind to build pods, on hosts whose booted image cannot be read, lets the
     seed's drain evict the build pod while it is up and synced: the run must fail."""
     # Seed 1: MCO 4.15, its MCC not racing (the build pod, started 20 MCO seconds after the
-    # render in the lost build race, is there when it drains), no shield; MCO's seconds at
-    # 0.05 (not 0.01) so that a loaded machine keeps that order.
+    # render in the lost build race, is there when it drains, 60 MCO seconds after the
+    # target: no kubelet report may bring it earlier), no shield; MCO's seconds at 0.05 (not
+    # 0.01) so that a loaded machine keeps that order.
     config = ChaosConfig(
         seed=1,
         time_factor=0.05,
+        node_writers=False,
         agent_args=("--build-pod-selector", "drain-guard-chaos/never=match"),
         # The build fails: the last rollout cannot complete; 15 s (300 MCO seconds) see the
         # MCC's drain, 60 MCO seconds after the target, evict the build pod.
@@ -70,7 +72,8 @@ async def test_the_checker_catches_an_agent_that_does_not_guard(tmp_path: Path) 
     schedule = [
         Action(0.0, "corrupt-host", "worker-0", (("how", "cmdline"),)),
         Action(0.0, "corrupt-host", "worker-1", (("how", "cmdline"),)),
-        Action(0.5, "rollout"),
+        # 4 s (80 MCO seconds): the MCC's 60 s from the daemons' startup writes have passed.
+        Action(4.0, "rollout"),
     ]
     report = await run_chaos(config, tmp_path, schedule)
     assert not report.ok
