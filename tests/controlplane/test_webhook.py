@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ from drain_guard_sim.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.controlplane import ControlPlane
 from drain_guard_sim.tls import ServingCert
 from tests.controlplane.helpers import api_client, own_namespace, unique
+from tests.controlplane.test_rights import documented
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     Obj,
@@ -144,6 +146,30 @@ def _denied(status: int, message: str, why: str) -> None:
     assert why in message, message
 
 
+#: The API server's answers by request, as docs/rights.md names them (install openshift-4.15).
+Answers = dict[str, str]
+WEBHOOK_DENIAL = re.compile(r'admission webhook \\?"?([a-z.-]+)\\?"? denied the request')
+
+
+def _answer(status: int, message: str) -> str:
+    """The rights table's words for an answer."""
+    if status in (200, 201):
+        return "allowed"
+    if "failed calling webhook" in message:
+        return "denied: the webhook unreachable (failurePolicy Fail)"
+    found = WEBHOOK_DENIAL.search(message)
+    if status == 403 and found:
+        return f"denied: webhook {found.group(1)}"
+    return "denied: RBAC" if status == 403 else f"{status}: {message}"
+
+
+async def _ask(answers: Answers, request: str, call: Awaitable[Any]) -> tuple[int, str]:
+    """Make the request and keep its answer under ``request``."""
+    status, message = await _status(call)
+    answers[request] = _answer(status, message)
+    return status, message
+
+
 async def _status(call: Awaitable[Any]) -> tuple[int, str]:
     """(200, "") when the API server allowed it, else its status and message."""
     try:
@@ -203,10 +229,25 @@ async def test_the_webhook_confines_the_agents_real_token(
                     namespace,
                 ),
             )
-            await _prove(admin, control_plane, tmp_path, namespace, agent_account, daemonset)
-            await _prove_an_outage_strands_no_hold(
-                admin, control_plane, tmp_path, namespace, agent_account, daemonset, webhook
+            answers: Answers = {}
+            await _prove(
+                answers, admin, control_plane, tmp_path, namespace, agent_account, daemonset
             )
+            await _prove_an_outage_strands_no_hold(
+                answers,
+                admin,
+                control_plane,
+                tmp_path,
+                namespace,
+                agent_account,
+                daemonset,
+                webhook,
+            )
+            # docs/rights.md's rows of this install are exactly these answers.
+            table = documented("openshift-4.15")
+            wrong = {r: (table.get(r), a) for r, a in answers.items() if table.get(r) != a}
+            assert not wrong, f"(table, API server) per request: {wrong}"
+            assert set(table) == set(answers), f"rows no request made: {set(table) - set(answers)}"
         finally:
             await reap(started)
             await _status(
@@ -270,6 +311,7 @@ async def _bound_kubeconfig(
 
 
 async def _prove(
+    answers: Answers,
     admin: client.ApiClient,
     plane: ControlPlane,
     tmp_path: Path,
@@ -296,13 +338,27 @@ async def _prove(
 
         # Rights the node identity had and this account never has (RBAC).
         request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-        for target in ("default", f"{account}-webhook", account):
-            status, _ = await _status(
-                as_agent.create_namespaced_service_account_token(target, namespace, request)
+        targets = {
+            "its own ServiceAccount": account,
+            "its namespace's default ServiceAccount": "default",
+            "the webhook's ServiceAccount": f"{account}-webhook",
+        }
+        for what, target in targets.items():
+            await _ask(
+                answers,
+                f"create a token for {what}",
+                as_agent.create_namespaced_service_account_token(target, namespace, request),
             )
-            assert status == 403, target
-        assert (await _status(as_agent.list_namespaced_secret(namespace)))[0] == 403
-        assert (await _status(as_agent.read_namespaced_secret("any", MCO)))[0] == 403
+        await _ask(
+            answers,
+            "list the Secrets of its own namespace",
+            as_agent.list_namespaced_secret(namespace),
+        )
+        await _ask(
+            answers,
+            "read a Secret in openshift-machine-config-operator",
+            as_agent.read_namespaced_secret("any", MCO),
+        )
         csr = {
             "metadata": {"name": unique("csr")},
             "spec": {
@@ -312,36 +368,56 @@ async def _prove(
             },
         }
         certificates: Any = client.CertificatesV1Api(agent)
-        assert (await _status(certificates.create_certificate_signing_request(csr)))[0] == 403
+        await _ask(
+            answers,
+            "create a CertificateSigningRequest",
+            certificates.create_certificate_signing_request(csr),
+        )
 
         # Another Node: its drain keys, its spec, its taints. The webhook denies each.
         hold = protocol.hold_patch(
             REQUEST, LAST_APPLIED, "0", [Reason.BUILD_POD], datetime.now(UTC), "build pod"
         )
-        status, message = await _status(as_agent.patch_node(other, hold, _content_type=JSON_PATCH))
+        status, message = await _ask(
+            answers,
+            "hold another Node's drain",
+            as_agent.patch_node(other, hold, _content_type=JSON_PATCH),
+        )
         _denied(status, message, f"only the Node it runs on ({own})")
         taint = {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
-        for name in (other, own):
-            status, message = await _status(
-                as_agent.patch_node(name, taint, _content_type="application/merge-patch+json")
+        for whose, name in (("another", other), ("its own", own)):
+            status, message = await _ask(
+                answers,
+                f"taint {whose} Node",
+                as_agent.patch_node(name, taint, _content_type="application/merge-patch+json"),
             )
             _denied(status, message, "drain-guard:")
         label = {"metadata": {"labels": {"example.com/x": "y"}}}
-        status, message = await _status(
-            as_agent.patch_node(own, label, _content_type="application/merge-patch+json")
+        status, message = await _ask(
+            answers,
+            "label its own Node",
+            as_agent.patch_node(own, label, _content_type="application/merge-patch+json"),
         )
         _denied(status, message, "labels")
 
         # Its own hold and release: allowed, as the agent writes them.
-        assert (await _status(as_agent.patch_node(own, hold, _content_type=JSON_PATCH)))[0] == 200
+        status, message = await _ask(
+            answers,
+            "hold its own Node's drain (the agent's JSON Patch)",
+            as_agent.patch_node(own, hold, _content_type=JSON_PATCH),
+        )
+        assert status == 200, message
         node = await core.read_node(own)
         assert node.metadata.annotations[protocol.DESIRED_DRAIN] == "hold-" + REQUEST
         release = protocol.release_patch(
             REQUEST, LAST_APPLIED, node.metadata.resource_version, node.metadata.annotations
         )
-        assert (await _status(as_agent.patch_node(own, release, _content_type=JSON_PATCH)))[
-            0
-        ] == 200
+        status, message = await _ask(
+            answers,
+            "release its own Node's hold (the agent's JSON Patch)",
+            as_agent.patch_node(own, release, _content_type=JSON_PATCH),
+        )
+        assert status == 200, message
 
         # Budgets: the shield's shape on its own node's build pod, and nothing else.
         build_pod = Pod.from_dict(core.api_client.sanitize_for_serialization(build))
@@ -350,33 +426,56 @@ async def _prove(
         wide = copy.deepcopy(manifest)
         wide["metadata"]["name"] += "-mco"
         wide["spec"]["selector"] = {"matchLabels": {"k8s-app": "machine-os-builder"}}
-        status, message = await _status(policy.create_namespaced_pod_disruption_budget(MCO, wide))
+        status, message = await _ask(
+            answers,
+            "create a budget selecting MCO's machine-os-builder",
+            policy.create_namespaced_pod_disruption_budget(MCO, wide),
+        )
         _denied(status, message, "never k8s-app")
         theirs = copy.deepcopy(manifest)
         theirs["metadata"]["name"] += "-other"
         theirs["metadata"]["labels"]["drain-guard.io/node"] = other
-        status, message = await _status(policy.create_namespaced_pod_disruption_budget(MCO, theirs))
+        status, message = await _ask(
+            answers,
+            "create a budget labelled for another Node",
+            policy.create_namespaced_pod_disruption_budget(MCO, theirs),
+        )
         _denied(status, message, "own node's")
-        status, message = await _status(
-            policy.create_namespaced_pod_disruption_budget(MCO, manifest)
+        status, message = await _ask(
+            answers,
+            "create a budget on its own Node's build pod",
+            policy.create_namespaced_pod_disruption_budget(MCO, manifest),
         )
         assert status == 200, message
 
         # Events: about its own Node only.
-        status, message = await _status(as_agent.create_namespaced_event("default", _event(other)))
+        status, message = await _ask(
+            answers,
+            "create an Event about another Node in default",
+            as_agent.create_namespaced_event("default", _event(other)),
+        )
         _denied(status, message, "own Node")
-        status, message = await _status(as_agent.create_namespaced_event("default", _event(own)))
+        status, message = await _ask(
+            answers,
+            "create an Event about its own Node in default",
+            as_agent.create_namespaced_event("default", _event(own)),
+        )
         assert status == 200, message
 
     # The same account with a token bound to no pod: no extras, every write denied.
     unbound = await _bound_kubeconfig(admin, plane, tmp_path / "unbound", namespace, account, None)
     async with api_client(unbound) as stranger:
         as_stranger: Any = client.CoreV1Api(stranger)
-        status, message = await _status(as_stranger.patch_node(own, hold, _content_type=JSON_PATCH))
+        status, message = await _ask(
+            answers,
+            "hold its own Node's drain with a token bound to no pod",
+            as_stranger.patch_node(own, hold, _content_type=JSON_PATCH),
+        )
         _denied(status, message, "pod-name and pod-uid")
 
 
 async def _prove_an_outage_strands_no_hold(
+    answers: Answers,
     admin: client.ApiClient,
     plane: ControlPlane,
     tmp_path: Path,
@@ -406,14 +505,20 @@ async def _prove_an_outage_strands_no_hold(
         record = protocol.read_hold(node.metadata.annotations)
         assert record is not None
         update = protocol.update_hold_patch(record, [Reason.BUILD_POD], "more")
-        status, message = await _status(as_agent.patch_node(held, update, _content_type=JSON_PATCH))
+        status, message = await _ask(
+            answers,
+            "update its own Node's hold while the webhook is down",
+            as_agent.patch_node(held, update, _content_type=JSON_PATCH),
+        )
         assert status != 200, "a write went through without the webhook"
         assert "failed calling webhook" in message, message
         release = protocol.release_patch(
             REQUEST, LAST_APPLIED, node.metadata.resource_version, node.metadata.annotations
         )
-        status, message = await _status(
-            as_agent.patch_node(held, release, _content_type=JSON_PATCH)
+        status, message = await _ask(
+            answers,
+            "release its own Node's hold while the webhook is down",
+            as_agent.patch_node(held, release, _content_type=JSON_PATCH),
         )
         assert status == 200, message
     node = await core.read_node(held)
