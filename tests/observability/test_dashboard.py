@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.helpers import (
     require_tool,
     wait_annotation,
 )
+from tests.observability.dashboard_page import page
 from tests.observability.prometheus import prometheus
 
 COMPONENT = REPO / "daemonset" / "components" / "console-dashboard"
@@ -118,4 +120,24 @@ async def test_every_query_returns_series_from_an_agent_holding_a_drain(
         assert float(held["value"][1]) == 1
         [pool] = await prom.query("sum by (pool) (drain_guard_pool_rollout_held)")
         assert (pool["metric"], float(pool["value"][1])) == ({"pool": "worker"}, 1)
+        snapshot = os.environ.get("DRAIN_GUARD_DASHBOARD_PAGE")
+        if snapshot:  # scripts/dashboard-screenshot.sh: the page behind docs/dashboard.png
+            await asyncio.sleep(float(os.environ.get("DRAIN_GUARD_DASHBOARD_SECONDS", "0")))
+            end = time.time()
+            ranges = [
+                [
+                    (
+                        await prom.api(
+                            "query_range",
+                            query=t["expr"],
+                            start=str(end - 120),
+                            end=str(end),
+                            step="2",
+                        )
+                    )["result"]
+                    for t in panel["targets"]
+                ]
+                for panel in _dashboard()["panels"]
+            ]
+            Path(snapshot).write_text(page(_dashboard(), ranges))  # noqa: ASYNC240 (once)
     assert await agent.stop() == 0
