@@ -644,6 +644,12 @@ async def release_node(kube: Kube, name: str) -> bool:
         result = await kube.patch_node_json(name, [*release.patch, *withdraw])
         if isinstance(result, Applied):
             print(f"node {name}: released {release.original} (outcome manual)")
+            if release.record is not None and protocol.Reason.BUILD_POD in release.record.reasons:
+                print(
+                    f"node {name}: note: it was held for a build pod; if the build still runs,"
+                    " the drain starts now and waits at its PodDisruptionBudget (the shield)"
+                    " until the build ends"
+                )
             if request is not None:
                 print(f"node {name}: withdrew the hold request {printable(repr(request))}")
             return True

@@ -98,6 +98,8 @@ async def test_release_is_manual_and_sticks(
     code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
     assert (code, err) == (0, "")
     assert f"released {DRAIN_B} (outcome manual)" in out
+    # Issue 25: a release while the build runs lets the drain start and stall on the budget.
+    assert "it was held for a build pod; if the build still runs, the drain starts now" in out
     ann = node_annotations(api)
     assert ann[protocol.DESIRED_DRAIN] == DRAIN_B
     assert ann[protocol.RELEASED] == DRAIN_B
