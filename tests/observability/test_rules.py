@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -18,8 +19,17 @@ RULES = ROOT / "daemonset" / "rules" / "drain-guard.rules.yml"
 PROMETHEUS_RULE = ROOT / "daemonset" / "base" / "prometheusrule.yaml"
 RULES_TEST = Path(__file__).with_name("rules_test.yml")
 RUNBOOKS = ROOT / "docs" / "runbooks"
-RUNBOOK_BASE = "https://github.com/drain-guard/drain-guard/blob/main/docs/runbooks/"
+RUNBOOK_BASE = (ROOT / "daemonset" / "rules" / "runbook-base-url").read_text().strip()
 GENERATOR = ROOT / "scripts" / "gen-prometheusrule.py"
+
+
+def generator() -> Any:
+    spec = importlib.util.spec_from_file_location("gen_prometheusrule", GENERATOR)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def alerts() -> list[dict[str, Any]]:
@@ -68,6 +78,28 @@ def test_prometheusrule_matches_the_rules_file() -> None:
     assert manifest["spec"] == yaml.safe_load(RULES.read_text())
     result = run(sys.executable, str(GENERATOR), "--check")
     assert result.returncode == 0, result.stderr
+
+
+def test_the_runbook_base_url_file_sets_every_runbook_url() -> None:
+    """A fork or a mirror edits daemonset/rules/runbook-base-url only: the generator carries it
+    into every alert of the rules file, the PrometheusRule and the promtool expectations."""
+    gen = generator()
+    fork = "https://git.example.com/ops/drain-guard/-/blob/v1/docs/runbooks/"
+    assert fork != RUNBOOK_BASE
+    rules = yaml.safe_load(gen.with_runbook_base(RULES.read_text(), fork))
+    manifest = yaml.safe_load(gen.render(rules))
+    for groups in (rules["groups"], manifest["spec"]["groups"]):
+        urls = {r["alert"]: r["annotations"]["runbook_url"] for g in groups for r in g["rules"]}
+        assert urls == {rule["alert"]: f"{fork}{rule['alert']}.md" for rule in alerts()}
+    expected = yaml.safe_load(gen.with_runbook_base(RULES_TEST.read_text(), fork))["tests"]
+    expected_urls = {
+        (check["alertname"], alert["exp_annotations"]["runbook_url"])
+        for case in expected
+        for check in case.get("alert_rule_test", [])
+        for alert in check["exp_alerts"]
+    }
+    assert expected_urls == {(name, f"{fork}{name}.md") for name, _ in expected_urls}
+    assert {name for name, _ in expected_urls} == {rule["alert"] for rule in alerts()}
 
 
 @pytest.mark.parametrize("rule", alerts(), ids=lambda r: str(r["alert"]))
