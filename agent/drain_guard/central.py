@@ -42,6 +42,7 @@ from drain_guard.runner import (
     kept_after_error,
     uninstalling,
     until_stopped,
+    warn_short_api_stale_after,
 )
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.server import LateSource, make_app, serve
@@ -364,4 +365,5 @@ async def _shield(
 def run_shield(settings: ShieldSettings) -> int:
     """``drain-guard shield``: the central shield until SIGTERM/SIGINT; 0 after a clean stop."""
     configure_logging(settings.log_format, settings.log_level)
+    warn_short_api_stale_after(settings.api_stale_after)
     return asyncio.run(_main(settings))

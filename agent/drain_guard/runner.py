@@ -13,13 +13,21 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from drain_guard import __version__, selfcheck
-from drain_guard.config import Settings, WorkloadRef
+from drain_guard.config import Settings, WorkloadRef, format_duration
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.kube import WATCH_TIMEOUT, Kube, KubeError, WatchCache, WorkloadState
+from drain_guard.kube import (
+    BOOKMARK_PERIOD,
+    WATCH_TIMEOUT,
+    Kube,
+    KubeError,
+    WatchCache,
+    WorkloadState,
+)
 from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import MetricCounters, Metrics
@@ -267,7 +275,27 @@ async def _agent(
     return code
 
 
+#: Below this, a healthy idle watch (a bookmark about once a minute from kube-apiserver) can
+#: look stale between two bookmarks, and ``/readyz`` flaps.
+MIN_API_STALE_AFTER = timedelta(seconds=2 * BOOKMARK_PERIOD)
+
+
+def warn_short_api_stale_after(api_stale_after: timedelta) -> None:
+    """Say at start when ``--api-stale-after`` is too short for a real API server.
+
+    A warning, not a refusal: against an API server that sends bookmarks faster (the
+    simulator's tests) a few seconds is meaningful."""
+    if api_stale_after < MIN_API_STALE_AFTER:
+        log.warning(
+            "--api-stale-after %s is below %s: kube-apiserver sends a bookmark on an idle"
+            " watch about once a minute, so /readyz may fail while the API is healthy",
+            format_duration(api_stale_after),
+            format_duration(MIN_API_STALE_AFTER),
+        )
+
+
 def run_agent(settings: Settings) -> int:
     """``drain-guard run``: the agent until SIGTERM/SIGINT; 0 after a clean shutdown."""
     configure_logging(settings.log_format, settings.log_level)
+    warn_short_api_stale_after(settings.api_stale_after)
     return asyncio.run(_main(settings))

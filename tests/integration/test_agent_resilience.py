@@ -263,6 +263,8 @@ async def test_an_outage_shows_the_watches_not_watching_and_the_contact_stale_th
     than --api-stale-after; then all of it recovers without a restart."""
     api.bookmark_interval = 0.3  # a healthy idle watch shows contact well within the window
     agent = await start_agent("--api-stale-after", "3s", "--log-level", "DEBUG")
+    # 3s only makes sense because this API server bookmarks every 0.3s: the agent says so.
+    await agent.wait_log(lambda r: str(r["message"]).startswith("--api-stale-after 3s is below 2m"))
     watches = (await _status(agent))["watches"]
     assert {r: (w["listed"], w["watching"]) for r, w in watches.items()} == {
         "node": (True, True),

@@ -1,4 +1,4 @@
-"""The process runner's TaskGroup: how the agent's parts end it, in-process."""
+"""The process runner: how the agent's parts end it (in-process), and its start-up warnings."""
 
 from __future__ import annotations
 
@@ -6,10 +6,16 @@ import asyncio
 import logging
 import os
 import signal
+from datetime import timedelta
 
 import pytest
 
-from drain_guard.runner import Stopped, until_stopped
+from drain_guard.runner import (
+    MIN_API_STALE_AFTER,
+    Stopped,
+    until_stopped,
+    warn_short_api_stale_after,
+)
 
 
 async def _forever() -> None:
@@ -55,3 +61,25 @@ async def test_a_part_that_returns_ends_the_agent_with_1_unsignalled(
 
     assert await until_stopped({"node": done(), "pods": _forever()}) == Stopped(1, signalled=False)
     assert "node task ended" in [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize(
+    ("stale_after", "warned"),
+    [
+        (timedelta(seconds=1), True),
+        (MIN_API_STALE_AFTER - timedelta(seconds=1), True),
+        (MIN_API_STALE_AFTER, False),
+        (timedelta(minutes=10), False),
+    ],
+)
+def test_an_api_stale_after_shorter_than_two_bookmarks_is_warned_about(
+    caplog: pytest.LogCaptureFixture, stale_after: timedelta, *, warned: bool
+) -> None:
+    """Issue 25: `--api-stale-after 1s` was accepted silently; against kube-apiserver (a
+    bookmark a minute) it makes /readyz fail on a healthy idle agent."""
+    with caplog.at_level(logging.WARNING, "drain_guard.runner"):
+        warn_short_api_stale_after(stale_after)
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m.startswith("--api-stale-after ") and "below 2m" in m for m in messages] == (
+        [True] if warned else []
+    )
