@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -22,13 +21,17 @@ BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}
 
 
 class _Content:
-    def __init__(self, lines: list[bytes]) -> None:
-        self.lines = lines
+    """The watch stream's body, read as aiohttp's StreamReader is: ``readany`` gives the
+    next chunk (a line here); after the last one the stream stays open, as a watch does."""
 
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        for line in self.lines:
-            yield line
-        await asyncio.Event().wait()  # the stream stays open, as a watch does
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines = list(lines)
+
+    async def readany(self) -> bytes:
+        if self.lines:
+            return self.lines.pop(0)
+        await asyncio.Event().wait()
+        return b""
 
 
 class _Response:
