@@ -21,14 +21,13 @@ from drain_guard import protocol
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.controlplane import ControlPlane
 from drain_guard_sim.hostfs import HostFS
-from tests.controlplane.helpers import WAIT, api_client
+from tests.controlplane.helpers import WAIT
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,
     create_worker,
     mcd_request,
     set_phase,
-    shared_namespace,
     wait_annotation,
 )
 from tests.helpers import CONFIG_A, IMAGE_A, IMAGE_B, MCO_NS, metric, reap, spawn
@@ -37,14 +36,6 @@ CONFIG_C = "rendered-worker-" + "c" * 32
 #: New MCD requests at most, until another writer gets between the agent's read and write.
 ROUNDS = 20
 DRAIN_C = f"drain-{CONFIG_C}"
-
-
-@pytest.fixture
-async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(control_plane.admin_kubeconfig) as api:
-        await shared_namespace(api, MCO_NS)
-        await shared_namespace(api, "default")
-        yield api
 
 
 @pytest.fixture

@@ -20,19 +20,17 @@ from kubernetes_asyncio import client
 from drain_guard import protocol
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,
     create_worker,
     mcd_request,
     set_phase,
-    shared_namespace,
     until,
     wait_annotation,
 )
 from tests.deploy.tools import under
-from tests.helpers import IMAGE_B, MCO_NS, confinement, reap
+from tests.helpers import IMAGE_B, confinement, reap
 from tests.integration.test_node_proxy import (
     JSON_PATCH,
     as_agent,
@@ -45,14 +43,6 @@ from tests.integration.test_node_proxy import (
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the proxy runs as root")
 
 DRAIN = protocol.annotation_path(protocol.DESIRED_DRAIN)
-
-
-@pytest.fixture
-async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(control_plane.admin_kubeconfig) as api:
-        await shared_namespace(api, MCO_NS)
-        await shared_namespace(api, "default")
-        yield api
 
 
 @pytest.fixture

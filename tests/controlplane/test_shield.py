@@ -4,28 +4,18 @@ what the real eviction API refuses a drain with (the disruption controller compu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.controlplane import ControlPlane
 from drain_guard_sim.hostfs import HostFS
-from tests.controlplane.helpers import api_client, unique
-from tests.controlplane.nodes import add_build_pod, create_worker, shared_namespace, until
+from tests.controlplane.helpers import unique
+from tests.controlplane.nodes import add_build_pod, create_worker, until
 from tests.helpers import IMAGE_A, MCO_NS, reap, spawn
-
-
-@pytest.fixture
-async def admin(control_plane: ControlPlane) -> AsyncIterator[client.ApiClient]:
-    async with api_client(control_plane.admin_kubeconfig) as api:
-        await shared_namespace(api, MCO_NS)
-        await shared_namespace(api, "default")
-        yield api
 
 
 async def budgets_of(admin: client.ApiClient, node: str) -> list[Any]:
