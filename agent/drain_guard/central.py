@@ -46,7 +46,8 @@ from drain_guard.runner import (
 )
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.server import LateSource, make_app, serve
-from drain_guard.shield import EVERY_NODE, Shield, ShieldStatus
+from drain_guard.shield import Shield
+from drain_guard.shieldplan import EVERY_NODE, ShieldStatus
 from drain_guard.status import WatchStatus, contact_unready, watches_unready
 
 log = logging.getLogger("drain_guard.central")

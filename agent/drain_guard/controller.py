@@ -32,7 +32,8 @@ from drain_guard.kube import (
 from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
-from drain_guard.shield import Shield, shield_namespaces
+from drain_guard.shield import Shield
+from drain_guard.shieldplan import shield_namespaces
 from drain_guard.status import (
     AgentStatus,
     WatchStatus,

@@ -32,7 +32,8 @@ from drain_guard.kubeclient import ConfigException
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.server import LateSource, make_app, serve
-from drain_guard.shield import NodeScope, Shield
+from drain_guard.shield import Shield
+from drain_guard.shieldplan import NodeScope
 
 log = logging.getLogger("drain_guard.runner")
 

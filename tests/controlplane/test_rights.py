@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
 from drain_guard.pods import Pod
-from drain_guard.shield import Role, Want
+from drain_guard.shieldplan import Role, Want
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.controlplane import ControlPlane
 from drain_guard_sim.hostfs import HostFS

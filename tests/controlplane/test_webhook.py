@@ -30,7 +30,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from drain_guard import protocol
 from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
-from drain_guard.shield import Role, Want, budget_name
+from drain_guard.shieldplan import Role, Want, budget_name
 from drain_guard_sim.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.controlplane import ControlPlane
 from drain_guard_sim.tls import ServingCert

@@ -25,7 +25,7 @@ from drain_guard.kube import Kube
 from drain_guard.kubeclient import ApiClient
 from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
-from drain_guard.shield import Role, Want, budget_name
+from drain_guard.shieldplan import Role, Want, budget_name
 from tests.deploy.admission import Policy, Verdict
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
 

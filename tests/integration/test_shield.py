@@ -23,12 +23,8 @@ from drain_guard.kube import Kube, NullCounters, WatchCache
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from drain_guard.shield import (
-    EVERY_NODE,
-    REGISTRY_NAMESPACE,
-    NodeScope,
-    Shield,
-)
+from drain_guard.shield import Shield
+from drain_guard.shieldplan import EVERY_NODE, REGISTRY_NAMESPACE, NodeScope
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.drain import DrainController
 from drain_guard_sim.gc import GC_USER, GarbageCollector

@@ -10,7 +10,8 @@ from typing import cast
 from drain_guard.central import CentralShield
 from drain_guard.kube import WatchCache
 from drain_guard.metrics import BaseMetrics, MetricCounters
-from drain_guard.shield import Shield, ShieldStatus
+from drain_guard.shield import Shield
+from drain_guard.shieldplan import ShieldStatus
 from drain_guard.status import WatchStatus
 
 STALE_AFTER = timedelta(minutes=10)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import shield
+from drain_guard import shieldplan
 from drain_guard.pods import Pod, node_label_value
 from drain_guard.selectors import (
     MCO_NAMESPACE,
@@ -17,13 +17,13 @@ from drain_guard.selectors import (
     default_build_pod_selectors,
     parse_build_pod_selector,
 )
-from drain_guard.shield import EVERY_NODE, BudgetState, NodeScope, Role, Want, plan
+from drain_guard.shieldplan import EVERY_NODE, BudgetState, NodeScope, Role, Want, plan
 
 NODE = "worker-0"
 OTHER = "worker-1"
 HERE = NodeScope(NODE)
 SELECTORS = default_build_pod_selectors()
-DEPS = shield.default_dependency_selectors()
+DEPS = shieldplan.default_dependency_selectors()
 BUILD_LABELS = {"openshift.io/build.name": "build-rendered-worker-b"}
 
 
@@ -52,13 +52,13 @@ def pod(
 
 def checked(pods: list[Pod]) -> dict[str, str]:
     """What the shield's list by labels finds for each pod (it sees other nodes' pods only so)."""
-    return {p.uid: shield.not_unique(p, pods) for p in pods}
+    return {p.uid: shieldplan.not_unique(p, pods) for p in pods}
 
 
 def ours_for(p: Pod, role: Role = Role.BUILD_POD, **overrides: object) -> BudgetState:
     """The budget the plan would create for ``p`` (labelled with its node), as the API server
     would return it."""
-    obj = Want(p, role, shield.budget_name(p.name, p.uid)).manifest()
+    obj = Want(p, role, shieldplan.budget_name(p.name, p.uid)).manifest()
     obj["metadata"]["uid"] = f"pdb-{p.uid}"
     return _replace(BudgetState.from_dict(obj), **overrides)
 
@@ -108,7 +108,7 @@ def test_no_budget_for_build_pods_elsewhere_finished_or_deleting() -> None:
         pod("e", labels={"app": "not-a-build"}),
     ]
     result = plan(HERE, pods, [], SELECTORS)
-    assert result == shield.Plan()
+    assert result == shieldplan.Plan()
 
 
 def test_an_existing_budget_is_kept_not_recreated() -> None:
@@ -168,7 +168,7 @@ def test_every_node_leaves_unscheduled_pods_and_budgets_not_drain_guards() -> No
         ours_for(pod("x")), labels={"app.kubernetes.io/managed-by": "drain-guard"}
     )
     result = plan(EVERY_NODE, [unscheduled], [unlabelled, foreign("f", {"a": "1"})], SELECTORS)
-    assert result == shield.Plan()
+    assert result == shieldplan.Plan()
 
 
 def test_mco_pods_never_get_a_budget_in_either_scope() -> None:
@@ -178,7 +178,7 @@ def test_mco_pods_never_get_a_budget_in_either_scope() -> None:
         pod("machine-config-daemon-1", labels={"k8s-app": "machine-config-daemon"}),
     ]
     for scope in (HERE, EVERY_NODE):
-        assert plan(scope, mco, [], SELECTORS) == shield.Plan()
+        assert plan(scope, mco, [], SELECTORS) == shieldplan.Plan()
 
 
 def test_scopes_select_their_budgets_by_label() -> None:
@@ -284,7 +284,7 @@ def test_dependencies_only_while_a_build_runs_anywhere() -> None:
     registry = pod(
         "image-registry-1",
         labels={"docker-registry": "default"},
-        namespace=shield.REGISTRY_NAMESPACE,
+        namespace=shieldplan.REGISTRY_NAMESPACE,
     )
     # This agent sees only its node's pods: another node's build shows as that agent's budget.
     build_elsewhere = ours_for(pod(node=OTHER))
@@ -313,7 +313,7 @@ def test_dependency_budgets_go_when_no_build_runs() -> None:
 
 def test_replicas_sharing_labels_are_not_shielded() -> None:
     labels = {"docker-registry": "default", "pod-template-hash": "abc"}
-    ns = shield.REGISTRY_NAMESPACE
+    ns = shieldplan.REGISTRY_NAMESPACE
     here = pod("registry-1", labels=labels, namespace=ns)
     there = pod("registry-2", labels=labels, namespace=ns, node=OTHER)
     elsewhere = ours_for(pod(node=OTHER))
@@ -331,10 +331,10 @@ def test_replicas_sharing_labels_are_not_shielded() -> None:
 
 def test_long_names_and_node_names_fit_kubernetes_limits() -> None:
     long_pod = "p" * 250
-    name = shield.budget_name(long_pod, "uid-1")
+    name = shieldplan.budget_name(long_pod, "uid-1")
     assert len(name) <= 253
-    assert name != shield.budget_name(long_pod, "uid-2")
-    assert shield.budget_name("short", "uid") == "drain-guard-short"
+    assert name != shieldplan.budget_name(long_pod, "uid-2")
+    assert shieldplan.budget_name("short", "uid") == "drain-guard-short"
     long_node = "ip-10-0-12-65." + "x" * 60 + ".compute.internal"
     value = node_label_value(long_node)
     assert len(value) <= 63
@@ -347,7 +347,7 @@ def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
     result = plan(
         HERE, [p], [foreign("x", {"openshift.io/build.name": "build-rendered-worker-b"})], SELECTORS
     )
-    status = shield.ShieldStatus(
+    status = shieldplan.ShieldStatus(
         nodes=HERE,
         namespaces=(MCO_NAMESPACE,),
         forbidden={"other": "poddisruptionbudget_list forbidden"},
@@ -367,7 +367,7 @@ def test_status_json_lists_budgets_conflicts_and_forbidden_namespaces() -> None:
     assert status["forbidden"] == {"other": "poddisruptionbudget_list forbidden"}
     assert status["budgets"] == []
     assert status["node"] == NODE
-    assert shield.ShieldStatus().to_json()["node"] == "*"
+    assert shieldplan.ShieldStatus().to_json()["node"] == "*"
 
 
 _label = st.sampled_from(["a", "b", "c"])
