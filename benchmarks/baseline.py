@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from drain_guard import guards, host, protocol
+from drain_guard import decisions, guards, host, protocol
+from drain_guard.decide import decide
 from drain_guard.kube import Applied, Kube, KubeError, load_api_client
 from drain_guard.pods import Pod
 from drain_guard.selectors import default_build_pod_selectors
@@ -84,8 +85,8 @@ class Poller:
             now=datetime.now(UTC),
             resource_version=node.resource_version,
         )
-        decision = guards.decide(view, self._guards, MAX_HOLD)
-        if decision.patch and isinstance(decision, guards.Hold):
+        decision = decide(view, self._guards, MAX_HOLD)
+        if decision.patch and isinstance(decision, decisions.Hold):
             result = await kube.patch_node_json(node.name, decision.patch)
             if isinstance(result, Applied):
                 self.holds += 1

@@ -34,6 +34,7 @@ from drain_guard.config import (
     settings_from,
     shield_settings_from,
 )
+from drain_guard.decide import NothingHeldError, force_release, stale_keys
 from drain_guard.status import (
     AgentStatus,
     HoldRequestStatus,
@@ -306,7 +307,7 @@ def node_state(
     """What ``status`` shows of one Node, from its annotations alone, at ``now``; a hold ends
     by its ``held-since`` plus ``max_hold`` (the agents' ``--max-hold``).
 
-    "Held" means exactly what ``release`` can release (:func:`guards.force_release`), so the
+    "Held" means exactly what ``release`` can release (:func:`force_release`), so the
     two commands never disagree; a ``hold-`` value drain-guard did not write is "foreign".
     """
     now = now or datetime.now(UTC)
@@ -321,14 +322,14 @@ def node_state(
         "unschedulable": node.unschedulable,
         "held": False,
         "holdRequest": None if request is None else request.to_json(),
-        "staleKeys": list(guards.stale_keys(ann)),
+        "staleKeys": list(stale_keys(ann)),
         "pool": protocol.pool_of(ann),
         "now": protocol.format_rfc3339(now),
         "maxHoldSeconds": max_hold.total_seconds(),
     }
     try:
-        release = guards.force_release(ann, node.resource_version, protocol.Outcome.MANUAL)
-    except guards.NothingHeldError as exc:
+        release = force_release(ann, node.resource_version, protocol.Outcome.MANUAL)
+    except NothingHeldError as exc:
         if protocol.parse_drain_request(state["desiredDrain"]).verb is protocol.Verb.HOLD:
             state["foreign"] = str(exc)
         return state
@@ -512,9 +513,9 @@ def _releasable(annotations: Mapping[str, str]) -> bool:
     """What ``release --all`` acts on: a drain-guard hold, a hold request, or stale
     drain-guard keys."""
     try:
-        guards.force_release(annotations, "", protocol.Outcome.MANUAL)
-    except guards.NothingHeldError:
-        return bool(guards.stale_keys(annotations)) or protocol.HOLD_REQUEST in annotations
+        force_release(annotations, "", protocol.Outcome.MANUAL)
+    except NothingHeldError:
+        return bool(stale_keys(annotations)) or protocol.HOLD_REQUEST in annotations
     return True
 
 
@@ -620,11 +621,11 @@ async def release_node(kube: Kube, name: str) -> bool:
         request = node.annotations.get(protocol.HOLD_REQUEST)
         withdraw = [] if request is None else _withdraw_ops(request)
         try:
-            release = guards.force_release(
+            release = force_release(
                 node.annotations, node.resource_version, protocol.Outcome.MANUAL
             )
-        except guards.NothingHeldError as exc:
-            stale = guards.stale_keys(node.annotations)
+        except NothingHeldError as exc:
+            stale = stale_keys(node.annotations)
             if not stale and request is None:
                 print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
                 return False

@@ -18,8 +18,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from drain_guard import __version__, guards, holds, host, protocol, selfcheck
+from drain_guard import __version__, decisions, guards, holds, host, protocol, selfcheck
 from drain_guard.config import Settings
+from drain_guard.decide import NothingHeldError, decide, force_release
 from drain_guard.kube import (
     Applied,
     Backoff,
@@ -281,7 +282,7 @@ class Controller:
                 now=self.clock.now(),
                 resource_version=node.resource_version,
             )
-            decision = guards.decide(view, self.guards, self.settings.max_hold)
+            decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:
                 self._settle(decision, node, view)
                 return decision.recheck_at
@@ -322,7 +323,7 @@ class Controller:
             node.name,
         )
 
-    def _applied(self, decision: guards.Decision, before: NodeObj, after: NodeObj) -> None:
+    def _applied(self, decision: decisions.Decision, before: NodeObj, after: NodeObj) -> None:
         """What our own write of ``decision`` did."""
         change = holds.applied(
             self._memory,
@@ -385,18 +386,18 @@ class Controller:
 
     # Observe-only -------------------------------------------------------------------------
 
-    def _report(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
+    def _report(self, decision: decisions.Decision, node: NodeObj, view: guards.NodeView) -> None:
         """--observe-only: what would have been written, in the log, /status and metrics.
 
         Nothing is written, so the Node keeps the request and every pass decides the same
         hold again: a request is counted once, the first time it would have been held.
         """
-        if isinstance(decision, guards.Hold) and decision.original != self._would_hold:
+        if isinstance(decision, decisions.Hold) and decision.original != self._would_hold:
             self._would_hold = decision.original
             self.metrics.count_would_hold(b.reason.value for b in decision.blocks)
         self._settle(decision, node, view)
         last = self._status.last_would_hold
-        if isinstance(decision, guards.Hold) and (
+        if isinstance(decision, decisions.Hold) and (
             last is None or last.request != decision.original
         ):
             # Kept after the drain went ahead: the log's "would hold" also stays in /status.
@@ -404,13 +405,13 @@ class Controller:
                 at=view.now,
                 request=decision.original,
                 reasons=tuple(b.reason.value for b in decision.blocks),
-                detail=guards.hold_detail(decision.blocks),
+                detail=decisions.hold_detail(decision.blocks),
             )
             self._status = replace(self._status, last_would_hold=would)
 
     # Status and the decision log ---------------------------------------------------------
 
-    def _settle(self, decision: guards.Decision, node: NodeObj, view: guards.NodeView) -> None:
+    def _settle(self, decision: decisions.Decision, node: NodeObj, view: guards.NodeView) -> None:
         self._report_invalid(decision, node.name)
         self._status = decided(
             self._status,
@@ -437,8 +438,8 @@ class Controller:
             self._last_logged = key
             log.info("decision", extra={"fields": fields})
 
-    def _report_invalid(self, decision: guards.Decision, node: str) -> None:
-        invalid = guards.invalid_inputs(decision)
+    def _report_invalid(self, decision: decisions.Decision, node: str) -> None:
+        invalid = decisions.invalid_inputs(decision)
         for bad in invalid:
             if bad not in self._invalid:
                 self.metrics.count_invalid_input(bad.kind)
@@ -461,10 +462,10 @@ class Controller:
             if node is None:
                 return
             try:
-                decision = guards.force_release(
+                decision = force_release(
                     node.annotations, node.resource_version, protocol.Outcome.UNINSTALL
                 )
-            except guards.NothingHeldError as exc:
+            except NothingHeldError as exc:
                 log.info("nothing to release on exit: %s", exc)
                 return
             except protocol.ProtocolError as exc:

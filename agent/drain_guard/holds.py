@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from drain_guard import guards
+from drain_guard import decisions
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,
@@ -195,7 +195,7 @@ def observe(
 
 def applied(
     memory: Memory,
-    decision: guards.Decision,
+    decision: decisions.Decision,
     *,
     cordoned: bool,
     after: Mapping[str, str],
@@ -206,7 +206,7 @@ def applied(
     was already unschedulable; ``after``: the Node's annotations as the API returned them."""
     after_desired = after.get(DESIRED_DRAIN)
     transitions: list[Transition] = []
-    if isinstance(decision, guards.Hold):
+    if isinstance(decision, decisions.Hold):
         if decision.supersedes is not None and decision.supersedes != memory.last_ended:
             # The MCD's newer request replaced a hold while no agent ran: that hold ends now.
             change = _end(memory, decision.supersedes, Outcome.SUPERSEDED, decision.original, now)
@@ -214,7 +214,7 @@ def applied(
             transitions.extend(change.transitions)
         record = hold_on(after)
         reasons = tuple(b.reason.value for b in decision.blocks)
-        detail = guards.hold_detail(decision.blocks)
+        detail = decisions.hold_detail(decision.blocks)
         since = record.since if record is not None else decision.since
         if decision.resumed:
             transitions.append(Resumed(decision.original, reasons, detail, since))
@@ -225,19 +225,19 @@ def applied(
             transitions.append(RaceLost(decision.original))
         # Our own write is not a new request: remember its value, keep when the request came.
         return Change(replace(memory, hold=record, request=after_desired), tuple(transitions))
-    if isinstance(decision, guards.UpdateHold):
+    if isinstance(decision, decisions.UpdateHold):
         reasons = tuple(b.reason.value for b in decision.blocks)
-        detail = guards.hold_detail(decision.blocks)
+        detail = decisions.hold_detail(decision.blocks)
         updated = Updated(decision.record.held_drain, reasons, detail, decision.record.since)
         return Change(replace(memory, hold=hold_on(after)), (updated,))
-    if isinstance(decision, guards.Release):
+    if isinstance(decision, decisions.Release):
         # The restored request is the MCD's, already counted when it first appeared.
         memory = replace(memory, request=after_desired)
         record = decision.record or memory.hold
         if record is None:
             return Change(replace(memory, hold=None))
         return _end(memory, record, decision.outcome, after_desired, now)
-    if isinstance(decision, guards.CleanUp):
+    if isinstance(decision, decisions.CleanUp):
         # decision.ended: a hold that ended while no agent ran (superseded, say) ends now.
         ended = memory.hold or decision.ended
         if ended is not None and ended != memory.last_ended:

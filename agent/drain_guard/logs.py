@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from drain_guard import guards, protocol
+from drain_guard import decisions, protocol
 from drain_guard.config import LogFormat
 from drain_guard.kube import NodeObj
 
@@ -73,31 +73,31 @@ def configure_logging(fmt: LogFormat, level: str) -> None:
     logging.getLogger("kubernetes_asyncio").setLevel(max(logging.INFO, root.level))
 
 
-def log_key(decision: guards.Decision, request: str | None) -> tuple[str, ...]:
+def log_key(decision: decisions.Decision, request: str | None) -> tuple[str, ...]:
     """Decisions with the same key are logged once: a hold is not re-logged on every pod event."""
-    if isinstance(decision, guards.Hold):
-        return ("held", decision.original, guards.hold_detail(decision.blocks))
-    if isinstance(decision, guards.Keep | guards.UpdateHold):
-        return ("held", decision.record.held_drain, guards.hold_detail(decision.blocks))
+    if isinstance(decision, decisions.Hold):
+        return ("held", decision.original, decisions.hold_detail(decision.blocks))
+    if isinstance(decision, decisions.Keep | decisions.UpdateHold):
+        return ("held", decision.record.held_drain, decisions.hold_detail(decision.blocks))
     return (type(decision).__name__, request or "", decision.explain())
 
 
-def decision_fields(node: NodeObj, decision: guards.Decision, name: str) -> dict[str, Any]:
+def decision_fields(node: NodeObj, decision: decisions.Decision, name: str) -> dict[str, Any]:
     """The one structured line per decision: node, request, reasons, outcome."""
     request: str | None
     reasons: list[str] = []
     outcome = name
-    if isinstance(decision, guards.Hold):
+    if isinstance(decision, decisions.Hold):
         request = decision.original
         reasons = [b.reason.value for b in decision.blocks]
-    elif isinstance(decision, guards.Keep | guards.UpdateHold):
+    elif isinstance(decision, decisions.Keep | decisions.UpdateHold):
         request = decision.record.held_drain
         reasons = [b.reason.value for b in decision.blocks]
-    elif isinstance(decision, guards.Release):
+    elif isinstance(decision, decisions.Release):
         request = decision.original
         reasons = [r.value for r in decision.record.reasons] if decision.record else []
         outcome = f"release:{decision.outcome.value}"
-    elif isinstance(decision, guards.Wait):
+    elif isinstance(decision, decisions.Wait):
         request = decision.request
         reasons = [u.reason.value for u in decision.unknowns]
     else:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from drain_guard import guards
+from drain_guard import decisions, guards
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -139,7 +139,7 @@ _DETAIL_SPLIT = re.compile("; (?=(?:" + "|".join(re.escape(r.value) for r in Rea
 
 
 def split_hold_detail(detail: str) -> dict[str, str]:
-    """The ``hold-detail`` annotation (``guards.hold_detail``) by reason."""
+    """The ``hold-detail`` annotation (``decisions.hold_detail``) by reason."""
     parts = (part.partition(": ") for part in _DETAIL_SPLIT.split(detail) if part)
     return {reason: text for reason, _, text in parts if reason in set(Reason)}
 
@@ -530,17 +530,17 @@ class AgentStatus:
         return "\n".join(lines) + "\n"
 
 
-def decision_name(decision: guards.Decision, annotations: Mapping[str, str]) -> str:
+def decision_name(decision: decisions.Decision, annotations: Mapping[str, str]) -> str:
     """The ``decision`` of ``/status`` (one of ``DECISIONS``) for a decision on this Node."""
-    if isinstance(decision, guards.Hold):
+    if isinstance(decision, decisions.Hold):
         return "hold"
-    if isinstance(decision, guards.Keep):
+    if isinstance(decision, decisions.Keep):
         return "holding"
-    if isinstance(decision, guards.UpdateHold):
+    if isinstance(decision, decisions.UpdateHold):
         return "update-hold"
-    if isinstance(decision, guards.Release):
+    if isinstance(decision, decisions.Release):
         return "release"
-    if isinstance(decision, guards.Wait):
+    if isinstance(decision, decisions.Wait):
         return "wait"
     desired = annotations.get(DESIRED_DRAIN)
     pending = desired != annotations.get(LAST_APPLIED_DRAIN)
@@ -564,7 +564,7 @@ def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> Agent
 
 def decided(
     base: AgentStatus,
-    decision: guards.Decision,
+    decision: decisions.Decision,
     *,
     annotations: Mapping[str, str],
     hold: HoldRecord | None,
@@ -579,7 +579,7 @@ def decided(
     if base.observe_only and decision.patch:
         explanation = f"observe-only, not written: would {explanation}"
     blocks: tuple[guards.Block, ...] = ()
-    if isinstance(decision, guards.Hold | guards.UpdateHold | guards.Keep):
+    if isinstance(decision, decisions.Hold | decisions.UpdateHold | decisions.Keep):
         blocks = decision.blocks
     pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
     image = guards.evidence(decision.verdicts, guards.ImageCompared)
@@ -606,7 +606,7 @@ def decided(
         booted=BootedImageStatus(booted.digest, booted.reference, booted.source, booted.error),
         observe_only=base.observe_only,
         invalid_inputs=tuple(
-            InvalidInputStatus(i.kind, i.what, i.why) for i in guards.invalid_inputs(decision)
+            InvalidInputStatus(i.kind, i.what, i.why) for i in decisions.invalid_inputs(decision)
         ),
         hold_request=request,
         releases_when=releases_when([(b.reason.value, b.detail) for b in blocks], request),

@@ -1,8 +1,9 @@
 """An independent checker of the invariants of docs/protocol.md over the simulator's full write log.
 
 It judges what the agents *did* (the writes the API server accepted, with the objects before
-and after) and never asks the agent's own code (``drain_guard.guards``, ``decide()``) what it should
-have done: only the annotation names are shared. Each rule is re-derived from the design:
+and after) and never asks the agent's own code (``drain_guard.decide``, ``drain_guard.guards``)
+what it should have done: only the annotation names are shared. Each rule is re-derived from
+the design:
 
 - ``scope`` (invariant 3): an agent writes only its own Node (and Events about it), and on the
   Node only ``desiredDrain`` and the ``drain-guard.io/`` keys it owns (not ``hold-request``);

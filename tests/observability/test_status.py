@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import guards, protocol
+from drain_guard import decisions, guards, protocol
+from drain_guard.decide import decide
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.selectors import default_build_pod_selectors
@@ -376,7 +377,7 @@ def _status(
     """The snapshot of what decide() says about a Node with these annotations and pods."""
     view = guards.NodeView("worker-0", annotations, pods, BOOTED, T0, "7")
     selectors = default_build_pod_selectors()
-    decision = guards.decide(view, guards.default_guards(selectors), MAX_HOLD)
+    decision = decide(view, guards.default_guards(selectors), MAX_HOLD)
     return decided(
         base, decision, annotations=annotations, hold=hold, booted=BOOTED, max_hold=MAX_HOLD, now=T0
     )
@@ -503,7 +504,7 @@ def test_the_hold_detail_splits_by_reason() -> None:
         guards.Block(Reason.BUILD_POD, "build pod ns/p"),
         guards.Block(Reason.MANUAL, "hold-request until 2026-03-01T12:30:00Z: a; b"),
     ]
-    assert split_hold_detail(guards.hold_detail(blocks)) == {
+    assert split_hold_detail(decisions.hold_detail(blocks)) == {
         "build-pod": "build pod ns/p",
         "manual": "hold-request until 2026-03-01T12:30:00Z: a; b",
     }

@@ -17,15 +17,19 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from drain_guard import holds, logs, protocol
-from drain_guard.guards import (
-    BootedImage,
+from drain_guard.decide import (
+    decide,
+)
+from drain_guard.decisions import (
     Decision,
     Hold,
-    NodeView,
     Release,
-    decide,
-    default_guards,
     invalid_inputs,
+)
+from drain_guard.guards import (
+    BootedImage,
+    NodeView,
+    default_guards,
     parse_hold_request,
 )
 from drain_guard.imageref import ImageRefError, digest_of

@@ -18,13 +18,15 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from drain_guard.decide import (
+    NothingHeldError,
+    decide,
+    force_release,
+)
 from drain_guard.guards import (
     BootedImage,
     NodeView,
-    NothingHeldError,
-    decide,
     default_guards,
-    force_release,
 )
 from drain_guard.pods import Pod
 from drain_guard.protocol import (

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import guards, protocol
+from drain_guard import decisions, guards, protocol
 from drain_guard.cli import _listed, build_parser, main, node_state, render_text
 from drain_guard.config import SettingsError, settings_from
+from drain_guard.decide import stale_keys
 from drain_guard.kube import NodeObj
 
 HELD = {
@@ -72,7 +73,7 @@ def test_a_superseded_hold_is_not_held_and_its_keys_are_stale() -> None:
     text = render_text(state)
     assert "HELD" not in text
     assert "stale keys: drain-guard.io/held-drain" in text
-    assert guards.stale_keys(SUPERSEDED) == protocol.OWNED_KEYS
+    assert stale_keys(SUPERSEDED) == protocol.OWNED_KEYS
 
 
 def test_a_foreign_hold_value_is_not_held() -> None:
@@ -98,7 +99,7 @@ def test_a_foreign_hold_value_is_not_held() -> None:
     ],
 )
 def test_stale_keys(annotations: dict[str, str], stale: tuple[str, ...]) -> None:
-    assert guards.stale_keys(annotations) == stale
+    assert stale_keys(annotations) == stale
 
 
 @pytest.mark.parametrize(
@@ -182,7 +183,7 @@ STORAGE = {
     protocol.HELD_DRAIN: "drain-rendered-worker-5620",
     protocol.HOLD_REASONS: "build-pod,manual",
     protocol.HELD_SINCE: "2026-03-01T11:47:55Z",
-    protocol.HOLD_DETAIL: guards.hold_detail(
+    protocol.HOLD_DETAIL: decisions.hold_detail(
         [
             guards.Block(protocol.Reason.BUILD_POD, f"build pod {MCO}/build-x"),
             guards.Block(

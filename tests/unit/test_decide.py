@@ -11,23 +11,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard.guards import (
-    BootedImage,
+from drain_guard.decide import (
+    NothingHeldError,
+    decide,
+    force_release,
+)
+from drain_guard.decisions import (
     CleanUp,
     Decision,
     Foreign,
-    Guard,
     Hold,
     Idle,
     Keep,
-    NodeView,
-    NothingHeldError,
     Release,
     UpdateHold,
     Wait,
-    decide,
+)
+from drain_guard.guards import (
+    BootedImage,
+    Guard,
+    NodeView,
     default_guards,
-    force_release,
 )
 from drain_guard.pods import Pod
 from drain_guard.protocol import (

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from drain_guard import guards, holds, protocol
+from drain_guard import decisions, guards, holds, protocol
+from drain_guard.decide import decide as decide_now
+from drain_guard.decide import force_release
 from drain_guard.holds import (
     Began,
     Ended,
@@ -62,14 +64,14 @@ def holding(request: str, **extra: str) -> dict[str, str]:
     }
 
 
-def decide(annotations: dict[str, str], now: datetime = NOW) -> guards.Decision:
+def decide(annotations: dict[str, str], now: datetime = NOW) -> decisions.Decision:
     view = guards.NodeView(
         "worker-0", annotations, (), guards.BootedImage(None, None, "test"), now, "7"
     )
-    return guards.decide(view, (guards.ManualGuard(),), MAX_HOLD)
+    return decide_now(view, (guards.ManualGuard(),), MAX_HOLD)
 
 
-def after(decision: guards.Decision, annotations: dict[str, str]) -> dict[str, str]:
+def after(decision: decisions.Decision, annotations: dict[str, str]) -> dict[str, str]:
     """The annotations once ``decision``'s patch is applied (adds and removes only)."""
     out = dict(annotations)
     prefix = "/metadata/annotations/"
@@ -269,7 +271,7 @@ def test_a_release_ends_the_hold_with_its_outcome() -> None:
 
 def test_an_uninstall_release_ends_the_hold_as_uninstall() -> None:
     node = holding(B)
-    release = guards.force_release(node, "7", Outcome.UNINSTALL)
+    release = force_release(node, "7", Outcome.UNINSTALL)
     change = applied(
         _knowing(B), release, cordoned=False, after=after(release, node), now=NOW, monotonic=0
     )

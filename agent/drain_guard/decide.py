@@ -1,0 +1,336 @@
+"""The decision: given what the agent sees, what to write (pure: no I/O).
+
+``decide()`` is the whole hold protocol of docs/protocol.md in one function: the
+controller feeds it a ``NodeView`` and applies the patch of the ``Decision`` it returns
+(if any), re-reading and deciding again when the patch's ``test`` operations fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from drain_guard.decisions import (
+    CleanUp,
+    Decision,
+    Foreign,
+    Hold,
+    Idle,
+    Keep,
+    Release,
+    UpdateHold,
+    Wait,
+    hold_detail,
+)
+from drain_guard.guards import Block, Guard, NodeView, Unknown, Verdict, parse_hold_request
+from drain_guard.protocol import (
+    DESIRED_DRAIN,
+    HELD_DRAIN,
+    HOLD_REQUEST,
+    LAST_APPLIED_DRAIN,
+    OWNED_KEYS,
+    RELEASED,
+    HoldRecord,
+    MalformedHold,
+    Outcome,
+    Reason,
+    Verb,
+    cleanup_patch,
+    format_rfc3339,
+    hold_patch,
+    later,
+    parse_drain_request,
+    read_hold,
+    release_patch,
+    update_hold_patch,
+)
+
+__all__ = ["CLOCK_SKEW", "NothingHeldError", "decide", "force_release", "stale_keys"]
+
+#: How far in the future ``held-since`` may be before its age counts as unknown.
+CLOCK_SKEW = timedelta(minutes=2)
+
+
+def _present(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    return tuple(k for k in (*OWNED_KEYS, RELEASED) if k in annotations)
+
+
+def _reasons(blocks: Sequence[Block]) -> str:
+    return ",".join(b.reason.value for b in blocks)
+
+
+def decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:
+    """Decide what to do about this node's drain request now (docs/protocol.md, the decision table).
+
+    The decision's ``recheck_at`` is the next instant it could change with no new watch
+    event (a hold's max-hold, a hold-request's expiry), so the controller need not poll.
+    """
+    decision = _decide(view, guards, max_hold)
+    return replace(decision, recheck_at=_recheck_at(view, decision, max_hold))
+
+
+def _recheck_at(view: NodeView, decision: Decision, max_hold: timedelta) -> datetime | None:
+    times: list[datetime] = []
+    if isinstance(decision, Hold):
+        times.append(later(decision.since, max_hold))
+    elif isinstance(decision, Keep | UpdateHold) or (
+        isinstance(decision, Wait) and decision.record is not None
+    ):
+        assert decision.record is not None
+        times.append(later(decision.record.since, max_hold))
+    request = view.annotations.get(HOLD_REQUEST)
+    if request is not None:
+        try:
+            expiry, _ = parse_hold_request(request)
+        except ValueError:
+            pass
+        else:
+            if expiry > view.now:
+                times.append(expiry)
+    future = [t for t in times if t > view.now]
+    return min(future) if future else None
+
+
+class NothingHeldError(ValueError):
+    """A release was asked for, but desiredDrain does not carry a drain-guard hold."""
+
+
+def force_release(
+    annotations: Mapping[str, str], resource_version: str, outcome: Outcome
+) -> Release:
+    """Release the hold now, whatever the guards say (operator release, uninstall).
+
+    A manual release marks the request released so the agent does not hold it again.
+    """
+    desired = annotations.get(DESIRED_DRAIN)
+    request = parse_drain_request(desired)
+    held = annotations.get(HELD_DRAIN)
+    if request.verb is not Verb.HOLD:
+        raise NothingHeldError(f"nothing is held: desiredDrain is {desired or 'not set'!r}")
+    if held != request.target:
+        raise NothingHeldError(
+            f"desiredDrain {desired!r} was not written by drain-guard "
+            f"({HELD_DRAIN} is {held!r}); not touching it"
+        )
+    last_applied = annotations.get(LAST_APPLIED_DRAIN)
+    try:
+        record: HoldRecord | None = read_hold(annotations)
+    except MalformedHold:
+        record = None
+    patch = release_patch(
+        held,
+        last_applied,
+        resource_version,
+        _present(annotations),
+        mark_released=outcome is Outcome.MANUAL,
+        allow_completed=held == last_applied,
+    )
+    return Release(held, outcome, f"{outcome} release", tuple(patch), record)
+
+
+def stale_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
+    """drain-guard's keys on a Node without a hold that nothing needs any more.
+
+    Left by a hold that was superseded or released by hand while no agent ran, or a
+    ``released`` of a request that moved on. A record of the request that is in
+    ``desiredDrain`` again is not stale: the agent resumes that hold with its age.
+    """
+    desired = annotations.get(DESIRED_DRAIN)
+    if parse_drain_request(desired).verb is Verb.HOLD:
+        return ()
+    keys = tuple(k for k in OWNED_KEYS if k in annotations)
+    if keys and annotations.get(HELD_DRAIN) == desired:
+        try:
+            if read_hold(annotations) is not None:
+                keys = ()
+        except MalformedHold:
+            pass
+    released = annotations.get(RELEASED)
+    if released is not None and released != desired:
+        keys += (RELEASED,)
+    return keys
+
+
+def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:
+    annotations = view.annotations
+    desired = annotations.get(DESIRED_DRAIN)
+    request = parse_drain_request(desired)
+    try:
+        record = read_hold(annotations)
+        malformed: str | None = None
+    except MalformedHold as err:
+        record, malformed = None, str(err)
+    # Every guard speaks on every pass, whether or not a request waits: the decision carries
+    # what each saw (build pods, image digests, malformed input) for /status and the metrics.
+    verdicts = tuple(guard.check(view) for guard in guards)
+    if request.verb is Verb.HOLD:
+        return _decide_held(view, verdicts, max_hold, request.target, record, malformed)
+    return _decide_unheld(view, verdicts, max_hold, record, malformed)
+
+
+def _split(verdicts: tuple[Verdict, ...]) -> tuple[tuple[Block, ...], tuple[Unknown, ...]]:
+    blocks = tuple(v for v in verdicts if isinstance(v, Block))
+    unknowns = tuple(v for v in verdicts if isinstance(v, Unknown))
+    return blocks, unknowns
+
+
+def _decide_held(
+    view: NodeView,
+    verdicts: tuple[Verdict, ...],
+    max_hold: timedelta,
+    original: str,
+    record: HoldRecord | None,
+    malformed: str | None,
+) -> Decision:
+    annotations = view.annotations
+    value = annotations[DESIRED_DRAIN]
+    held = annotations.get(HELD_DRAIN)
+    if held is None:
+        return Foreign(value, f"no {HELD_DRAIN}: drain-guard did not write this hold", verdicts)
+    if held != original:
+        return Foreign(value, f"{HELD_DRAIN} is {held!r}, not {original!r}", verdicts)
+    last_applied = annotations.get(LAST_APPLIED_DRAIN)
+
+    def release(outcome: Outcome, why: str) -> Release:
+        patch = release_patch(
+            original,
+            last_applied,
+            view.resource_version,
+            _present(annotations),
+            mark_released=outcome in (Outcome.EXPIRED, Outcome.INVALID),
+            allow_completed=outcome is Outcome.RACE_LOST,
+        )
+        return Release(original, outcome, why, tuple(patch), record, verdicts)
+
+    if last_applied == original:
+        # The MCC finished a drain it had started before the hold; the MCD is only waiting
+        # for desiredDrain to say so. Holding on would leave it stuck behind a done drain.
+        return release(Outcome.RACE_LOST, "the MCC completed this drain before the hold")
+    if malformed is not None or record is None:
+        return release(Outcome.INVALID, f"hold record unreadable: {malformed}")
+    if parse_drain_request(original).verb is not Verb.DRAIN:
+        return release(Outcome.INVALID, f"{original!r} is not a drain request")
+    age = record.age(view.now)
+    if age < -CLOCK_SKEW:
+        return release(
+            Outcome.EXPIRED, f"held-since {format_rfc3339(record.since)} is in the future"
+        )
+    if age >= max_hold:
+        return release(Outcome.EXPIRED, f"held for {_minutes(age)}, max-hold {_minutes(max_hold)}")
+    blocks, unknowns = _split(verdicts)
+    if blocks:
+        blocks = _capped(blocks, annotations, record.since, max_hold)
+        if _reasons(blocks) == ",".join(record.reasons) and hold_detail(blocks) == record.detail:
+            return Keep(record, blocks, verdicts)
+        patch = update_hold_patch(record, (b.reason for b in blocks), hold_detail(blocks))
+        return UpdateHold(record, blocks, tuple(patch), verdicts)
+    if unknowns:
+        return Wait(unknowns, record, original, verdicts)
+    return release(Outcome.SAFE, "no guard blocks")
+
+
+def _decide_unheld(
+    view: NodeView,
+    verdicts: tuple[Verdict, ...],
+    max_hold: timedelta,
+    record: HoldRecord | None,
+    malformed: str | None,
+) -> Decision:
+    annotations = view.annotations
+    desired = annotations.get(DESIRED_DRAIN)
+    request = parse_drain_request(desired)
+    last_applied = annotations.get(LAST_APPLIED_DRAIN)
+    released = annotations.get(RELEASED)
+
+    why = _not_holdable(request.verb, desired, last_applied, released)
+    same = record is not None and record.held_drain == desired
+    ran_out = False
+    if why is None and record is not None and same:
+        age = record.age(view.now)
+        if age < -CLOCK_SKEW or age >= max_hold:
+            # Marked released below, so that the request is not held afresh afterwards.
+            why = f"its earlier hold (since {format_rfc3339(record.since)}) has run out"
+            ran_out = True
+    if why is None:
+        assert desired is not None
+        blocks, unknowns = _split(verdicts)
+        if blocks:
+            since = record.since if record is not None and same else view.now
+            blocks = _capped(blocks, annotations, since, max_hold)
+            stale = (RELEASED,) if released is not None else ()
+            patch = hold_patch(
+                desired,
+                last_applied,
+                view.resource_version,
+                (b.reason for b in blocks),
+                since,
+                hold_detail(blocks),
+                remove=stale,
+            )
+            superseded = record if record is not None and not same else None
+            return Hold(desired, blocks, since, tuple(patch), verdicts, superseded, same)
+        if unknowns:
+            return Wait(unknowns, record, desired, verdicts)
+        why = "no guard blocks"
+
+    stale_keys = tuple(k for k in OWNED_KEYS if k in annotations)
+    if released is not None and released != desired and not ran_out:
+        stale_keys += (RELEASED,)
+    if not stale_keys:
+        return Idle(why, verdicts)
+    outcome: Outcome | None
+    if record is None:
+        outcome = None
+        ended = f"unreadable hold record ({malformed})" if malformed else "stale keys"
+    elif same:
+        outcome = Outcome.EXPIRED if ran_out else Outcome.SAFE
+        ended = f"hold of {record.held_drain} ended"
+    else:
+        outcome, ended = Outcome.SUPERSEDED, f"hold of {record.held_drain} superseded"
+    if not any(k in OWNED_KEYS for k in stale_keys):
+        outcome, ended = None, f"{desired or 'no request'} replaced the released request"
+    mark = desired if ran_out else None
+    patch = cleanup_patch(desired, annotations, stale_keys, mark_released=mark)
+    return CleanUp(stale_keys, f"{ended}; {why}", tuple(patch), record, outcome, verdicts)
+
+
+def _capped(
+    blocks: tuple[Block, ...], annotations: Mapping[str, str], since: datetime, max_hold: timedelta
+) -> tuple[Block, ...]:
+    """The blocks of a hold since ``since``; a hold-request that outlasts max-hold says that
+    the hold ends sooner (an operator's "until 9999" is held for max-hold, not forever)."""
+    ends = later(since, max_hold)
+    capped = []
+    for block in blocks:
+        if block.reason is Reason.MANUAL:
+            try:
+                expiry, _ = parse_hold_request(annotations.get(HOLD_REQUEST, ""))
+            except ValueError:
+                expiry = ends  # not this guard's Block: leave it as it is
+            if expiry > ends:
+                note = f"(beyond max-hold: held until {format_rfc3339(ends)} at most)"
+                block = replace(block, detail=f"{block.detail} {note}")
+        capped.append(block)
+    return tuple(capped)
+
+
+def _not_holdable(
+    verb: Verb, desired: str | None, last_applied: str | None, released: str | None
+) -> str | None:
+    """Why this request must not be held, or None if the guards may hold it."""
+    if verb is Verb.NONE:
+        return "no drain request"
+    if verb is Verb.UNCORDON:
+        return f"{desired} is an uncordon: never held"
+    if verb is not Verb.DRAIN:
+        return f"{desired!r} is not a drain request"
+    if desired == last_applied:
+        return f"{desired} is already applied"
+    if released == desired:
+        return f"{desired} was released earlier and is not held again"
+    return None
+
+
+def _minutes(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 60:.1f} min"
