@@ -208,18 +208,7 @@ class CentralStatus:
             "  synced:        "
             + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in self.synced.items()),
         ]
-        lines += [
-            f"  shielded:      {h.pod.key} on {h.pod.node} ({h.pod.phase}): budget {h.budget}"
-            for h in s.held
-        ] or ["  shielded:      none"]
-        lines += [
-            f"  conflict:      {c.pod.key} on {c.pod.node}: also {', '.join(c.budgets)}"
-            for c in s.conflicts
-        ]
-        lines += [f"  unshieldable:  {u.pod.key} on {u.pod.node}: {u.why}" for u in s.unshieldable]
-        lines += [f"  forbidden:     {ns}: {why}" for ns, why in sorted(s.forbidden.items())]
-        if s.last_error:
-            lines.append(f"  last error:    {s.last_error}")
+        lines += [f"  {line}" for line in s.text_lines()]
         return "\n".join(lines) + "\n"
 
 

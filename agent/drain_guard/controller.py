@@ -163,7 +163,7 @@ class Controller:
             generated_at=self.clock.now(),
             watches={r: self._watch(r) for r in ("node", "pod")},
             last_api_contact=self.counters.last_contact,
-            shield=None if self.shield is None else self.shield.status().to_json(),
+            shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
             confinement=self.confinement.to_json(),

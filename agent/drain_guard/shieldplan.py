@@ -413,3 +413,55 @@ class ShieldStatus:
             "blockedDrains": self.blocked_drains,
             "lastError": self.last_error,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ShieldStatus:
+        """Rebuild from ``to_json()`` (``drain-guard status`` reads the agent's ``/status``);
+        its pods carry what the JSON shows (namespace, name, node, phase)."""
+
+        def pod(p: Mapping[str, Any]) -> Pod:
+            return Pod(
+                namespace=str(p["namespace"]),
+                name=str(p["name"]),
+                phase=str(p.get("phase") or "Pending"),
+                node=str(p.get("node") or ""),
+            )
+
+        node = data.get("node", "*")
+        return cls(
+            nodes=EVERY_NODE if node == "*" else NodeScope(str(node)),
+            namespaces=tuple(data.get("namespaces") or ()),
+            synced=dict(data.get("synced") or {}),
+            forbidden=dict(data.get("forbidden") or {}),
+            held=tuple(
+                Held(pod(h), Role(h["role"]), str(h["budget"])) for h in data.get("budgets") or ()
+            ),
+            conflicts=tuple(
+                Conflict(pod(c), Role(c["role"]), tuple(c["budgets"]), bool(c["shielded"]))
+                for c in data.get("conflicts") or ()
+            ),
+            unshieldable=tuple(
+                Unshieldable(pod(u), Role(u["role"]), str(u["why"]))
+                for u in data.get("unshieldable") or ()
+            ),
+            node_cordoned=data.get("nodeCordoned"),
+            blocked_drains=int(data.get("blockedDrains") or 0),
+            last_error=data.get("lastError"),
+        )
+
+    def text_lines(self) -> list[str]:
+        """The human view of the shield, the same in the agent's and the central shield's
+        ``/status?format=text``: one line per budget, conflict, unshieldable pod, refusal."""
+        lines = [
+            f"shielded:      {h.pod.key} on {h.pod.node} ({h.pod.phase}): budget {h.budget}"
+            for h in self.held
+        ] or ["shielded:      none"]
+        lines += [
+            f"conflict:      {c.pod.key} on {c.pod.node}: also {', '.join(c.budgets)}"
+            for c in self.conflicts
+        ]
+        lines += [f"unshieldable:  {u.pod.key} on {u.pod.node}: {u.why}" for u in self.unshieldable]
+        lines += [f"forbidden:     {ns}: {why}" for ns, why in sorted(self.forbidden.items())]
+        if self.last_error:
+            lines.append(f"last error:    {self.last_error}")
+        return lines

@@ -45,6 +45,7 @@ from drain_guard.protocol import (
     pool_of,
     truncate_utf8,
 )
+from drain_guard.shieldplan import ShieldStatus
 
 DECISIONS: tuple[str, ...] = (
     "starting",
@@ -309,8 +310,7 @@ class AgentStatus:
     booted: BootedImageStatus = field(default_factory=BootedImageStatus)
     watches: dict[str, WatchStatus] = field(default_factory=dict)  # by resource (node, pod)
     last_api_contact: datetime | None = None
-    # The shield's own JSON (drain_guard.shield.ShieldStatus.to_json()); None when it is off.
-    shield: dict[str, Any] | None = None
+    shield: ShieldStatus | None = None  # None when the shield is off
     # The namespaces whose pods may hold a drain ("*": every one), and the namespace the
     # node's pod watch covers ("*": every one).
     build_pod_namespaces: tuple[str, ...] = ()
@@ -375,7 +375,7 @@ class AgentStatus:
             },
             "watches": {r: w.to_json() for r, w in sorted(self.watches.items())},
             "lastApiContact": _rfc3339(self.last_api_contact),
-            "shield": self.shield,
+            "shield": None if self.shield is None else self.shield.to_json(),
             "scope": {
                 "buildPodNamespaces": list(self.build_pod_namespaces),
                 "podWatchNamespace": self.pod_watch_namespace,
@@ -430,7 +430,7 @@ class AgentStatus:
             ),
             watches={str(r): WatchStatus.from_json(w) for r, w in data["watches"].items()},
             last_api_contact=_parse(data["lastApiContact"]),
-            shield=data.get("shield"),
+            shield=None if data.get("shield") is None else ShieldStatus.from_json(data["shield"]),
             build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
             observe_only=bool(data.get("observeOnly", False)),
@@ -513,7 +513,7 @@ class AgentStatus:
         for bad in self.invalid_inputs:
             lines.append(f"  invalid input: {printable(bad.what)} ignored: {printable(bad.why)}")
         if self.shield is not None:
-            lines.append(f"  shield:        {_shield_text(self.shield)}")
+            lines += [f"  {line}" for line in self.shield.text_lines()]
         if self.confinement is not None:
             confined = {True: "yes", False: "NO", None: "unknown"}[self.confinement["confined"]]
             lines.append(f"  confined:      {confined}: {self.confinement['detail']}")
@@ -614,19 +614,6 @@ def decided(
         last_would_hold=base.last_would_hold,
         pool=pool_of(annotations),
     )
-
-
-def _shield_text(shield: dict[str, Any]) -> str:
-    """One line: the budgets held, and what keeps other pods unshielded."""
-    budgets = [f"{b['namespace']}/{b['name']}" for b in shield.get("budgets") or ()]
-    parts = [f"budgets on {', '.join(budgets)}" if budgets else "no budgets"]
-    for c in shield.get("conflicts") or ():
-        parts.append(f"{c['namespace']}/{c['name']} also under {', '.join(c['budgets'])}")
-    for u in shield.get("unshieldable") or ():
-        parts.append(f"{u['namespace']}/{u['name']} not shielded: {u['why']}")
-    for namespace, why in sorted((shield.get("forbidden") or {}).items()):
-        parts.append(f"{namespace} forbidden ({why})")
-    return "; ".join(parts)
 
 
 def _rfc3339(value: datetime | None) -> str | None:

@@ -18,6 +18,7 @@ from drain_guard.decide import decide
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.selectors import default_build_pod_selectors
+from drain_guard.shieldplan import Conflict, Held, NodeScope, Role, ShieldStatus
 from drain_guard.status import (
     DECISIONS,
     AgentStatus,
@@ -335,19 +336,26 @@ def test_docs_explain_every_key_and_decision() -> None:
 
 
 def test_shield_section_round_trips_and_shows_in_text() -> None:
-    shield = {
-        "budgets": [{"namespace": "ns", "name": "build-x", "phase": "Running"}],
-        "conflicts": [{"namespace": "ns", "name": "build-y", "budgets": ["ns/theirs"]}],
-        "unshieldable": [],
-        "forbidden": {"openshift-image-registry": "poddisruptionbudget_list forbidden"},
-    }
+    """The agent's shield is typed and rendered by the same lines as the central shield's
+    (issue 24: it was a dict read back by key, rendered by a second copy)."""
+    build_x = Pod("ns", "build-x", phase="Running", node="worker-0")
+    build_y = Pod("ns", "build-y", phase="Running", node="worker-0")
+    shield = ShieldStatus(
+        nodes=NodeScope("worker-0"),
+        namespaces=("ns", "openshift-image-registry"),
+        synced={"ns": True, "openshift-image-registry": False},
+        forbidden={"openshift-image-registry": "poddisruptionbudget_list forbidden"},
+        held=(Held(build_x, Role.BUILD_POD, "drain-guard-build-x"),),
+        conflicts=(Conflict(build_y, Role.BUILD_POD, ("ns/theirs",), shielded=False),),
+        node_cordoned=False,
+    )
     status = replace(held(), shield=shield)
     assert AgentStatus.from_json(json.loads(json.dumps(status.to_json()))) == status
-    line = next(x for x in status.to_text().splitlines() if x.strip().startswith("shield:"))
-    assert "budgets on ns/build-x" in line
-    assert "ns/build-y also under ns/theirs" in line
-    assert "openshift-image-registry forbidden" in line
-    assert "shield:" not in held().to_text()
+    text = status.to_text()
+    assert "  shielded:      ns/build-x on worker-0 (Running): budget drain-guard-build-x\n" in text
+    assert "  conflict:      ns/build-y on worker-0: also ns/theirs\n" in text
+    assert "  forbidden:     openshift-image-registry: poddisruptionbudget_list forbidden\n" in text
+    assert "shielded:" not in held().to_text()
 
 
 @pytest.mark.parametrize(("confined", "shown"), [(True, "yes"), (False, "NO"), (None, "unknown")])
