@@ -23,10 +23,19 @@ from drain_guard.decisions import (
     Wait,
     hold_detail,
 )
-from drain_guard.guards import Block, Guard, NodeView, Unknown, Verdict, parse_hold_request
+from drain_guard.guards import (
+    Block,
+    Guard,
+    InvalidInput,
+    NodeView,
+    Unknown,
+    Verdict,
+    parse_hold_request,
+)
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,
+    HELD_SINCE,
     HOLD_REQUEST,
     LAST_APPLIED_DRAIN,
     OWNED_KEYS,
@@ -35,6 +44,7 @@ from drain_guard.protocol import (
     MalformedHold,
     Outcome,
     Reason,
+    UnreadableSince,
     Verb,
     cleanup_patch,
     format_rfc3339,
@@ -156,17 +166,37 @@ def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Dec
     annotations = view.annotations
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
-    try:
-        record = read_hold(annotations)
-        malformed: str | None = None
-    except MalformedHold as err:
-        record, malformed = None, str(err)
+    record, malformed, repaired = _read_record(annotations, view.now)
     # Every guard speaks on every pass, whether or not a request waits: the decision carries
     # what each saw (build pods, image digests, malformed input) for /status and the metrics.
     verdicts = tuple(guard.check(view) for guard in guards)
     if request.verb is Verb.HOLD:
-        return _decide_held(view, verdicts, max_hold, request.target, record, malformed)
-    return _decide_unheld(view, verdicts, max_hold, record, malformed)
+        return _decide_held(view, verdicts, max_hold, request.target, record, malformed, repaired)
+    return _decide_unheld(view, verdicts, max_hold, record, malformed, repaired)
+
+
+def _read_record(
+    annotations: Mapping[str, str], now: datetime
+) -> tuple[HoldRecord | None, str | None, InvalidInput | None]:
+    """The hold record, why it is unreadable, and its ``held-since`` if that was repaired.
+
+    A ``held-since`` that cannot be read or lies beyond the clock skew in the future leaves
+    the hold's age unknown: the hold is not given up for it (issue 27); its clock restarts
+    ``now``, which keeps ``--max-hold`` bounding it, and the value is reported.
+    """
+    kept = "the hold is kept and its age counts from now"
+    try:
+        record = read_hold(annotations)
+    except UnreadableSince as err:
+        why = f"{err}; {kept}"
+        return err.record(now), None, InvalidInput.of("annotation", HELD_SINCE, err.value, why)
+    except MalformedHold as err:
+        return None, str(err), None
+    if record is not None and record.age(now) < -CLOCK_SKEW:
+        why = f"{HELD_SINCE} is in the future (more than {_minutes(CLOCK_SKEW)} ahead); {kept}"
+        repaired = InvalidInput.of("annotation", HELD_SINCE, annotations[HELD_SINCE], why)
+        return replace(record, since=now), None, repaired
+    return record, None, None
 
 
 def _split(verdicts: tuple[Verdict, ...]) -> tuple[tuple[Block, ...], tuple[Unknown, ...]]:
@@ -182,6 +212,7 @@ def _decide_held(
     original: str,
     record: HoldRecord | None,
     malformed: str | None,
+    repaired: InvalidInput | None,
 ) -> Decision:
     annotations = view.annotations
     value = annotations[DESIRED_DRAIN]
@@ -212,21 +243,21 @@ def _decide_held(
     if parse_drain_request(original).verb is not Verb.DRAIN:
         return release(Outcome.INVALID, f"{original!r} is not a drain request")
     age = record.age(view.now)
-    if age < -CLOCK_SKEW:
-        return release(
-            Outcome.EXPIRED, f"held-since {format_rfc3339(record.since)} is in the future"
-        )
     if age >= max_hold:
         return release(Outcome.EXPIRED, f"held for {_minutes(age)}, max-hold {_minutes(max_hold)}")
     blocks, unknowns = _split(verdicts)
+    repair = repaired is not None
     if blocks:
         blocks = _capped(blocks, annotations, record.since, max_hold)
-        if _reasons(blocks) == ",".join(record.reasons) and hold_detail(blocks) == record.detail:
+        same = _reasons(blocks) == ",".join(record.reasons) and hold_detail(blocks) == record.detail
+        if same and not repair:
             return Keep(record, blocks, verdicts)
-        patch = update_hold_patch(record, (b.reason for b in blocks), hold_detail(blocks))
-        return UpdateHold(record, blocks, tuple(patch), verdicts)
+        reasons, detail = (b.reason for b in blocks), hold_detail(blocks)
+        patch = update_hold_patch(record, reasons, detail, repair_since=repair)
+        return UpdateHold(record, blocks, tuple(patch), verdicts, since_repaired=repaired)
     if unknowns:
-        return Wait(unknowns, record, original, verdicts)
+        patch = update_hold_patch(record, record.reasons, record.detail, repair_since=True)
+        return Wait(unknowns, record, original, verdicts, tuple(patch if repair else ()), repaired)
     return release(Outcome.SAFE, "no guard blocks")
 
 
@@ -236,6 +267,7 @@ def _decide_unheld(
     max_hold: timedelta,
     record: HoldRecord | None,
     malformed: str | None,
+    repaired: InvalidInput | None,
 ) -> Decision:
     annotations = view.annotations
     desired = annotations.get(DESIRED_DRAIN)
@@ -246,12 +278,10 @@ def _decide_unheld(
     why = _not_holdable(request.verb, desired, last_applied, released)
     same = record is not None and record.held_drain == desired
     ran_out = False
-    if why is None and record is not None and same:
-        age = record.age(view.now)
-        if age < -CLOCK_SKEW or age >= max_hold:
-            # Marked released below, so that the request is not held afresh afterwards.
-            why = f"its earlier hold (since {format_rfc3339(record.since)}) has run out"
-            ran_out = True
+    if why is None and record is not None and same and record.age(view.now) >= max_hold:
+        # Marked released below, so that the request is not held afresh afterwards.
+        why = f"its earlier hold (since {format_rfc3339(record.since)}) has run out"
+        ran_out = True
     if why is None:
         assert desired is not None
         blocks, unknowns = _split(verdicts)
@@ -269,7 +299,8 @@ def _decide_unheld(
                 remove=stale,
             )
             superseded = record if record is not None and not same else None
-            return Hold(desired, blocks, since, tuple(patch), verdicts, superseded, same)
+            repair = repaired if same else None
+            return Hold(desired, blocks, since, tuple(patch), verdicts, superseded, same, repair)
         if unknowns:
             return Wait(unknowns, record, desired, verdicts)
         why = "no guard blocks"

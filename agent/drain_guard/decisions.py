@@ -45,6 +45,8 @@ def invalid_inputs(decision: Decision) -> tuple[InvalidInput, ...]:
     """Every malformed input behind this decision: what a guard read, and an unreadable hold
     record (released as ``invalid``, or cleaned up)."""
     found = [v.invalid for v in decision.verdicts if isinstance(v, Clear) and v.invalid]
+    if isinstance(decision, Hold | UpdateHold | Wait) and decision.since_repaired is not None:
+        found.append(decision.since_repaired)
     record = "hold record (drain-guard.io/*)"
     if isinstance(decision, Release) and decision.outcome is Outcome.INVALID:
         found.append(InvalidInput("annotation", record, decision.why))
@@ -95,6 +97,8 @@ class Hold(_OneLine):
     supersedes: HoldRecord | None = None
     #: The MCD wrote the held request again (it restarted): the hold resumes, same age.
     resumed: bool = False
+    #: The hold's ``held-since`` was unreadable or in the future: rewritten to now, reported.
+    since_repaired: InvalidInput | None = None
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
@@ -115,6 +119,8 @@ class UpdateHold(_OneLine):
     blocks: tuple[Block, ...]
     patch: tuple[JsonPatchOp, ...]
     verdicts: tuple[Verdict, ...] = ()
+    #: The hold's ``held-since`` was unreadable or in the future: rewritten to now, reported.
+    since_repaired: InvalidInput | None = None
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
@@ -148,6 +154,8 @@ class Wait(_OneLine):
     request: str
     verdicts: tuple[Verdict, ...] = ()
     patch: tuple[JsonPatchOp, ...] = ()
+    #: The hold's ``held-since`` was unreadable or in the future: rewritten to now, reported.
+    since_repaired: InvalidInput | None = None
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None

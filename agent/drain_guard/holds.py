@@ -180,6 +180,14 @@ def observe(
             # The MCD wrote the held request again over the hold (it restarted): not an
             # end; decide() holds it again with the same age (Resumed), or cleans up.
             return Change(memory, tuple(transitions))
+        if (
+            desired
+            == HOLD_PREFIX + known.held_drain
+            == HOLD_PREFIX + annotations.get(HELD_DRAIN, "")
+        ):
+            # Still this hold, its record unreadable (a bad held-since, say): not an end;
+            # decide() repairs the record or releases the hold as invalid.
+            return Change(memory, tuple(transitions))
         # Someone else restored the request (drain-guard release, or by hand): manual.
         # A drain or uncordon other than the held one is the MCD's newer request.
         superseded = desired != known.held_drain and request.verb in (Verb.DRAIN, Verb.UNCORDON)

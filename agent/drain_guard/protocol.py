@@ -41,6 +41,7 @@ __all__ = [
     "Outcome",
     "ProtocolError",
     "Reason",
+    "UnreadableSince",
     "Verb",
     "annotation_path",
     "cleanup_patch",
@@ -92,6 +93,24 @@ class ProtocolError(ValueError):
 
 class MalformedHold(ValueError):  # noqa: N818 - the name the architecture contract uses
     """The hold annotations on the Node cannot be read; the message says which and why."""
+
+
+class UnreadableSince(MalformedHold):
+    """The hold record is whole but for its ``held-since``: the hold itself is readable, only
+    its age is unknown (``decide()`` keeps the hold and restarts its clock)."""
+
+    def __init__(
+        self, why: str, value: str, held_drain: str, reasons: tuple[Reason, ...], detail: str
+    ) -> None:
+        super().__init__(why)
+        self.value = value
+        self.held_drain = held_drain
+        self.reasons = reasons
+        self.detail = detail
+
+    def record(self, since: datetime) -> HoldRecord:
+        """The hold record with its age counted from ``since``."""
+        return HoldRecord(self.held_drain, self.reasons, since, self.detail)
 
 
 class Verb(StrEnum):
@@ -287,7 +306,8 @@ def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
     """The hold record, or None when none of its keys is present.
 
     Raises MalformedHold when some keys are present but the record is incomplete or
-    unparseable. A ``held-since`` in the future is returned as is: ``decide()`` judges it.
+    unparseable; UnreadableSince (a MalformedHold) when only ``held-since`` is. A
+    ``held-since`` in the future is returned as is: ``decide()`` judges it.
     """
     present = [key for key in OWNED_KEYS if key in annotations]
     if not present:
@@ -299,11 +319,13 @@ def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
     if not held:
         raise MalformedHold(f"{HELD_DRAIN} is empty")
     reasons = _parse_reasons(annotations[HOLD_REASONS])
+    detail = annotations.get(HOLD_DETAIL, "")
     try:
         since = parse_rfc3339(annotations[HELD_SINCE])
     except ValueError as err:
-        raise MalformedHold(f"{HELD_SINCE}: {err}") from None
-    return HoldRecord(held, reasons, since, annotations.get(HOLD_DETAIL, ""))
+        why = f"{HELD_SINCE}: {err}"
+        raise UnreadableSince(why, annotations[HELD_SINCE], held, reasons, detail) from None
+    return HoldRecord(held, reasons, since, detail)
 
 
 # --- patches ----------------------------------------------------------------------------
@@ -375,15 +397,19 @@ def hold_patch(
 
 
 def update_hold_patch(
-    record: HoldRecord, reasons: Iterable[Reason], detail: str
+    record: HoldRecord, reasons: Iterable[Reason], detail: str, *, repair_since: bool = False
 ) -> list[JsonPatchOp]:
-    """Change the reasons and detail of a hold in place; ``held-since`` is kept."""
-    return [
+    """Change the reasons and detail of a hold in place; ``held-since`` is kept, unless
+    ``repair_since`` rewrites it to ``record.since`` (it was unreadable or in the future)."""
+    ops = [
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
         _set(HOLD_REASONS, _reasons_text(reasons)),
         _set(HOLD_DETAIL, truncate_utf8(detail)),
     ]
+    if repair_since:
+        ops.append(_set(HELD_SINCE, format_rfc3339(record.since)))
+    return ops
 
 
 def release_patch(

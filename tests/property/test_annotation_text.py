@@ -24,6 +24,7 @@ from drain_guard.decisions import (
     Decision,
     Hold,
     Release,
+    UpdateHold,
     invalid_inputs,
 )
 from drain_guard.guards import (
@@ -205,8 +206,9 @@ def test_any_hold_request_date_is_decided_and_reported(expiry: str) -> None:
 @example(since="0001-01-01T00:00:00Z")
 @given(since=annotation_dates)
 def test_any_held_since_is_decided_and_reported(since: str) -> None:
-    """A hold whose held-since is unreadable is released as invalid, one in the future or
-    older than max-hold as expired; in range, it is kept: never an exception."""
+    """A hold whose held-since is unreadable or in the future is kept, its held-since
+    rewritten to now and the value reported; one older than max-hold is released as
+    expired; in range, it is kept: never an exception."""
     annotations = {
         DESIRED_DRAIN: "hold-" + REQUEST,
         HELD_DRAIN: REQUEST,
@@ -215,12 +217,12 @@ def test_any_held_since_is_decided_and_reported(since: str) -> None:
     }
     decision = _agent_pass(annotations, (BUILD_POD,))
     parsed = _parsed(since)
-    if parsed is None:
-        assert isinstance(decision, Release)
-        assert decision.outcome is Outcome.INVALID
+    if parsed is None or parsed > NOW + timedelta(minutes=2):
+        assert isinstance(decision, UpdateHold), decision
+        assert decision.record.since == NOW
         assert [bad.kind for bad in invalid_inputs(decision)] == ["annotation"]
     elif NOW - MAX_HOLD < parsed <= NOW:
         assert not isinstance(decision, Release), decision
-    elif parsed <= NOW - MAX_HOLD or parsed > NOW + timedelta(minutes=2):
+    elif parsed <= NOW - MAX_HOLD:
         assert isinstance(decision, Release)
         assert decision.outcome is Outcome.EXPIRED

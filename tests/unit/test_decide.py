@@ -26,6 +26,7 @@ from drain_guard.decisions import (
     Release,
     UpdateHold,
     Wait,
+    invalid_inputs,
 )
 from drain_guard.guards import (
     BootedImage,
@@ -248,11 +249,43 @@ def test_just_below_max_hold_is_kept() -> None:
     assert isinstance(decision, Keep)
 
 
-def test_future_held_since_expires_instead_of_holding_forever() -> None:
-    decision = run(held(since=NOW + timedelta(hours=3)), pods=(BUILD,))
+@pytest.mark.parametrize(
+    "since_text",
+    [format_rfc3339(NOW + timedelta(hours=3)), "whenever", "9999-12-31T00:01:00-23:59"],
+)
+def test_a_held_since_unreadable_or_in_the_future_keeps_the_hold_and_restarts_its_clock(
+    since_text: str,
+) -> None:
+    """Issue 27: such a held-since released the hold (expired or invalid) while the build pod
+    ran. Now the hold stays, its held-since is rewritten to now (so max-hold still ends it),
+    and the value is reported as invalid input."""
+    before = held(extra={HELD_SINCE: since_text})
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, UpdateHold), decision
+    after = apply(before, decision)
+    assert after == {**before, HELD_SINCE: format_rfc3339(NOW)}
+    [bad] = invalid_inputs(decision)
+    assert (bad.kind, bad.what) == ("annotation", f"{HELD_SINCE}={since_text!r}")
+    assert "the hold is kept" in bad.why
+    # Repaired, the next pass keeps it with nothing to write, and max-hold counts from now.
+    again = run(after, pods=(BUILD,))
+    assert isinstance(again, Keep)
+    assert again.recheck_at == NOW + MAX_HOLD
+    assert invalid_inputs(again) == ()
+
+
+def test_a_held_since_repaired_while_guards_cannot_decide_keeps_the_hold() -> None:
+    before = held(extra={HELD_SINCE: "whenever"})
+    decision = run(before, pods=None)  # the pod list is not synced yet
+    assert isinstance(decision, Wait), decision
+    assert apply(before, decision) == {**before, HELD_SINCE: format_rfc3339(NOW)}
+    assert [bad.kind for bad in invalid_inputs(decision)] == ["annotation"]
+
+
+def test_a_held_since_unreadable_with_nothing_blocking_is_released_as_safe() -> None:
+    decision = run(held(extra={HELD_SINCE: "whenever"}), pods=())
     assert isinstance(decision, Release)
-    assert decision.outcome is Outcome.EXPIRED
-    assert "in the future" in decision.why
+    assert decision.outcome is Outcome.SAFE
 
 
 def test_small_clock_skew_is_tolerated() -> None:
@@ -271,7 +304,7 @@ def test_race_lost_restores_the_completed_request() -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [(HELD_SINCE, "whenever"), (HOLD_REASONS, "build-pod,gremlins")],
+    [(HOLD_REASONS, "build-pod,gremlins"), (HOLD_REASONS, "")],
 )
 def test_malformed_record_is_released_as_invalid(key: str, value: str) -> None:
     before = held(extra={key: value})

@@ -298,3 +298,18 @@ def test_a_clean_up_of_a_hold_that_ended_while_no_agent_ran_ends_it_once() -> No
 def test_a_clean_up_of_a_stale_released_marker_ends_nothing() -> None:
     node = {DESIRED_DRAIN: C, LAST_APPLIED_DRAIN: UNCORDON_A, protocol.RELEASED: B}
     assert apply(observe(Memory(), node, now=NOW, seen_at=1).memory, node).transitions == ()
+
+
+def test_a_hold_whose_held_since_turns_unreadable_is_not_ended_but_repaired() -> None:
+    """Issue 27: a bad held-since under a hold the agent knows is still that hold; observe()
+    ends nothing, decide() rewrites held-since (to its now) and the hold is updated."""
+    node = holding(B, **{HOLD_REQUEST: MANUAL, HELD_SINCE: "whenever"})
+    seen = observe(_knowing(B), node, now=NOW, seen_at=1)
+    assert seen.transitions == ()
+    assert seen.memory.hold == record(B)
+    change = apply(seen.memory, node)
+    [updated] = change.transitions
+    assert isinstance(updated, Updated)
+    assert updated.since == NOW  # decide()'s now in these tests
+    assert change.memory.hold is not None
+    assert change.memory.hold.since == NOW
