@@ -1,11 +1,11 @@
 """Several agents in one process, for the fleet and API-load benchmarks.
 
-Each agent is assembled from the same parts as ``drain_guard.runner._main``: its own
+Each agent is assembled from the same parts as ``drain_guard.runner`` (``_Agent.start``): its own
 ``Metrics`` registry, its own ``Kube`` (kubernetes_asyncio ``ApiClient``, so its own connection
 pool and identity), its own ``EventRecorder`` and ``Controller``, and the node and pod
 list-watches. They share only the interpreter and the event loop, which a real deployment does
 not share; nothing they send to the API depends on it. Left out: the HTTP server (not an API
-client) and the signal handling and exit-time release of ``_main``.
+client) and the life-cycle (drain_guard.lifecycle: signals, the exit-time release).
 
 ``watch_timeout`` is the ``timeoutSeconds`` the agent asks for on its watches (the agent's
 default is 300 s); the API-load benchmark shortens it together with the simulator's bookmark

@@ -5,7 +5,7 @@ Where the per-node agents cannot be confined to their own node's budgets (OpenSh
 hold no budget rights at all (``--shield-build-pods=false``) and this one process, with its
 own service account, keeps the budgets from the control plane instead: the agent's
 :class:`~drain_guard.shield.Shield` in the every-node scope, on one watch of every pod of
-MCO's namespace. Its endpoint is the agent's server, its parts run under the agent's runner.
+MCO's namespace. Its endpoint is the agent's server; its steps are drain_guard.lifecycle's.
 
 It lists and watches only the pods a build-pod selector may match: one paged list-watch
 per selector, by the selector's positive terms (:func:`pod_watch_selectors`), never the whole
@@ -28,22 +28,24 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aiohttp import web
+
 from drain_guard import __version__, selfcheck
 from drain_guard.config import ShieldSettings
 from drain_guard.kube import Counters, JsonObj, Kube, ListWatch, WatchCache
-from drain_guard.kubeclient import ConfigException
+from drain_guard.lifecycle import (
+    Program,
+    Running,
+    Stopped,
+    kept_after_error,
+    run_program,
+    uninstalling,
+    warn_short_api_stale_after,
+)
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.pods import Pod
 from drain_guard.protocol import format_rfc3339
-from drain_guard.runner import (
-    Stopped,
-    interruptible,
-    kept_after_error,
-    uninstalling,
-    until_stopped,
-    warn_short_api_stale_after,
-)
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import Shield
@@ -283,77 +285,66 @@ async def removes_on_exit(
     return await uninstalling("Deployment", ref, kube.deployment_state, kept="budgets")
 
 
-async def _main(settings: ShieldSettings) -> int:
-    metrics = BaseMetrics()
-    counters = MetricCounters(metrics)
-    try:  # the kubeconfig is read, the API not yet reached
-        kube = await Kube.connect(settings.kubeconfig, counters)
-    except (ConfigException, OSError, ValueError) as exc:
-        log.error("cannot load Kubernetes config: %s", exc)
-        return 2
-    late = LateSource()
-    try:  # before the start-up check, so that the probes answer while it waits for the API
-        runner, _ = await serve(make_app(late, metrics), settings.listen)
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", settings.listen, exc)
-        await kube.close()
-        return 2  # an invalid setting, as the CLI's other ones
-    try:
-        return await interruptible(_shield(settings, metrics, counters, kube, late))
-    finally:
-        await runner.cleanup()
+class _Central:
+    """The central shield's steps of the life-cycle (drain_guard.lifecycle.Program)."""
 
+    def __init__(self, settings: ShieldSettings) -> None:
+        self.settings = settings
+        self.metrics = BaseMetrics()
+        self.counters = MetricCounters(self.metrics)
+        self.source = LateSource()  # the CentralShield, once the start-up check has passed
 
-async def _shield(
-    settings: ShieldSettings,
-    metrics: BaseMetrics,
-    counters: MetricCounters,
-    kube: Kube,
-    late: LateSource,
-) -> int:
-    if settings.deployment is not None:
-        try:
+    def program(self) -> Program[Kube]:
+        return Program(
+            connect=functools.partial(Kube.connect, self.settings.kubeconfig, self.counters),
+            serve=self.serve,
+            listener=str(self.settings.listen),
+            start=self.start,
+            close=Kube.close,
+        )
+
+    async def serve(self, _: Kube) -> web.AppRunner:
+        runner, _port = await serve(make_app(self.source, self.metrics), self.settings.listen)
+        return runner
+
+    async def start(self, kube: Kube) -> Running:
+        settings = self.settings
+        if settings.deployment is not None:
             await selfcheck.check_deployment(kube, settings.deployment)
-        except selfcheck.StartupError as exc:
-            log.error("%s", exc)
-            await kube.close()
-            return 2
-    selectors = pod_watch_selectors(settings.build_pod_selectors)
-    pods = SelectedPods(watches=len(selectors))
-    shield = Shield(
-        kube,
-        EVERY_NODE,
-        settings.build_pod_selectors,
-        pods,
-        metrics=metrics,
-        uniqueness_from_pods=True,
-    )
-    source = CentralShield(shield, pods, counters, settings.api_stale_after)
-    late.target = source
-    log.info("drain-guard %s shielding the build pods of every node", __version__)
-    fields = {"apiServer": kube.api.configuration.host, **settings.effective()}
-    shielded = list(shield.status().namespaces)
-    fields |= {"shieldNamespaces": shielded, "podWatchSelectors": list(selectors)}
-    log.info("settings", extra={"fields": fields})
-    announce = asyncio.create_task(source.announce_synced(), name="announce")
-    try:
+        selectors = pod_watch_selectors(settings.build_pod_selectors)
+        pods = SelectedPods(watches=len(selectors))
+        shield = Shield(
+            kube,
+            EVERY_NODE,
+            settings.build_pod_selectors,
+            pods,
+            metrics=self.metrics,
+            uniqueness_from_pods=True,
+        )
+        source = CentralShield(shield, pods, self.counters, settings.api_stale_after)
+        self.source.target = source
+        log.info("drain-guard %s shielding the build pods of every node", __version__)
+        fields = {"apiServer": kube.api.configuration.host, **settings.effective()}
+        shielded = list(shield.status().namespaces)
+        fields |= {"shieldNamespaces": shielded, "podWatchSelectors": list(selectors)}
+        log.info("settings", extra={"fields": fields})
         watches = watch_build_pods(kube, pods, selectors)
         parts = {f"pods-{i}": w.run() for i, w in enumerate(watches)}
-        stopped = await until_stopped({**parts, "shield": shield.run()})
-        code = stopped.code
-        remove, why = await removes_on_exit(settings, kube, stopped)
-        log.info("on exit: %s", why)
-        if remove:
-            log.info("on exit: removed %d shield budgets", await shield.remove_all())
-    finally:
-        announce.cancel()
-        await asyncio.gather(announce, return_exceptions=True)
-        await kube.close()
-    return code
+
+        async def on_exit(stopped: Stopped) -> int:
+            remove, why = await removes_on_exit(settings, kube, stopped)
+            log.info("on exit: %s", why)
+            if remove:
+                log.info("on exit: removed %d shield budgets", await shield.remove_all())
+            return stopped.code
+
+        return Running(
+            {**parts, "shield": shield.run()}, on_exit, {"announce": source.announce_synced()}
+        )
 
 
 def run_shield(settings: ShieldSettings) -> int:
     """``drain-guard shield``: the central shield until SIGTERM/SIGINT; 0 after a clean stop."""
     configure_logging(settings.log_format, settings.log_level)
     warn_short_api_stale_after(settings.api_stale_after)
-    return asyncio.run(_main(settings))
+    return asyncio.run(run_program(_Central(settings).program()))

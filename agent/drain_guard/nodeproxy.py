@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import pwd
-import signal
 import socket
 import struct
 from collections import OrderedDict
@@ -31,7 +30,7 @@ from aiohttp import ClientError, web
 from drain_guard import nodeaccess
 from drain_guard.config import LogFormat
 from drain_guard.kube import REQUEST_TIMEOUT, ApiClient, describe, load_api_client
-from drain_guard.kubeclient import ConfigException
+from drain_guard.lifecycle import Program, Running, run_program
 from drain_guard.logs import configure_logging
 
 __all__ = ["NodeProxy", "main", "peer_uid"]
@@ -170,29 +169,32 @@ def notify_ready() -> None:
         sock.sendall(b"READY=1")
 
 
-async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
+async def serve(args: argparse.Namespace) -> int:
     prog = "drain-guard node-proxy"
     if not args.node_name:
         log.error("%s: --node-name (NODE_NAME) is required", prog)
         return 2
     try:
         agent_uid = _uid(args.agent_user)
-        api = await load_api_client(args.kubeconfig, identity="node")
-    except (ValueError, ConfigException, OSError) as exc:
+    except ValueError as exc:
         log.error("%s: %s", prog, exc)
         return 2
-    proxy = NodeProxy(api, args.node_name, agent_uid)
-    runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False)
-    await runner.setup()
     path = Path(args.socket)
-    path.unlink(missing_ok=True)  # noqa: ASYNC240  (once, at start)
-    try:
+
+    async def serve_socket(api: ApiClient) -> web.AppRunner:
+        proxy = NodeProxy(api, args.node_name, agent_uid)
+        runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        path.unlink(missing_ok=True)  # noqa: ASYNC240  (once, at start)
         try:
             await web.UnixSite(runner, str(path)).start()
-        except OSError as exc:
-            log.error("%s: cannot serve on --socket %s: %s", prog, path, exc.strerror or exc)
-            return 2
-        path.chmod(0o660)  # noqa: ASYNC240  (the agent's group, the unit's Group=, connects)
+            path.chmod(0o660)  # noqa: ASYNC240  (the agent's group, the unit's Group=, connects)
+        except OSError:
+            await runner.cleanup()
+            raise
+        return runner
+
+    async def start(_: ApiClient) -> Running:
         log.info(
             "serving node %s to UID %d on %s with %s",
             args.node_name,
@@ -201,21 +203,19 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             args.kubeconfig,
         )
         notify_ready()
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-        await api.close()
-    return 0
+        return Running({})  # it serves until SIGTERM/SIGINT
+
+    return await run_program(
+        Program(
+            connect=lambda: load_api_client(args.kubeconfig, identity="node"),
+            serve=serve_socket,
+            listener=f"--socket {path}",
+            start=start,
+            close=ApiClient.close,
+        )
+    )
 
 
 def main(args: argparse.Namespace) -> int:
     configure_logging(LogFormat.TEXT, "INFO")
-
-    async def run() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        return await serve(args, stop)
-
-    return asyncio.run(run())
+    return asyncio.run(serve(args))

@@ -20,7 +20,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import ssl
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,7 @@ from aiohttp import web
 from drain_guard import admission
 from drain_guard.config import TLS12_SUITES, TLS13_SUITES, LogFormat, SettingsError, parse_listen
 from drain_guard.kube import Kube, KubeError
-from drain_guard.kubeclient import ConfigException
+from drain_guard.lifecycle import Program, Running, run_program
 from drain_guard.logs import configure_logging
 
 log = logging.getLogger("drain_guard.webhook")
@@ -163,34 +162,30 @@ async def serve(args: argparse.Namespace) -> int:
     except (OSError, ssl.SSLError) as exc:
         log.error("cannot load the serving certificate: %s", exc)
         return 2
-    try:
-        kube = await Kube.connect(args.kubeconfig or os.environ.get("KUBECONFIG"))
-    except (ConfigException, OSError, ValueError) as exc:
-        log.error("cannot load Kubernetes config: %s", exc)
-        return 2
-    runner = web.AppRunner(make_app(Webhook(kube)), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, listen.host, listen.port, ssl_context=ctx)
-    try:
-        await site.start()
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", args.listen, exc)
-        await runner.cleanup()
-        await kube.close()
-        return 1
-    port = runner.addresses[0][1]
-    log.info("listening on https://%s:%d", listen.host, port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    follower = asyncio.create_task(_follow_certificate(tls, ctx))
-    await stop.wait()
-    follower.cancel()
-    await runner.cleanup()
-    await kube.close()
-    log.info("stopping")
-    return 0
+
+    async def serve_tls(kube: Kube) -> web.AppRunner:
+        runner = web.AppRunner(make_app(Webhook(kube)), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, listen.host, listen.port, ssl_context=ctx).start()
+        except OSError:
+            await runner.cleanup()
+            raise
+        log.info("listening on https://%s:%d", listen.host, runner.addresses[0][1])
+        return runner
+
+    async def start(_: Kube) -> Running:
+        return Running({"certificate": _follow_certificate(tls, ctx)})
+
+    return await run_program(
+        Program(
+            connect=lambda: Kube.connect(args.kubeconfig or os.environ.get("KUBECONFIG")),
+            serve=serve_tls,
+            listener=args.listen,
+            start=start,
+            close=Kube.close,
+        )
+    )
 
 
 def main(args: argparse.Namespace) -> int:

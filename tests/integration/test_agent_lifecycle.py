@@ -13,7 +13,8 @@ import pytest
 from drain_guard import protocol
 from drain_guard.config import add_run_arguments, settings_from
 from drain_guard.kube import Kube, KubeError, WorkloadState
-from drain_guard.runner import Stopped, shutdown_releases
+from drain_guard.lifecycle import Stopped
+from drain_guard.runner import shutdown_releases
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import (
