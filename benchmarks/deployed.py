@@ -10,6 +10,7 @@ equal to the Dockerfile's). The variants take one thing away each, for compariso
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: What the Dockerfile's builder copies from the repository (a test holds the two equal).
+BUILD_CONTEXT = ("pyproject.toml", "README.md", "agent")
 #: The Dockerfile's runtime ENV (besides PATH); ``{tree}`` is where it installs, /opt/drain-guard.
 DEPLOYED_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "131072",
@@ -52,6 +55,20 @@ class Agent:
     env: dict[str, str]
 
 
+def build_context(source: Path, dest: Path) -> Path:
+    """Copy of ``source``'s ``BUILD_CONTEXT`` in ``dest``, as the image's builder gets it.
+    Building there keeps setuptools' ``build/`` and ``*.egg-info`` out of the source tree, so
+    that two builds (two test workers) never write the same files."""
+    dest.mkdir(parents=True)
+    for name in BUILD_CONTEXT:
+        if (source / name).is_dir():
+            skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+            shutil.copytree(source / name, dest / name, ignore=skip)
+        else:
+            shutil.copy2(source / name, dest / name)
+    return dest
+
+
 def build(tree: Path, source: Path = ROOT) -> Path:
     """Install the image's packages (of ``source``: this repository, or another revision's
     copy) into ``tree`` and compile their bytecode ahead (optimised as the image has it, and
@@ -59,7 +76,8 @@ def build(tree: Path, source: Path = ROOT) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tree)], check=True)
     python = tree / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet"]
-    subprocess.run([*pip, "--no-cache-dir", "--no-compile", str(source)], check=True)
+    context = build_context(source, tree.with_name(f"{tree.name}-context"))
+    subprocess.run([*pip, "--no-cache-dir", "--no-compile", str(context)], check=True)
     env = {"PYTHONPYCACHEPREFIX": str(tree / "pycache"), "PATH": ""}
     compileall = [str(python), "-m", "compileall", "-q", "-o", "0", "-o", "2"]
     compileall += ["--invalidation-mode", "checked-hash"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.deployed import DEPLOYED_ENV
+from benchmarks.deployed import BUILD_CONTEXT, DEPLOYED_ENV
 from tests.deploy.tools import REPO
 from tests.helpers import require_tool
 
@@ -127,6 +127,7 @@ def test_builder_installs_this_project(stages: list[Stage], project: dict[str, A
     assert all(
         dest in {"./", "./agent"} for dest in (shlex.split(a)[-1] for a in builder.all("COPY"))
     )
+    assert set(BUILD_CONTEXT) == copied, "the benchmarks (and tests) build what the image does"
     assert workdir.startswith("/")
 
 

@@ -6,16 +6,17 @@ import subprocess
 import sys
 import zipfile
 from email.parser import Parser
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from benchmarks.deployed import ROOT, build_context
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # From a copy: setuptools writes build/ and *.egg-info beside the source it builds.
+    context = build_context(ROOT, tmp_path_factory.mktemp("build") / "context")
     subprocess.run(
         [
             sys.executable,
@@ -26,11 +27,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
             "-q",
             "-w",
             str(out),
-            str(REPO),
+            str(context),
         ],
         check=True,
         timeout=300,
-        cwd=tmp_path_factory.mktemp("build"),
+        cwd=context,
     )
     (path,) = out.glob("drain_guard-*.whl")
     return zipfile.ZipFile(path)
