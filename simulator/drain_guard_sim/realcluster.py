@@ -1,0 +1,711 @@
+"""The seed's cluster on a real API server: :class:`SimCluster`'s scenario, played by the same
+MCO actors against kube-apiserver and kube-controller-manager (``controlplane.ControlPlane``).
+
+What ``SimCluster`` writes into the simulator's store in-process, this harness creates through
+the API as an administrator: the project's CRDs (``crds.py``), the MCO namespaces, the worker
+pool with its MachineConfigs, the worker Nodes, DaemonSets and ReplicaSets with their pods
+(valid objects: a real server validates and garbage-collects them). Each actor runs as a
+service account of its own, bound to a ClusterRole of what it calls (``ACTOR_RULES``); the
+real controller manager's garbage collector and disruption controller replace the simulator's.
+There is no kubelet: :class:`PodKubelet` plays its end of a pod's deletion, the actors set
+their pods' status. What happened is read from watches (the Nodes' cordons, the Builds'
+phases) and the actors' records, not from a write log.
+
+Several clusters may share one control plane: each names its pool, MachineConfigs and Nodes
+after ``pool`` and selects its Nodes by a label of that name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController
+from drain_guard_sim.cluster import (
+    BASE_CONFIGS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    INITIAL_IMAGE,
+    NFD_LABEL,
+    RACE_MARGIN,
+    READY,
+    BuildResult,
+    Cordon,
+    Outcome,
+    ReplicaSetController,
+    machine_config,
+    worker_node,
+)
+from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.crds import custom_resource_definitions
+from drain_guard_sim.drain import DrainController
+from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.mcd import NodeMachine
+from drain_guard_sim.mco import (
+    CURRENT_CONFIG,
+    CURRENT_IMAGE,
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    GROUP_MCO,
+    LAST_APPLIED_DRAIN,
+    LAYERING_LABEL,
+    MCO_NAMESPACE,
+    POOL_IMAGE,
+    ROLE_LABEL,
+    STATE,
+    STATE_DONE,
+    TARGET_POOL_LABEL,
+    Actor,
+    Informer,
+    JsonObj,
+    McoVersion,
+    Timings,
+    annotations_of,
+    read_json,
+)
+from drain_guard_sim.nodecontroller import NodeController, rendered_name
+from drain_guard_sim.nodewriters import label_patch
+from drain_guard_sim.timeline import Timeline
+
+__all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster"]
+
+MERGE = "application/merge-patch+json"
+RBAC = "rbac.authorization.k8s.io"
+#: The namespace of the actors' service accounts (MCO's own; openshift-infra's build
+#: controller and kube-system's ReplicaSet controller live here too, for one place).
+ACTOR_NAMESPACE = MCO_NAMESPACE
+
+_NODES_RW = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
+_EVENTS = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
+_POOLS = {"apiGroups": [GROUP_MCO], "resources": ["machineconfigpools"],
+          "verbs": ["get", "list", "watch", "patch"]}  # fmt: skip
+_POOL_STATUS = {"apiGroups": [GROUP_MCO], "resources": ["machineconfigpools/status"],
+                "verbs": ["get", "patch"]}  # fmt: skip
+_BUILDS_READ = {"apiGroups": ["build.openshift.io"], "resources": ["builds"],
+                "verbs": ["get", "list", "watch"]}  # fmt: skip
+
+#: Each actor's service account and what it calls, nothing more.
+ACTOR_RULES: dict[str, list[JsonObj]] = {
+    "machine-config-daemon": [
+        _NODES_RW,
+        _EVENTS,
+        {"apiGroups": [GROUP_MCO], "resources": ["machineconfigs"], "verbs": ["get"]},
+    ],
+    # The drain controller and the render and node controllers: the machine-config-controller.
+    "machine-config-controller": [
+        _NODES_RW,
+        _EVENTS,
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
+        {
+            "apiGroups": [GROUP_MCO],
+            "resources": ["machineconfigs"],
+            "verbs": ["get", "list", "watch", "create"],
+        },
+        _POOLS,
+        _POOL_STATUS,
+        _BUILDS_READ,
+    ],
+    "machine-os-builder": [
+        _POOLS,
+        _POOL_STATUS,
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": ["build.openshift.io"],
+            "resources": ["builds"],
+            "verbs": ["get", "list", "watch", "create", "delete"],
+        },
+    ],
+    # openshift-controller-manager's build controller, 4.16+'s build pods, 4.18's Job
+    # controller, and the kubelet for the build pod (its status, the end of its deletion).
+    "build-controller": [
+        {
+            "apiGroups": ["build.openshift.io"],
+            "resources": ["builds", "builds/status"],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["pods"],
+            "verbs": ["get", "list", "watch", "create", "delete"],
+        },
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete"]},
+    ],
+    "replicaset-controller": [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create"]},
+        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    ],
+    "kubelet": [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "delete"]},
+    ],
+}
+
+
+class PodKubelet(Actor):
+    """The kubelets' end of a pod's deletion on ``nodes``: a real API server marks a bound pod
+    deleted (an eviction too) and keeps it until its kubelet has stopped it; here it stops at
+    once (the pod is deleted with grace period 0)."""
+
+    actor_name = "kubelet"
+
+    def __init__(
+        self, kubeconfig: Path, timeline: Timeline, timings: Timings, nodes: list[str]
+    ) -> None:
+        super().__init__(kubeconfig, timeline, timings)
+        self.nodes = set(nodes)
+
+    async def started(self) -> None:
+        pods = Informer(self.core.list_pod_for_all_namespaces, self._on_pod)
+        self.spawn(pods.run(), "kubelet-pods")
+        await pods.synced.wait()
+
+    def _on_pod(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        meta = obj["metadata"]
+        bound_here = (obj.get("spec") or {}).get("nodeName") in self.nodes
+        if etype != "DELETED" and meta.get("deletionTimestamp") and bound_here:
+            self.spawn(self._stopped(meta["namespace"], meta["name"]), f"stop-{meta['name']}")
+
+    async def _stopped(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiException):  # gone already
+            await read_json(
+                await self.core.delete_namespaced_pod(
+                    name, namespace, grace_period_seconds=0, _preload_content=False
+                )
+            )
+
+
+class _Observer(Actor):
+    """The administrator: creates the seed's objects, then watches the pool's Nodes (each
+    cordon, with the node's annotations then) and Builds (created, ended)."""
+
+    actor_name = "observer"
+
+    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings, pool: str) -> None:
+        super().__init__(kubeconfig, timeline, timings)
+        self.pool = pool
+        self.nodes: Informer | None = None
+        self.pools: Informer | None = None
+        self.cordons: list[tuple[float, str, dict[str, str]]] = []
+        self.builds: list[tuple[str, float, JsonObj | None, float]] = []  # name, t0, end, t1
+        self.changed = asyncio.Event()
+
+    async def watch(self) -> None:
+        c = self.custom
+        self.nodes = Informer(
+            self.core.list_node, self._on_node, {"label_selector": pool_label(self.pool)}
+        )
+        self.pools = Informer(
+            c.list_cluster_custom_object,
+            self._on_any,
+            {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigpools",
+             "field_selector": f"metadata.name={self.pool}"},
+        )  # fmt: skip
+        builds = Informer(
+            c.list_namespaced_custom_object,
+            self._on_build,
+            {"group": "build.openshift.io", "version": "v1", "namespace": MCO_NAMESPACE,
+             "plural": "builds", "label_selector": f"{TARGET_POOL_LABEL}={self.pool}"},
+        )  # fmt: skip
+        for inf, name in ((self.nodes, "nodes"), (self.pools, "pools"), (builds, "builds")):
+            self.spawn(inf.run(), f"observer-{name}")
+            await inf.synced.wait()
+
+    def _now(self) -> float:
+        return self.timeline.since_start(time.monotonic())
+
+    def _on_any(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        self.changed.set()
+
+    def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        was = bool(((old or {}).get("spec") or {}).get("unschedulable"))
+        if bool((obj.get("spec") or {}).get("unschedulable")) and not was:
+            self.cordons.append((self._now(), obj["metadata"]["name"], annotations_of(obj)))
+        self.changed.set()
+
+    def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
+        name = obj["metadata"]["name"]
+        if etype == "ADDED" and not any(b[0] == name and b[2] is None for b in self.builds):
+            self.builds.append((name, self._now(), None, 0.0))
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in ("Complete", "Failed", "Error", "Cancelled"):
+            for i, (bname, t0, end, _) in enumerate(self.builds):
+                if bname == name and end is None:
+                    self.builds[i] = (bname, t0, obj, self._now())
+        self.changed.set()
+
+
+def pool_label(pool: str) -> str:
+    """The label that puts a Node in ``pool`` (its ``nodeSelector``)."""
+    return f"node-role.kubernetes.io/{pool}"
+
+
+class RealCluster:
+    """The seed's cluster (``SimCluster``'s) on ``plane``, with the same scenario methods.
+
+    ``pool`` names the pool (its Nodes are ``<pool>-0`` ...), so that clusters sharing a
+    control plane never meet; ``version``, ``time_factor``, ``timings`` and ``build_node`` are
+    ``SimCluster``'s. The agents' kubeconfig is the administrator's: their own rights are
+    proven by tests/controlplane/test_rights.py.
+    """
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        workdir: Path | None = None,
+        *,
+        pool: str = "worker",
+        nodes: int = 3,
+        time_factor: float = 1.0,
+        timings: Timings | None = None,
+        build_node: str | None = None,
+        version: McoVersion = McoVersion.V4_15,
+    ) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="realcluster-")
+            workdir = Path(self._tmp.name)
+        self.plane = plane
+        self.workdir = workdir
+        self.pool = pool
+        self.node_names = [f"{pool}-{i}" for i in range(nodes)]
+        self.timings = (timings or Timings()).scaled(time_factor)
+        self.build_node = build_node or self.node_names[0]
+        self.version = version
+        self.timeline = Timeline()
+        self.hosts: dict[str, HostFS] = {}
+        self.machines: dict[str, NodeMachine] = {}
+        self.actors: list[Actor] = []
+        self.reboot_hooks: list[Callable[[str], Awaitable[None]]] = []
+        self.initial_config = ""
+        self.initial_image = INITIAL_IMAGE
+        self.drain: DrainController | None = None
+        self.builder: MachineOSBuilder | None = None
+        self._observer = _Observer(plane.admin_kubeconfig, self.timeline, self.timings, pool)
+        self._race_margin: float | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> RealCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        await self._observer.start()
+        await self._custom_resources()
+        await self._seed_objects()
+        await self._observer.watch()
+        t, tl, v = self.timings, self.timeline, self.version
+        kc = {actor: await self._actor_kubeconfig(actor) for actor in ACTOR_RULES}
+        self.drain = DrainController(kc["machine-config-controller"], tl, t, v)
+        self.builder = MachineOSBuilder(kc["machine-os-builder"], tl, t, v)
+        self.actors = [
+            PodKubelet(kc["kubelet"], tl, t, self.node_names),
+            ReplicaSetController(kc["replicaset-controller"], tl, t),
+            OpenShiftBuildController(kc["build-controller"], tl, t, lambda _b: self.build_node, v),
+            self.builder,
+            self.drain,
+            NodeController(kc["machine-config-controller"], tl, t, pool=self.pool, version=v),
+        ]
+        for actor in self.actors:
+            await actor.start()
+        for name in self.node_names:
+            machine = NodeMachine(name, self.hosts[name], kc["machine-config-daemon"], tl, t, v)
+            machine.on_reboot.append(self._run_reboot_hooks)
+            self.machines[name] = machine
+            await machine.start()
+        for machine in self.machines.values():
+            await machine.wait_daemon_synced()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for machine in self.machines.values():
+            await machine.stop()
+        for actor in reversed(self.actors):
+            await actor.stop()
+        await self._observer.stop()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    async def _run_reboot_hooks(self, node: str) -> None:
+        for hook in self.reboot_hooks:
+            await hook(node)
+
+    # -- identities ------------------------------------------------------------------------
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.plane.admin_kubeconfig
+
+    def agent_kubeconfig(self, node: str) -> Path:
+        """The agents run as the administrator here (see the class)."""
+        return self.plane.admin_kubeconfig
+
+    async def _actor_kubeconfig(self, actor: str) -> Path:
+        """A token kubeconfig for ``actor``'s service account, bound to its ACTOR_RULES (made
+        once per control plane: a 409 means another cluster made it)."""
+        role = f"drain-guard-sim:{actor}"
+        rbac = f"/apis/{RBAC}/v1"
+        await self._create(
+            f"/api/v1/namespaces/{ACTOR_NAMESPACE}/serviceaccounts", {"metadata": {"name": actor}}
+        )
+        await self._create(
+            f"{rbac}/clusterroles", {"metadata": {"name": role}, "rules": ACTOR_RULES[actor]}
+        )
+        await self._create(
+            f"{rbac}/clusterrolebindings",
+            {
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": actor,
+                              "namespace": ACTOR_NAMESPACE}],
+            },
+        )  # fmt: skip
+        token = await self._request(
+            "POST",
+            f"/api/v1/namespaces/{ACTOR_NAMESPACE}/serviceaccounts/{actor}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+        path = self.workdir / "kubeconfigs" / actor
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.plane.token_kubeconfig(token["status"]["token"], path)
+
+    # -- seed state ------------------------------------------------------------------------
+
+    async def _custom_resources(self) -> None:
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in custom_resource_definitions():
+            await self._create(path, crd)
+            name = crd["metadata"]["name"]
+            await _until(functools.partial(self._established, f"{path}/{name}"))
+
+    async def _established(self, path: str) -> bool:
+        crd = await self._request("GET", path)
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    async def _seed_objects(self) -> None:
+        namespaces = {MCO_NAMESPACE} | {ns for ns, _ in DAEMONSETS} | {d[0] for d in DEPLOYMENTS}
+        for ns in sorted(namespaces):
+            await self._create("/api/v1/namespaces", {"metadata": {"name": ns}})
+        for ns in sorted(namespaces):
+            # ServiceAccount admission refuses pods until the controller made ``default``.
+            account = f"/api/v1/namespaces/{ns}/serviceaccounts/default"
+            await _until(functools.partial(self._exists, account))
+        # The account 4.15's build pods run as.
+        await self._create(
+            f"/api/v1/namespaces/{MCO_NAMESPACE}/serviceaccounts", {"metadata": {"name": "builder"}}
+        )
+        configs = []
+        for base in BASE_CONFIGS:
+            mc = {
+                "apiVersion": f"{GROUP_MCO}/v1",
+                "kind": "MachineConfig",
+                "metadata": {"name": base.replace("worker", self.pool),
+                             "labels": {ROLE_LABEL: self.pool}},
+                "spec": {"config": {"ignition": {"version": "3.4.0"}}},
+            }  # fmt: skip
+            configs.append(await self._create_mco("machineconfigs", mc))
+        self.initial_config = rendered_name(self.pool, configs)
+        await self._create_mco(
+            "machineconfigs",
+            {"apiVersion": f"{GROUP_MCO}/v1", "kind": "MachineConfig",
+             "metadata": {"name": self.initial_config},
+             "spec": {"config": {"ignition": {"version": "3.4.0"}}}},
+        )  # fmt: skip
+        await self._seed_pool()
+        for name in self.node_names:
+            node = worker_node(name, self.initial_config, self.initial_image)
+            node["metadata"]["labels"][pool_label(self.pool)] = ""
+            await self._request("POST", "/api/v1/nodes", node)
+            host = HostFS(self.workdir / "hosts" / name, self.initial_image)
+            host.write_mcd_current_config(self.initial_config, self.initial_image)
+            self.hosts[name] = host
+        for ns, ds in DAEMONSETS:
+            owner = await self._workload("daemonsets", ns, ds, {"app": ds})
+            for node_name in self.node_names:
+                await self._pod(ns, f"{ds}-{node_name}", node_name, {"app": ds}, owner)
+        for ns, deploy, labels in DEPLOYMENTS:
+            owner = await self._workload("replicasets", ns, f"{deploy}-{self.pool}", labels)
+            await self._pod(ns, f"{deploy}-{self.pool}-0", self.build_node, labels, owner)
+
+    async def _seed_pool(self) -> None:
+        n = len(self.node_names)
+        pool = {
+            "apiVersion": f"{GROUP_MCO}/v1",
+            "kind": "MachineConfigPool",
+            "metadata": {
+                "name": self.pool,
+                "labels": {LAYERING_LABEL: ""},
+                "annotations": {POOL_IMAGE: self.initial_image},
+            },
+            "spec": {
+                "configuration": {"name": self.initial_config},
+                "nodeSelector": {"matchLabels": {pool_label(self.pool): ""}},
+                "maxUnavailable": 1,
+            },
+        }
+        await self._create_mco("machineconfigpools", pool)
+        status = {
+            "configuration": {"name": self.initial_config},
+            "machineCount": n,
+            "updatedMachineCount": n,
+            "readyMachineCount": n,
+            "degradedMachineCount": 0,
+            "conditions": [
+                {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
+                {"type": "Building", "status": "False"},
+                {"type": "BuildPending", "status": "False"},
+                {"type": "BuildFailed", "status": "False"},
+                {"type": "Updated", "status": "True"},
+            ],
+        }
+        await read_json(
+            await self._observer.custom.patch_cluster_custom_object_status(
+                GROUP_MCO, "v1", "machineconfigpools", self.pool, {"status": status},
+                _content_type=MERGE, _preload_content=False,
+            )
+        )  # fmt: skip
+
+    async def _workload(self, plural: str, ns: str, name: str, labels: dict[str, str]) -> JsonObj:
+        """A DaemonSet or ReplicaSet (nothing runs them: no such controller here) to own the
+        seed's pods, so that the garbage collector keeps them."""
+        spec: JsonObj = {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "main", "image": "sim"}]},
+            },
+        }
+        if plural == "replicasets":
+            spec["replicas"] = 1
+        path = f"/apis/apps/v1/namespaces/{ns}/{plural}"
+        await self._create(path, {"metadata": {"name": name}, "spec": spec})
+        return await self._request("GET", f"{path}/{name}")
+
+    async def _pod(
+        self, ns: str, name: str, node: str, labels: dict[str, str], owner: JsonObj
+    ) -> None:
+        kind = "DaemonSet" if owner["kind"] == "DaemonSet" else "ReplicaSet"
+        pod = {
+            "metadata": {
+                "name": name,
+                "labels": dict(labels),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind,
+                                     "name": owner["metadata"]["name"],
+                                     "uid": owner["metadata"]["uid"], "controller": True}],
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "sim"}]},
+        }  # fmt: skip
+        core = self._observer.core
+        await read_json(await core.create_namespaced_pod(ns, pod, _preload_content=False))
+        await read_json(
+            await core.patch_namespaced_pod_status(
+                name, ns, {"status": {"phase": "Running", "conditions": READY}},
+                _content_type=MERGE, _preload_content=False,
+            )
+        )  # fmt: skip
+
+    async def _request(self, method: str, path: str, body: JsonObj | None = None) -> JsonObj:
+        """One request as the administrator (the generated clients name no CRD, RBAC or
+        TokenRequest call that takes a plain dict)."""
+        resp = await self._observer.api.call_api(
+            path, method, body=body,
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False,
+        )  # fmt: skip
+        found: JsonObj = await read_json(resp)
+        return found
+
+    async def _create(self, path: str, body: JsonObj) -> None:
+        """Create, unless another cluster on the same control plane did (409)."""
+        try:
+            await self._request("POST", path, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    async def _create_mco(self, plural: str, body: JsonObj) -> JsonObj:
+        made: JsonObj = await read_json(
+            await self._observer.custom.create_cluster_custom_object(
+                GROUP_MCO, "v1", plural, body, _preload_content=False
+            )
+        )
+        return made
+
+    async def _exists(self, path: str) -> bool:
+        try:
+            await self._request("GET", path)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return False
+        return True
+
+    # -- driving the scenario --------------------------------------------------------------
+
+    async def create_machine_config(
+        self, name: str, kernel_arguments: tuple[str, ...] = (), *, lose_build_race: bool = False
+    ) -> str:
+        """``oc create`` a MachineConfig for the pool (``worker`` in ``name`` becomes the
+        pool's name); returns the config it renders to.
+        ``lose_build_race``: as ``SimCluster``'s (the seed's order, MCO 4.15)."""
+        if lose_build_race:
+            self.lose_build_races()
+        name = name.replace("worker", self.pool)  # MachineConfigs are cluster-wide
+        mc = machine_config(name, kernel_arguments)
+        mc["metadata"]["labels"] = {ROLE_LABEL: self.pool}
+        made = await self._create_mco("machineconfigs", mc)
+        self.timeline.add("user", None, f"oc create machineconfig {name}")
+        if self._race_margin is not None:
+            task = asyncio.create_task(self._label_later(self._race_margin, made))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        listed = await read_json(
+            await self._observer.custom.list_cluster_custom_object(
+                GROUP_MCO, "v1", "machineconfigs", label_selector=f"{ROLE_LABEL}={self.pool}",
+                _preload_content=False,
+            )
+        )  # fmt: skip
+        return rendered_name(self.pool, listed["items"])
+
+    def lose_build_races(self, margin: float = RACE_MARGIN) -> None:
+        """``SimCluster.lose_build_races``: a slow build start, and another controller's label
+        on ``build_node`` ``margin`` MCO seconds after each MachineConfig."""
+        assert self.builder is not None, "start the cluster first"
+        self.builder.slow_start = margin
+        self._race_margin = margin
+
+    async def _label_later(self, margin: float, mc: JsonObj) -> None:
+        await asyncio.sleep(self.timings.s(margin))
+        value = f"5.14.0-284.{mc['metadata']['resourceVersion']}.el9_2"
+        await read_json(
+            await self._observer.core.patch_node(
+                self.build_node, label_patch(NFD_LABEL, value),
+                _content_type="application/strategic-merge-patch+json", _preload_content=False,
+            )
+        )  # fmt: skip
+        self.timeline.add("node-feature-discovery", self.build_node, f"labelled {NFD_LABEL}")
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float) -> Any:  # noqa: ASYNC109
+        """Until ``predicate()`` is truthy, checked on every watched change (and every 0.1 s:
+        a reboot changes no object)."""
+        async with asyncio.timeout(timeout):
+            while not (found := predicate()):
+                self._observer.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.1):
+                        await self._observer.changed.wait()
+            return found
+
+    def build_result(self) -> BuildResult | None:
+        """The last build's outcome, from the Build watch; None before one ended."""
+        if not self._observer.builds:
+            return None
+        name, started, end, finished = self._observer.builds[-1]
+        if end is None:
+            return None
+        status = end.get("status") or {}
+        return BuildResult(
+            name=name,
+            phase=str(status.get("phase")),
+            reason=str(status.get("reason", "")),
+            node=self.build_node,
+            started=started,
+            finished=finished,
+        )
+
+    async def wait_build_done(self, timeout: float) -> BuildResult:  # noqa: ASYNC109
+        result: BuildResult = await self.wait_for(self.build_result, timeout)
+        return result
+
+    def rollout_done(self) -> bool:
+        observer = self._observer
+        assert observer.pools is not None
+        assert observer.nodes is not None
+        pool = observer.pools.cache.get(self.pool)
+        if pool is None:
+            return False
+        target = pool["spec"]["configuration"]["name"]
+        image = annotations_of(pool).get(POOL_IMAGE)
+        if target == self.initial_config or image == self.initial_image:
+            return False
+        for name in self.node_names:
+            ann = annotations_of(observer.nodes.cache.get(name) or {})
+            if not (
+                ann.get(CURRENT_CONFIG) == target
+                and ann.get(CURRENT_IMAGE) == image
+                and ann.get(STATE) == STATE_DONE
+                and ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN) == f"uncordon-{target}"
+            ):
+                return False
+        return True
+
+    async def wait_rollout_done(self, timeout: float) -> None:  # noqa: ASYNC109
+        await self.wait_for(self.rollout_done, timeout)
+
+    # -- outcome ---------------------------------------------------------------------------
+
+    def cordons(self) -> list[Cordon]:
+        out = []
+        for t, node, ann in self._observer.cordons:
+            update = None
+            for u in self.machines[node].updates:
+                if u.started <= t and u.drain_requested:
+                    update = u
+            out.append(
+                Cordon(
+                    node=node,
+                    t=t,
+                    desired_drain=ann.get(DESIRED_DRAIN, ""),
+                    desired_image=ann.get(DESIRED_IMAGE, ""),
+                    current_image=ann.get(CURRENT_IMAGE, ""),
+                    update=update,
+                )
+            )
+        return out
+
+    def evictions(self) -> list[tuple[float, str, str]]:
+        """The pods of this cluster's Nodes the drain controller evicted (eviction API)."""
+        assert self.drain is not None
+        return [
+            (e.t, e.node, f"{e.namespace}/{e.name}")
+            for e in self.drain.evictions
+            if e.node in self.node_names
+        ]
+
+    def outcome(self) -> Outcome:
+        return Outcome(
+            build=self.build_result(),
+            cordons=self.cordons(),
+            evictions=self.evictions(),
+            updates=[u for m in self.machines.values() for u in m.updates],
+            reboots={name: m.reboots for name, m in self.machines.items()},
+        )
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:  # noqa: ASYNC109
+    """Until ``check()`` is true: what a controller of the control plane did shows only in
+    what the API server holds."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.1)
