@@ -1,11 +1,11 @@
 """API load: requests per node per hour at rest and during a rollout, per verb.
 
 How an hour is measured in minutes. The agent renews its watches itself: it asks for
-``timeoutSeconds`` = 600 s ±10 % (``drain_guard.kube``), which a real API server honours (its own
-``--min-request-timeout`` default, 1800 s → 30-60 min, applies only to watches that give
-none), and a real server sends a bookmark about every 60 s. So at rest the hourly load is set
-by those two clocks. This benchmark divides both by ``--time-scale`` k (watch timeout 600/k s,
-bookmarks every 60/k s) and runs 3600/k seconds: one simulated hour, counted by the
+``timeoutSeconds`` = 600 s ±10 % (``drain_guard.kube.listwatch``), which a real API server
+honours (its own ``--min-request-timeout`` default, 1800 s → 30-60 min, applies only to watches
+that give none), and a real server sends a bookmark about every 60 s. So at rest the hourly load
+is set by those two clocks. This benchmark divides both by ``--time-scale`` k (watch timeout
+600/k s, bookmarks every 60/k s) and runs 3600/k seconds: one simulated hour, counted by the
 simulator per user and verb, not extrapolated from a rate. Nothing else the agent does at rest
 depends on time (no polling, no resync).
 

@@ -17,7 +17,9 @@ from typing import Any
 
 from drain_guard import decisions, guards, host, protocol
 from drain_guard.decide import decide
-from drain_guard.kube import Applied, Kube, KubeError, load_api_client
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Applied, Kube
+from drain_guard.kube.credentials import load_api_client
 from drain_guard.pods import Pod
 from drain_guard.selectors import default_build_pod_selectors
 

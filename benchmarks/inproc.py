@@ -33,7 +33,8 @@ from drain_guard.cli import build_parser
 from drain_guard.config import LogFormat, settings_from
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.kube import WATCH_TIMEOUT, Kube, WatchCache
+from drain_guard.kube.client import Kube
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.runner import make_shield

@@ -32,7 +32,10 @@ from aiohttp import web
 
 from drain_guard import __version__, selfcheck
 from drain_guard.config import ShieldSettings
-from drain_guard.kube import Counters, JsonObj, Kube, ListWatch, WatchCache
+from drain_guard.kube.call import JsonObj
+from drain_guard.kube.client import Kube
+from drain_guard.kube.counters import Counters
+from drain_guard.kube.listwatch import ListWatch, WatchCache
 from drain_guard.lifecycle import (
     Program,
     Running,

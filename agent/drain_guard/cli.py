@@ -46,7 +46,8 @@ from drain_guard.status import (
 )
 
 if TYPE_CHECKING:
-    from drain_guard.kube import Kube, NodeObj
+    from drain_guard.kube.client import Kube
+    from drain_guard.nodes import NodeObj
 
 # The API client (aiohttp, kubernetes_asyncio) is imported by the commands that talk to the
 # API, when they run.
@@ -369,7 +370,7 @@ async def _fetch_endpoint(url: str) -> dict[str, Any]:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    from drain_guard.kube import KubeError
+    from drain_guard.kube.call import KubeError
 
     node_name = args.node_name or os.environ.get("NODE_NAME")
     kube = await _connect(args.kubeconfig, "status")
@@ -426,7 +427,7 @@ async def _add_endpoint(state: dict[str, Any], endpoint: str | None) -> None:
 
 
 async def _connect(kubeconfig: str | None, command: str) -> Kube | None:
-    from drain_guard.kube import Kube
+    from drain_guard.kube.client import Kube
     from drain_guard.kubeclient import ConfigException
 
     try:
@@ -525,7 +526,8 @@ def _releasable(annotations: Mapping[str, str]) -> bool:
 async def _hold(args: argparse.Namespace) -> int:
     """Write a valid ``drain-guard.io/hold-request`` (replacing any): the agent holds the
     node's drain requests until it expires, each at most ``--max-hold``."""
-    from drain_guard.kube import Applied, KubeError
+    from drain_guard.kube.call import KubeError
+    from drain_guard.kube.client import Applied
 
     if args.duration <= timedelta(0):
         print("drain-guard hold: error: --for must be above 0", file=sys.stderr)
@@ -580,7 +582,7 @@ async def _hold(args: argparse.Namespace) -> int:
 
 
 async def _release(args: argparse.Namespace) -> int:
-    from drain_guard.kube import KubeError
+    from drain_guard.kube.call import KubeError
 
     kube = await _connect(args.kubeconfig, "release")
     if kube is None:
@@ -610,7 +612,7 @@ async def release_node(kube: Kube, name: str) -> bool:
     The patch also records the request in ``drain-guard.io/released``: the agent does not
     hold that request again, and counts the release as ``manual``.
     """
-    from drain_guard.kube import Applied
+    from drain_guard.kube.client import Applied
 
     for _ in range(RELEASE_ATTEMPTS):
         node = await kube.get_node(name)

@@ -21,17 +21,13 @@ from typing import Any, Protocol
 from drain_guard import __version__, decisions, guards, holds, host, protocol, selfcheck
 from drain_guard.config import Settings
 from drain_guard.decide import NothingHeldError, decide, force_release
-from drain_guard.kube import (
-    Applied,
-    Backoff,
-    KubeError,
-    NodeObj,
-    Outage,
-    PatchResult,
-    WatchCache,
-)
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Applied, PatchResult
+from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.nodes import NodeObj
 from drain_guard.pods import ALL_NAMESPACES, watch_namespace
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import shield_namespaces

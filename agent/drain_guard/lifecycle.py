@@ -30,7 +30,9 @@ from typing import Any, Generic, TypeVar
 from aiohttp import web
 
 from drain_guard.config import WorkloadRef, format_duration
-from drain_guard.kube import BOOKMARK_PERIOD, KubeError, WorkloadState
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import WorkloadState
+from drain_guard.kube.listwatch import BOOKMARK_PERIOD
 from drain_guard.kubeclient import ConfigException
 from drain_guard.selfcheck import StartupError
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from drain_guard import decisions, protocol
 from drain_guard.config import LogFormat
-from drain_guard.kube import NodeObj
+from drain_guard.nodes import NodeObj
 
 
 class _JsonFormatter(logging.Formatter):

@@ -156,7 +156,7 @@ def _read(parts: list[str], query: Mapping[str, Sequence[str]], node: str) -> Ve
     if parts == ["api", "v1", "nodes"]:
         if _query_ok(query, f"metadata.name={node}"):
             return ALLOW
-        # The confinement self-check's pick of another Node (drain_guard.kube.other_node).
+        # The confinement self-check's pick of another Node (Kube.other_node).
         if _query_ok(query, f"metadata.name!={node}") and list(query.get("limit", ())) == ["1"]:
             return ALLOW
         return _deny(f"an agent lists only its own Node ({node})")

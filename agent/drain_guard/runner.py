@@ -19,7 +19,9 @@ from drain_guard import __version__, selfcheck
 from drain_guard.config import Settings, WorkloadRef
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.kube import WATCH_TIMEOUT, Kube, KubeError, WatchCache
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Kube
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
 from drain_guard.lifecycle import (
     Program,
     Running,

@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from drain_guard.config import WorkloadRef
-from drain_guard.kube import Backoff, Kube, KubeError, Outage
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Kube
+from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -41,16 +41,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from drain_guard import kubeclient as k8s
-from drain_guard.kube import (
-    WATCH_TIMEOUT,
-    Backoff,
-    JsonObj,
-    Kube,
-    KubeError,
-    ListWatch,
-    Outage,
-    WatchCache,
-)
+from drain_guard.kube.call import JsonObj, KubeError
+from drain_guard.kube.client import Kube
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
+from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope
 from drain_guard.selectors import BuildPodSelector
 from drain_guard.shieldplan import (

@@ -28,7 +28,8 @@ from aiohttp import web
 
 from drain_guard import admission
 from drain_guard.config import TLS12_SUITES, TLS13_SUITES, LogFormat, SettingsError, parse_listen
-from drain_guard.kube import Kube, KubeError
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Kube
 from drain_guard.lifecycle import Program, Running, run_program
 from drain_guard.logs import configure_logging
 

@@ -112,7 +112,8 @@ EDGE_DATES = (
     "2026-06-30T12:00:60Z",
 )
 #: After a fault that hit an agent, how long it may take to be current again: a watch's
-#: backoff after a few failed attempts (``drain_guard.kube.Backoff``: 0.5 s doubling, jittered).
+#: backoff after a few failed attempts (``drain_guard.kube.retry.Backoff``: 0.5 s doubling,
+#: jittered).
 RECOVERY = 4.0
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from drain_guard.kube import ListWatch, NullCounters, WatchCache
+from drain_guard.kube.counters import NullCounters
+from drain_guard.kube.listwatch import ListWatch, WatchCache
 
 MCO_NS = "openshift-machine-config-operator"
 BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}

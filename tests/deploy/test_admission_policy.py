@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from drain_guard import guards, protocol
 from drain_guard.events import EventRecorder
-from drain_guard.kube import Kube
+from drain_guard.kube.client import Kube
 from drain_guard.kubeclient import ApiClient
 from drain_guard.pods import Pod
 from drain_guard.protocol import Reason

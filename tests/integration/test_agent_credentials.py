@@ -18,7 +18,9 @@ import pytest
 from kubernetes_asyncio.config import incluster_config
 
 from drain_guard import protocol
-from drain_guard.kube import Kube, NullCounters, WatchCache
+from drain_guard.kube.client import Kube
+from drain_guard.kube.counters import NullCounters
+from drain_guard.kube.listwatch import WatchCache
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer
 from drain_guard_sim.cluster import worker_node

@@ -12,7 +12,8 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.config import add_run_arguments, settings_from
-from drain_guard.kube import Kube, KubeError, WorkloadState
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Kube, WorkloadState
 from drain_guard.lifecycle import Stopped
 from drain_guard.runner import shutdown_releases
 from drain_guard_sim.agentproc import AgentProcess

@@ -14,7 +14,9 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from drain_guard import cli
-from drain_guard.kube import Kube, KubeError, WatchCache, call_api
+from drain_guard.kube.call import KubeError, call_api
+from drain_guard.kube.client import Kube
+from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard_sim.apiserver import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
@@ -85,7 +87,8 @@ async def test_kube_call_counts_an_answer_as_contact_and_anything_else_as_an_err
 
 @pytest.fixture
 def short_timeout(api: SimApiServer, monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr("drain_guard.kube.REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr("drain_guard.kube.call.REQUEST_TIMEOUT", 0.2)
+    monkeypatch.setattr("drain_guard.kube.client.REQUEST_TIMEOUT", 0.2)
     api.faults.latency(3.0, verb="get", resource="nodes")
     api.faults.latency(3.0, verb="list", resource="nodes")
     return 0.2

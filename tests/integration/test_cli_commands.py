@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from drain_guard import guards, protocol
-from drain_guard.kube import load_configuration
+from drain_guard.kube.credentials import load_configuration
 from drain_guard.kubeclient import ConfigException
 from drain_guard_sim.agentproc import AgentProcess
 from drain_guard_sim.apiserver import SimApiServer

@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from drain_guard import kube
-from drain_guard.kube import Kube, WatchCache
+from drain_guard.kube import listwatch
+from drain_guard.kube.client import Kube
+from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.status import WatchStatus, readiness
 from drain_guard_sim.apiserver import ADMIN, SimApiServer
@@ -69,7 +70,7 @@ async def _seen(api: SimApiServer, cache: WatchCache, value: str) -> None:
 async def test_a_frozen_watch_is_reported_silent_then_renewed_within_two_bookmark_periods(
     api: SimApiServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(kube, "BOOKMARK_PERIOD", PERIOD)
+    monkeypatch.setattr(listwatch, "BOOKMARK_PERIOD", PERIOD)
     api.bookmark_interval = PERIOD
     caplog.set_level(logging.INFO, logger="drain_guard.kube")
     counters = _Observed()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from drain_guard.kube import LIST_PAGE, Kube, WatchCache
+from drain_guard.kube.client import Kube
+from drain_guard.kube.listwatch import LIST_PAGE, WatchCache
 from drain_guard_sim.apiserver import SimApiServer
 from tests.helpers import AGENT_USER, MCO_NS, NODE, WAIT
 

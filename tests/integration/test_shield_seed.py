@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from drain_guard.kube import Kube, WatchCache, load_api_client
+from drain_guard.kube.client import Kube
+from drain_guard.kube.credentials import load_api_client
+from drain_guard.kube.listwatch import WatchCache
 from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import Shield

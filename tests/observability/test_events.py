@@ -19,7 +19,7 @@ from drain_guard.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
-from drain_guard.kube import Kube
+from drain_guard.kube.client import Kube
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard_sim.apiserver import SimApiServer
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from drain_guard.central import CentralShield
-from drain_guard.kube import WatchCache
+from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import ShieldStatus

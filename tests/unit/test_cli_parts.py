@@ -15,7 +15,7 @@ from drain_guard import decisions, guards, protocol
 from drain_guard.cli import _listed, build_parser, main, node_state, render_text
 from drain_guard.config import SettingsError, settings_from
 from drain_guard.decide import stale_keys
-from drain_guard.kube import NodeObj
+from drain_guard.nodes import NodeObj
 
 HELD = {
     protocol.DESIRED_DRAIN: "hold-drain-rendered-worker-1",

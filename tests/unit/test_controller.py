@@ -24,8 +24,10 @@ import pytest
 from drain_guard import host, protocol
 from drain_guard.config import add_run_arguments, settings_from
 from drain_guard.controller import Controller
-from drain_guard.kube import Applied, Conflict, NodeObj, PatchResult, WatchCache
+from drain_guard.kube.client import Applied, Conflict, PatchResult
+from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.nodes import NodeObj
 from drain_guard_sim.cluster import worker_node
 from drain_guard_sim.hostfs import HostFS
 from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, IMAGE_B, MCO_NS, NODE

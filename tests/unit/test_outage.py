@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from drain_guard.kube import OUTAGE_REMINDER, KubeError, Outage, failure_kind
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.retry import OUTAGE_REMINDER, Outage, failure_kind
 
 REFUSED = KubeError(0, "read_node: ClientConnectorError: Cannot connect to host api:6443")
 UNTRUSTED = KubeError(

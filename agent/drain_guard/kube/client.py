@@ -1,0 +1,243 @@
+"""The few API calls the agent, the central shield and the CLI make."""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from drain_guard import kubeclient as k8s
+from drain_guard.kube.call import REQUEST_TIMEOUT, JsonObj, KubeError, call_api_within
+from drain_guard.kube.counters import Counters, NullCounters
+from drain_guard.kube.credentials import load_api_client, load_socket_client
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
+from drain_guard.nodes import NodeObj
+
+#: A Node write hung this long is given up and retried on a fresh connection (the loop's
+#: backoff: 0.25-0.5 s), all within 3 s: the drain controller acts 2-5 s after a request. The
+#: retry is safe: the write's ``test`` operations refuse it if the first one landed meanwhile.
+NODE_WRITE_TIMEOUT = 2.0
+JSON_PATCH = "application/json-patch+json"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """A patch that was committed; ``node`` is the Node as the server returned it."""
+
+    node: NodeObj
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A compare-and-swap that lost (422 failed ``test``, or 409): re-read and decide again."""
+
+    status: int
+    message: str
+
+
+PatchResult = Applied | Conflict
+
+
+class WorkloadState(enum.Enum):
+    ABSENT = "absent"
+    DELETING = "deleting"
+    PRESENT = "present"
+
+
+class Kube:
+    """The few API calls the agent and the CLI make, each with a timeout and raw JSON out."""
+
+    def __init__(self, api: k8s.ApiClient, counters: Counters | None = None) -> None:
+        self.api = api
+        self.core = k8s.CoreV1Api(api)
+        self.apps = k8s.AppsV1Api(api)
+        self.counters: Counters = counters or NullCounters()
+
+    @classmethod
+    async def connect(
+        cls, kubeconfig: str | None, counters: Counters | None = None, socket: str | None = None
+    ) -> Kube:
+        """With ``socket``, every request goes through the node proxy there."""
+        if socket is not None:
+            return cls(await load_socket_client(socket, counters), counters)
+        return cls(await load_api_client(kubeconfig, counters), counters)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def call(
+        self,
+        operation: str,
+        fn: Callable[..., Awaitable[Any]],
+        *args: Any,
+        answers: tuple[int, ...] = (404,),
+        request_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> JsonObj:
+        """:func:`call_api`, counted: the one way the agent and the central shield make a
+        (non-watch) call. A success, or a status in ``answers`` (404 by default: absent), is
+        API contact (``/readyz``, ``drain_guard_last_api_contact_timestamp_seconds``); any
+        other failure counts in ``drain_guard_api_errors_total{operation}``."""
+        timeout = REQUEST_TIMEOUT if request_timeout is None else request_timeout
+        try:
+            body = await call_api_within(timeout, fn, *args, **kwargs)
+        except KubeError as exc:
+            if exc.status in answers:
+                self.counters.api_contact()
+            else:
+                self.counters.api_error(operation, exc.status)
+            raise
+        self.counters.api_contact()
+        return body
+
+    async def get_node(self, name: str) -> NodeObj | None:
+        try:
+            return NodeObj.from_dict(await self.call("node_get", self.core.read_node, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list_nodes(self) -> list[NodeObj]:
+        body = await self.call("node_list", self.core.list_node)
+        return [NodeObj.from_dict(item) for item in body.get("items") or ()]
+
+    async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
+        """Apply a JSON Patch; a failed ``test`` (422) or a 409 is a :class:`Conflict`."""
+        try:
+            body = await self.call(
+                "node_patch",
+                self.core.patch_node,
+                name,
+                [dict(op) for op in ops],
+                _content_type=JSON_PATCH,
+                request_timeout=NODE_WRITE_TIMEOUT,
+            )
+        except KubeError as exc:
+            if exc.status in (409, 422):
+                return Conflict(exc.status, exc.reason)
+            raise
+        return Applied(NodeObj.from_dict(body))
+
+    async def dry_run_patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        """A merge patch of Node ``name`` with ``dryRun=All``: authorization and admission
+        run, nothing is stored. A denial (403) is not counted as an API error: the
+        confinement self-check expects it."""
+        await self.call(
+            "node_patch",
+            self.core.patch_node,
+            name,
+            dict(patch),
+            dry_run="All",
+            _content_type="application/merge-patch+json",
+            answers=(403, 404),
+        )
+
+    async def dry_run_token_request(self, namespace: str, account: str) -> None:
+        """A TokenRequest for service account ``account`` with ``dryRun=All``. A denial (403)
+        or an absent account (404) is an answer, not an API error: the confinement self-check
+        asks it expecting a refusal."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": [], "expirationSeconds": 600},
+        }
+        await self.call(
+            "token_create",
+            self.core.create_namespaced_service_account_token,
+            account,
+            namespace,
+            body,
+            dry_run="All",
+            answers=(403, 404),
+        )
+
+    async def other_node(self, name: str) -> str | None:
+        """The name of some Node other than ``name`` (None on a single-node cluster)."""
+        body = await self.call(
+            "node_list", self.core.list_node, field_selector=f"metadata.name!={name}", limit=1
+        )
+        items = body.get("items") or ()
+        return str(items[0]["metadata"]["name"]) if items else None
+
+    async def get_daemonset(self, namespace: str, name: str) -> JsonObj | None:
+        try:
+            return await self.call(
+                "daemonset_get", self.apps.read_namespaced_daemon_set, name, namespace
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def get_pod(self, namespace: str, name: str) -> JsonObj | None:
+        try:
+            return await self.call("pod_get", self.core.read_namespaced_pod, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def get_deployment(self, namespace: str, name: str) -> JsonObj | None:
+        try:
+            return await self.call(
+                "deployment_get", self.apps.read_namespaced_deployment, name, namespace
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def daemonset_state(self, namespace: str, name: str) -> WorkloadState:
+        return _workload_state(await self.get_daemonset(namespace, name))
+
+    async def deployment_state(self, namespace: str, name: str) -> WorkloadState:
+        return _workload_state(await self.get_deployment(namespace, name))
+
+    async def watch_node(
+        self, name: str, cache: WatchCache, watch_timeout: int = WATCH_TIMEOUT
+    ) -> None:
+        """Keep ``cache.node`` current until cancelled."""
+        await ListWatch(
+            resource="node",
+            list_fn=self.core.list_node,
+            field_selector=f"metadata.name={name}",
+            replace=cache.replace_node,
+            apply=cache.apply_node,
+            counters=self.counters,
+            name=f"node {name}",
+            watch_timeout=watch_timeout,
+        ).run()
+
+    async def watch_pods(
+        self,
+        node_name: str,
+        cache: WatchCache,
+        namespace: str | None,
+        watch_timeout: int = WATCH_TIMEOUT,
+    ) -> None:
+        """Keep ``cache.pods`` (the pods bound to ``node_name``, in ``namespace``, or in every
+        namespace when None) current until cancelled: the agent's one pod watch."""
+        where = f" in {namespace}" if namespace else ""
+        await ListWatch(
+            resource="pod",
+            list_fn=self.core.list_pod_for_all_namespaces
+            if namespace is None
+            else functools.partial(self.core.list_namespaced_pod, namespace),
+            field_selector=f"spec.nodeName={node_name}",
+            replace=cache.replace_pods,
+            apply=cache.apply_pod,
+            counters=self.counters,
+            name=f"pods on node {node_name}{where}",
+            watch_timeout=watch_timeout,
+        ).run()
+
+
+def _workload_state(body: JsonObj | None) -> WorkloadState:
+    if body is None:
+        return WorkloadState.ABSENT
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return WorkloadState.DELETING
+    return WorkloadState.PRESENT

@@ -1,0 +1,313 @@
+"""List, then watch from the list's resourceVersion, forever; and the cache the agent's
+watches fill.
+
+The watch stream is read here rather than through ``kubernetes_asyncio.watch.Watch``: that
+class retries a 410 once with the same stale resourceVersion and then raises, turns error
+statuses into exceptions without their headers (so a 429's Retry-After is lost), and reads
+lines with aiohttp's 64 KiB line limit. Reading the stream ourselves keeps one explicit state
+machine: list, watch from the list's resourceVersion (bookmarks move it forward), renew on the
+server's ``timeoutSeconds``, re-list on 410, back off with jitter on anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+
+from drain_guard.kube.call import (
+    API_FAILURES,
+    REQUEST_TIMEOUT,
+    JsonObj,
+    KubeError,
+    StreamError,
+    call_api,
+    error_from,
+)
+from drain_guard.kube.counters import Counters
+from drain_guard.kube.retry import Backoff, Outage
+from drain_guard.nodes import NodeObj
+from drain_guard.pods import Pod
+from drain_guard.status import WatchStatus
+
+log = logging.getLogger(__name__)
+
+#: ``timeoutSeconds`` asked for on watches (±10 %): client-go's reflector asks 5 to 10 minutes.
+#: Each renewal is one request; at rest they are nearly all the agent sends.
+WATCH_TIMEOUT = 600
+#: Items per page of a list (``limit``/``continue``), as client-go's reflector pages: the API
+#: server answers a large list in bounded pieces, and none is one response of the whole set.
+LIST_PAGE = 500
+#: How often kube-apiserver sends a bookmark on an idle watch (its watch cache's bookmark
+#: frequency: a minute). A stream silent for 1.5 periods is reported silent (``/readyz``
+#: fails, ``/status`` says so); at 2 periods it is taken for a half-open connection and renewed.
+BOOKMARK_PERIOD = 60.0
+
+
+@dataclass
+class WatchCache:
+    """The latest Node and pods from the watches; ``changed`` wakes the controller."""
+
+    node: NodeObj | None = None
+    pods: dict[tuple[str, str], Pod] = field(default_factory=dict)
+    node_synced: bool = False
+    pods_synced: bool = False
+    # monotonic time at which the watch delivered the latest Node version, for reaction_seconds
+    node_seen_at: float = 0.0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Called after every change of the pods (the shield plans on the same pods).
+    pod_listeners: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def synced(self) -> bool:
+        return self.node_synced and self.pods_synced
+
+    def _notify(self) -> None:
+        self.changed.set()
+
+    def replace_node(self, items: Sequence[JsonObj]) -> None:
+        self.node = NodeObj.from_dict(items[0]) if items else None
+        self.node_synced = True
+        self.node_seen_at = time.monotonic()
+        self._notify()
+
+    def apply_node(self, kind: str, obj: JsonObj) -> None:
+        self.node = None if kind == "DELETED" else NodeObj.from_dict(obj)
+        self.node_seen_at = time.monotonic()
+        self._notify()
+
+    def _notify_pods(self) -> None:
+        self._notify()
+        for listener in self.pod_listeners:
+            listener()
+
+    def replace_pods(self, items: Sequence[JsonObj]) -> None:
+        self.pods = {}
+        for item in items:
+            pod = Pod.from_dict(item)
+            self.pods[(pod.namespace, pod.name)] = pod
+        self.pods_synced = True
+        self._notify_pods()
+
+    def apply_pod(self, kind: str, obj: JsonObj) -> None:
+        pod = Pod.from_dict(obj)
+        key = (pod.namespace, pod.name)
+        if kind == "DELETED":
+            self.pods.pop(key, None)
+        else:
+            self.pods[key] = pod
+        self._notify_pods()
+
+
+class _GoneError(Exception):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+@dataclass
+class ListWatch:
+    """List, then watch from the list's resourceVersion, forever (until cancelled)."""
+
+    resource: str
+    list_fn: Callable[..., Awaitable[Any]]
+    field_selector: str
+    replace: Callable[[Sequence[JsonObj]], None]
+    apply: Callable[[str, JsonObj], None]
+    counters: Counters
+    #: What the logs call this watch ("pods on node worker-0"); the metrics use ``resource``.
+    name: str = ""
+    watch_timeout: int = WATCH_TIMEOUT
+    #: Only the objects with these labels (the central shield's watches of build pods).
+    label_selector: str = ""
+    resource_version: str | None = None
+    backoff: Backoff = field(default_factory=Backoff)
+    _phase: str = "list"
+    _listed: bool = False
+    #: Since when (wall clock) the open stream has been silent past 1.5 bookmark periods.
+    _silent_since: datetime | None = None
+    outage: Outage = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Each retry counts as a restart of the watch, with reason "error".
+        self.outage = Outage(
+            f"watch of {self.name or self.resource}",
+            log,
+            lambda: self.counters.watch_restart(self.resource, "error"),
+        )
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if self.resource_version is None:
+                    self._phase = "list"
+                    await self._list()
+                self._phase = "watch"
+                await self._watch_once()
+                # The server ended the watch (timeoutSeconds): renew from where we are.
+                self.counters.watch_restart(self.resource, "closed")
+            except _GoneError:
+                log.info("watch of %s expired (410), listing again", self.name or self.resource)
+                self.counters.watch_restart(self.resource, "expired")
+                self.resource_version = None
+            except Exception as exc:  # a failed renewal never ends the watch
+                status = getattr(exc, "status", 0)
+                if isinstance(exc, (*API_FAILURES, StreamError, ValueError)):
+                    self.counters.api_error(f"{self.resource}_{self._phase}", status)
+                if not isinstance(exc, (*API_FAILURES, ValueError)):
+                    self.resource_version = None  # a stream error, or ours: list afresh
+                retry_after = exc.retry_after if isinstance(exc, KubeError) else None
+                delay = self.backoff.next_delay(retry_after if status == 429 else None)
+                self.outage.failed(self._phase, exc, delay)
+                self._report_state()
+                await asyncio.sleep(delay)
+
+    def _answered(self) -> None:
+        """A list, or the start of a watch, was answered: the watch is current."""
+        failing = self.outage.since is not None
+        self.outage.ended()
+        if failing or not self._listed:
+            self._listed = True
+            self._report_state()
+
+    def _report_state(self) -> None:
+        silent = self._silent_since is not None and self.outage.since is None
+        self.counters.watch_state(
+            self.resource,
+            WatchStatus(
+                listed=self._listed,
+                watching=self._listed and self.outage.since is None and not silent,
+                failing_since=self.outage.since or self._silent_since,
+                error=self.outage.error or (self._silence(1.5) if silent else None),
+                silent=silent,
+            ),
+        )
+
+    @staticmethod
+    def _silence(periods: float) -> str:
+        return f"no event or bookmark for {periods * BOOKMARK_PERIOD:g}s"
+
+    async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The stream's next bytes (b"" at its end). Silent for 1.5 bookmark periods, the
+        watch is reported silent; for 2, TimeoutError: the stream is renewed."""
+        try:
+            async with asyncio.timeout(1.5 * BOOKMARK_PERIOD):
+                return await resp.content.readany()
+        except TimeoutError:
+            pass
+        self._silent_since = datetime.now(UTC) - timedelta(seconds=1.5 * BOOKMARK_PERIOD)
+        self._report_state()
+        try:
+            async with asyncio.timeout(0.5 * BOOKMARK_PERIOD):
+                chunk = await resp.content.readany()
+        except TimeoutError:
+            raise TimeoutError(f"{self._silence(2)}: a frozen stream, renewed") from None
+        finally:
+            self._silent_since = None
+        self._report_state()
+        return chunk
+
+    def _selectors(self) -> dict[str, str]:
+        selectors = {"field_selector": self.field_selector}
+        if self.label_selector:
+            selectors["label_selector"] = self.label_selector
+        return selectors
+
+    async def _list(self) -> None:
+        """List in pages of LIST_PAGE (one consistent snapshot: every page is read at the
+        first one's resourceVersion); an expired ``continue`` (410) is a failed list, retried
+        from the first page."""
+        items: list[JsonObj] = []
+        page: dict[str, str] = {}
+        while True:
+            body = await call_api(self.list_fn, **self._selectors(), limit=LIST_PAGE, **page)
+            self.counters.api_contact()
+            page_items = body.get("items") or []
+            if not isinstance(page_items, list):
+                raise ValueError(f"malformed {self.resource} list: items is not a list")
+            items += page_items
+            metadata = body.get("metadata") or {}
+            if not metadata.get("continue"):
+                break
+            page = {"_continue": str(metadata["continue"])}
+        try:
+            self.replace(items)
+        except (AttributeError, TypeError) as exc:
+            raise ValueError(f"malformed {self.resource} in list: {exc}") from None
+        self.resource_version = str(metadata.get("resourceVersion", ""))
+        self._answered()
+        self.backoff.reset()
+
+    async def _watch_once(self) -> None:
+        # Jitter the server-side timeout so that a fleet of agents does not renew in lockstep.
+        server_timeout = max(1, int(self.watch_timeout * random.uniform(0.9, 1.1)))
+        resp = await self.list_fn(
+            **self._selectors(),
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=self.resource_version,
+            timeout_seconds=server_timeout,
+            _preload_content=False,
+            # A silent stream is renewed by _read, after two bookmark periods.
+            _request_timeout=aiohttp.ClientTimeout(
+                total=server_timeout + 30, sock_connect=REQUEST_TIMEOUT
+            ),
+        )
+        async with resp:
+            if resp.status == 410:
+                raise _GoneError()
+            if not 200 <= resp.status <= 299:
+                raise await error_from(resp)
+            self.counters.api_contact()
+            self._answered()
+            # Split events ourselves: aiohttp's readline() refuses lines over 64 KiB, and
+            # one Pod with large annotations can be longer than that.
+            buffer = b""
+            while chunk := await self._read(resp):
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self._handle_line(line)
+            if buffer.strip():
+                self._handle_line(buffer)
+
+    def _handle_line(self, line: bytes) -> None:
+        event = json.loads(line)
+        obj = event.get("object") or {} if isinstance(event, dict) else None
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata") or {}, dict):
+            # A garbled stream: fail this watch (counted, logged, retried) rather than the
+            # task, which would take the agent down with it. Re-list from scratch.
+            self.resource_version = None
+            raise ValueError(f"malformed watch event on {self.resource}: not an object")
+        kind = str(event.get("type", ""))
+        if kind == "ERROR" or "type" not in event:
+            status = obj if kind == "ERROR" else event
+            code = int(status.get("code") or 0)
+            if code == 410:
+                raise _GoneError()
+            raise StreamError(code, str(status.get("message", "")))
+        # Events and bookmarks (about one a minute from a real server) show the API alive.
+        self.counters.api_contact()
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        log.debug("watch of %s: %s at resourceVersion %s", self.name or self.resource, kind, rv)
+        if kind == "BOOKMARK":
+            if rv:
+                self.resource_version = str(rv)
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.warning("ignoring watch event of type %r on %s", kind, self.resource)
+            return
+        try:
+            self.apply(kind, obj)
+        except (AttributeError, TypeError) as exc:
+            self.resource_version = None
+            raise ValueError(f"malformed {self.resource} in watch event: {exc}") from None
+        if rv:
+            self.resource_version = str(rv)
+        self.backoff.reset()
