@@ -62,7 +62,8 @@ def pod_watch_selectors(selectors: Sequence[BuildPodSelector]) -> tuple[str, ...
     """The label selectors of the central shield's pod watches: each build-pod selector's
     positive terms, once each. A pod with all of a build pod's labels (and more) matches the
     one its build pod matched, so the watches show every pod a budget's selector would
-    cover. A selector without a positive term (``!key`` alone) watches the whole namespace."""
+    cover. A selector without a positive term (``!key`` alone) would watch the whole
+    namespace: the settings refuse it (drain_guard.config)."""
     texts = (str(s.selector.positive()) for s in selectors if s.namespace in (None, MCO_NAMESPACE))
     return tuple(dict.fromkeys(texts))
 

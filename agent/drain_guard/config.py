@@ -666,6 +666,14 @@ def _shield_settings(raw: dict[str, object]) -> ShieldSettings:
                 f"--build-pod-selector {selector} names namespace {selector.namespace}: the"
                 f" central shield keeps budgets in {MCO_NAMESPACE} only"
             )
+        if selector.selector.positive().is_empty():
+            # Its pod watch lists by the positive terms: none would list every pod of MCO's
+            # namespace, a daemon pod per node (issue 28).
+            raise SettingsError(
+                f"--build-pod-selector {selector} has no label a pod must have (key=value,"
+                " key in (...), or key): the central shield would watch every pod of"
+                f" {MCO_NAMESPACE}; add one"
+            )
     kubeconfig = raw["kubeconfig"]
     deployment = raw["deployment"]
     return ShieldSettings(

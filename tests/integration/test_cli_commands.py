@@ -187,6 +187,7 @@ async def test_release_all_releases_every_hold(
         (("run", "--no-such-flag"), {}, "unrecognized arguments: --no-such-flag"),
         (("release",), {}, "one of the arguments --node-name --all is required"),
         (("status", "-o", "yaml"), {}, "invalid choice: 'yaml'"),
+        (("shield", "--build-pod-selector", "!app"), {}, "has no label a pod must have"),
     ],
 )
 async def test_invalid_settings_exit_2_with_one_line(

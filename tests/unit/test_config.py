@@ -295,6 +295,13 @@ def test_shield_settings_default_to_the_build_pods_of_mcos_namespace() -> None:
             "--build-pod-selector builds:openshift.io/build.name names namespace builds: the"
             f" central shield keeps budgets in {MCO_NAMESPACE} only",
         ),
+        (
+            ["--build-pod-selector", "!openshift.io/build.name"],
+            {},
+            "--build-pod-selector !openshift.io/build.name has no label a pod must have"
+            " (key=value, key in (...), or key): the central shield would watch every pod of"
+            f" {MCO_NAMESPACE}; add one",
+        ),
         (["--deployment", "shield"], {}, "invalid --deployment 'shield' (expected NAMESPACE/NAME)"),
         ([], {"DRAIN_GUARD_DEPLOYMENT": "a/b/c"}, "invalid DRAIN_GUARD_DEPLOYMENT 'a/b/c'"),
     ],
