@@ -1310,6 +1310,10 @@ class SimApiServer:
                     break
                 size = await self._send(response, event_type, obj)
                 self._count_served(user, resource, (obj,), size)
+        except ConnectionResetError:
+            # The client hung up (an agent stopped or rebooted): the stream just ends. Raised
+            # on, aiohttp would log it as an unhandled error with a traceback.
+            return response
         finally:
             self.store.unwatch(watcher)
             self.served_bytes[(user, resource)] += sent
