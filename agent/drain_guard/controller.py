@@ -424,12 +424,12 @@ class Controller:
         image = guards.evidence(decision.verdicts, guards.ImageCompared)
         self.metrics.set_image_match(None if image is None else image.equal)
         self.metrics.set_pool_held(self._status.pool, self._status.held_request is not None)
-        fields = decision_fields(node, decision, self._status.decision)
+        fields = decision_fields(node.name, decision)
         observed = self.settings.observe_only and bool(decision.patch)
         if observed:
             fields["observeOnly"] = True
             fields["why"] = self._status.explanation
-        key = log_key(decision, node.annotations.get(protocol.DESIRED_DRAIN))
+        key = log_key(decision)
         if (decision.patch and not observed) or key != self._last_logged:
             self._last_logged = key
             log.info("decision", extra={"fields": fields})
@@ -472,7 +472,7 @@ class Controller:
                 self._applied(decision, node, result.node)
                 log.info(
                     "decision",
-                    extra={"fields": decision_fields(result.node, decision, "release")},
+                    extra={"fields": decision_fields(result.node.name, decision)},
                 )
                 return
         log.warning("could not release on exit: the node kept changing")

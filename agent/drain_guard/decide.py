@@ -82,13 +82,8 @@ def decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Deci
 
 def _recheck_at(view: NodeView, decision: Decision, max_hold: timedelta) -> datetime | None:
     times: list[datetime] = []
-    if isinstance(decision, Hold):
-        times.append(later(decision.since, max_hold))
-    elif isinstance(decision, Keep | UpdateHold) or (
-        isinstance(decision, Wait) and decision.record is not None
-    ):
-        assert decision.record is not None
-        times.append(later(decision.record.since, max_hold))
+    if decision.held_since is not None:
+        times.append(later(decision.held_since, max_hold))
     request = view.annotations.get(HOLD_REQUEST)
     if request is not None:
         try:
@@ -308,8 +303,9 @@ def _decide_unheld(
     stale_keys = tuple(k for k in OWNED_KEYS if k in annotations)
     if released is not None and released != desired and not ran_out:
         stale_keys += (RELEASED,)
+    passes = request.verb is Verb.DRAIN and desired != last_applied
     if not stale_keys:
-        return Idle(why, verdicts)
+        return Idle(why, verdicts, request=desired, passes=passes)
     outcome: Outcome | None
     if record is None:
         outcome = None
@@ -323,7 +319,8 @@ def _decide_unheld(
         outcome, ended = None, f"{desired or 'no request'} replaced the released request"
     mark = desired if ran_out else None
     patch = cleanup_patch(desired, annotations, stale_keys, mark_released=mark)
-    return CleanUp(stale_keys, f"{ended}; {why}", tuple(patch), record, outcome, verdicts)
+    why = f"{ended}; {why}"
+    return CleanUp(stale_keys, why, tuple(patch), record, outcome, verdicts, desired, passes)
 
 
 def _capped(

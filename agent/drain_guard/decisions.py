@@ -17,10 +17,12 @@ from drain_guard.protocol import (
     HoldRecord,
     JsonPatchOp,
     Outcome,
+    Reason,
     truncate_utf8,
 )
 
 __all__ = [
+    "FACTS",
     "CleanUp",
     "Decision",
     "Foreign",
@@ -59,33 +61,95 @@ def invalid_inputs(decision: Decision) -> tuple[InvalidInput, ...]:
     return tuple(found)
 
 
-class _OneLine(ABC):
-    """Every decision explains itself in one line, whatever text its inputs carried."""
+class _Decided(ABC):
+    """What every decision says of itself, so that no reader branches on its type.
+
+    Besides these, each decision has ``request`` (the drain request it is about: the held
+    one for a hold, desiredDrain's value otherwise, None if there is none) and ``blocks``
+    (what a hold is held for; empty when the decision does not hold), as a field or a
+    property, and ``patch``, ``verdicts`` and ``recheck_at``; ``FACTS`` lists them all and a
+    test fails for a decision type that lacks one.
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The ``decision`` of ``/status`` (one of ``status.DECISIONS``)."""
+
+    @property
+    @abstractmethod
+    def reasons(self) -> tuple[Reason, ...]:
+        """Why it holds, keeps, waits or releases: the guards' reasons (empty: none)."""
+
+    @property
+    @abstractmethod
+    def held_since(self) -> datetime | None:
+        """Since when the hold that stays on the Node after it is held (None: no hold)."""
+
+    @property
+    def log_outcome(self) -> str:
+        """The ``outcome`` of its decision log line."""
+        return self.name
 
     @abstractmethod
     def _explain(self) -> str: ...
 
     def explain(self) -> str:
+        """One line, whatever text its inputs carried."""
         return " ".join(self._explain().split())
 
 
+#: What every decision carries; the exhaustiveness test checks every type against it.
+FACTS = (
+    "name",
+    "request",
+    "reasons",
+    "blocks",
+    "held_since",
+    "log_outcome",
+    "explain",
+    "patch",
+    "verdicts",
+    "recheck_at",
+)
+
+
 @dataclass(frozen=True)
-class Idle(_OneLine):
+class Idle(_Decided):
     """Nothing held, nothing to write."""
 
     why: str
     verdicts: tuple[Verdict, ...] = ()
     patch: tuple[JsonPatchOp, ...] = ()
+    request: str | None = None
+    #: A drain request the MCC may apply now: /status says ``pass`` rather than ``idle``.
+    passes: bool = False
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return "pass" if self.passes else "idle"
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return ()
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return ()
+
+    @property
+    def held_since(self) -> datetime | None:
+        return None
 
     def _explain(self) -> str:
         return f"idle: {self.why}"
 
 
 @dataclass(frozen=True)
-class Hold(_OneLine):
+class Hold(_Decided):
     """Hold ``original``: rewrite desiredDrain to ``hold-<original>``."""
 
     original: str
@@ -103,6 +167,22 @@ class Hold(_OneLine):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    @property
+    def name(self) -> str:
+        return "hold"
+
+    @property
+    def request(self) -> str:
+        return self.original
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return tuple(b.reason for b in self.blocks)
+
+    @property
+    def held_since(self) -> datetime:
+        return self.since
+
     def _explain(self) -> str:
         what = "hold again" if self.resumed else "hold"
         text = f"{what} {self.original}: {hold_detail(self.blocks)}"
@@ -112,7 +192,7 @@ class Hold(_OneLine):
 
 
 @dataclass(frozen=True)
-class UpdateHold(_OneLine):
+class UpdateHold(_Decided):
     """Still held, but the reasons or the detail changed: rewrite them."""
 
     record: HoldRecord
@@ -125,12 +205,28 @@ class UpdateHold(_OneLine):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    @property
+    def name(self) -> str:
+        return "update-hold"
+
+    @property
+    def request(self) -> str:
+        return self.record.held_drain
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return tuple(b.reason for b in self.blocks)
+
+    @property
+    def held_since(self) -> datetime:
+        return self.record.since
+
     def _explain(self) -> str:
         return f"still holding {self.record.held_drain}, now: {hold_detail(self.blocks)}"
 
 
 @dataclass(frozen=True)
-class Keep(_OneLine):
+class Keep(_Decided):
     """Still held for the same reasons: nothing to write."""
 
     record: HoldRecord
@@ -141,12 +237,28 @@ class Keep(_OneLine):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    @property
+    def name(self) -> str:
+        return "holding"
+
+    @property
+    def request(self) -> str:
+        return self.record.held_drain
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return tuple(b.reason for b in self.blocks)
+
+    @property
+    def held_since(self) -> datetime:
+        return self.record.since
+
     def _explain(self) -> str:
         return f"holding {self.record.held_drain}: {hold_detail(self.blocks)}"
 
 
 @dataclass(frozen=True)
-class Wait(_OneLine):
+class Wait(_Decided):
     """A guard cannot decide yet and none blocks: write nothing, keep any hold in place."""
 
     unknowns: tuple[Unknown, ...]
@@ -160,6 +272,22 @@ class Wait(_OneLine):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    @property
+    def name(self) -> str:
+        return "wait"
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return tuple(u.reason for u in self.unknowns)
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return ()
+
+    @property
+    def held_since(self) -> datetime | None:
+        return None if self.record is None else self.record.since
+
     def _explain(self) -> str:
         waiting = "; ".join(f"{u.reason}: {u.detail}" for u in self.unknowns)
         if self.record is not None:
@@ -168,7 +296,7 @@ class Wait(_OneLine):
 
 
 @dataclass(frozen=True)
-class Release(_OneLine):
+class Release(_Decided):
     """Restore ``original`` to desiredDrain and remove the hold record."""
 
     original: str
@@ -181,12 +309,36 @@ class Release(_OneLine):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    @property
+    def name(self) -> str:
+        return "release"
+
+    @property
+    def request(self) -> str:
+        return self.original
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return () if self.record is None else self.record.reasons
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return ()
+
+    @property
+    def held_since(self) -> datetime | None:
+        return None
+
+    @property
+    def log_outcome(self) -> str:
+        return f"release:{self.outcome.value}"
+
     def _explain(self) -> str:
         return f"release {self.original} ({self.outcome}): {self.why}"
 
 
 @dataclass(frozen=True)
-class CleanUp(_OneLine):
+class CleanUp(_Decided):
     """Remove agent keys left over from a hold that ended otherwise (e.g. superseded)."""
 
     keys: tuple[str, ...]
@@ -196,16 +348,35 @@ class CleanUp(_OneLine):
     ended: HoldRecord | None = None
     outcome: Outcome | None = None
     verdicts: tuple[Verdict, ...] = ()
+    request: str | None = None
+    #: A drain request the MCC may apply now: /status says ``pass`` rather than ``idle``.
+    passes: bool = False
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return "pass" if self.passes else "idle"
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return ()
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return ()
+
+    @property
+    def held_since(self) -> datetime | None:
+        return None
 
     def _explain(self) -> str:
         return f"clean up {', '.join(self.keys)}: {self.why}"
 
 
 @dataclass(frozen=True)
-class Foreign(_OneLine):
+class Foreign(_Decided):
     """desiredDrain says ``hold-…`` but drain-guard did not write it: left alone."""
 
     value: str
@@ -215,6 +386,26 @@ class Foreign(_OneLine):
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return "idle"
+
+    @property
+    def request(self) -> str:
+        return self.value
+
+    @property
+    def reasons(self) -> tuple[Reason, ...]:
+        return ()
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        return ()
+
+    @property
+    def held_since(self) -> datetime | None:
+        return None
 
     def _explain(self) -> str:
         return f"not touching {self.value}: {self.why}"

@@ -16,7 +16,6 @@ from typing import Any
 
 from drain_guard import decisions, protocol
 from drain_guard.config import LogFormat
-from drain_guard.nodes import NodeObj
 
 
 class _JsonFormatter(logging.Formatter):
@@ -73,40 +72,20 @@ def configure_logging(fmt: LogFormat, level: str) -> None:
     logging.getLogger("kubernetes_asyncio").setLevel(max(logging.INFO, root.level))
 
 
-def log_key(decision: decisions.Decision, request: str | None) -> tuple[str, ...]:
+def log_key(decision: decisions.Decision) -> tuple[str, ...]:
     """Decisions with the same key are logged once: a hold is not re-logged on every pod event."""
-    if isinstance(decision, decisions.Hold):
-        return ("held", decision.original, decisions.hold_detail(decision.blocks))
-    if isinstance(decision, decisions.Keep | decisions.UpdateHold):
-        return ("held", decision.record.held_drain, decisions.hold_detail(decision.blocks))
-    return (type(decision).__name__, request or "", decision.explain())
+    if decision.blocks:
+        return ("held", decision.request or "", decisions.hold_detail(decision.blocks))
+    return (decision.name, decision.request or "", decision.explain())
 
 
-def decision_fields(node: NodeObj, decision: decisions.Decision, name: str) -> dict[str, Any]:
+def decision_fields(node: str, decision: decisions.Decision) -> dict[str, Any]:
     """The one structured line per decision: node, request, reasons, outcome."""
-    request: str | None
-    reasons: list[str] = []
-    outcome = name
-    if isinstance(decision, decisions.Hold):
-        request = decision.original
-        reasons = [b.reason.value for b in decision.blocks]
-    elif isinstance(decision, decisions.Keep | decisions.UpdateHold):
-        request = decision.record.held_drain
-        reasons = [b.reason.value for b in decision.blocks]
-    elif isinstance(decision, decisions.Release):
-        request = decision.original
-        reasons = [r.value for r in decision.record.reasons] if decision.record else []
-        outcome = f"release:{decision.outcome.value}"
-    elif isinstance(decision, decisions.Wait):
-        request = decision.request
-        reasons = [u.reason.value for u in decision.unknowns]
-    else:
-        request = node.annotations.get(protocol.DESIRED_DRAIN)
     return {
-        "node": node.name,
-        "request": request or "",
-        "reasons": reasons,
-        "outcome": outcome,
+        "node": node,
+        "request": decision.request or "",
+        "reasons": [r.value for r in decision.reasons],
+        "outcome": decision.log_outcome,
         "why": decision.explain(),
     }
 

@@ -37,10 +37,8 @@ from drain_guard.protocol import (
     LAST_APPLIED_DRAIN,
     HoldRecord,
     Reason,
-    Verb,
     format_rfc3339,
     later,
-    parse_drain_request,
     parse_rfc3339,
     pool_of,
     truncate_utf8,
@@ -530,23 +528,6 @@ class AgentStatus:
         return "\n".join(lines) + "\n"
 
 
-def decision_name(decision: decisions.Decision, annotations: Mapping[str, str]) -> str:
-    """The ``decision`` of ``/status`` (one of ``DECISIONS``) for a decision on this Node."""
-    if isinstance(decision, decisions.Hold):
-        return "hold"
-    if isinstance(decision, decisions.Keep):
-        return "holding"
-    if isinstance(decision, decisions.UpdateHold):
-        return "update-hold"
-    if isinstance(decision, decisions.Release):
-        return "release"
-    if isinstance(decision, decisions.Wait):
-        return "wait"
-    desired = annotations.get(DESIRED_DRAIN)
-    pending = desired != annotations.get(LAST_APPLIED_DRAIN)
-    return "pass" if parse_drain_request(desired).verb is Verb.DRAIN and pending else "idle"
-
-
 def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> AgentStatus:
     """An ``idle`` snapshot with no decision behind it (the Node is not there): only the
     agent's identity is kept from ``base``."""
@@ -578,16 +559,14 @@ def decided(
     explanation = decision.explain()
     if base.observe_only and decision.patch:
         explanation = f"observe-only, not written: would {explanation}"
-    blocks: tuple[guards.Block, ...] = ()
-    if isinstance(decision, decisions.Hold | decisions.UpdateHold | decisions.Keep):
-        blocks = decision.blocks
+    blocks = decision.blocks
     pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
     image = guards.evidence(decision.verdicts, guards.ImageCompared)
     request_text = annotations.get(HOLD_REQUEST)
     request = None if request_text is None else HoldRequestStatus.read(request_text, now)
     return AgentStatus(
         node=base.node,
-        decision=decision_name(decision, annotations),
+        decision=decision.name,
         explanation=explanation,
         version=base.version,
         started_at=base.started_at,

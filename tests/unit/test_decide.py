@@ -53,8 +53,10 @@ from drain_guard.protocol import (
     annotation_path,
     format_rfc3339,
     parse_drain_request,
+    read_hold,
 )
 from drain_guard.selectors import default_build_pod_selectors
+from drain_guard.status import DECISIONS
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MAX_HOLD = timedelta(minutes=45)
@@ -154,7 +156,7 @@ def test_never_held(annotations: dict[str, str], fragment: str) -> None:
 
 def test_no_guard_blocks_idle() -> None:
     decision = run({DESIRED_DRAIN: A, DESIRED_IMAGE: f"{IMAGE}@{D2}"})
-    assert decision == Idle("no guard blocks", decision.verdicts)
+    assert decision == Idle("no guard blocks", decision.verdicts, request=A, passes=True)
     assert len(decision.verdicts) == 3
 
 
@@ -535,6 +537,32 @@ def test_invariants_on_random_nodes(
     # Decided again on the state it produced, the agent has nothing more to write.
     again = decide(view(after, pods, booted), GUARDS, MAX_HOLD)
     assert again.patch == (), (decision.explain(), again.explain())
+
+
+@settings(max_examples=300)
+@given(annotation_maps, pod_sets, booted_images)
+def test_the_decisions_facts_agree_with_the_node(
+    before: dict[str, str], pods: tuple[Pod, ...] | None, booted: BootedImage
+) -> None:
+    """What a decision says of itself (for /status, the log, the recheck) is what the Node
+    shows: the request it is about, its status name, the hold it keeps."""
+    decision = decide(view(before, pods, booted), GUARDS, MAX_HOLD)
+    desired = before.get(DESIRED_DRAIN)
+    assert decision.name in DECISIONS
+    if decision.request is None:
+        assert desired is None
+    else:
+        assert desired in (decision.request, "hold-" + decision.request)
+    if decision.name in ("idle", "pass"):
+        pending = desired != before.get(LAST_APPLIED_DRAIN)
+        passes = parse_drain_request(desired).verb is Verb.DRAIN and pending
+        assert decision.name == ("pass" if passes else "idle")
+    if decision.blocks:
+        assert decision.reasons == tuple(b.reason for b in decision.blocks)
+    if decision.held_since is not None:
+        record = read_hold(apply(before, decision))
+        assert record is not None
+        assert record.since == decision.held_since
 
 
 @settings(max_examples=200)
