@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
+from drain_guard.alerts import AlertApi, AlertFilter, OnUnreachable
 from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
 from drain_guard.selectors import (
     MCO_NAMESPACE,
@@ -87,6 +88,40 @@ class WorkloadRef:
 
 
 @dataclass(frozen=True)
+class AlertSettings:
+    """Alert gating (``--alert-url`` and its companions): where to ask, what counts, and what
+    an unanswered query means."""
+
+    url: str
+    api: AlertApi
+    filter: AlertFilter
+    interval: timedelta
+    on_unreachable: OnUnreachable
+    token_file: str | None = None
+    ca_file: str | None = None
+
+    @property
+    def timeout(self) -> timedelta:
+        """How long one query may take: the interval, at most ``MAX_ALERT_TIMEOUT``."""
+        return min(self.interval, MAX_ALERT_TIMEOUT)
+
+    def effective(self) -> dict[str, object]:
+        return {
+            "url": self.url,
+            "api": self.api.value,
+            "filter": str(self.filter),
+            "interval": format_duration(self.interval),
+            "onUnreachable": self.on_unreachable.value,
+            "tokenFile": self.token_file,
+            "caFile": self.ca_file,
+        }
+
+
+#: The longest an alert query may take before it counts as unanswered.
+MAX_ALERT_TIMEOUT = timedelta(seconds=10)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything ``drain-guard run`` needs, already validated."""
 
@@ -112,6 +147,7 @@ class Settings:
     observe_only: bool = False
     pod_name: str | None = None
     api_socket: str | None = None
+    alerts: AlertSettings | None = None
 
     def effective(self) -> dict[str, object]:
         """The settings in force, for the agent's start-up line (durations as flags take them)."""
@@ -133,6 +169,7 @@ class Settings:
             if self.daemonset is not None
             else ("release" if self.release_on_exit else "keep holds"),
             "observeOnly": self.observe_only,
+            "alerts": None if self.alerts is None else self.alerts.effective(),
             "logLevel": self.log_level,
         }
 
@@ -283,6 +320,58 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         boolean=True,
     ),
     _Option(
+        "--alert-url",
+        _env_name("--alert-url"),
+        None,
+        "hold drains while alerts matching --alert-filter fire: base URL of Prometheus, the"
+        " Thanos querier (OpenShift: https://thanos-querier.openshift-monitoring.svc:9091) or"
+        " Alertmanager (--alert-api alertmanager); queried once per --alert-interval",
+    ),
+    _Option(
+        "--alert-api",
+        _env_name("--alert-api"),
+        AlertApi.PROMETHEUS.value,
+        "the API of --alert-url: prometheus (GET api/v1/alerts; Thanos querier too) or"
+        " alertmanager (GET api/v2/alerts, silenced and inhibited alerts left out)",
+        choices=tuple(a.value for a in AlertApi),
+    ),
+    _Option(
+        "--alert-filter",
+        _env_name("--alert-filter"),
+        None,
+        "regular expression (Python re, searched) on the alertname of the firing alerts that"
+        " hold drains; required with --alert-url (anchor it, ^(A|B)$, for whole names)",
+    ),
+    _Option(
+        "--alert-token-file",
+        _env_name("--alert-token-file"),
+        None,
+        "file holding the bearer token of the alert queries, read before each (a projected"
+        " service-account token rotates); https only",
+    ),
+    _Option(
+        "--alert-ca-file",
+        _env_name("--alert-ca-file"),
+        None,
+        "CA bundle (PEM) that signs --alert-url's certificate, read before each query"
+        " (OpenShift: the service CA); without it the system's CAs",
+    ),
+    _Option(
+        "--alert-interval",
+        _env_name("--alert-interval"),
+        "30s",
+        "how often the alerts are queried (one GET per interval per agent; at least 1s)",
+    ),
+    _Option(
+        "--alert-unreachable",
+        _env_name("--alert-unreachable"),
+        OnUnreachable.HOLD.value,
+        "what a failed alert query means while it lasts: hold (drains wait, within"
+        " --max-hold) or pass (drains go on); either way /status and"
+        " drain_guard_alert_query_up report it",
+        choices=tuple(o.value for o in OnUnreachable),
+    ),
+    _Option(
         "--log-format",
         _env_name("--log-format"),
         LogFormat.TEXT.value,
@@ -297,6 +386,9 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         choices=LOG_LEVELS,
     ),
 )
+
+#: The shortest --alert-interval (docs/benchmarks.md has the load of an interval per node).
+MIN_ALERT_INTERVAL = timedelta(seconds=1)
 
 
 def _run_option(flag: str) -> _Option:
@@ -655,6 +747,51 @@ def _settings(raw: dict[str, object]) -> Settings:
         observe_only=bool(raw["observe_only"]),
         pod_name=pod_name,
         api_socket=api_socket,
+        alerts=_alert_settings(raw),
+    )
+
+
+_ALERT_COMPANIONS = ("alert_filter", "alert_token_file", "alert_ca_file")
+
+
+def _alert_settings(raw: Mapping[str, object]) -> AlertSettings | None:
+    url = str(raw["alert_url"] or "").strip()
+    if not url:
+        given = [name for name in _ALERT_COMPANIONS if raw[name] is not None]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise SettingsError(f"{flag} needs --alert-url (where to query the alerts)")
+        return None
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest.split("/")[0]:
+        raise SettingsError(f"invalid --alert-url {url!r} (expected http(s)://HOST[:PORT][/PATH])")
+    token_file = None if raw["alert_token_file"] is None else str(raw["alert_token_file"])
+    if token_file is not None and scheme != "https":
+        raise SettingsError(
+            f"--alert-token-file with --alert-url {url!r}: the token would cross the network in"
+            " clear text; use https"
+        )
+    if raw["alert_filter"] is None:
+        raise SettingsError(
+            "--alert-url needs --alert-filter: which alerts hold drains (every alert would"
+            " include those that always fire, such as Watchdog)"
+        )
+    try:
+        alert_filter = AlertFilter.parse(str(raw["alert_filter"]))
+    except ValueError as err:
+        raise SettingsError(f"--alert-filter: {err}") from None
+    interval = _named("--alert-interval", parse_duration, str(raw["alert_interval"]))
+    if interval < MIN_ALERT_INTERVAL:
+        least = format_duration(MIN_ALERT_INTERVAL)
+        raise SettingsError(f"--alert-interval must be at least {least}")
+    return AlertSettings(
+        url=url,
+        api=AlertApi(str(raw["alert_api"])),
+        filter=alert_filter,
+        interval=interval,
+        on_unreachable=OnUnreachable(str(raw["alert_unreachable"])),
+        token_file=token_file,
+        ca_file=None if raw["alert_ca_file"] is None else str(raw["alert_ca_file"]),
     )
 
 

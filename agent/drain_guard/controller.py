@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from drain_guard import __version__, decisions, guards, holds, host, protocol, selfcheck
+from drain_guard.alerts import AlertsSeen
 from drain_guard.config import Settings
 from drain_guard.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
@@ -122,7 +123,13 @@ class Controller:
         self.events = events
         self.cache = cache
         self.booted = host.BootedImageReader(settings, metrics)
-        self.guards = guards.default_guards(settings.build_pod_selectors, settings.build_pod_scope)
+        self.guards = guards.default_guards(
+            settings.build_pod_selectors,
+            settings.build_pod_scope,
+            None if settings.alerts is None else settings.alerts.on_unreachable,
+        )
+        #: The alert query's latest answer (``alertsource.AlertSource``), with alert gating on.
+        self.alerts: AlertsSeen | None = None if settings.alerts is None else AlertsSeen()
         self.started_at = self.clock.now()
         # What the agent knows of holds between passes (holds.py derives what happened).
         self._memory = holds.Memory()
@@ -163,7 +170,16 @@ class Controller:
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
             confinement=self.confinement.to_json(),
+            alerts=None
+            if self.alerts is None or self.settings.alerts is None
+            else self.alerts.to_json(self.settings.alerts.url),
         )
+
+    def alerts_changed(self, seen: AlertsSeen) -> None:
+        """The alert query's answer changed: decide again on it."""
+        self.alerts = seen
+        self.metrics.set_alerts(seen.error is None if seen.checked_at else None, len(seen.firing))
+        self.cache.changed.set()
 
     def alive(self) -> bool:
         if not self._running:
@@ -277,6 +293,7 @@ class Controller:
                 booted=await self.booted.get(),
                 now=self.clock.now(),
                 resource_version=node.resource_version,
+                alerts=self.alerts,
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

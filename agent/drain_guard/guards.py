@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TypeVar
 
+from drain_guard.alerts import AlertsSeen, OnUnreachable
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
 from drain_guard.protocol import (
@@ -24,6 +25,7 @@ from drain_guard.protocol import (
 from drain_guard.selectors import BuildPodSelector
 
 __all__ = [
+    "AlertGuard",
     "Block",
     "BootedImage",
     "BuildPodGuard",
@@ -70,6 +72,8 @@ class NodeView:
     #: The Node's ``metadata.resourceVersion``: pinned by a patch when ``lastAppliedDrain``
     #: is absent (JSON Patch cannot test that a key is absent).
     resource_version: str
+    #: The alert query's latest answer (None: alert gating is off).
+    alerts: AlertsSeen | None = None
 
 
 # --- verdicts -----------------------------------------------------------------------------
@@ -274,8 +278,38 @@ class ManualGuard:
         return Block(self.reason, f"{detail}: {why}" if why else detail)
 
 
+class AlertGuard:
+    """Blocks while alerts matching the operator's filter fire (``--alert-url``); while the
+    query goes unanswered, blocks or not as ``--alert-unreachable`` says, and says so."""
+
+    reason = Reason.ALERT
+
+    def __init__(self, on_unreachable: OnUnreachable) -> None:
+        self.on_unreachable = on_unreachable
+
+    def check(self, view: NodeView) -> Verdict:
+        seen = view.alerts
+        if seen is None or seen.checked_at is None:
+            return Unknown(self.reason, "the alerts have not been queried yet")
+        if seen.error is not None:
+            since = format_rfc3339(seen.since) if seen.since else "now"
+            why = f"alert query unanswered since {since} ({seen.error})"
+            if self.on_unreachable is OnUnreachable.HOLD:
+                return Block(self.reason, f"{why}; --alert-unreachable=hold")
+            return Clear(self.reason, f"{why}; --alert-unreachable=pass", abstained=True)
+        if seen.firing:
+            return Block(self.reason, f"firing: {seen.named()}")
+        return Clear(self.reason, "no matching alert fires")
+
+
 def default_guards(
-    selectors: Sequence[BuildPodSelector], scope: PodScope = DEFAULT_SCOPE
+    selectors: Sequence[BuildPodSelector],
+    scope: PodScope = DEFAULT_SCOPE,
+    on_unreachable: OnUnreachable | None = None,
 ) -> tuple[Guard, ...]:
-    """The guards the agent runs, in the order their reasons are listed."""
-    return (BuildPodGuard(selectors, scope), NoopImageGuard(), ManualGuard())
+    """The guards the agent runs, in the order their reasons are listed; the alert guard
+    only with alert gating on (``on_unreachable`` given)."""
+    found: tuple[Guard, ...] = (BuildPodGuard(selectors, scope), NoopImageGuard(), ManualGuard())
+    if on_unreachable is not None:
+        found += (AlertGuard(on_unreachable),)
+    return found

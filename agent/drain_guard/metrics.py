@@ -21,6 +21,7 @@ API (used by ``controller``, ``events`` and ``server``)::
     m.hold_released(outcome, held_for_seconds)      # OUTCOMES; also clears the hold gauges
     m.clear_hold()                                  # gauges only: no hold (e.g. start-up)
     m.set_build_pods(n); m.set_image_match(True | False | None)
+    m.set_alerts(up: True | False | None, firing)   # --alert-url
     m.set_synced(resource, bool); m.count_watch_restart(resource, reason)
     m.count_api_error(operation); m.api_contact(when); m.count_retry(part)
     m.count_credentials_read(identity); m.set_credentials_refused(identity, bool)
@@ -391,6 +392,18 @@ class Metrics(BaseMetrics):
             ["reason"],
             registry=r,
         )
+        self.alert_query_up = Gauge(
+            PREFIX + "alert_query_up",
+            "Alert gating (--alert-url): 1 when the latest alert query was answered, 0 when it"
+            " failed (--alert-unreachable says whether drains wait), -1 before the first query"
+            " or with alert gating off.",
+            registry=r,
+        )
+        self.alerts_firing = Gauge(
+            PREFIX + "alerts_firing",
+            "Alerts matching --alert-filter that fired at the latest answered query.",
+            registry=r,
+        )
 
         for reason in REASONS:
             self.hold_active.labels(reason=reason).set(0)
@@ -406,6 +419,7 @@ class Metrics(BaseMetrics):
             self.events_emitted_total.labels(reason=event_reason)
         self.image_match.set(-1)
         self.confined.set(-1)
+        self.alert_query_up.set(-1)
 
     def count_drain_request(self, verb: str) -> None:
         """A new ``desiredDrain`` value was seen."""
@@ -474,6 +488,12 @@ class Metrics(BaseMetrics):
     def set_build_pods(self, count: int) -> None:
         """Build pods currently seen on the node."""
         self.build_pods.set(count)
+
+    def set_alerts(self, up: bool | None, firing: int) -> None:
+        """The alert query's latest answer: answered or not (None: not yet), and how many
+        matching alerts fired."""
+        self.alert_query_up.set(-1 if up is None else int(up))
+        self.alerts_firing.set(firing)
 
     def set_image_match(self, match: bool | None) -> None:
         """Desired vs booted digest: True equal, False differ, None unknown."""

@@ -153,6 +153,7 @@ class Reason(StrEnum):
     BUILD_POD = "build-pod"
     NOOP_IMAGE = "noop-image"
     MANUAL = "manual"
+    ALERT = "alert"
 
 
 class Outcome(StrEnum):

@@ -16,6 +16,7 @@ from functools import partial
 from aiohttp import web
 
 from drain_guard import __version__, selfcheck
+from drain_guard.alertsource import AlertSource
 from drain_guard.config import Settings, WorkloadRef
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
@@ -139,6 +140,9 @@ class _Agent:
         }
         if shield is not None:
             parts["shield"] = shield.run()
+        if settings.alerts is not None:
+            alerts = AlertSource(settings.alerts, controller.alerts_changed, controller.clock.now)
+            parts["alerts"] = alerts.run()
 
         async def on_exit(stopped: Stopped) -> int:
             code = stopped.code

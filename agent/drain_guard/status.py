@@ -164,6 +164,11 @@ def releases_when(
             until = request.until if request is not None else None
             when = f"expires at {_rfc3339(until)}" if until is not None else "expires"
             found.append(f"{reason}: when the hold request {when} or is removed")
+        elif reason == Reason.ALERT:
+            if detail.startswith("alert query unanswered"):
+                found.append(f"{reason}: when the alert query is answered, no matching alert fired")
+            else:
+                found.append(f"{reason}: when the matching alerts resolve (or are silenced)")
     return tuple(printable(line) for line in found)
 
 
@@ -316,6 +321,8 @@ class AgentStatus:
     observe_only: bool = False  # --observe-only: the decision is reported, never written
     # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
     confinement: dict[str, Any] | None = None
+    # Alert gating (drain_guard.alerts.AlertsSeen.to_json()); None when it is off.
+    alerts: dict[str, Any] | None = None
     invalid_inputs: tuple[InvalidInputStatus, ...] = ()
     # The operator's hold request on the Node, read now; what will release the hold.
     hold_request: HoldRequestStatus | None = None
@@ -380,6 +387,7 @@ class AgentStatus:
             },
             "observeOnly": self.observe_only,
             "confinement": self.confinement,
+            "alerts": self.alerts,
             "invalidInputs": [
                 {"kind": i.kind, "what": i.what, "why": i.why} for i in self.invalid_inputs
             ],
@@ -433,6 +441,7 @@ class AgentStatus:
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
             observe_only=bool(data.get("observeOnly", False)),
             confinement=data.get("confinement"),
+            alerts=data.get("alerts"),
             invalid_inputs=tuple(
                 InvalidInputStatus(i["kind"], i["what"], i["why"])
                 for i in data.get("invalidInputs", ())
@@ -515,6 +524,8 @@ class AgentStatus:
         if self.confinement is not None:
             confined = {True: "yes", False: "NO", None: "unknown"}[self.confinement["confined"]]
             lines.append(f"  confined:      {confined}: {self.confinement['detail']}")
+        if self.alerts is not None:
+            lines.append(f"  alerts:        {printable(alerts_text(self.alerts))}")
         watches = ", ".join(f"{r} {w.to_text(now)}" for r, w in sorted(self.watches.items()))
         contact = (
             "never"
@@ -593,6 +604,20 @@ def decided(
         last_would_hold=base.last_would_hold,
         pool=pool_of(annotations),
     )
+
+
+def alerts_text(alerts: Mapping[str, Any]) -> str:
+    """One line of ``drain-guard status``: the alert query's state, and what it found."""
+    state = str(alerts.get("state"))
+    text = f"{state} ({alerts.get('url')}"
+    if alerts.get("checkedAt"):
+        text += f", checked {alerts['checkedAt']}"
+    text += ")"
+    if state == "firing":
+        text += ": " + ", ".join(str(a) for a in alerts.get("firing") or ())
+    elif state == "unreachable":
+        text += f" since {alerts.get('since')}: {alerts.get('error')}"
+    return text
 
 
 def _rfc3339(value: datetime | None) -> str | None:

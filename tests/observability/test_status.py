@@ -105,6 +105,7 @@ def test_json_keys_and_times() -> None:
         "scope",
         "observeOnly",
         "confinement",
+        "alerts",
         "invalidInputs",
         "holdRequest",
         "releasesWhen",

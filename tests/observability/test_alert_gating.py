@@ -1,0 +1,151 @@
+"""Alert gating end to end: a real Prometheus evaluates a rule on a gauge the test serves, and
+a ``drain-guard run`` process (against the API simulator) queries its alerts.
+
+The test owns the condition: it serves ``gate 1`` or ``gate 0`` for Prometheus to scrape, and
+the rule ``DrainGate`` fires while ``gate == 1``; a second rule (``Watchdog``, on
+``vector(1)``) fires throughout and is left out by the agent's ``--alert-filter``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from aiohttp import web
+
+from drain_guard import protocol
+from drain_guard_sim.apiserver import SimApiServer
+from tests.helpers import (
+    CONFIG_B,
+    IMAGE_B,
+    NODE,
+    StartAgent,
+    mcd_request,
+    metric,
+    require_tool,
+    wait_annotation,
+)
+from tests.observability.prometheus import Prometheus, free_port, prometheus
+from tests.observability.test_prometheus_e2e import scraped
+
+DRAIN_B = f"drain-{CONFIG_B}"
+HELD = "hold-" + DRAIN_B
+FILTER = "^DrainGate$"
+
+pytestmark = pytest.mark.prometheus
+
+
+class Gate:
+    """A scrape target serving ``gate <value>``, the condition of the rule ``DrainGate``."""
+
+    def __init__(self) -> None:
+        self.value = 1
+
+    async def metrics(self, _: web.Request) -> web.Response:
+        return web.Response(text=f"# TYPE gate gauge\ngate {self.value}\n")
+
+
+@contextlib.asynccontextmanager
+async def gate_target() -> AsyncIterator[tuple[Gate, str]]:
+    gate = Gate()
+    app = web.Application()
+    app.router.add_get("/metrics", gate.metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield gate, f"127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def rules(tmp: Path) -> Path:
+    path = tmp / "gate.rules.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "gate",
+                        "rules": [
+                            {"alert": "DrainGate", "expr": "gate == 1"},
+                            {"alert": "Watchdog", "expr": "vector(1)"},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
+    return path
+
+
+async def firing(prom: Prometheus) -> set[str]:
+    data = await prom.api("alerts")
+    return {a["labels"]["alertname"] for a in data["alerts"] if a["state"] == "firing"}
+
+
+async def test_a_firing_alert_holds_the_drain_until_it_resolves(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    require_tool("prometheus")
+    async with (
+        gate_target() as (gate, target),
+        prometheus(tmp_path, [target], {}, [rules(tmp_path)]) as prom,
+    ):
+        await scraped(prom, 'ALERTS{alertname="DrainGate",alertstate="firing"}')
+        agent = await start_agent(
+            f"--alert-url={prom.base}", f"--alert-filter={FILTER}", "--alert-interval=1s"
+        )
+        mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == HELD)
+        assert ann[protocol.HOLD_REASONS] == "alert"
+        assert ann[protocol.HOLD_DETAIL] == "alert: firing: DrainGate"
+        _, body = await agent.http("/status")
+        doc = json.loads(body)
+        assert doc["alerts"]["state"] == "firing"
+        assert doc["alerts"]["firing"] == ["DrainGate"]  # Watchdog fires too, not matched
+        assert await metric(agent, "drain_guard_alert_query_up") == 1
+        assert await metric(agent, "drain_guard_alerts_firing") == 1
+
+        gate.value = 0  # the alert resolves at Prometheus' next scrape and evaluation
+        ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+        assert protocol.HELD_DRAIN not in ann
+        assert await firing(prom) == {"Watchdog"}
+        released = await agent.wait_log(lambda r: r.get("outcome") == "safe")
+        assert released["request"] == DRAIN_B
+
+
+@pytest.mark.parametrize("policy", ["hold", "pass"])
+async def test_an_unreachable_prometheus_follows_the_policy_and_is_reported(
+    api: SimApiServer, start_agent: StartAgent, policy: str
+) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    agent = await start_agent(
+        f"--alert-url={nobody}",
+        f"--alert-filter={FILTER}",
+        "--alert-interval=1s",
+        f"--alert-unreachable={policy}",
+    )
+    await agent.wait_log(lambda r: "alert query failing" in str(r.get("message")))
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    if policy == "hold":
+        ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == HELD)
+        assert ann[protocol.HOLD_REASONS] == "alert"
+        assert "alert query unanswered since" in ann[protocol.HOLD_DETAIL]
+        assert "--alert-unreachable=hold" in ann[protocol.HOLD_DETAIL]
+    else:
+        passed = await agent.wait_log(lambda r: r.get("outcome") == "pass")
+        assert passed["request"] == DRAIN_B
+        assert protocol.HELD_DRAIN not in (api.get("nodes", NODE)["metadata"]["annotations"])
+    _, body = await agent.http("/status")
+    alerts = json.loads(body)["alerts"]
+    assert alerts["state"] == "unreachable"
+    assert alerts["url"] == nobody
+    assert nobody in alerts["error"]
+    assert await metric(agent, "drain_guard_alert_query_up") == 0

@@ -1,0 +1,121 @@
+"""Alert gating's pure half: the answers of both APIs, the filter, the guard, the settings."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from drain_guard.alerts import (
+    AlertApi,
+    AlertFilter,
+    AlertsSeen,
+    MalformedAlertsError,
+    OnUnreachable,
+    firing_alerts,
+)
+from drain_guard.config import SettingsError, add_run_arguments, settings_from
+from drain_guard.guards import AlertGuard, Block, BootedImage, Clear, NodeView, Unknown
+from drain_guard.protocol import Reason
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+ANY = AlertFilter.parse("^(DrainGate|EtcdDown)$")
+
+
+def prom(*alerts: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "status": "success",
+        "data": {"alerts": [{"labels": {"alertname": n}, "state": s} for n, s in alerts]},
+    }
+
+
+def am(*alerts: tuple[str, str]) -> list[dict[str, Any]]:
+    return [{"labels": {"alertname": n}, "status": {"state": s}} for n, s in alerts]
+
+
+def test_prometheus_firing_alerts_count_pending_ones_not() -> None:
+    body = prom(("DrainGate", "pending"), ("EtcdDown", "firing"), ("Watchdog", "firing"))
+    assert firing_alerts(AlertApi.PROMETHEUS, body, ANY) == ("EtcdDown",)
+
+
+def test_alertmanager_active_alerts_count_suppressed_ones_not() -> None:
+    body = am(("DrainGate", "suppressed"), ("EtcdDown", "active"), ("EtcdDown", "active"))
+    assert firing_alerts(AlertApi.ALERTMANAGER, body, ANY) == ("EtcdDown",)
+
+
+@pytest.mark.parametrize(
+    ("api", "body"),
+    [
+        (AlertApi.PROMETHEUS, {"status": "error", "error": "x"}),
+        (AlertApi.PROMETHEUS, {"status": "success", "data": {}}),
+        (AlertApi.PROMETHEUS, {"status": "success", "data": {"alerts": [{"state": "firing"}]}}),
+        (AlertApi.ALERTMANAGER, {"alerts": []}),
+        (AlertApi.ALERTMANAGER, ["x"]),
+    ],
+)
+def test_a_malformed_answer_is_an_error_never_no_alerts(api: AlertApi, body: Any) -> None:
+    with pytest.raises(MalformedAlertsError):
+        firing_alerts(api, body, ANY)
+
+
+def view(alerts: AlertsSeen | None) -> NodeView:
+    booted = BootedImage(None, None, "test")
+    return NodeView("n", {}, (), booted, NOW, "1", alerts=alerts)
+
+
+def test_the_alert_guard() -> None:
+    hold, go = AlertGuard(OnUnreachable.HOLD), AlertGuard(OnUnreachable.PASS)
+    assert isinstance(hold.check(view(AlertsSeen())), Unknown)
+    firing = AlertsSeen(("DrainGate",), NOW)
+    assert hold.check(view(firing)) == Block(Reason.ALERT, "firing: DrainGate")
+    assert isinstance(go.check(view(AlertsSeen((), NOW))), Clear)
+    failing = AlertsSeen((), NOW, "refused", NOW)
+    assert isinstance(hold.check(view(failing)), Block)
+    verdict = go.check(view(failing))
+    assert isinstance(verdict, Clear)
+    assert verdict.abstained
+    assert "--alert-unreachable=pass" in verdict.detail
+
+
+def test_the_named_alerts_are_bounded() -> None:
+    seen = AlertsSeen(tuple(f"A{i:02}" for i in range(25)), NOW)
+    assert seen.named().endswith("A09 and 15 more")
+
+
+def settings(*flags: str) -> Any:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return settings_from(parser.parse_args(["--node-name=n", *flags]), {})
+
+
+def test_alert_settings() -> None:
+    got = settings("--alert-url=https://q:9091", "--alert-filter=^X$").alerts
+    assert got is not None
+    assert got.on_unreachable is OnUnreachable.HOLD
+    assert got.timeout.total_seconds() == 10
+    assert settings().alerts is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--alert-url=https://q"], "--alert-url needs --alert-filter"),
+        (["--alert-filter=X"], "--alert-filter needs --alert-url"),
+        (["--alert-url=q:9091", "--alert-filter=X"], "invalid --alert-url"),
+        (["--alert-url=https://q", "--alert-filter=("], "--alert-filter: invalid regular"),
+        (["--alert-url=https://q", "--alert-filter= "], "the alert filter is empty"),
+        (
+            ["--alert-url=http://q", "--alert-filter=X", "--alert-token-file=/t"],
+            "clear text",
+        ),
+        (
+            ["--alert-url=https://q", "--alert-filter=X", "--alert-interval=500ms"],
+            "at least 1s",
+        ),
+    ],
+)
+def test_bad_alert_settings_are_one_clear_line(flags: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
+        settings(*flags)
