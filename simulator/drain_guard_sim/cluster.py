@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from drain_guard_sim.apiserver import SimApiServer, WriteRecord
 from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController, is_build_pod
@@ -109,6 +110,9 @@ READY = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "statu
 #: render: the sync lands in the middle of the window, this far from either end.
 RACE_MARGIN = 2.0
 NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
+
+
+T = TypeVar("T")
 
 
 def _suffix(*parts: str, n: int = 5) -> str:
@@ -637,6 +641,10 @@ class SimCluster:
                 continue
             return str((rec.after or {}).get("spec", {}).get("nodeName"))
         return None
+
+    async def wait_for(self, predicate: Callable[[], T], timeout: float) -> T:  # noqa: ASYNC109
+        """Until ``predicate()`` is truthy, checked on every write (``RealCluster``'s too)."""
+        return await self.api.wait_for(predicate, timeout)
 
     async def wait_build_done(self, timeout: float) -> BuildResult:  # noqa: ASYNC109
         """Wait (event-driven, on the write log) for the build to end; ``timeout`` in seconds."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import sys
 import tempfile
@@ -22,12 +23,16 @@ from typing import Any, TextIO
 
 from drain_guard_sim.agentproc import AgentError, AgentProcess, spawn_agent
 from drain_guard_sim.cluster import Cordon, Outcome, SimCluster
+from drain_guard_sim.controlplane import ControlPlane, default_bin_dir, missing_binaries
 from drain_guard_sim.mco import McoVersion, Timings
+from drain_guard_sim.realcluster import RealCluster
 from drain_guard_sim.timeline import Timeline, TimelineEntry
 
 __all__ = ["configure_parser", "run"]
 
 AGENT_ACTOR = "drain-guard"
+#: The cluster a run plays on: the simulator's, or the real control plane's (``--api real``).
+Cluster = SimCluster | RealCluster
 START_TIMEOUT = 30.0  # seconds for an agent to start and make its first decision
 # Timeline lines worth showing a newcomer (actor, text); the full timeline has every step.
 KEY_LINES = (
@@ -56,10 +61,18 @@ KEY_LINES = (
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3, help="worker nodes (default: 3)")
     parser.add_argument(
+        "--api",
+        choices=("sim", "real"),
+        default="sim",
+        help="the API server: sim (the embedded simulator, default) or real (kube-apiserver,"
+        " kube-controller-manager and etcd built by make control-plane, one started per run;"
+        " the MCO actors are the same simulated ones, as clients of it)",
+    )
+    parser.add_argument(
         "--time-factor",
         type=float,
-        default=0.05,
-        help="simulated seconds per MCO second (default: 0.05: a 120 s build takes 6 s)",
+        help="simulated seconds per MCO second (default: 0.05 on sim, a 120 s build takes 6 s;"
+        " 0.1 on real, whose requests take longer)",
     )
     parser.add_argument(
         "--timeline",
@@ -91,6 +104,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.time_factor is None:
+        args.time_factor = 0.1 if args.api == "real" else 0.05
+    if args.api == "real":
+        missing = missing_binaries(default_bin_dir())
+        if missing:
+            print(
+                f"drain-guard demo: --api real needs {', '.join(missing)} in {default_bin_dir()}"
+                " (make control-plane builds them)",
+                file=sys.stderr,
+            )
+            return 1
     if args.nodes < 2:
         print("drain-guard demo: --nodes must be at least 2", file=sys.stderr)
         return 2
@@ -113,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
 class Agents:
     """One agent per node, as a DaemonSet would run them; a node's reboot restarts its agent."""
 
-    def __init__(self, cluster: SimCluster, logdir: Path, max_hold: float) -> None:
+    def __init__(self, cluster: Cluster, logdir: Path, max_hold: float) -> None:
         self.cluster = cluster
         self.logdir = logdir
         # The agents' --max-hold in simulated seconds (MCO's scaled, as every duration here).
@@ -201,13 +225,25 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
     # A node reboots in 20 s here (a real one takes a minute or two): it shortens the demo
     # without changing the story. Every other duration is MCO's own.
     timings = Timings(reboot=20.0)
-    async with SimCluster(
-        workdir,
-        nodes=args.nodes,
-        time_factor=args.time_factor,
-        timings=timings,
-        version=McoVersion(args.mco_version),
-    ) as cluster:
+    version = McoVersion(args.mco_version)
+    async with contextlib.AsyncExitStack() as stack:
+        cluster: Cluster
+        if args.api == "real":
+            # A control plane of the run's own: the run's names are the simulator's.
+            plane = await asyncio.to_thread(
+                ControlPlane.start, default_bin_dir(), workdir / "control-plane"
+            )
+            stack.push_async_callback(asyncio.to_thread, plane.stop)
+            cluster = RealCluster(
+                plane, workdir, nodes=args.nodes, time_factor=args.time_factor,
+                timings=timings, version=version,
+            )  # fmt: skip
+        else:
+            cluster = SimCluster(
+                workdir, nodes=args.nodes, time_factor=args.time_factor, timings=timings,
+                version=version,
+            )  # fmt: skip
+        await stack.enter_async_context(cluster)
         agents: Agents | None = None
         rollout_done = gave_up = False
         try:
@@ -227,7 +263,7 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
                 else:
                     # The failed build stops the rollout; let the drain in progress finish.
                     node = build.node or cluster.build_node
-                    await cluster.api.wait_for(
+                    await cluster.wait_for(
                         lambda: cluster.machines[node].reboots > 0, timeout=args.timeout
                     )
             except TimeoutError:
@@ -424,6 +460,12 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
     version = McoVersion(args.mco_version)
+    if args.api == "real":
+        out.write(
+            "drain-guard demo --api real: the cluster's API server is a real kube-apiserver\n"
+            "with kube-controller-manager and etcd (one started per run, from make\n"
+            "control-plane); the MCO actors are the simulated ones, as its clients.\n\n"
+        )
     if version is McoVersion.V4_15:
         out.write(
             "drain-guard demo: the seed report (MCO 4.15 on-cluster layering) in a simulated\n"

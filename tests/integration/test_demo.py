@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,15 @@ async def test_demo_on_mco_4_18_has_nothing_to_hold() -> None:
     assert "holds (reasons)                      -                       none" in text
     assert "MCO 4.18 targets no node before the build" in text
     assert "retries an evicted build" in text
+
+
+async def test_demo_on_the_real_api_without_its_binaries_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DRAIN_GUARD_CONTROL_PLANE_BIN", str(tmp_path))
+    code, text = await run_demo("--api", "real")
+    assert code == 1
+    assert text.splitlines() == [
+        f"drain-guard demo: --api real needs etcd, kube-apiserver, kube-controller-manager in "
+        f"{tmp_path} (make control-plane builds them)"
+    ]
