@@ -44,9 +44,9 @@ from benchmarks.common import (
 )
 from benchmarks.inproc import AGENT_WATCH_TIMEOUT, AgentSpec, start_hosts
 from benchmarks.rollout import roll
-from drain_guard_sim.agentproc import agent_user
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.harness.agentproc import agent_user
 
 POLLER_NODE = "poll-0"
 POLLER_USER = "system:serviceaccount:drain-guard:poll-script"

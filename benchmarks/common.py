@@ -27,11 +27,11 @@ import psutil
 
 from benchmarks import deployed
 from drain_guard import protocol
-from drain_guard_sim.agentproc import AgentProcess, agent_user, spawn_agent
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.cluster import worker_node
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.store import WriteRecord
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.harness.agentproc import AgentProcess, agent_user, spawn_agent
+from drain_guard_sim.harness.cluster import worker_node
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MCD_USER = "system:serviceaccount:openshift-machine-config-operator:machine-config-daemon"

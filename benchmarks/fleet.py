@@ -51,9 +51,9 @@ from benchmarks.common import (
     wait_write,
     write_result,
 )
-from drain_guard_sim.agentproc import AgentProcess, agent_user
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
-from drain_guard_sim.store import Watcher, WriteRecord
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.store import Watcher, WriteRecord
+from drain_guard_sim.harness.agentproc import AgentProcess, agent_user
 
 MIB = 2**20
 MCO_NS = "openshift-machine-config-operator"

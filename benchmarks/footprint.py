@@ -50,8 +50,8 @@ from benchmarks.common import (
     stop_agent,
     write_result,
 )
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess
 
 NODE = "worker-0"
 MIB = 2**20

@@ -31,7 +31,7 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.reaction import AGENT_NODE, Mcd, cycle
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 
 
 async def measure(requests: int, interval: float, report: Path, workdir: Path) -> dict[str, Any]:

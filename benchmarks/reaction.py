@@ -6,9 +6,9 @@ Three phases in one run, each against ``SimApiServer`` with the agent as its own
    every request meets an idle node whose desired image is the booted one (the seed's no-op
    update), so the agent holds it. Reaction = write-log time of the hold minus write-log time of
    the MCD's strategic-merge patch, both monotonic in the simulator's process.
-2. races: the simulated MCC drain controller (``drain_guard_sim.drain``) with its ``UpdateDelay``
-   cut to each ``--race-delays`` value; a race is lost when the MCC starts cordoning for the
-   request (its "cordoning" line) instead of failing on the ``hold`` verb.
+2. races: the simulated MCC drain controller (``drain_guard_sim.actors.drain``) with its
+   ``UpdateDelay`` cut to each ``--race-delays`` value; a race is lost when the MCC starts cordoning
+   for the request (its "cordoning" line) instead of failing on the ``hold`` verb.
 3. supersede: a newer MCD request lands on a node whose older request is held (the MCD
    restarted, or rendered again); the agent records the old hold's end and holds the new one.
    Measured with the API's Event writes answering at once and after ``--event-latency`` s,
@@ -56,13 +56,13 @@ from benchmarks.common import (
     write_result,
 )
 from drain_guard import protocol
-from drain_guard_sim.agentproc import agent_user
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
-from drain_guard_sim.drain import DrainController
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.mco import MCC_USER, Timings, read_json
-from drain_guard_sim.store import WriteRecord
-from drain_guard_sim.timeline import Timeline, TimelineEntry
+from drain_guard_sim.actors.drain import DrainController
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.mco import MCC_USER, Timings, read_json
+from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.harness.agentproc import agent_user
 
 AGENT_NODE = "worker-0"
 POLLER_NODE = "worker-1"

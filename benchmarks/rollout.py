@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 from benchmarks.common import IMAGE_B, MCD_USER, WAIT, is_hold_of
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.mco import MCC_USER
-from drain_guard_sim.store import WriteRecord
+from drain_guard_sim.actors.mco import MCC_USER
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.store import WriteRecord
 
 NodeMatcher = Callable[[WriteRecord], bool]
 

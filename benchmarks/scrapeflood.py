@@ -37,7 +37,7 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.reaction import AGENT_NODE, Mcd, cycle
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 
 
 async def _flood(url: str, concurrency: int, seconds: float, limit: int) -> dict[str, int]:

@@ -39,8 +39,8 @@ import psutil
 from benchmarks import deployed
 from benchmarks.common import MCO_NS, WAIT, requests_by_verb, seed_api, write_result
 from benchmarks.fleet import READY, mcd_rollout, place_pods, pod_object
-from drain_guard_sim.agentproc import AgentProcess, spawn_shield
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess, spawn_shield
 
 SHIELD_USER = "system:serviceaccount:drain-guard:drain-guard-shield"
 OURS = "app.kubernetes.io/managed-by=drain-guard"

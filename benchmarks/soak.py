@@ -1,7 +1,7 @@
 """Soak: the agent's resident memory over many holds, run as the image runs it.
 
-``drain_guard_sim.chaos.run_soak`` feeds one agent ten events per hold (pod churn, Node label
-updates, a build pod and a drain request it must hold, the pod's deletion and the release it
+``drain_guard_sim.harness.chaos.run_soak`` feeds one agent ten events per hold (pod churn, Node
+label updates, a build pod and a drain request it must hold, the pod's deletion and the release it
 must write; each hold and release waited for), and samples its RSS and open descriptors. Here
 the agent is ``--variant`` (``deployed``: the image's tree and ``ENV``, ``benchmarks/deployed.py``),
 with ``--env NAME=VALUE`` added to its environment for experiments (``PYTHONMALLOC=malloc``,
@@ -22,7 +22,7 @@ from typing import Any
 
 from benchmarks import deployed
 from benchmarks.common import write_result
-from drain_guard_sim.chaos import run_soak
+from drain_guard_sim.harness.chaos import run_soak
 
 MIB = 2**20
 EVENTS_PER_HOLD = 10

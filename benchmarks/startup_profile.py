@@ -22,9 +22,9 @@ from typing import Any
 
 from benchmarks import deployed
 from benchmarks.common import IMAGE_A, seconds_to_ready, seed_api, stop_agent, write_result
-from drain_guard_sim.agentproc import AgentProcess, agent_user, clean_environment, run_args
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess, agent_user, clean_environment, run_args
 
 NODE = "worker-0"
 

@@ -18,10 +18,10 @@ from typing import Any, NoReturn
 import pytest
 
 from drain_guard import protocol
-from drain_guard_sim.agentproc import AgentProcess, clean_environment, spawn_agent
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.store import WriteRecord
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.harness.agentproc import AgentProcess, clean_environment, spawn_agent
 
 NODE = "worker-0"
 AGENT_USER = "system:serviceaccount:drain-guard:drain-guard"

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from drain_guard_sim import demo, serve
+from drain_guard_sim.harness import demo, serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:

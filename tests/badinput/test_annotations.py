@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,

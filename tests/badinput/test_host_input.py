@@ -14,8 +14,8 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.host import read_booted_image
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import CONFIG_B, IMAGE_A, StartAgent, agent_writes, mcd_request, metric
 
 DIGEST = "sha256:" + "6" * 64

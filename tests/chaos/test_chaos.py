@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.chaos import Action, ChaosConfig, ChaosReport, make_schedule, run_chaos
-from drain_guard_sim.mco import McoVersion
+from drain_guard_sim.actors.mco import McoVersion
+from drain_guard_sim.harness.chaos import Action, ChaosConfig, ChaosReport, make_schedule, run_chaos
 from tests.chaos.conftest import CI_SEEDS
 
 

@@ -14,9 +14,16 @@ from typing import Any
 
 import pytest
 
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.checker import Checked, CheckerConfig, Interval, check, intersect, longest
-from drain_guard_sim.store import WriteRecord, rfc3339
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.store import WriteRecord, rfc3339
+from drain_guard_sim.harness.checker import (
+    Checked,
+    CheckerConfig,
+    Interval,
+    check,
+    intersect,
+    longest,
+)
 
 MCO = "machineconfiguration.openshift.io/"
 DD, LA = MCO + "desiredDrain", MCO + "lastAppliedDrain"

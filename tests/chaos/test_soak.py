@@ -1,12 +1,12 @@
 """The soak runner works (a short run); its figures come from
-``python -m drain_guard_sim.chaos soak``
+``python -m drain_guard_sim.harness.chaos soak``
 and are a measurement reported in docs/reliability.md, not asserted here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from drain_guard_sim.chaos import run_soak
+from drain_guard_sim.harness.chaos import run_soak
 
 
 async def test_a_short_soak_feeds_the_agent_and_samples_it(tmp_path: Path) -> None:

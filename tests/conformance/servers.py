@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import yaml
 
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
-from drain_guard_sim.crds import custom_resource_definitions
-from drain_guard_sim.gc import GC_USER, GarbageCollector
-from drain_guard_sim.mco import Timings
-from drain_guard_sim.timeline import Timeline
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.actors.gc import GC_USER, GarbageCollector
+from drain_guard_sim.actors.mco import Timings
+from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.apiserver.crds import custom_resource_definitions
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.tls import ServingCert
 from tests.conformance.client import Client
 
 
@@ -45,7 +45,7 @@ class Server(Protocol):
         ...
 
     async def custom_resources(self, admin: Client) -> None:
-        """Make the MCO's kinds served (drain_guard_sim.crds), if they are not yet."""
+        """Make the MCO's kinds served (drain_guard_sim.apiserver.crds), if they are not yet."""
         ...
 
 

@@ -1,5 +1,5 @@
-"""The MCO's kinds as custom resources (drain_guard_sim.crds on the real server, built in on
-the simulator), as the simulated MCO actors use them: cluster-scoped MachineConfigs and pools,
+"""The MCO's kinds as custom resources (drain_guard_sim.apiserver.crds on the real server, built
+in on the simulator), as the simulated MCO actors use them: cluster-scoped MachineConfigs and pools,
 namespaced Builds, status subresources, and what a server refuses of a custom resource
 (strategic merge patch, an update without resourceVersion)."""
 

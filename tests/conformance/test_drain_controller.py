@@ -1,4 +1,4 @@
-"""The simulated machine-config-controller's drain controller (drain_guard_sim.drain) as a
+"""The simulated machine-config-controller's drain controller (drain_guard_sim.actors.drain) as a
 client of either API server, with only the rights a ClusterRole gives it: it cordons the node,
 evicts its pods through the eviction API, retries a pod whose budget refuses (429) and
 completes the drain once the budget is gone. The first of the MCO actors held to the real
@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.build import OpenShiftBuildController
-from drain_guard_sim.drain import DrainController
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.build import OpenShiftBuildController
+from drain_guard_sim.actors.drain import DrainController
+from drain_guard_sim.actors.mco import (
     BUILD_NAME_LABEL,
     DESIRED_DRAIN,
     LAST_APPLIED_DRAIN,
     MCO_NAMESPACE,
     Timings,
 )
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
 from tests.conformance.actors import actor_kubeconfig, remove_actor
 from tests.conformance.client import MERGE_PATCH, Client, JsonObj
 from tests.conformance.objects import budget, create_pod, node, pods_path

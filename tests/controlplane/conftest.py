@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio import client
 
-from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client
 from tests.controlplane.nodes import shared_namespace
 from tests.helpers import MCO_NS

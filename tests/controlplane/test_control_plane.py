@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import WAIT, api_client, own_namespace
 
 GO_MOD = Path(__file__).resolve().parents[2] / "tools" / "control-plane" / "go.mod"

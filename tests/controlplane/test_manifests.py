@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client
 from tests.controlplane.nodes import shared_namespace
 from tests.controlplane.test_rights import CRDS, kubectl

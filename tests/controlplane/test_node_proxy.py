@@ -18,8 +18,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from drain_guard import protocol
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.controlplane import ControlPlane
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,

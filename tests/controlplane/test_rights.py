@@ -26,9 +26,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from drain_guard import protocol
 from drain_guard.pods import Pod
 from drain_guard.shieldplan import Role, Want
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.controlplane import ControlPlane
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, unique
 from tests.controlplane.nodes import (
     DRAIN_B,

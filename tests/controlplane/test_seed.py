@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from drain_guard.config import default_max_hold
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.demo import Agents
-from drain_guard_sim.mco import MCO_NAMESPACE, Timings
-from drain_guard_sim.realcluster import RealCluster
+from drain_guard_sim.actors.mco import MCO_NAMESPACE, Timings
+from drain_guard_sim.harness.cluster import SimCluster
+from drain_guard_sim.harness.demo import Agents
+from drain_guard_sim.harness.realcluster import RealCluster
 from tests.controlplane.helpers import unique
 
 #: MCO seconds are a tenth of a second: the race's two margins (2 MCO s) are 0.2 s of real time

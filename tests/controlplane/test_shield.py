@@ -10,9 +10,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.controlplane import ControlPlane
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import unique
 from tests.controlplane.nodes import add_build_pod, create_worker, until
 from tests.helpers import IMAGE_A, MCO_NS, reap, spawn

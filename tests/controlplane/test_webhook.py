@@ -31,9 +31,9 @@ from drain_guard import protocol
 from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
 from drain_guard.shieldplan import Role, Want, budget_name
-from drain_guard_sim.agentproc import AgentProcess, spawn_webhook
-from drain_guard_sim.controlplane import ControlPlane
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace, unique
 from tests.controlplane.test_rights import documented
 from tests.deploy.tools import (

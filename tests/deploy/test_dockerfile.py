@@ -201,7 +201,7 @@ def test_dockerignore_sends_what_the_build_needs_and_no_more() -> None:
         ".git/HEAD",
         "tests/conftest.py",
         "agent/drain_guard/__pycache__/x.pyc",
-        "simulator/drain_guard_sim/apiserver.py",
+        "simulator/drain_guard_sim/apiserver/server.py",
     ):
         assert _dockerignored(unwanted, patterns), unwanted
 

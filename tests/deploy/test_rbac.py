@@ -26,7 +26,7 @@ from drain_guard.permissions import (
     node_identity_calls,
     service_account_grants,
 )
-from drain_guard_sim import nodeauth
+from drain_guard_sim.apiserver import nodeauth
 from tests.deploy.admission import Policy
 from tests.deploy.rbac import Grant, granted
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, agent_container, one

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.nodeauth import NODES_GROUP
+from drain_guard_sim.apiserver.nodeauth import NODES_GROUP
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.deploy.tools import KUBELET_CLIENT, kubelet_kubeconfig, under
 
 NODE_USER_PREFIX = "system:node:"

@@ -21,11 +21,11 @@ from drain_guard import protocol
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.cluster import worker_node
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.cluster import worker_node
 from tests.helpers import (
     AGENT_USER,
     CONFIG_A,

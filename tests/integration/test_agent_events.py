@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer, WriteRecord
+from drain_guard_sim.apiserver.server import SimApiServer, WriteRecord
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,

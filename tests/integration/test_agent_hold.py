@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     CONFIG_A,
     CONFIG_B,

@@ -16,8 +16,8 @@ from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube, WorkloadState
 from drain_guard.lifecycle import Stopped
 from drain_guard.runner import shutdown_releases
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,

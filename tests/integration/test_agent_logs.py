@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,

@@ -9,7 +9,7 @@ import sys
 import psutil
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,

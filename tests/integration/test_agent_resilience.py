@@ -16,10 +16,10 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.metrics import WATCH_RESOURCES
-from drain_guard_sim.agentproc import AgentProcess, spawn_agent
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.faults import Fault, FaultKind
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.faults import Fault, FaultKind
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,

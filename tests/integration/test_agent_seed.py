@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -25,6 +23,8 @@ from drain_guard_sim.mco import (
     McoVersion,
     annotations_of,
 )
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.cluster import SimCluster
 from tests.helpers import reap, spawn
 from tests.sim.helpers import CFG
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from drain_guard.selfcheck import PROBE_ANNOTATION
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     AGENT_POD,
     AGENT_USER,

@@ -24,10 +24,10 @@ import pytest
 from drain_guard import central, permissions
 from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY
 from drain_guard.selectors import default_build_pod_selectors
-from drain_guard_sim.agentproc import AgentProcess, spawn_shield
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.cluster import worker_node
-from drain_guard_sim.errors import ApiError
+from drain_guard_sim.apiserver.errors import ApiError
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess, spawn_shield
+from drain_guard_sim.harness.cluster import worker_node
 from tests.deploy.rbac import Grant, allows, granted
 from tests.deploy.tools import render
 from tests.helpers import CONFIG_A, IMAGE_A, MCO_NS, NODE, WAIT, metric, namespace_of, reap

@@ -13,9 +13,9 @@ import yaml
 from drain_guard import guards, protocol
 from drain_guard.kube.credentials import load_configuration
 from drain_guard.kubeclient import ConfigException
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.cluster import worker_node
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.cluster import worker_node
 from tests.helpers import (
     CONFIG_A,
     CONFIG_B,

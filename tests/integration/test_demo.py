@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.cluster import BuildResult, Cordon, Outcome
-from drain_guard_sim.demo import RunResult, verdict
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.harness.cluster import BuildResult, Cordon, Outcome
+from drain_guard_sim.harness.demo import RunResult, verdict
 
 X = "registry/ocb-image@sha256:" + "a" * 64
 Y = "registry/ocb-image@sha256:" + "b" * 64

@@ -20,7 +20,7 @@ from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.status import WatchStatus, readiness
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
 
 PERIOD = 0.5

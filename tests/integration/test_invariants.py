@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard import permissions, pods, protocol
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.store import WriteRecord
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.helpers import (
     AGENT_USER,
     IMAGE_A,

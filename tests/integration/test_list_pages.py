@@ -8,7 +8,7 @@ import contextlib
 
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import LIST_PAGE, WatchCache
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import AGENT_USER, MCO_NS, NODE, WAIT
 
 

@@ -9,7 +9,7 @@ API server: another Node, its own Node's spec, labels, status or any other annot
 service-account token, a secret, a certificate signing request, another Node's Events. The
 kubelet's rotation is followed by the proxy without a restart of either. Against the
 simulator (TLS, the node authenticated by its client certificate, the Node authorizer and
-NodeRestriction of drain_guard_sim.nodeauth).
+NodeRestriction of drain_guard_sim.apiserver.nodeauth).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.permissions import EVENTS_NAMESPACE
-from drain_guard_sim.agentproc import AgentProcess, spawn_agent
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
-from drain_guard_sim.cluster import worker_node
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
+from drain_guard_sim.harness.cluster import worker_node
 from tests.deploy.tools import (
     AGENT_UNIT,
     ENV_FILE,

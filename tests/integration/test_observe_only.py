@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from drain_guard import protocol
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.cluster import SimCluster
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.cluster import SimCluster
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,

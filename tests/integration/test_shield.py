@@ -3,7 +3,7 @@
 The shield runs in-process (``Shield.run`` as a task, with the agent's identity); "stopping"
 or "killing" the agent is cancelling that task, which leaves the budgets on the server exactly
 as a killed process would. The drain is the simulator's MCC drain controller (evictions through
-the eviction API); the garbage collector is ``drain_guard_sim.gc``.
+the eviction API); the garbage collector is ``drain_guard_sim.actors.gc``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import EVERY_NODE, REGISTRY_NAMESPACE, NodeScope
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.drain import DrainController
-from drain_guard_sim.gc import GC_USER, GarbageCollector
-from drain_guard_sim.mco import MCC_USER, Timings
-from drain_guard_sim.timeline import Timeline, TimelineEntry
+from drain_guard_sim.actors.drain import DrainController
+from drain_guard_sim.actors.gc import GC_USER, GarbageCollector
+from drain_guard_sim.actors.mco import MCC_USER, Timings
+from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import AGENT_USER, CONFIG_B, NODE, WAIT, mcd_request, node_annotations
 
 BUILD = f"build-{CONFIG_B}"

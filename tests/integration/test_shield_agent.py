@@ -7,7 +7,7 @@ import signal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     AGENT_USER,
     MCO_NS,

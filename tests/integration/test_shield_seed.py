@@ -18,9 +18,9 @@ from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import NodeScope
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.gc import GC_USER
-from drain_guard_sim.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, Timings, annotations_of
+from drain_guard_sim.actors.gc import GC_USER
+from drain_guard_sim.actors.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, Timings, annotations_of
+from drain_guard_sim.harness.cluster import SimCluster
 
 OURS = f"{MANAGED_BY_KEY}={MANAGED_BY}"
 WAIT = 30.0

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.agentproc import AgentProcess
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     MCD_USER,
@@ -23,6 +21,8 @@ from drain_guard_sim.mco import (
     Timings,
     annotations_of,
 )
+from drain_guard_sim.harness.agentproc import AgentProcess
+from drain_guard_sim.harness.cluster import SimCluster
 from tests.helpers import reap, spawn
 from tests.sim.helpers import CFG
 

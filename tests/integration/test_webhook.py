@@ -18,9 +18,9 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.admission import POD_NAME_EXTRA, POD_UID_EXTRA
-from drain_guard_sim.agentproc import AgentProcess, spawn_webhook
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
 from tests.helpers import NODE, reap
 
 AGENT = "system:serviceaccount:drain-guard:drain-guard"

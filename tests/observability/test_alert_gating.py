@@ -18,7 +18,7 @@ import yaml
 from aiohttp import web
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.deploy.tools import REPO, one, render_dir
 from tests.helpers import (
     CONFIG_B,

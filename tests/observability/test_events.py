@@ -21,7 +21,7 @@ from drain_guard.events import (
 )
 from drain_guard.kube.client import Kube
 from drain_guard.metrics import MetricCounters, Metrics
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NODE = "worker-0"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from drain_guard import __version__, protocol
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from drain_guard_sim.apiserver import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 
 
 @pytest.fixture

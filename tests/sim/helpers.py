@@ -10,9 +10,7 @@ from typing import Any
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.apiserver import WriteRecord
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     LAST_APPLIED_DRAIN,
@@ -20,6 +18,8 @@ from drain_guard_sim.mco import (
     REGISTRY_NAMESPACE,
     annotations_of,
 )
+from drain_guard_sim.apiserver.server import WriteRecord
+from drain_guard_sim.harness.cluster import SimCluster
 
 NS = "default"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.agentproc import AgentError, AgentProcess
+from drain_guard_sim.harness.agentproc import AgentError, AgentProcess
 
 # A process that logs as the agent does: a line far over a stream's 64 KiB line limit, then
 # the lines a caller waits for, then it waits for a signal.

@@ -18,9 +18,9 @@ import aiohttp
 import pytest
 import yaml
 
-from drain_guard_sim import nodeauth
-from drain_guard_sim.apiserver import SimApiServer
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.apiserver import nodeauth
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.tls import ServingCert
 from tests.helpers import require_tool
 
 NODE_USER = "system:node:worker-0"

@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.apiserver import ApiError, SimApiServer
+from drain_guard_sim.apiserver.server import ApiError, SimApiServer
 from tests.sim.helpers import NS, node, pdb, pod, status_body
 
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.sim.helpers import consume, node, status_body
 
 

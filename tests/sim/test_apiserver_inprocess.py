@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from drain_guard_sim.apiserver import SimApiServer, sim_apiserver
+from drain_guard_sim.apiserver.server import SimApiServer, sim_apiserver
 from tests.sim.helpers import NS, node, pod
 
 

@@ -13,7 +13,7 @@ import asyncio
 import pytest
 import yaml
 
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import require_tool
 from tests.sim.helpers import pod
 

@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from drain_guard_sim import nodeauth
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver import nodeauth
+from drain_guard_sim.apiserver.server import SimApiServer
 
 NODE_USER = "system:node:worker-0"
 MERGE = {"Content-Type": "application/merge-patch+json"}

@@ -14,7 +14,7 @@ import json
 
 import aiohttp
 
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 
 
 async def test_events_are_sent_while_bookmarks_fall_due() -> None:

@@ -15,7 +15,7 @@ import logging
 import aiohttp
 import pytest
 
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 
 
 async def test_a_watch_whose_client_hung_up_ends_without_a_traceback(

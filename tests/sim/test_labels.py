@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drain_guard_sim import labels
+from drain_guard_sim.apiserver import labels
 
 
 @pytest.mark.parametrize(

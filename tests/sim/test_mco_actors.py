@@ -10,9 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from drain_guard_sim.apiserver import WriteRecord
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -25,6 +23,8 @@ from drain_guard_sim.mco import (
     Timings,
     annotations_of,
 )
+from drain_guard_sim.apiserver.server import WriteRecord
+from drain_guard_sim.harness.cluster import SimCluster
 from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
 
 MCC = "machine-config-controller"

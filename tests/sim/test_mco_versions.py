@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from drain_guard_sim.apiserver import WriteRecord
-from drain_guard_sim.build import is_build_pod
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.build import is_build_pod
+from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     DESIRED_CONFIG,
     DESIRED_DRAIN,
@@ -27,7 +25,9 @@ from drain_guard_sim.mco import (
     Timings,
     annotations_of,
 )
-from drain_guard_sim.nodecontroller import rollout_targets
+from drain_guard_sim.actors.nodecontroller import rollout_targets
+from drain_guard_sim.apiserver.server import WriteRecord
+from drain_guard_sim.harness.cluster import SimCluster
 from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
 
 MCD = "machine-config-daemon"

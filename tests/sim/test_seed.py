@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     BUILDER_USER,
     DESIRED_CONFIG,
     DESIRED_DRAIN,
@@ -22,7 +21,8 @@ from drain_guard_sim.mco import (
     annotations_of,
     condition_true,
 )
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.harness.cluster import SimCluster
 
 
 async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> None:

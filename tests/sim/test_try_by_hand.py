@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim import serve
+from drain_guard_sim.harness import serve
 from tests.helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[2]

@@ -28,13 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from drain_guard_sim.apiserver import SimApiServer, WriteRecord
-from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController, is_build_pod
-from drain_guard_sim.drain import DrainController
-from drain_guard_sim.gc import GC_USER, GarbageCollector
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.mcd import NodeMachine, UpdateRecord
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController, is_build_pod
+from drain_guard_sim.actors.drain import DrainController
+from drain_guard_sim.actors.gc import GC_USER, GarbageCollector
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.mcd import NodeMachine, UpdateRecord
+from drain_guard_sim.actors.mco import (
     BUILD_CONTROLLER_USER,
     BUILDER_USER,
     CONTROL_PLANE_TOPOLOGY,
@@ -65,10 +64,11 @@ from drain_guard_sim.mco import (
     annotations_of,
     read_json,
 )
-from drain_guard_sim.nodecontroller import NodeController, rendered_name
-from drain_guard_sim.nodewriters import NFD_USER, Kubelet, label_patch
-from drain_guard_sim.timeline import Timeline
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
+from drain_guard_sim.actors.nodewriters import NFD_USER, Kubelet, label_patch
+from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.apiserver.server import SimApiServer, WriteRecord
+from drain_guard_sim.apiserver.tls import ServingCert
 
 __all__ = [
     "AGENT_USER",

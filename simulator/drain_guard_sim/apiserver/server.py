@@ -1,6 +1,6 @@
 """A Kubernetes API server simulator that the real kubernetes_asyncio client and kubectl use.
 
-``SimApiServer`` serves the resources of ``drain_guard_sim.resources`` over plain HTTP on
+``SimApiServer`` serves the resources of ``drain_guard_sim.apiserver.resources`` over plain HTTP on
 127.0.0.1 (an ephemeral port) with the semantics of a real kube-apiserver: one
 resourceVersion counter, GET/LIST/WATCH (from a resourceVersion, bookmarks,
 ``timeoutSeconds``, 410 for a compacted window), field and label selectors, JSON Patch /
@@ -13,7 +13,7 @@ Known differences from a real server (deliberate, for tests; measured against on
 tests/conformance, listed in docs/simulator-conformance.md): deletion is immediate (no
 finalizers, no graceful pod deletion); namespaces need not exist; no authorization but for
 anonymous users, node identities (``add_node_user``: the Node authorizer's static rules and
-NodeRestriction, ``drain_guard_sim.nodeauth``), users given an RBAC check (``restrict``) and,
+NodeRestriction, ``nodeauth``), users given an RBAC check (``restrict``) and,
 with ``rbac=True``, everyone but the admins by the stored Roles, so without it any other
 service account may do anything; no other admission (no ValidatingAdmissionPolicy),
 defaulting or schema validation beyond what is listed; a LIST at an exact resourceVersion
@@ -62,12 +62,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 from multidict import MultiMapping
 
-from drain_guard_sim import errors, labels, nodeauth, rbac
-from drain_guard_sim.errors import ApiError
-from drain_guard_sim.faults import FaultKind, Faults
-from drain_guard_sim.patching import APPLY_PATCH, PATCH_TYPES
-from drain_guard_sim.resources import ALL_VERBS, EVICTION_API_VERSIONS, RESOURCES, ResourceType
-from drain_guard_sim.store import (
+from drain_guard_sim.apiserver import errors, labels, nodeauth, rbac
+from drain_guard_sim.apiserver.errors import ApiError
+from drain_guard_sim.apiserver.faults import FaultKind, Faults
+from drain_guard_sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
+from drain_guard_sim.apiserver.resources import (
+    ALL_VERBS,
+    EVICTION_API_VERSIONS,
+    RESOURCES,
+    ResourceType,
+)
+from drain_guard_sim.apiserver.store import (
     ADMIN,
     Store,
     Watcher,
@@ -76,8 +81,8 @@ from drain_guard_sim.store import (
     parse_labels,
     rfc3339,
 )
-from drain_guard_sim.tables import to_table
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.apiserver.tables import to_table
+from drain_guard_sim.apiserver.tls import ServingCert
 
 __all__ = [
     "ADMIN",
@@ -246,7 +251,7 @@ class SimApiServer:
             kubectl sends its token and may write (``drain-guard-sim serve``).
         rbac: authorize every user but ``system:admin``, ``system:masters`` and node
             identities by the Roles and bindings stored in the simulator
-            (``drain_guard_sim.rbac``), as a real server with ``--authorization-mode=Node,RBAC``
+            (``rbac``), as a real server with ``--authorization-mode=Node,RBAC``
             does; without it, only users given ``restrict`` are checked.
     """
 
@@ -358,7 +363,7 @@ class SimApiServer:
     def add_node_user(self, node: str) -> str:
         """Register node ``node``'s identity (``system:node:<node>``, group ``system:nodes``,
         as the kubelet's client certificate carries); returns its bearer token. Its requests
-        go through the Node authorizer and NodeRestriction (``drain_guard_sim.nodeauth``)."""
+        go through the Node authorizer and NodeRestriction (``nodeauth``)."""
         name = nodeauth.NODE_USER_PREFIX + node
         old = self._users.get(name)
         if old is not None:

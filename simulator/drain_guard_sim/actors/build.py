@@ -37,7 +37,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     BUILD_NAME_LABEL,
     BUILD_POD_LABEL,
     DESIRED_CONFIG_LABEL,
@@ -57,8 +57,8 @@ from drain_guard_sim.mco import (
     labels_of,
     read_json,
 )
-from drain_guard_sim.store import rfc3339
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.apiserver.store import rfc3339
 
 __all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest", "is_build_pod"]
 

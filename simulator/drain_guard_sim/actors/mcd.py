@@ -45,8 +45,8 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.mco import (
     CONTROL_PLANE_TOPOLOGY,
     CURRENT_CONFIG,
     CURRENT_IMAGE,
@@ -69,7 +69,7 @@ from drain_guard_sim.mco import (
     annotations_of,
     read_json,
 )
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
 
 __all__ = ["MachineConfigDaemon", "NodeMachine", "UpdateRecord"]
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from drain_guard_sim import errors, labels
-from drain_guard_sim.patching import apply_patch
-from drain_guard_sim.resources import (
+from drain_guard_sim.apiserver import errors, labels
+from drain_guard_sim.apiserver.patching import apply_patch
+from drain_guard_sim.apiserver.resources import (
     FIELD_ALIASES,
     RESOURCES,
     ResourceIndex,

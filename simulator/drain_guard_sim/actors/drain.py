@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     DESIRED_DRAIN,
     LAST_APPLIED_DRAIN,
     Actor,
@@ -43,7 +43,7 @@ from drain_guard_sim.mco import (
     annotations_of,
     read_json,
 )
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
 
 __all__ = ["DrainController", "Eviction"]
 

@@ -38,7 +38,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.apiserver.tls import ServingCert
 
 __all__ = ["BINARIES", "ControlPlane", "ControlPlaneError", "default_bin_dir"]
 
@@ -69,7 +69,7 @@ def default_bin_dir() -> Path:
     configured = os.environ.get("DRAIN_GUARD_CONTROL_PLANE_BIN")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "tools" / "control-plane" / "bin"
+    return Path(__file__).resolve().parents[3] / "tools" / "control-plane" / "bin"
 
 
 def missing_binaries(bin_dir: Path) -> list[str]:

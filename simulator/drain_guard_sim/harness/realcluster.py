@@ -28,28 +28,11 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.build import MachineOSBuilder, OpenShiftBuildController
-from drain_guard_sim.cluster import (
-    BASE_CONFIGS,
-    DAEMONSETS,
-    DEPLOYMENTS,
-    INITIAL_IMAGE,
-    NFD_LABEL,
-    RACE_MARGIN,
-    READY,
-    BuildResult,
-    Cordon,
-    Outcome,
-    ReplicaSetController,
-    machine_config,
-    worker_node,
-)
-from drain_guard_sim.controlplane import ControlPlane
-from drain_guard_sim.crds import custom_resource_definitions
-from drain_guard_sim.drain import DrainController
-from drain_guard_sim.hostfs import HostFS
-from drain_guard_sim.mcd import NodeMachine
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController
+from drain_guard_sim.actors.drain import DrainController
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.mcd import NodeMachine
+from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     CURRENT_IMAGE,
     DESIRED_DRAIN,
@@ -71,9 +54,26 @@ from drain_guard_sim.mco import (
     annotations_of,
     read_json,
 )
-from drain_guard_sim.nodecontroller import NodeController, rendered_name
-from drain_guard_sim.nodewriters import label_patch
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
+from drain_guard_sim.actors.nodewriters import label_patch
+from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.apiserver.crds import custom_resource_definitions
+from drain_guard_sim.harness.cluster import (
+    BASE_CONFIGS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    INITIAL_IMAGE,
+    NFD_LABEL,
+    RACE_MARGIN,
+    READY,
+    BuildResult,
+    Cordon,
+    Outcome,
+    ReplicaSetController,
+    machine_config,
+    worker_node,
+)
+from drain_guard_sim.harness.controlplane import ControlPlane
 
 __all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster"]
 

@@ -23,11 +23,11 @@ from typing import TextIO
 
 import yaml
 
-from drain_guard_sim.agentproc import run_args
-from drain_guard_sim.cluster import SimCluster, machine_config
-from drain_guard_sim.mco import MCO_NAMESPACE, Timings
-from drain_guard_sim.timeline import TimelineEntry
-from drain_guard_sim.tls import ServingCert
+from drain_guard_sim.actors.mco import MCO_NAMESPACE, Timings
+from drain_guard_sim.actors.timeline import TimelineEntry
+from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.agentproc import run_args
+from drain_guard_sim.harness.cluster import SimCluster, machine_config
 
 __all__ = ["configure_parser", "run"]
 

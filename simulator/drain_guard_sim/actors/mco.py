@@ -22,7 +22,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.timeline import Timeline, TimelineEntry
+from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
 
 __all__ = [
     "Actor",

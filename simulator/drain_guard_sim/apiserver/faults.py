@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 from enum import StrEnum
 
-from drain_guard_sim import errors
+from drain_guard_sim.apiserver import errors
 
 
 class FaultKind(StrEnum):

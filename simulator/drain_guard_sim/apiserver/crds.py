@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drain_guard_sim.resources import RESOURCES, ResourceType
+from drain_guard_sim.apiserver.resources import RESOURCES, ResourceType
 
 __all__ = ["custom_resource_definitions"]
 

@@ -7,7 +7,7 @@ build), API latency and 500/429/503 replies, watch streams cut, forced 410s, age
 with SIGKILL and restarted, the MCD restarted mid-wait, operators releasing holds with
 ``drain-guard release``, builds that fail (their pod deleted), hosts whose booted image cannot
 be read. Then it brings the cluster to rest (faults off, every agent up, one last rollout
-that must complete) and hands the simulator's whole write log to ``drain_guard_sim.checker``.
+that must complete) and hands the simulator's whole write log to ``checker``.
 
 The schedule is a pure function of the seed, so a failing seed replays the same actions in
 the same order; the exact interleaving with the agents' processes and the actors' timers
@@ -20,9 +20,9 @@ events (pod churn and node updates); it is a measurement, not a timed test.
 
 Command line::
 
-    python -m drain_guard_sim.chaos run --seeds 20 [--first 1]     # summary of a long run
-    python -m drain_guard_sim.chaos run --seed 17                  # one seed, with its schedule
-    python -m drain_guard_sim.chaos soak --events 5000
+    python -m drain_guard_sim.harness.chaos run --seeds 20 [--first 1]   # summary of a long run
+    python -m drain_guard_sim.harness.chaos run --seed 17        # one seed, with its schedule
+    python -m drain_guard_sim.harness.chaos soak --events 5000
 """
 
 from __future__ import annotations
@@ -46,23 +46,8 @@ from typing import Any
 
 import psutil
 
-from drain_guard_sim.agentproc import (
-    AgentError,
-    AgentProcess,
-    agent_user,
-    spawn_agent,
-)
-from drain_guard_sim.build import is_build_pod
-from drain_guard_sim.checker import (
-    HOLD_REQUEST,
-    Checked,
-    CheckerConfig,
-    Interval,
-    Violation,
-    check,
-)
-from drain_guard_sim.cluster import SimCluster
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.build import is_build_pod
+from drain_guard_sim.actors.mco import (
     ADMIN_USER,
     BUILD_NAME_LABEL,
     DESIRED_DRAIN,
@@ -75,6 +60,21 @@ from drain_guard_sim.mco import (
     Timings,
     annotations_of,
 )
+from drain_guard_sim.harness.agentproc import (
+    AgentError,
+    AgentProcess,
+    agent_user,
+    spawn_agent,
+)
+from drain_guard_sim.harness.checker import (
+    HOLD_REQUEST,
+    Checked,
+    CheckerConfig,
+    Interval,
+    Violation,
+    check,
+)
+from drain_guard_sim.harness.cluster import SimCluster
 
 __all__ = [
     "Action",
@@ -823,8 +823,8 @@ async def run_soak(
     drain requests it holds and releases) and sample its RSS and open fds along the way.
     ``program`` and ``env`` run drain-guard as :func:`spawn_agent` says (``benchmarks.soak``:
     as the image runs it)."""
-    from drain_guard_sim.apiserver import SimApiServer
-    from drain_guard_sim.hostfs import HostFS
+    from drain_guard_sim.actors.hostfs import HostFS
+    from drain_guard_sim.apiserver.server import SimApiServer
 
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
@@ -958,7 +958,7 @@ def _summary(reports: Sequence[ChaosReport]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m drain_guard_sim.chaos")
+    parser = argparse.ArgumentParser(prog="python -m drain_guard_sim.harness.chaos")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="chaos runs; prints a JSON summary")
     run.add_argument("--seeds", type=int, default=1)

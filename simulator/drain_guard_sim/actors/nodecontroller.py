@@ -40,7 +40,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.mco import (
+from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     CURRENT_IMAGE,
     DESIRED_CONFIG,
@@ -67,7 +67,7 @@ from drain_guard_sim.mco import (
     labels_of,
     read_json,
 )
-from drain_guard_sim.timeline import Timeline
+from drain_guard_sim.actors.timeline import Timeline
 
 __all__ = ["NodeController", "rendered_name", "rollout_targets"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drain_guard_sim.resources import ResourceType
+from drain_guard_sim.apiserver.resources import ResourceType
 
 JsonObj = dict[str, Any]
 

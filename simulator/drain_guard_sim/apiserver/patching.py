@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonpatch
 
-from drain_guard_sim import errors
+from drain_guard_sim.apiserver import errors
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

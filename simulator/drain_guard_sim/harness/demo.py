@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from drain_guard_sim.agentproc import AgentError, AgentProcess, spawn_agent
-from drain_guard_sim.cluster import Cordon, Outcome, SimCluster
-from drain_guard_sim.controlplane import ControlPlane, default_bin_dir, missing_binaries
-from drain_guard_sim.mco import McoVersion, Timings
-from drain_guard_sim.realcluster import RealCluster
-from drain_guard_sim.timeline import Timeline, TimelineEntry
+from drain_guard_sim.actors.mco import McoVersion, Timings
+from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
+from drain_guard_sim.harness.agentproc import AgentError, AgentProcess, spawn_agent
+from drain_guard_sim.harness.cluster import Cordon, Outcome, SimCluster
+from drain_guard_sim.harness.controlplane import ControlPlane, default_bin_dir, missing_binaries
+from drain_guard_sim.harness.realcluster import RealCluster
 
 __all__ = ["configure_parser", "run"]
 

@@ -17,7 +17,7 @@ from typing import IO, Any, TypeVar
 
 import aiohttp
 
-from drain_guard_sim.hostfs import HostFS
+from drain_guard_sim.actors.hostfs import HostFS
 
 __all__ = [
     "AgentError",

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from drain_guard_sim.resources import ResourceType
-from drain_guard_sim.store import parse_rfc3339
+from drain_guard_sim.apiserver.resources import ResourceType
+from drain_guard_sim.apiserver.store import parse_rfc3339
 
 JsonObj = dict[str, Any]
 Column = tuple[str, str, str, int]  # name, type, format, priority
