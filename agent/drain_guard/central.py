@@ -36,6 +36,7 @@ from drain_guard.kube.call import JsonObj
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Counters
 from drain_guard.kube.listwatch import ListWatch, WatchCache
+from drain_guard.kube.operations import Operation, Watched
 from drain_guard.lifecycle import (
     Program,
     Running,
@@ -140,16 +141,16 @@ class _PodWatchCounters:
         self.states = states
         self.index = index
 
-    def api_error(self, operation: str, status: int) -> None:
+    def api_error(self, operation: Operation, status: int) -> None:
         self.counters.api_error(operation, status)
 
     def api_contact(self) -> None:
         self.counters.api_contact()
 
-    def watch_restart(self, resource: str, reason: str) -> None:
+    def watch_restart(self, resource: Watched, reason: str) -> None:
         self.counters.watch_restart(resource, reason)
 
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.states[self.index] = state
         failing = [s.failing_since for s in self.states if s.failing_since is not None]
         combined = WatchStatus(
@@ -172,7 +173,7 @@ def watch_build_pods(kube: Kube, pods: SelectedPods, selectors: Sequence[str]) -
     states = [WatchStatus() for _ in selectors]
     return [
         ListWatch(
-            resource="pod",
+            resource=Watched.POD,
             list_fn=functools.partial(kube.core.list_namespaced_pod, MCO_NAMESPACE),
             field_selector="",
             label_selector=selector,
@@ -240,7 +241,7 @@ class CentralShield:
         return {"pod": self._pod_watch().synced, "poddisruptionbudget": all(budgets)}
 
     def _pod_watch(self) -> WatchStatus:
-        return self.counters.watches.get("pod", WatchStatus())
+        return self.counters.watches.get(Watched.POD, WatchStatus())
 
     def status(self) -> CentralStatus:
         return CentralStatus(
@@ -268,7 +269,7 @@ class CentralShield:
         now = datetime.now(UTC)
         budgets = self.shield.status().synced.values()
         why = (
-            watches_unready(self.counters.watches, ("pod",), now, self.stale_after)
+            watches_unready(self.counters.watches, (Watched.POD,), now, self.stale_after)
             or (None if all(budgets) else "poddisruptionbudget watch not synced")
             or contact_unready(self.counters.last_contact, now, self.stale_after)
         )

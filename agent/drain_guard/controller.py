@@ -25,6 +25,7 @@ from drain_guard.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
@@ -164,7 +165,7 @@ class Controller:
         return replace(
             self._status,
             generated_at=self.clock.now(),
-            watches={r: self._watch(r) for r in ("node", "pod")},
+            watches={r: self._watch(r) for r in (Watched.NODE, Watched.POD)},
             last_api_contact=self.counters.last_contact,
             shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
@@ -189,7 +190,7 @@ class Controller:
 
     def ready(self) -> tuple[bool, str]:
         return readiness(
-            watches={r: self._watch(r) for r in ("node", "pod")},
+            watches={r: self._watch(r) for r in (Watched.NODE, Watched.POD)},
             node_found=self.cache.node is not None,
             node_name=self.settings.node_name,
             last_contact=self.counters.last_contact,
@@ -197,7 +198,7 @@ class Controller:
             stale_after=self.settings.api_stale_after,
         )
 
-    def _watch(self, resource: str) -> WatchStatus:
+    def _watch(self, resource: Watched) -> WatchStatus:
         return self.counters.watches.get(resource, WatchStatus())
 
     # The loop ---------------------------------------------------------------------------

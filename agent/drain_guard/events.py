@@ -37,6 +37,7 @@ from typing import Any
 
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
+from drain_guard.kube.operations import Operation
 from drain_guard.metrics import Metrics
 from drain_guard.protocol import format_rfc3339, truncate_utf8
 from drain_guard.status import format_duration
@@ -209,7 +210,9 @@ class EventRecorder:
             "reportingInstance": f"{self.component}-{self.node_name}",
         }
         core = self.kube.core
-        await self.kube.call("event_create", core.create_namespaced_event, EVENT_NAMESPACE, body)
+        await self.kube.call(
+            Operation.EVENT_CREATE, core.create_namespaced_event, EVENT_NAMESPACE, body
+        )
         return name
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
@@ -217,7 +220,7 @@ class EventRecorder:
         core = self.kube.core
         # A 404 (the Event expired or was deleted) is an answer: emit() writes a new one.
         await self.kube.call(
-            "event_patch",
+            Operation.EVENT_PATCH,
             core.patch_namespaced_event,
             seen.name,
             EVENT_NAMESPACE,
@@ -268,7 +271,7 @@ class EventQueue:
             # hold protocol is not; drop this one rather than grow without bound.
             log.warning("event queue full on node %s: Event dropped", self.recorder.node_name)
             if self.recorder.metrics is not None:
-                self.recorder.metrics.count_api_error("event_create")
+                self.recorder.metrics.count_api_error(Operation.EVENT_CREATE)
 
     async def run(self) -> None:
         """Write queued Events until cancelled (``EventRecorder`` never raises)."""

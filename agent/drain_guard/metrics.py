@@ -4,8 +4,8 @@ Each ``Metrics`` owns its own ``CollectorRegistry`` (tests and the simulator run
 in one process, and the global registry would mix them). Names follow Prometheus conventions:
 prefix ``drain_guard_``, base units, ``_total`` counters, ``_timestamp_seconds``, ``_info``.
 There is no ``node`` label: the scrape adds target labels. Label values come from the bounded
-tuples below only (no pod names, no digests), and every series of a bounded label exists from
-the start at 0, so alerts such as ``increase(...{outcome="expired"}[15m])`` have data.
+tuples and enums below only (no pod names, no digests), and every series of a bounded label
+exists from the start at 0, so alerts such as ``increase(...{outcome="expired"}[15m])`` have data.
 
 The controller records through the methods (one way to do each thing); the metric objects are
 attributes so tests and the docs check can read them. ``docs/metrics.md`` is the reference.
@@ -54,7 +54,8 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from drain_guard import __version__
+from drain_guard import __version__, permissions
+from drain_guard.kube.operations import Operation, Watched
 from drain_guard.protocol import Outcome, Reason, Verb
 from drain_guard.status import WatchStatus
 
@@ -67,39 +68,20 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 REASONS: tuple[str, ...] = tuple(Reason)
 OUTCOMES: tuple[str, ...] = tuple(Outcome)
 VERBS: tuple[str, ...] = tuple(Verb)
-#: Kubernetes API calls that can fail (see ``agent/drain_guard/permissions.py``).
-API_OPERATIONS: tuple[str, ...] = (
-    "node_get",
-    "node_list",
-    "node_watch",
-    "node_patch",
-    "pod_get",
-    "pod_list",
-    "pod_watch",
-    "event_create",
-    "event_patch",
-    "daemonset_get",
-    # The shield (agent/drain_guard/shield.py): budgets in the shielded namespaces.
-    "poddisruptionbudget_list",
-    "poddisruptionbudget_watch",
-    "poddisruptionbudget_create",
-    "poddisruptionbudget_delete",
+#: The agent's Kubernetes API calls (its rights, and the probe it expects refused), whose
+#: error series exist from the start; a call of another operation is counted all the same.
+API_OPERATIONS: tuple[Operation, ...] = permissions.operations(
+    permissions.PERMISSIONS + permissions.REFUSED_PROBES
 )
 #: The loops that retry a failed pass after a backoff (the watches count theirs as restarts).
 RETRY_PARTS: tuple[str, ...] = ("controller", "shield")
 #: Resources the agent watches.
-WATCH_RESOURCES: tuple[str, ...] = ("node", "pod", "poddisruptionbudget")
+WATCH_RESOURCES: tuple[Watched, ...] = tuple(Watched)
 #: What the central shield calls and watches: the pods and budgets of MCO's namespace.
-SHIELD_API_OPERATIONS: tuple[str, ...] = (
-    "deployment_get",
-    "pod_list",
-    "pod_watch",
-    "poddisruptionbudget_list",
-    "poddisruptionbudget_watch",
-    "poddisruptionbudget_create",
-    "poddisruptionbudget_delete",
+SHIELD_API_OPERATIONS: tuple[Operation, ...] = permissions.operations(
+    permissions.SHIELD_PERMISSIONS
 )
-SHIELD_WATCH_RESOURCES: tuple[str, ...] = ("pod", "poddisruptionbudget")
+SHIELD_WATCH_RESOURCES: tuple[Watched, ...] = (Watched.POD, Watched.PODDISRUPTIONBUDGET)
 #: Whose credentials a client sends: the agent's own, or the node's (the systemd install's
 #: node proxy).
 IDENTITIES: tuple[str, ...] = ("agent", "node")
@@ -145,8 +127,8 @@ class BaseMetrics:
         self,
         registry: CollectorRegistry | None = None,
         *,
-        api_operations: tuple[str, ...] = SHIELD_API_OPERATIONS,
-        watch_resources: tuple[str, ...] = SHIELD_WATCH_RESOURCES,
+        api_operations: tuple[Operation, ...] = SHIELD_API_OPERATIONS,
+        watch_resources: tuple[Watched, ...] = SHIELD_WATCH_RESOURCES,
         retry_parts: tuple[str, ...] = ("shield",),
         identities: tuple[str, ...] = ("agent",),
     ) -> None:
@@ -233,16 +215,14 @@ class BaseMetrics:
             self.credential_reads_total.labels(identity=identity)
             self.credentials_refused.labels(identity=identity).set(0)
 
-    def set_synced(self, resource: str, synced: bool) -> None:
+    def set_synced(self, resource: Watched, synced: bool) -> None:
         """Whether the watch of ``resource`` has listed and is watching now."""
-        self.synced.labels(resource=_check(resource, self.watch_resources, "resource")).set(
-            int(synced)
-        )
+        self.synced.labels(resource=resource).set(int(synced))
 
-    def count_watch_restart(self, resource: str, reason: str) -> None:
+    def count_watch_restart(self, resource: Watched, reason: str) -> None:
         """A watch was restarted (and ``reason`` says why)."""
         self.watch_restarts_total.labels(
-            resource=_check(resource, self.watch_resources, "resource"),
+            resource=resource,
             reason=_check(reason, WATCH_RESTART_REASONS, "watch restart reason"),
         ).inc()
 
@@ -250,11 +230,10 @@ class BaseMetrics:
         """A pass of ``part`` failed on an API error and will be retried."""
         self.retries_total.labels(part=_check(part, self.retry_parts, "retrying part")).inc()
 
-    def count_api_error(self, operation: str) -> None:
-        """A Kubernetes API call failed."""
-        self.api_errors_total.labels(
-            operation=_check(operation, self.api_operations, "API operation")
-        ).inc()
+    def count_api_error(self, operation: Operation) -> None:
+        """A Kubernetes API call failed (its series is made if it is not one of this
+        program's: the enum bounds the label)."""
+        self.api_errors_total.labels(operation=operation).inc()
 
     def api_contact(self, when: datetime) -> None:
         """The Kubernetes API answered successfully at ``when``."""
@@ -523,19 +502,19 @@ class MetricCounters:
     def __init__(self, metrics: BaseMetrics) -> None:
         self.metrics = metrics
         self.last_contact: datetime | None = None
-        self.watches: dict[str, WatchStatus] = {}
+        self.watches: dict[Watched, WatchStatus] = {}
 
-    def api_error(self, operation: str, status: int) -> None:
+    def api_error(self, operation: Operation, status: int) -> None:
         self.metrics.count_api_error(operation)
 
     def api_contact(self) -> None:
         self.last_contact = datetime.now(UTC)
         self.metrics.api_contact(self.last_contact)
 
-    def watch_restart(self, resource: str, reason: str) -> None:
+    def watch_restart(self, resource: Watched, reason: str) -> None:
         self.metrics.count_watch_restart(resource, reason)
 
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.watches[resource] = state
         self.metrics.set_synced(resource, state.synced)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from drain_guard.kube.operations import Operation
+
 
 class Scope(StrEnum):
     """Where a permission is granted.
@@ -211,4 +213,17 @@ def allowed(
             or (p.scope in (Scope.OWN_WORKLOAD, Scope.OWN_NAMESPACE) and namespace is not None)
         )
         for p in permissions
+    )
+
+
+def operations(permissions: tuple[Permission, ...]) -> tuple[Operation, ...]:
+    """The API operations ``permissions`` are for, in the enum's order: the series of
+    ``drain_guard_api_errors_total`` a program shows from the start."""
+    return tuple(
+        op
+        for op in Operation
+        if any(
+            (p.api_group, p.resource) == op.request[:2] and op.request[2] in p.verbs
+            for p in permissions
+        )
     )

@@ -44,6 +44,7 @@ from drain_guard import kubeclient as k8s
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
+from drain_guard.kube.operations import Operation, Watched
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope
 from drain_guard.selectors import BuildPodSelector
@@ -79,7 +80,7 @@ class ShieldMetrics(Protocol):
 
     def count_retry(self, part: str) -> None: ...
 
-    def set_synced(self, resource: str, synced: bool) -> None: ...
+    def set_synced(self, resource: Watched, synced: bool) -> None: ...
 
 
 class NullShieldMetrics:
@@ -94,7 +95,7 @@ class NullShieldMetrics:
     def count_retry(self, part: str) -> None:
         return None
 
-    def set_synced(self, resource: str, synced: bool) -> None:
+    def set_synced(self, resource: Watched, synced: bool) -> None:
         return None
 
 
@@ -119,7 +120,7 @@ class _Counters:
         self.ns = ns
         self.kube = shield.kube.counters
 
-    def api_error(self, operation: str, status: int) -> None:
+    def api_error(self, operation: Operation, status: int) -> None:
         self.kube.api_error(operation, status)
         if status == 403:
             self.shield._forbid(self.ns, f"{operation} forbidden")
@@ -127,10 +128,10 @@ class _Counters:
     def api_contact(self) -> None:
         self.kube.api_contact()
 
-    def watch_restart(self, resource: str, reason: str) -> None:
+    def watch_restart(self, resource: Watched, reason: str) -> None:
         self.kube.watch_restart(resource, reason)
 
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.ns.watching = state.watching
         self.shield._status_changed()
 
@@ -234,7 +235,7 @@ class Shield:
         # One gauge for the shield's watches: 0 while a namespace has not listed or is not
         # watched, including one the agent may not read (an alert: the shield is not working).
         current = all(ns.synced and ns.watching for ns in self._ns.values())
-        self.metrics.set_synced("poddisruptionbudget", current)
+        self.metrics.set_synced(Watched.PODDISRUPTIONBUDGET, current)
         self._updated.set()
         self._updated = asyncio.Event()
 
@@ -288,7 +289,7 @@ class Shield:
 
     async def _watch(self, ns: _Namespace) -> None:
         await ListWatch(
-            resource="poddisruptionbudget",
+            resource=Watched.PODDISRUPTIONBUDGET,
             list_fn=functools.partial(self._policy.list_namespaced_pod_disruption_budget, ns.name),
             field_selector="",
             replace=self._replace_budgets(ns),
@@ -377,7 +378,7 @@ class Shield:
             return not_unique(pod, self.pods.pods.values())
         selector = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items()))
         body = await self.kube.call(
-            "pod_list",
+            Operation.POD_LIST,
             self._core.list_namespaced_pod,
             pod.namespace,
             label_selector=selector,
@@ -423,7 +424,7 @@ class Shield:
         self._inflight.add(key)
         try:
             await self.kube.call(
-                "poddisruptionbudget_create",
+                Operation.PODDISRUPTIONBUDGET_CREATE,
                 self._policy.create_namespaced_pod_disruption_budget,
                 want.pod.namespace,
                 want.manifest(),
@@ -445,7 +446,7 @@ class Shield:
         self._inflight.add(budget.key)
         try:
             await self.kube.call(
-                "poddisruptionbudget_delete",
+                Operation.PODDISRUPTIONBUDGET_DELETE,
                 self._policy.delete_namespaced_pod_disruption_budget,
                 budget.name,
                 budget.namespace,
@@ -473,7 +474,7 @@ class Shield:
         for ns in self._ns.values():
             try:
                 body = await self.kube.call(
-                    "poddisruptionbudget_list",
+                    Operation.PODDISRUPTIONBUDGET_LIST,
                     self._policy.list_namespaced_pod_disruption_budget,
                     ns.name,
                     label_selector=label,

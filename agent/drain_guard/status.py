@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from drain_guard import decisions, guards
+from drain_guard.kube.operations import Watched
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -653,7 +654,7 @@ def format_duration(delta: timedelta) -> str:
 
 def readiness(
     *,
-    watches: Mapping[str, WatchStatus],
+    watches: Mapping[Watched, WatchStatus],
     node_found: bool,
     node_name: str,
     last_contact: datetime | None,
@@ -665,7 +666,7 @@ def readiness(
     API cannot hold anything; it should say so). A failure shorter than that (a renewal
     retried) keeps the agent ready."""
     why = (
-        watches_unready(watches, ("node", "pod"), now, stale_after)
+        watches_unready(watches, (Watched.NODE, Watched.POD), now, stale_after)
         or (None if node_found else f"node {node_name} not found")
         or contact_unready(last_contact, now, stale_after)
     )
@@ -673,8 +674,8 @@ def readiness(
 
 
 def watches_unready(
-    watches: Mapping[str, WatchStatus],
-    resources: tuple[str, ...],
+    watches: Mapping[Watched, WatchStatus],
+    resources: tuple[Watched, ...],
     now: datetime,
     stale_after: timedelta,
 ) -> str | None:

@@ -30,6 +30,7 @@ from drain_guard import admission
 from drain_guard.config import TLS12_SUITES, TLS13_SUITES, LogFormat, SettingsError, parse_listen
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
+from drain_guard.kube.operations import Operation
 from drain_guard.lifecycle import Program, Running, run_program
 from drain_guard.logs import configure_logging
 
@@ -85,7 +86,7 @@ class Webhook:
     async def pod(self, key: admission.PodKey) -> dict[str, Any] | None:
         try:
             return await self.kube.call(
-                "pod_get", self.kube.core.read_namespaced_pod, key.name, key.namespace
+                Operation.POD_GET, self.kube.core.read_namespaced_pod, key.name, key.namespace
             )
         except KubeError as exc:
             if exc.status == 404:

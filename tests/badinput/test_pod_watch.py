@@ -16,6 +16,7 @@ import pytest
 
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import ListWatch, WatchCache
+from drain_guard.kube.operations import Watched
 
 MCO_NS = "openshift-machine-config-operator"
 BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}
@@ -88,7 +89,12 @@ async def _watch(events: list[bytes]) -> tuple[WatchCache, _Counters, asyncio.Ta
 
     cache, counters = WatchCache(), _Counters()
     watch = ListWatch(
-        "pod", list_fn, "spec.nodeName=worker-0", cache.replace_pods, cache.apply_pod, counters
+        Watched.POD,
+        list_fn,
+        "spec.nodeName=worker-0",
+        cache.replace_pods,
+        cache.apply_pod,
+        counters,
     )
     task = asyncio.create_task(watch.run())
     for _ in range(50):

@@ -17,6 +17,7 @@ from drain_guard import cli
 from drain_guard.kube.call import KubeError, call_api
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.operations import Operation
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
@@ -67,12 +68,12 @@ async def test_kube_call_counts_an_answer_as_contact_and_anything_else_as_an_err
         kube = Kube(api_client, counters)
         core = k8s.CoreV1Api(api_client)
         with pytest.raises(KubeError):
-            await kube.call("pod_get", core.read_namespaced_pod, "nope", "default")
+            await kube.call(Operation.POD_GET, core.read_namespaced_pod, "nope", "default")
         assert counters.last_contact is not None  # a 404 is an answer: absent
         counters.last_contact = None
         api.faults.error(500, verb="get", resource="pods", times=1)
         with pytest.raises(KubeError):
-            await kube.call("pod_get", core.read_namespaced_pod, "nope", "default")
+            await kube.call(Operation.POD_GET, core.read_namespaced_pod, "nope", "default")
     assert counters.last_contact is None
     errors = counters.metrics.registry.get_sample_value(
         "drain_guard_api_errors_total", {"operation": "pod_get"}

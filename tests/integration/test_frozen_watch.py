@@ -18,6 +18,7 @@ import pytest
 from drain_guard.kube import listwatch
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.operations import Watched
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.status import WatchStatus, readiness
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
@@ -33,14 +34,14 @@ class _Observed(MetricCounters):
         super().__init__(Metrics())
         self.changed = asyncio.Event()
 
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         super().watch_state(resource, state)
         self.changed.set()
 
     async def until(self, predicate: object) -> WatchStatus:
         async with asyncio.timeout(WAIT):
             while True:
-                state = self.watches.get("node", WatchStatus())
+                state = self.watches.get(Watched.NODE, WatchStatus())
                 if predicate(state):  # type: ignore[operator]
                     return state
                 self.changed.clear()
@@ -49,7 +50,10 @@ class _Observed(MetricCounters):
 
 def _ready(counters: _Observed) -> tuple[bool, str]:
     return readiness(
-        watches={"node": counters.watches["node"], "pod": WatchStatus(listed=True, watching=True)},
+        watches={
+            Watched.NODE: counters.watches[Watched.NODE],
+            Watched.POD: WatchStatus(listed=True, watching=True),
+        },
         node_found=True,
         node_name=NODE,
         last_contact=datetime.now(UTC),

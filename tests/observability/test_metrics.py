@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from drain_guard import __version__
+from drain_guard.kube.operations import Operation, Watched
 from drain_guard.metrics import (
     API_OPERATIONS,
     EVENT_REASONS,
@@ -136,9 +137,9 @@ def test_gauges_and_counters() -> None:
     assert value(m, "drain_guard_image_match") == 0
     m.set_image_match(None)
     assert value(m, "drain_guard_image_match") == -1
-    m.set_synced("pod", True)
-    m.count_watch_restart("node", "expired")
-    m.count_api_error("node_patch")
+    m.set_synced(Watched.POD, True)
+    m.count_watch_restart(Watched.NODE, "expired")
+    m.count_api_error(Operation.NODE_PATCH)
     m.count_invalid_input("image_ref")
     m.count_event("DrainHeld")
     m.api_contact(SINCE)
@@ -161,10 +162,7 @@ def test_gauges_and_counters() -> None:
         lambda m: m.hold_committed([], SINCE, 0.1),
         lambda m: m.hold_committed(["build-pod", "sha256:abc"], SINCE, 0.1),
         lambda m: m.hold_released("timeout", 1.0),
-        lambda m: m.count_api_error("delete_node"),
-        lambda m: m.count_watch_restart("node", "sha256:abc"),
-        lambda m: m.count_watch_restart("machineconfig", "error"),
-        lambda m: m.set_synced("event", True),
+        lambda m: m.count_watch_restart(Watched.NODE, "sha256:abc"),
         lambda m: m.count_invalid_input("worker-0"),
         lambda m: m.count_event("Rebooted"),
     ],

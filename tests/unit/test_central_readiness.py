@@ -9,6 +9,7 @@ from typing import cast
 
 from drain_guard.central import CentralShield
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.operations import Watched
 from drain_guard.metrics import BaseMetrics, MetricCounters
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import ShieldStatus
@@ -29,7 +30,7 @@ def _central(pod_watch: WatchStatus) -> CentralShield:
     counters = MetricCounters(BaseMetrics())
     pods = WatchCache()
     pods.replace_pods([])  # the pod watch has listed once
-    counters.watch_state("pod", pod_watch)
+    counters.watch_state(Watched.POD, pod_watch)
     counters.api_contact()  # the budget watches still answer
     return CentralShield(cast(Shield, _Shield()), pods, counters, STALE_AFTER)
 

@@ -13,6 +13,7 @@ from drain_guard.kube.call import REQUEST_TIMEOUT, JsonObj, KubeError, call_api_
 from drain_guard.kube.counters import Counters, NullCounters
 from drain_guard.kube.credentials import load_api_client, load_socket_client
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
+from drain_guard.kube.operations import Operation, Watched
 from drain_guard.nodes import NodeObj
 
 #: A Node write hung this long is given up and retried on a fresh connection (the loop's
@@ -69,7 +70,7 @@ class Kube:
 
     async def call(
         self,
-        operation: str,
+        operation: Operation,
         fn: Callable[..., Awaitable[Any]],
         *args: Any,
         answers: tuple[int, ...] = (404,),
@@ -94,21 +95,21 @@ class Kube:
 
     async def get_node(self, name: str) -> NodeObj | None:
         try:
-            return NodeObj.from_dict(await self.call("node_get", self.core.read_node, name))
+            return NodeObj.from_dict(await self.call(Operation.NODE_GET, self.core.read_node, name))
         except KubeError as exc:
             if exc.status == 404:
                 return None
             raise
 
     async def list_nodes(self) -> list[NodeObj]:
-        body = await self.call("node_list", self.core.list_node)
+        body = await self.call(Operation.NODE_LIST, self.core.list_node)
         return [NodeObj.from_dict(item) for item in body.get("items") or ()]
 
     async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
         """Apply a JSON Patch; a failed ``test`` (422) or a 409 is a :class:`Conflict`."""
         try:
             body = await self.call(
-                "node_patch",
+                Operation.NODE_PATCH,
                 self.core.patch_node,
                 name,
                 [dict(op) for op in ops],
@@ -126,7 +127,7 @@ class Kube:
         run, nothing is stored. A denial (403) is not counted as an API error: the
         confinement self-check expects it."""
         await self.call(
-            "node_patch",
+            Operation.NODE_PATCH,
             self.core.patch_node,
             name,
             dict(patch),
@@ -145,7 +146,7 @@ class Kube:
             "spec": {"audiences": [], "expirationSeconds": 600},
         }
         await self.call(
-            "token_create",
+            Operation.TOKEN_CREATE,
             self.core.create_namespaced_service_account_token,
             account,
             namespace,
@@ -157,7 +158,10 @@ class Kube:
     async def other_node(self, name: str) -> str | None:
         """The name of some Node other than ``name`` (None on a single-node cluster)."""
         body = await self.call(
-            "node_list", self.core.list_node, field_selector=f"metadata.name!={name}", limit=1
+            Operation.NODE_LIST,
+            self.core.list_node,
+            field_selector=f"metadata.name!={name}",
+            limit=1,
         )
         items = body.get("items") or ()
         return str(items[0]["metadata"]["name"]) if items else None
@@ -165,7 +169,7 @@ class Kube:
     async def get_daemonset(self, namespace: str, name: str) -> JsonObj | None:
         try:
             return await self.call(
-                "daemonset_get", self.apps.read_namespaced_daemon_set, name, namespace
+                Operation.DAEMONSET_GET, self.apps.read_namespaced_daemon_set, name, namespace
             )
         except KubeError as exc:
             if exc.status == 404:
@@ -174,7 +178,9 @@ class Kube:
 
     async def get_pod(self, namespace: str, name: str) -> JsonObj | None:
         try:
-            return await self.call("pod_get", self.core.read_namespaced_pod, name, namespace)
+            return await self.call(
+                Operation.POD_GET, self.core.read_namespaced_pod, name, namespace
+            )
         except KubeError as exc:
             if exc.status == 404:
                 return None
@@ -183,7 +189,7 @@ class Kube:
     async def get_deployment(self, namespace: str, name: str) -> JsonObj | None:
         try:
             return await self.call(
-                "deployment_get", self.apps.read_namespaced_deployment, name, namespace
+                Operation.DEPLOYMENT_GET, self.apps.read_namespaced_deployment, name, namespace
             )
         except KubeError as exc:
             if exc.status == 404:
@@ -201,7 +207,7 @@ class Kube:
     ) -> None:
         """Keep ``cache.node`` current until cancelled."""
         await ListWatch(
-            resource="node",
+            resource=Watched.NODE,
             list_fn=self.core.list_node,
             field_selector=f"metadata.name={name}",
             replace=cache.replace_node,
@@ -222,7 +228,7 @@ class Kube:
         namespace when None) current until cancelled: the agent's one pod watch."""
         where = f" in {namespace}" if namespace else ""
         await ListWatch(
-            resource="pod",
+            resource=Watched.POD,
             list_fn=self.core.list_pod_for_all_namespaces
             if namespace is None
             else functools.partial(self.core.list_namespaced_pod, namespace),

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from drain_guard.kube.operations import Operation, Watched
 from drain_guard.status import WatchStatus
 
 
 class Counters(Protocol):
     """Where the I/O layer reports errors and watch restarts (the controller maps to metrics)."""
 
-    def api_error(self, operation: str, status: int) -> None: ...
+    def api_error(self, operation: Operation, status: int) -> None: ...
 
     def api_contact(self) -> None: ...
 
-    def watch_restart(self, resource: str, reason: str) -> None: ...
+    def watch_restart(self, resource: Watched, reason: str) -> None: ...
 
-    def watch_state(self, resource: str, state: WatchStatus) -> None: ...
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None: ...
 
     def credentials_read(self, identity: str) -> None: ...
 
@@ -26,16 +27,16 @@ class Counters(Protocol):
 class NullCounters:
     """Counters for callers without metrics (the CLI)."""
 
-    def api_error(self, operation: str, status: int) -> None:
+    def api_error(self, operation: Operation, status: int) -> None:
         return None
 
     def api_contact(self) -> None:
         return None
 
-    def watch_restart(self, resource: str, reason: str) -> None:
+    def watch_restart(self, resource: Watched, reason: str) -> None:
         return None
 
-    def watch_state(self, resource: str, state: WatchStatus) -> None:
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         return None
 
     def credentials_read(self, identity: str) -> None:

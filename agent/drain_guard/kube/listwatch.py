@@ -33,6 +33,7 @@ from drain_guard.kube.call import (
     error_from,
 )
 from drain_guard.kube.counters import Counters
+from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.nodes import NodeObj
 from drain_guard.pods import Pod
@@ -115,7 +116,7 @@ class _GoneError(Exception):
 class ListWatch:
     """List, then watch from the list's resourceVersion, forever (until cancelled)."""
 
-    resource: str
+    resource: Watched
     list_fn: Callable[..., Awaitable[Any]]
     field_selector: str
     replace: Callable[[Sequence[JsonObj]], None]
@@ -159,7 +160,12 @@ class ListWatch:
             except Exception as exc:  # a failed renewal never ends the watch
                 status = getattr(exc, "status", 0)
                 if isinstance(exc, (*API_FAILURES, StreamError, ValueError)):
-                    self.counters.api_error(f"{self.resource}_{self._phase}", status)
+                    operation = (
+                        self.resource.list_operation
+                        if self._phase == "list"
+                        else self.resource.watch_operation
+                    )
+                    self.counters.api_error(operation, status)
                 if not isinstance(exc, (*API_FAILURES, ValueError)):
                     self.resource_version = None  # a stream error, or ours: list afresh
                 retry_after = exc.retry_after if isinstance(exc, KubeError) else None

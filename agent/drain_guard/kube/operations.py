@@ -1,0 +1,74 @@
+"""Every Kubernetes API call the programs make, and every resource they watch, as enums (pure).
+
+One list for the call wrapper (``Kube.call`` takes an :class:`Operation`), the metrics (the
+``operation`` and ``resource`` labels) and ``drain_guard.permissions`` (each operation is the
+request it grants): a call cannot name an operation the metrics do not know, and an operation
+cannot be added without the right it needs.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Operation(StrEnum):
+    """One kind of API call: its value is the metrics' ``operation`` label."""
+
+    NODE_GET = "node_get"
+    NODE_LIST = "node_list"
+    NODE_WATCH = "node_watch"
+    NODE_PATCH = "node_patch"
+    POD_GET = "pod_get"
+    POD_LIST = "pod_list"
+    POD_WATCH = "pod_watch"
+    EVENT_CREATE = "event_create"
+    EVENT_PATCH = "event_patch"
+    DAEMONSET_GET = "daemonset_get"
+    DEPLOYMENT_GET = "deployment_get"
+    #: The confinement self-check's dry-run TokenRequest, made expecting a refusal.
+    TOKEN_CREATE = "token_create"
+    PODDISRUPTIONBUDGET_LIST = "poddisruptionbudget_list"
+    PODDISRUPTIONBUDGET_WATCH = "poddisruptionbudget_watch"
+    PODDISRUPTIONBUDGET_CREATE = "poddisruptionbudget_create"
+    PODDISRUPTIONBUDGET_DELETE = "poddisruptionbudget_delete"
+
+    @property
+    def request(self) -> tuple[str, str, str]:
+        """The API group, resource and verb an authorizer sees for this call."""
+        return _REQUESTS[self]
+
+
+_REQUESTS: dict[Operation, tuple[str, str, str]] = {
+    Operation.NODE_GET: ("", "nodes", "get"),
+    Operation.NODE_LIST: ("", "nodes", "list"),
+    Operation.NODE_WATCH: ("", "nodes", "watch"),
+    Operation.NODE_PATCH: ("", "nodes", "patch"),
+    Operation.POD_GET: ("", "pods", "get"),
+    Operation.POD_LIST: ("", "pods", "list"),
+    Operation.POD_WATCH: ("", "pods", "watch"),
+    Operation.EVENT_CREATE: ("", "events", "create"),
+    Operation.EVENT_PATCH: ("", "events", "patch"),
+    Operation.DAEMONSET_GET: ("apps", "daemonsets", "get"),
+    Operation.DEPLOYMENT_GET: ("apps", "deployments", "get"),
+    Operation.TOKEN_CREATE: ("", "serviceaccounts/token", "create"),
+    Operation.PODDISRUPTIONBUDGET_LIST: ("policy", "poddisruptionbudgets", "list"),
+    Operation.PODDISRUPTIONBUDGET_WATCH: ("policy", "poddisruptionbudgets", "watch"),
+    Operation.PODDISRUPTIONBUDGET_CREATE: ("policy", "poddisruptionbudgets", "create"),
+    Operation.PODDISRUPTIONBUDGET_DELETE: ("policy", "poddisruptionbudgets", "delete"),
+}
+
+
+class Watched(StrEnum):
+    """A resource the programs list and watch: its value is the metrics' ``resource`` label."""
+
+    NODE = "node"
+    POD = "pod"
+    PODDISRUPTIONBUDGET = "poddisruptionbudget"
+
+    @property
+    def list_operation(self) -> Operation:
+        return Operation(f"{self.value}_list")
+
+    @property
+    def watch_operation(self) -> Operation:
+        return Operation(f"{self.value}_watch")
