@@ -137,7 +137,10 @@ async def test_a_hold_drain_guard_did_not_write_is_left_alone(
         "",
         "9999-12-31T00:01:00-23:59",  # year 10000 in UTC: was a crash
         "2026-01-01T00:00:00+24:00",
-        protocol.format_rfc3339(datetime.now(UTC) + timedelta(days=3)),
+        pytest.param(
+            protocol.format_rfc3339(datetime.now(UTC) + timedelta(days=3)),
+            id="three-days-ahead",  # one id in every worker: pytest-xdist compares them
+        ),
     ],
 )
 async def test_held_since_unreadable_or_in_the_future_keeps_the_hold_and_says_so(

@@ -33,6 +33,9 @@ __all__ = [
 
 #: How much of the pipe one read takes; a log line may be longer (it is joined, never cut).
 CHUNK = 1 << 16
+#: Seconds: the default bound of each wait on an agent, never reached when all is well;
+#: generous, for a loaded machine running tests on several workers.
+WAIT = 60.0
 
 _T = TypeVar("_T")
 
@@ -203,7 +206,7 @@ class AgentProcess:
         self,
         predicate: Callable[[dict[str, Any]], bool],
         start: int = 0,
-        timeout: float = 15.0,  # noqa: ASYNC109
+        timeout: float = WAIT,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         """The first JSON log record, from index ``start``, that matches ``predicate``."""
         index = start
@@ -218,13 +221,13 @@ class AgentProcess:
 
         return await self._until(find, timeout)
 
-    async def wait_line(self, fragment: str, timeout: float = 15.0) -> str:  # noqa: ASYNC109
+    async def wait_line(self, fragment: str, timeout: float = WAIT) -> str:  # noqa: ASYNC109
         """The first log line containing ``fragment`` (for ``--log-format text``)."""
         return await self._until(
             lambda: next((line for line in self.lines if fragment in line), None), timeout
         )
 
-    async def wait_synced(self, timeout: float = 15.0) -> float:  # noqa: ASYNC109
+    async def wait_synced(self, timeout: float = WAIT) -> float:  # noqa: ASYNC109
         """Until it listens and has made its first decision; seconds since the spawn."""
         await self._until(
             lambda: True if self.port is not None and self.synced_at is not None else None,
@@ -245,7 +248,7 @@ class AgentProcess:
     async def stop(
         self,
         sig: int = signal.SIGTERM,
-        timeout: float = 15.0,  # noqa: ASYNC109
+        timeout: float = WAIT,  # noqa: ASYNC109
         *,
         kill_after: bool = False,
     ) -> int:
