@@ -70,6 +70,7 @@ RBAC = "denied: RBAC"
 #: The agent's writes (drain_guard.metrics.API_OPERATIONS): none may have failed.
 WRITES = ("node_patch", "event_create", "event_patch", "poddisruptionbudget_create")
 POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
+VALID_HOLD_REQUEST = "2099-01-01T00:00:00Z;rights test"
 
 
 @dataclasses.dataclass
@@ -252,6 +253,12 @@ async def hold_other_node(setup: Installed) -> str:
 
 async def other_annotation(setup: Installed) -> str:
     body = {"metadata": {"annotations": {"example.com/other": "x"}}}
+    return await patch_node(setup, setup.node, body)
+
+
+async def write_hold_request(setup: Installed) -> str:
+    """A well-formed hold request: an operator's (``drain-guard hold``), never the agent's."""
+    body = {"metadata": {"annotations": {protocol.HOLD_REQUEST: VALID_HOLD_REQUEST}}}
     return await patch_node(setup, setup.node, body)
 
 
@@ -471,6 +478,7 @@ REQUESTS: dict[str, Request] = {
     "hold another Node's drain": hold_other_node,
     "set desiredDrain to lastAppliedDrain on its own Node (a fake completion)": rewrite_drain,
     "add another annotation to its own Node": other_annotation,
+    "write a hold request on its own Node (drain-guard.io/hold-request)": write_hold_request,
     "cordon its own Node (spec.unschedulable)": cordon,
     "taint its own Node": taint,
     "label its own Node": label,
@@ -571,3 +579,39 @@ async def test_the_agent_holds_shields_and_releases_with_its_own_token(
             assert await metric(agent, "drain_guard_api_errors_total", operation=operation) == 0
     finally:
         await reap(started)
+
+
+async def test_the_hold_request_format_is_enforced_on_whoever_writes_it(
+    installed: Installed,
+) -> None:
+    """drain-guard-hold-request-format, as kube-apiserver evaluates it: an administrator's
+    malformed hold request is refused when written (a typo would hold nothing), a well-formed
+    one is taken, a write that leaves the value as it is is not checked again, and removing
+    it is allowed. The agent itself may write none (the rights table)."""
+    core = client.CoreV1Api(installed.admin)
+    node = installed.node
+
+    def annotate(value: str | None) -> Awaitable[Any]:
+        return core.patch_node(node, {"metadata": {"annotations": {protocol.HOLD_REQUEST: value}}})
+
+    async def refused() -> ApiException | None:
+        try:
+            await annotate("30m;db failover")
+        except ApiException as error:
+            return error
+        await annotate(None)  # taken before the policy was loaded: try again
+        return None
+
+    error = await until(refused)
+    assert error.status == 422, error.body
+    assert "drain-guard-hold-request-format" in error.body
+    assert "drain-guard hold --node-name NODE" in error.body
+    await annotate(VALID_HOLD_REQUEST)
+    other = {"metadata": {"annotations": {"example.com/unrelated": "x"}}}
+    await core.patch_node(node, other)  # the hold request unchanged: not checked again
+    for bad in ("2099-01-01 00:00:00Z", "2099-01-01T00:00:00+0100;x", "tomorrow"):
+        with pytest.raises(ApiException) as raised:
+            await annotate(bad)
+        assert raised.value.status == 422, (bad, raised.value.body)
+    await annotate(None)
+    assert protocol.HOLD_REQUEST not in await node_annotations(installed, node)

@@ -525,11 +525,41 @@ def test_any_drain_guard_annotation_is_allowed(
     before = held()
     after = copy.deepcopy(before)
     key = protocol.DG_PREFIX + name
+    if key == protocol.HOLD_REQUEST:
+        return  # the operator's: test_the_agent_may_not_write_the_hold_request
     if remove:
         _ann(after).pop(key, None)
     else:
         _ann(after)[key] = value
     assert by_agent(policy, before, after).admitted
+
+
+def _with_request(obj: Obj, request: str) -> Obj:
+    _ann(obj)[protocol.HOLD_REQUEST] = request
+    return obj
+
+
+@pytest.mark.parametrize("change", ["add", "change", "remove"])
+def test_the_agent_may_not_write_the_hold_request(policy: Policy, change: str) -> None:
+    """The operator's request (``drain-guard hold``), as the webhook has it: the agent reads
+    it and never writes it, so its account may not, not even riding on a hold."""
+    request = "2099-01-01T00:00:00Z;maintenance"
+    before = held() if change == "add" else _with_request(held(), request)
+    after = copy.deepcopy(before)
+    if change == "remove":
+        _ann(after).pop(protocol.HOLD_REQUEST)
+    else:
+        _ann(after)[protocol.HOLD_REQUEST] = "2099-06-01T00:00:00Z;longer"
+    verdict = by_agent(policy, before, after)
+    assert verdict.applies
+    assert "other than the operator's hold-request" in " ".join(verdict.denied)
+    # Left as it is, it does not stand in the way of a release.
+    release = _with_request(held(), request)
+    released = copy.deepcopy(release)
+    _ann(released)[protocol.DESIRED_DRAIN] = REQUEST
+    for key in protocol.OWNED_KEYS:
+        _ann(released).pop(key, None)
+    assert by_agent(policy, release, released).admitted
 
 
 # --- the hold request's format (issue 25) ---------------------------------------------------
