@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from drain_guard.config import default_max_hold
-from drain_guard_sim.actors.mco import MCO_NAMESPACE, Timings
+from drain_guard_sim.actors.mco import MCO_NAMESPACE, McoVersion, Timings
 from drain_guard_sim.harness.cluster import SimCluster
 from drain_guard_sim.harness.demo import Agents
 from drain_guard_sim.harness.realcluster import RealCluster
@@ -101,3 +101,21 @@ async def test_with_drain_guard_the_build_completes_and_no_pointless_drain(
         assert not outcome.build_pod_evicted()
         # The agent on the build's node held the same-image drain while the build ran.
         assert "build-pod" in agents.holds()[cluster.build_node]
+
+
+@pytest.mark.parametrize(
+    "harness", [pytest.param("real", marks=pytest.mark.controlplane)], indirect=True
+)
+@pytest.mark.parametrize("version", [McoVersion.V4_16, McoVersion.V4_18], ids=str)
+async def test_a_later_mco_targets_no_node_before_its_build_succeeds(
+    harness: Harness, version: McoVersion
+) -> None:
+    """4.16's build pod and 4.18's build Job (a valid Job: the real server validates it) on the
+    real server: the build completes, and the first drain comes after it, for the new image."""
+    async with harness(nodes=2, time_factor=TIME_FACTOR, timings=TIMINGS, version=version) as c:
+        await c.create_machine_config("99-worker-seed")
+        build = await c.wait_build_done(timeout=WAIT)
+        assert (build.phase, build.reason) == ("Complete", "")
+        [first, *_] = await c.wait_for(c.cordons, timeout=WAIT)
+        assert first.t > build.finished
+        assert not first.unchanged_image

@@ -64,6 +64,7 @@ __all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest", "is_b
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
+BUILD_CONTAINER = {"name": "docker-build", "image": "quay.io/openshift/origin-docker-builder"}
 POD_DELETED_MESSAGE = "The pod for this build was deleted before the build completed."
 
 
@@ -409,9 +410,7 @@ class OpenShiftBuildController(Actor):
                 "nodeName": node,
                 "serviceAccountName": "builder",
                 "restartPolicy": "Never",
-                "containers": [
-                    {"name": "docker-build", "image": "quay.io/openshift/origin-docker-builder"}
-                ],
+                "containers": [BUILD_CONTAINER],
             },
         }
 
@@ -424,7 +423,12 @@ class OpenShiftBuildController(Actor):
             "metadata": {"name": name, "namespace": MCO_NAMESPACE},
             "spec": {
                 "backoffLimit": self.timings.build_backoff_limit,
-                "template": {"metadata": {"labels": {JOB_NAME_LABEL: name}}},
+                # A valid template (a real API server refuses a Job without one); nothing runs
+                # it: this controller makes the Job's pods itself.
+                "template": {
+                    "metadata": {"labels": {JOB_NAME_LABEL: name}},
+                    "spec": {"restartPolicy": "Never", "containers": [BUILD_CONTAINER]},
+                },
             },
         }
         job: JsonObj = await read_json(

@@ -224,6 +224,9 @@ class ReplicaSetController(Actor):
         ns = old["metadata"]["namespace"]
         name = f"{owner}-{_suffix(owner, str(next(self._serial)), node)}"
         pod = _pod(ns, name, node, old["metadata"].get("labels") or {}, "ReplicaSet", owner)
+        # The old pod's owner, uid and all: a real garbage collector deletes a pod whose owner
+        # reference names no object.
+        pod["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"]
         await read_json(await self.core.create_namespaced_pod(ns, pod, _preload_content=False))
         await read_json(
             await self.core.patch_namespaced_pod_status(
