@@ -19,7 +19,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from drain_guard.alerts import AlertApi, AlertFilter, OnUnreachable
 from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
@@ -148,6 +148,10 @@ class Settings:
     pod_name: str | None = None
     api_socket: str | None = None
     alerts: AlertSettings | None = None
+    #: Operator-declared blocking pods, and the namespaces where they may run (each read
+    #: with a Role there).
+    blocking_pod_selectors: tuple[BuildPodSelector, ...] = ()
+    blocking_pod_namespaces: tuple[str, ...] = ()
 
     def effective(self) -> dict[str, object]:
         """The settings in force, for the agent's start-up line (durations as flags take them)."""
@@ -170,6 +174,8 @@ class Settings:
             else ("release" if self.release_on_exit else "keep holds"),
             "observeOnly": self.observe_only,
             "alerts": None if self.alerts is None else self.alerts.effective(),
+            "blockingPodSelectors": [str(s) for s in self.blocking_pod_selectors],
+            "blockingPodNamespaces": list(self.blocking_pod_namespaces),
             "logLevel": self.log_level,
         }
 
@@ -279,6 +285,25 @@ RUN_OPTIONS: tuple[_Option, ...] = (
         " create a pod could hold drains. The agent then watches pods cluster-wide (still only"
         " its node's) and needs the ClusterRole of docs/install.md; in the environment separate"
         " namespaces with ';'",
+        repeatable=True,
+    ),
+    _Option(
+        "--blocking-pod-selector",
+        _env_name("--blocking-pod-selector"),
+        None,
+        "pods whose Running presence on the node holds its drains (reason blocking-pod):"
+        " [NAMESPACE:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; in the environment separate"
+        " selectors with ';'); only in the namespaces of --blocking-pod-namespace",
+        repeatable=True,
+    ),
+    _Option(
+        "--blocking-pod-namespace",
+        _env_name("--blocking-pod-namespace"),
+        None,
+        "a namespace whose pods --blocking-pod-selector may match (repeatable, required with"
+        " it; no '*'): everyone who can create pods there can hold drains. The agent watches"
+        " its node's pods there with a Role in that namespace (docs/install.md); in the"
+        " environment separate namespaces with ';'",
         repeatable=True,
     ),
     _Option(
@@ -748,7 +773,48 @@ def _settings(raw: dict[str, object]) -> Settings:
         pod_name=pod_name,
         api_socket=api_socket,
         alerts=_alert_settings(raw),
+        **_blocking(raw),
     )
+
+
+def _blocking(raw: Mapping[str, object]) -> dict[str, Any]:
+    texts = raw["blocking_pod_selector"]
+    names = raw["blocking_pod_namespace"]
+    if texts is None:
+        if names is not None:
+            raise SettingsError("--blocking-pod-namespace needs --blocking-pod-selector")
+        return {}
+    assert isinstance(texts, list)
+    selectors = tuple(_named("--blocking-pod-selector", _parse_pod_selector, str(t)) for t in texts)
+    if not selectors:
+        raise SettingsError("--blocking-pod-selector given but empty")
+    if names is None:
+        raise SettingsError(
+            "--blocking-pod-selector needs --blocking-pod-namespace: the namespaces where"
+            " blocking pods may run (each needs the Role of docs/install.md)"
+        )
+    assert isinstance(names, list)
+    namespaces = tuple(dict.fromkeys(str(n).strip() for n in names))
+    for name in namespaces:
+        if not is_namespace_name(name):
+            raise SettingsError(
+                f"invalid --blocking-pod-namespace {name!r} (a namespace name; there is no"
+                " '*': blocking pods are read namespace by namespace, never cluster-wide)"
+            )
+    for selector in selectors:
+        if selector.namespace is not None and selector.namespace not in namespaces:
+            raise SettingsError(
+                f"--blocking-pod-selector {selector} names namespace {selector.namespace}; opt"
+                f" it in with --blocking-pod-namespace {selector.namespace}"
+            )
+    return {"blocking_pod_selectors": selectors, "blocking_pod_namespaces": namespaces}
+
+
+def _parse_pod_selector(text: str) -> BuildPodSelector:
+    try:
+        return parse_build_pod_selector(text)
+    except SelectorError as exc:
+        raise SettingsError(str(exc).replace("build-pod selector", "selector")) from None
 
 
 _ALERT_COMPANIONS = ("alert_filter", "alert_token_file", "alert_ca_file")

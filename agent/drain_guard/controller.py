@@ -30,7 +30,7 @@ from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.logs import decision_fields, hold_fields, log_key
 from drain_guard.metrics import MetricCounters, Metrics
 from drain_guard.nodes import NodeObj
-from drain_guard.pods import ALL_NAMESPACES, watch_namespace
+from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import shield_namespaces
 from drain_guard.status import (
@@ -128,7 +128,14 @@ class Controller:
             settings.build_pod_selectors,
             settings.build_pod_scope,
             None if settings.alerts is None else settings.alerts.on_unreachable,
+            settings.blocking_pod_selectors,
+            settings.blocking_pod_namespaces,
         )
+        #: The node's pods in each blocking-pod namespace the pod watch does not cover, each
+        #: from a watch of its own (``runner``) that wakes the loop as the pod watch does.
+        self.blocking_caches = {
+            ns: WatchCache(changed=cache.changed) for ns in blocking_watch_namespaces(settings)
+        }
         #: The alert query's latest answer (``alertsource.AlertSource``), with alert gating on.
         self.alerts: AlertsSeen | None = None if settings.alerts is None else AlertsSeen()
         self.started_at = self.clock.now()
@@ -175,6 +182,13 @@ class Controller:
             if self.alerts is None or self.settings.alerts is None
             else self.alerts.to_json(self.settings.alerts.url),
         )
+
+    def _blocking_pods(self) -> tuple[Pod, ...] | None:
+        """The pods of the blocking-pod namespaces' own watches; None until all have listed."""
+        caches = self.blocking_caches.values()
+        if not all(c.pods_synced for c in caches):
+            return None
+        return tuple(p for c in caches for p in c.pods.values())
 
     def alerts_changed(self, seen: AlertsSeen) -> None:
         """The alert query's answer changed: decide again on it."""
@@ -295,6 +309,8 @@ class Controller:
                 now=self.clock.now(),
                 resource_version=node.resource_version,
                 alerts=self.alerts,
+                labels=node.labels,
+                blocking_pods=self._blocking_pods(),
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:
@@ -503,6 +519,15 @@ def _older(node: NodeObj, than: NodeObj) -> bool:
         return int(node.resource_version) < int(than.resource_version)
     except ValueError:
         return False
+
+
+def blocking_watch_namespaces(settings: Settings) -> tuple[str, ...]:
+    """The blocking-pod namespaces that need a pod watch of their own: those the agent's pod
+    watch does not cover (each read with a Role there, never with a cluster-wide watch)."""
+    covered = pod_watch_namespace(settings)
+    if covered is None:
+        return ()
+    return tuple(ns for ns in settings.blocking_pod_namespaces if ns != covered)
 
 
 def pod_watch_namespace(settings: Settings) -> str | None:

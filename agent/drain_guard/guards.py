@@ -6,15 +6,22 @@ annotations into a ``Decision`` (``drain_guard.decisions``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TypeVar
 
 from drain_guard.alerts import AlertsSeen, OnUnreachable
 from drain_guard.imageref import ImageRefError, digest_of
-from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
+from drain_guard.pods import (
+    DEFAULT_SCOPE,
+    Pod,
+    PodScope,
+    running_blocking_pods,
+    running_build_pods,
+)
 from drain_guard.protocol import (
+    BLOCK_DRAINS_LABEL,
     DESIRED_IMAGE,
     HOLD_REQUEST,
     Reason,
@@ -27,6 +34,7 @@ from drain_guard.selectors import BuildPodSelector
 __all__ = [
     "AlertGuard",
     "Block",
+    "BlockingPodGuard",
     "BootedImage",
     "BuildPodGuard",
     "BuildPodsSeen",
@@ -35,6 +43,7 @@ __all__ = [
     "ImageCompared",
     "InvalidInput",
     "ManualGuard",
+    "NodeLabelGuard",
     "NodeView",
     "NoopImageGuard",
     "Unknown",
@@ -74,6 +83,11 @@ class NodeView:
     resource_version: str
     #: The alert query's latest answer (None: alert gating is off).
     alerts: AlertsSeen | None = None
+    #: The Node's labels (``drain-guard.io/block-drains``).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: The node's pods in the blocking-pod namespaces that the pod watch does not cover (a
+    #: watch of their own in each); None: one of those watches has not listed yet.
+    blocking_pods: tuple[Pod, ...] | None = ()
 
 
 # --- verdicts -----------------------------------------------------------------------------
@@ -257,6 +271,44 @@ def parse_hold_request(text: str) -> tuple[datetime, str]:
     return parse_rfc3339(expiry_text), " ".join(reason.split())
 
 
+class BlockingPodGuard:
+    """Blocks while a pod the operator declared blocking (``--blocking-pod-selector``) runs on
+    the node, in a namespace opted in with ``--blocking-pod-namespace``: a drain would evict
+    it. Separate from the build-pod guard: no shield budget follows these pods (a budget
+    the agent keeps on any pod an opted-in tenant labels would outlive the agent's bounds)."""
+
+    reason = Reason.BLOCKING_POD
+
+    def __init__(self, selectors: Sequence[BuildPodSelector], namespaces: Iterable[str]) -> None:
+        if not selectors:
+            raise ValueError("the blocking-pod guard needs at least one selector")
+        self.selectors = tuple(selectors)
+        self.namespaces = frozenset(namespaces)
+
+    def check(self, view: NodeView) -> Verdict:
+        if view.pods is None or view.blocking_pods is None:
+            return Unknown(self.reason, "pods on the node are not synced yet")
+        pods = {p.key: p for p in (*view.pods, *view.blocking_pods)}.values()
+        found = running_blocking_pods(pods, self.selectors, self.namespaces)
+        if not found:
+            return Clear(self.reason, "no blocking pod runs on the node")
+        names = ", ".join(sorted(p.key for p in found))
+        return Block(self.reason, f"blocking pod{'s' if len(found) > 1 else ''} {names}")
+
+
+class NodeLabelGuard:
+    """Blocks while the Node carries the label ``drain-guard.io/block-drains`` (any value: an
+    operator's note), set with ``oc label node``; the agent only reads it."""
+
+    reason = Reason.NODE_LABEL
+
+    def check(self, view: NodeView) -> Verdict:
+        value = view.labels.get(BLOCK_DRAINS_LABEL)
+        if value is None:
+            return Clear(self.reason, f"no {BLOCK_DRAINS_LABEL} label")
+        return Block(self.reason, f"node label {BLOCK_DRAINS_LABEL}={value}")
+
+
 class ManualGuard:
     """Blocks while an operator's ``drain-guard.io/hold-request`` has not expired."""
 
@@ -306,10 +358,15 @@ def default_guards(
     selectors: Sequence[BuildPodSelector],
     scope: PodScope = DEFAULT_SCOPE,
     on_unreachable: OnUnreachable | None = None,
+    blocking: Sequence[BuildPodSelector] = (),
+    blocking_namespaces: Iterable[str] = (),
 ) -> tuple[Guard, ...]:
     """The guards the agent runs, in the order their reasons are listed; the alert guard
-    only with alert gating on (``on_unreachable`` given)."""
+    only with alert gating on (``on_unreachable`` given), the blocking-pod guard only with
+    ``blocking`` selectors."""
     found: tuple[Guard, ...] = (BuildPodGuard(selectors, scope), NoopImageGuard(), ManualGuard())
     if on_unreachable is not None:
         found += (AlertGuard(on_unreachable),)
-    return found
+    if blocking:
+        found += (BlockingPodGuard(blocking, blocking_namespaces),)
+    return (*found, NodeLabelGuard())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -16,6 +16,7 @@ class NodeObj:
     annotations: Mapping[str, str]
     unschedulable: bool
     uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> NodeObj:
@@ -27,4 +28,5 @@ class NodeObj:
             annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
             unschedulable=bool(spec.get("unschedulable", False)),
             uid=str(meta.get("uid", "")),
+            labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
         )

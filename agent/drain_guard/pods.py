@@ -137,5 +137,21 @@ def running_build_pods(
     return [p for p in pods if p.running and is_build_pod(p, selectors, scope)]
 
 
+def running_blocking_pods(
+    pods: Iterable[Pod], selectors: Sequence[BuildPodSelector], namespaces: frozenset[str]
+) -> list[Pod]:
+    """The operator's blocking pods that hold a drain: in an opted-in namespace, matching, and
+    in phase ``Running`` (not Pending: nothing of theirs runs yet; not Succeeded or Failed: a
+    Completed job holds nothing), and not being deleted."""
+    return [
+        p
+        for p in pods
+        if p.phase == "Running"
+        and not p.deleting
+        and p.namespace in namespaces
+        and any(s.matches(p.namespace, p.labels, p.owners) for s in selectors)
+    ]
+
+
 #: Only MCO's namespace: the default.
 DEFAULT_SCOPE = PodScope()

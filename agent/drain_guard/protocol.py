@@ -80,6 +80,10 @@ OWNED_KEYS: tuple[str, ...] = (HELD_DRAIN, HOLD_REASONS, HELD_SINCE, HOLD_DETAIL
 RELEASED = DG_PREFIX + "released"
 #: Written by operators: ``<RFC 3339 expiry>[;<reason text>]`` (see ``drain_guard.guards``).
 HOLD_REQUEST = DG_PREFIX + "hold-request"
+#: A Node label set by operators: while present (any value, say why in it), drains of the
+#: node are held (within max-hold). A label, not an annotation, so that ``oc get nodes -l``
+#: lists the blocked nodes; the agent only reads it.
+BLOCK_DRAINS_LABEL = DG_PREFIX + "block-drains"
 
 HOLD_PREFIX = "hold-"
 MAX_DETAIL_BYTES = 1024
@@ -154,6 +158,8 @@ class Reason(StrEnum):
     NOOP_IMAGE = "noop-image"
     MANUAL = "manual"
     ALERT = "alert"
+    BLOCKING_POD = "blocking-pod"
+    NODE_LABEL = "node-label"
 
 
 class Outcome(StrEnum):

@@ -140,6 +140,8 @@ class _Agent:
         }
         if shield is not None:
             parts["shield"] = shield.run()
+        for namespace, pods in controller.blocking_caches.items():
+            parts[f"pods in {namespace}"] = kube.watch_pods(settings.node_name, pods, namespace)
         if settings.alerts is not None:
             alerts = AlertSource(settings.alerts, controller.alerts_changed, controller.clock.now)
             parts["alerts"] = alerts.run()

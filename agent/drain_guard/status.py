@@ -32,6 +32,7 @@ from typing import Any
 from drain_guard import decisions, guards
 from drain_guard.kube.operations import Watched
 from drain_guard.protocol import (
+    BLOCK_DRAINS_LABEL,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
     HOLD_REQUEST,
@@ -170,6 +171,12 @@ def releases_when(
                 found.append(f"{reason}: when the alert query is answered, no matching alert fired")
             else:
                 found.append(f"{reason}: when the matching alerts resolve (or are silenced)")
+        elif reason == Reason.BLOCKING_POD:
+            pods = detail or "the blocking pod"
+            ends = "stop" if pods.startswith("blocking pods") else "stops"
+            found.append(f"{reason}: when {pods} {ends} running (completes, fails or is deleted)")
+        elif reason == Reason.NODE_LABEL:
+            found.append(f"{reason}: when the label {BLOCK_DRAINS_LABEL} is removed from the node")
     return tuple(printable(line) for line in found)
 
 

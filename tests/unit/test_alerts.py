@@ -1,8 +1,10 @@
-"""Alert gating's pure half: the answers of both APIs, the filter, the guard, the settings."""
+"""Issue 26's guards, pure: alert answers of both APIs, the filter, the alert guard and its
+settings; blocking pods and their settings."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -119,3 +121,58 @@ def test_alert_settings() -> None:
 def test_bad_alert_settings_are_one_clear_line(flags: list[str], message: str) -> None:
     with pytest.raises(SettingsError, match=message.replace("(", r"\(")):
         settings(*flags)
+
+
+# --- blocking pods and the node label (the same issue's other guards) -----------------------
+
+
+def test_blocking_settings() -> None:
+    got = settings(
+        "--blocking-pod-selector=app=etl",
+        "--blocking-pod-selector=batch:job-name",
+        "--blocking-pod-namespace=batch",
+        "--blocking-pod-namespace=etl",
+    )
+    assert [str(s) for s in got.blocking_pod_selectors] == ["app=etl", "batch:job-name"]
+    assert got.blocking_pod_namespaces == ("batch", "etl")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--blocking-pod-selector=app=etl"], "needs --blocking-pod-namespace"),
+        (["--blocking-pod-namespace=batch"], "needs --blocking-pod-selector"),
+        (["--blocking-pod-selector=app=etl", "--blocking-pod-namespace=*"], "never cluster-wide"),
+        (
+            ["--blocking-pod-selector=other:app=etl", "--blocking-pod-namespace=batch"],
+            "opt it in with --blocking-pod-namespace other",
+        ),
+        (["--blocking-pod-selector=", "--blocking-pod-namespace=batch"], "would match every pod"),
+    ],
+)
+def test_bad_blocking_settings_are_one_clear_line(flags: list[str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message.replace("*", r"\*")):
+        settings(*flags)
+
+
+def test_only_running_blocking_pods_in_opted_in_namespaces_block() -> None:
+    from drain_guard.guards import BlockingPodGuard
+    from drain_guard.pods import Pod
+    from drain_guard.selectors import parse_build_pod_selector
+
+    guard = BlockingPodGuard([parse_build_pod_selector("app=etl")], ["batch"])
+    etl = {"app": "etl"}
+    pods = (
+        Pod("batch", "done", "Succeeded", etl),
+        Pod("batch", "next", "Pending", etl),
+        Pod("batch", "going", "Running", etl, deleting=True),
+        Pod("tenant", "copy", "Running", etl),
+        Pod("batch", "web", "Running", {"app": "web"}),
+    )
+    base = view(None)
+    assert isinstance(guard.check(replace(base, pods=pods)), Clear)
+    running = Pod("batch", "etl-1", "Running", etl)
+    assert guard.check(replace(base, pods=pods, blocking_pods=(running,))) == Block(
+        Reason.BLOCKING_POD, "blocking pod batch/etl-1"
+    )
+    assert isinstance(guard.check(replace(base, pods=pods, blocking_pods=None)), Unknown)

@@ -157,7 +157,7 @@ def test_never_held(annotations: dict[str, str], fragment: str) -> None:
 def test_no_guard_blocks_idle() -> None:
     decision = run({DESIRED_DRAIN: A, DESIRED_IMAGE: f"{IMAGE}@{D2}"})
     assert decision == Idle("no guard blocks", decision.verdicts, request=A, passes=True)
-    assert len(decision.verdicts) == 3
+    assert len(decision.verdicts) == len(GUARDS)
 
 
 def test_wait_while_pods_unsynced_and_nothing_else_blocks() -> None:

@@ -246,4 +246,4 @@ def test_manual_absent() -> None:
 
 def test_default_guards_order() -> None:
     reasons = [g.reason for g in default_guards(default_build_pod_selectors())]
-    assert reasons == [Reason.BUILD_POD, Reason.NOOP_IMAGE, Reason.MANUAL]
+    assert reasons == [Reason.BUILD_POD, Reason.NOOP_IMAGE, Reason.MANUAL, Reason.NODE_LABEL]
