@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from drain_guard import protocol
-from drain_guard_sim.apiserver import SimApiServer
+from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
