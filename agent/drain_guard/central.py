@@ -88,7 +88,7 @@ class SelectedPods(WatchCache):
             for key in [k for k, shown in self._shown_by.items() if watch in shown]:
                 self._hide(key, watch)
             for item in items:
-                self._show(watch, item)
+                self._show(watch, Pod.from_dict(item), item)
             self._listed.add(watch)
             self.pods_synced = len(self._listed) == self.watches
             self._notify_pods()
@@ -97,17 +97,16 @@ class SelectedPods(WatchCache):
 
     def apply_for(self, watch: int) -> Callable[[str, JsonObj], None]:
         def apply(kind: str, obj: JsonObj) -> None:
+            pod = Pod.from_dict(obj)
             if kind == "DELETED":
-                pod = Pod.from_dict(obj)
                 self._hide((pod.namespace, pod.name), watch)
             else:
-                self._show(watch, obj)
-            self._notify_pods()
+                self._show(watch, pod, obj)
+            self._notify_pods((pod.namespace, pod.name))
 
         return apply
 
-    def _show(self, watch: int, obj: JsonObj) -> None:
-        pod = Pod.from_dict(obj)
+    def _show(self, watch: int, pod: Pod, obj: JsonObj) -> None:
         key = (pod.namespace, pod.name)
         self._shown_by.setdefault(key, set()).add(watch)
         text = str((obj.get("metadata") or {}).get("resourceVersion", ""))

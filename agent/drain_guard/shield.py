@@ -37,7 +37,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from drain_guard import kubeclient as k8s
@@ -57,9 +57,9 @@ from drain_guard.shieldplan import (
     Want,
     default_dependency_selectors,
     not_unique,
-    plan,
     shield_namespaces,
 )
+from drain_guard.shieldreplan import Replanner
 from drain_guard.status import WatchStatus
 
 log = logging.getLogger("drain_guard.shield")
@@ -104,7 +104,6 @@ class _Namespace:
     """One shielded namespace's budgets, filled by its list-watch."""
 
     name: str
-    budgets: dict[str, BudgetState] = field(default_factory=dict)
     synced: bool = False  # listed once: the plan may use its budgets
     watching: bool = False  # and current now
     forbidden: str | None = None
@@ -183,9 +182,10 @@ class Shield:
         self._ns = {name: _Namespace(name) for name in names}
         self._changed = asyncio.Event()
         self._plan = Plan()
+        # The plan, kept current event by event (each event re-plans what it touches).
+        self._replanner = Replanner(nodes, self.build_selectors, scope, self.dependency_selectors)
+        self._replanner.replace_pods(pods.pods.values())
         self._inflight: set[str] = set()  # budgets created or deleted, until the watch shows it
-        # Pod uid → why its labels do not single it out ("": they do), from a list by them.
-        self._shared: dict[str, str] = {}
         self._cordoned: bool | None = None
         self._cordon_counted = False
         self._blocked = 0
@@ -299,12 +299,16 @@ class Shield:
             watch_timeout=self.watch_timeout,
         ).run()
 
-    def _pods_changed(self) -> None:
+    def _pods_changed(self, key: tuple[str, str] | None) -> None:
+        if key is None:
+            self._replanner.replace_pods(self.pods.pods.values())
+        else:
+            self._replanner.pod_changed(key, self.pods.pods.get(key))
         self._changed.set()
 
     def _replace_budgets(self, ns: _Namespace) -> Callable[[Sequence[JsonObj]], None]:
         def replace(items: Sequence[JsonObj]) -> None:
-            ns.budgets = {b.name: b for b in map(BudgetState.from_dict, items)}
+            self._replanner.replace_budgets(ns.name, map(BudgetState.from_dict, items))
             ns.synced = True
             self._inflight = {k for k in self._inflight if not k.startswith(f"{ns.name}/")}
             self._listed(ns)
@@ -314,10 +318,8 @@ class Shield:
     def _apply_budget(self, ns: _Namespace) -> Callable[[str, JsonObj], None]:
         def apply(kind: str, obj: JsonObj) -> None:
             budget = BudgetState.from_dict(obj)
-            if kind == "DELETED":
-                ns.budgets.pop(budget.name, None)
-            else:
-                ns.budgets[budget.name] = budget
+            gone = kind == "DELETED"
+            self._replanner.budget_changed(ns.name, budget.name, None if gone else budget)
             self._inflight.discard(budget.key)
             self._changed.set()
 
@@ -336,33 +338,23 @@ class Shield:
         self._status_changed()
 
     async def _pass(self) -> None:
-        """Plan over the pods and the namespaces whose budgets have listed, then write."""
+        """Write what the plan (over the namespaces whose budgets have listed) asks for."""
         if not self.pods.pods_synced:
             return
-        synced = {ns.name: ns for ns in self._ns.values() if ns.synced}
-        pods = [p for p in self.pods.pods.values() if p.namespace in synced]
-        self._shared = {p.uid: self._shared[p.uid] for p in pods if p.uid in self._shared}
-        budgets = [b for ns in synced.values() for b in ns.budgets.values()]
-        new = plan(
-            self.nodes,
-            pods,
-            budgets,
-            self.build_selectors,
-            self.scope,
-            self.dependency_selectors,
-            self._shared,
-        )
-        self._report(new)
+        new = self._replanner.plan()
+        if new is not self._plan:
+            self._report(new)
         for want in new.create:
             key = f"{want.pod.namespace}/{want.name}"
             if key in self._inflight:
                 continue
-            if want.pod.uid not in self._shared:
-                self._shared[want.pod.uid] = await self._not_unique(want.pod)
-                if self._shared[want.pod.uid]:
+            if want.pod.uid not in self._replanner.shared:
+                why = await self._not_unique(want.pod)
+                self._replanner.shared_found(want.pod, why)
+                if why:
                     self._changed.set()  # plan again: report it as unshieldable
                     continue
-            await self._create(want, synced[want.pod.namespace])
+            await self._create(want, self._ns[want.pod.namespace])
         for budget in new.delete:
             if budget.key not in self._inflight:
                 await self._delete(budget)
@@ -391,8 +383,9 @@ class Shield:
         self.metrics.set_shield_budgets(len(new.held))
         self.metrics.set_shield_conflicts(len(new.conflicts))
         self._count_blocked()
+        known = {o.pod.uid for o in old.conflicts}
         for c in new.conflicts:
-            if c.pod.uid not in {o.pod.uid for o in old.conflicts}:
+            if c.pod.uid not in known:
                 log.warning(
                     "shield: pod %s already selected by %s; %s",
                     c.pod.key,
@@ -401,8 +394,9 @@ class Shield:
                     if c.shielded
                     else "adding no budget",
                 )
+        known = {o.pod.uid for o in old.unshieldable}
         for u in new.unshieldable:
-            if u.pod.uid not in {o.pod.uid for o in old.unshieldable}:
+            if u.pod.uid not in known:
                 log.warning("shield: cannot shield pod %s: %s", u.pod.key, u.why)
 
     def _count_blocked(self) -> None:

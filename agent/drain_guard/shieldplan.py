@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +216,11 @@ class Held:
     role: Role
     budget: str
 
+    @property
+    def key(self) -> str:
+        """The budget's ``namespace/name``."""
+        return f"{self.pod.namespace}/{self.budget}"
+
 
 @dataclass(frozen=True)
 class Conflict:
@@ -296,54 +301,78 @@ def plan(
     dependencies); at start-up this cleans up what a previous shield left.
     """
     shared = shared or {}
-    ours = [b for b in budgets if nodes.owns(b)]
-    # Indexes, so that each pod's lookups do not scan every budget again.
-    ours_by_name: dict[tuple[str, str], list[BudgetState]] = {}
-    for b in ours:
-        ours_by_name.setdefault((b.namespace, b.name), []).append(b)
-    taken = {(b.namespace, b.name) for b in budgets}
-    keep: set[str] = set()
-    create: list[Want] = []
-    held: list[Held] = []
-    conflicts: list[Conflict] = []
-    unshieldable: list[Unshieldable] = []
-    for pod, role in targets(nodes, pods, budgets, build_selectors, scope, dependency_selectors):
-        name = budget_name(pod.name, pod.uid)
-        mine = next(
-            (
-                b
-                for b in ours_by_name.get((pod.namespace, name), ())
-                if pod.uid in b.owner_uids and not b.deleting and b.selects(pod)
-            ),
-            None,
+    by_key = {b.key: b for b in budgets}
+    chosen = targets(nodes, pods, budgets, build_selectors, scope, dependency_selectors)
+    pod_plans = [plan_pod(nodes, p, r, by_key, budgets, shared.get(p.uid, "")) for p, r in chosen]
+    keep = {pp.held.key for pp in pod_plans if pp.held is not None}
+    stale = [b for b in budgets if is_stale(nodes, b, keep)]
+    return assemble(pod_plans, stale)
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """One target pod's part of the plan: a budget kept, wanted, or not possible; a conflict."""
+
+    held: Held | None = None
+    conflict: Conflict | None = None
+    unshieldable: Unshieldable | None = None
+    want: Want | None = None
+
+
+def plan_pod(
+    nodes: NodeScope,
+    pod: Pod,
+    role: Role,
+    by_key: Mapping[str, BudgetState],
+    budgets: Iterable[BudgetState],
+    why_shared: str,
+) -> PodPlan:
+    """:func:`plan` for one target ``pod``: ``by_key`` finds a budget by ``namespace/name``,
+    ``budgets`` holds at least those of the pod's namespace, ``why_shared`` is ``shared``'s."""
+    name = budget_name(pod.name, pod.uid)
+    named = by_key.get(f"{pod.namespace}/{name}")
+    mine = named if named is not None and _holds(nodes, named, pod) else None
+    others = tuple(
+        sorted(
+            b.key
+            for b in budgets
+            if b.selects(pod) and b is not mine and not (nodes.owns(b) and pod.uid in b.owner_uids)
         )
-        others = tuple(
-            sorted(
-                b.key
-                for b in budgets
-                if b.selects(pod)
-                and b is not mine
-                and not (nodes.owns(b) and pod.uid in b.owner_uids)
-            )
-        )
-        if mine is not None:
-            keep.add(mine.key)
-            held.append(Held(pod, role, mine.name))
-            if others:
-                conflicts.append(Conflict(pod, role, others, shielded=True))
-            continue
-        if others:
-            conflicts.append(Conflict(pod, role, others, shielded=False))
-            continue
-        why = not_unique(pod, ()) or shared.get(pod.uid, "")
-        if why:
-            unshieldable.append(Unshieldable(pod, role, why))
-            continue
-        if (pod.namespace, name) in taken:
-            continue  # the name is taken by a budget being replaced: create once it is gone
-        create.append(Want(pod, role, name))
-    delete = tuple(b for b in ours if b.key not in keep and not b.deleting)
-    return Plan(tuple(create), delete, tuple(held), tuple(conflicts), tuple(unshieldable))
+    )
+    if mine is not None:
+        conflict = Conflict(pod, role, others, shielded=True) if others else None
+        return PodPlan(held=Held(pod, role, mine.name), conflict=conflict)
+    if others:
+        return PodPlan(conflict=Conflict(pod, role, others, shielded=False))
+    why = not_unique(pod, ()) or why_shared
+    if why:
+        return PodPlan(unshieldable=Unshieldable(pod, role, why))
+    if named is not None:
+        return PodPlan()  # the name is taken by a budget being replaced: create once it is gone
+    return PodPlan(want=Want(pod, role, name))
+
+
+def _holds(nodes: NodeScope, budget: BudgetState, pod: Pod) -> bool:
+    """``budget`` is the one we keep on ``pod``: ours, owned by it, in force, selecting it."""
+    ours = nodes.owns(budget) and pod.uid in budget.owner_uids
+    return ours and not budget.deleting and budget.selects(pod)
+
+
+def is_stale(nodes: NodeScope, budget: BudgetState, kept: Container[str]) -> bool:
+    """One of our budgets that shields no target pod (``kept``: the keys of those held)."""
+    return nodes.owns(budget) and not budget.deleting and budget.key not in kept
+
+
+def assemble(pod_plans: Iterable[PodPlan], stale: Iterable[BudgetState]) -> Plan:
+    """The plan from its pods' parts (in the pods' order) and the stale budgets."""
+    pod_plans = list(pod_plans)
+    return Plan(
+        create=tuple(pp.want for pp in pod_plans if pp.want is not None),
+        delete=tuple(sorted(stale, key=lambda b: b.key)),
+        held=tuple(pp.held for pp in pod_plans if pp.held is not None),
+        conflicts=tuple(pp.conflict for pp in pod_plans if pp.conflict is not None),
+        unshieldable=tuple(pp.unshieldable for pp in pod_plans if pp.unshieldable is not None),
+    )
 
 
 def not_unique(pod: Pod, pods: Iterable[Pod]) -> str:

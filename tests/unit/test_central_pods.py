@@ -66,7 +66,7 @@ def test_a_pod_two_watches_show_is_kept_in_its_newer_version_until_neither_shows
 def test_every_change_wakes_the_listeners() -> None:
     pods = SelectedPods(watches=1)
     woken: list[int] = []
-    pods.pod_listeners.append(lambda: woken.append(len(pods.pods)))
+    pods.pod_listeners.append(lambda _key: woken.append(len(pods.pods)))
     pods.replace_for(0)([pod("a", 1, a="1")])
     pods.apply_for(0)("DELETED", pod("a", 2, a="1"))
     assert woken == [1, 0]

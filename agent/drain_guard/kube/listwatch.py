@@ -64,8 +64,9 @@ class WatchCache:
     # monotonic time at which the watch delivered the latest Node version, for reaction_seconds
     node_seen_at: float = 0.0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Called after every change of the pods (the shield plans on the same pods).
-    pod_listeners: list[Callable[[], None]] = field(default_factory=list)
+    #: Called after every change of the pods with the pod's key, None after a relist (the
+    #: shield plans on the same pods, re-planning what changed).
+    pod_listeners: list[Callable[[tuple[str, str] | None], None]] = field(default_factory=list)
 
     @property
     def synced(self) -> bool:
@@ -85,10 +86,10 @@ class WatchCache:
         self.node_seen_at = time.monotonic()
         self._notify()
 
-    def _notify_pods(self) -> None:
+    def _notify_pods(self, key: tuple[str, str] | None = None) -> None:
         self._notify()
         for listener in self.pod_listeners:
-            listener()
+            listener(key)
 
     def replace_pods(self, items: Sequence[JsonObj]) -> None:
         self.pods = {}
@@ -105,7 +106,7 @@ class WatchCache:
             self.pods.pop(key, None)
         else:
             self.pods[key] = pod
-        self._notify_pods()
+        self._notify_pods(key)
 
 
 class _GoneError(Exception):
