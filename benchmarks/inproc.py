@@ -33,10 +33,11 @@ from drain_guard.cli import build_parser
 from drain_guard.config import LogFormat, settings_from
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
+from drain_guard.health import Health
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
 from drain_guard.logs import configure_logging
-from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.metrics import Metrics
 from drain_guard.runner import make_shield
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +78,7 @@ class InProcessAgent:
 
     async def start(self) -> None:
         metrics = Metrics()
-        counters = MetricCounters(metrics)
+        counters = Health(metrics)
         self.kube = kube = await Kube.connect(self.settings.kubeconfig, counters)
         events = EventQueue(EventRecorder(kube, self.settings.node_name, metrics=metrics))
         node = self.settings.node_name

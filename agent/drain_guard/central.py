@@ -32,6 +32,7 @@ from aiohttp import web
 
 from drain_guard import __version__, selfcheck
 from drain_guard.config import ShieldSettings
+from drain_guard.health import Health, WatchStatus
 from drain_guard.kube.call import JsonObj
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Counters
@@ -47,14 +48,13 @@ from drain_guard.lifecycle import (
     warn_short_api_stale_after,
 )
 from drain_guard.logs import configure_logging
-from drain_guard.metrics import BaseMetrics, MetricCounters
+from drain_guard.metrics import BaseMetrics
 from drain_guard.pods import Pod
 from drain_guard.protocol import format_rfc3339
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import EVERY_NODE, ShieldStatus
-from drain_guard.status import WatchStatus, contact_unready, watches_unready
 
 log = logging.getLogger("drain_guard.central")
 
@@ -151,14 +151,7 @@ class _PodWatchCounters:
 
     def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.states[self.index] = state
-        failing = [s.failing_since for s in self.states if s.failing_since is not None]
-        combined = WatchStatus(
-            listed=all(s.listed for s in self.states),
-            watching=all(s.watching for s in self.states),
-            failing_since=min(failing, default=None),
-            error=next((s.error for s in self.states if s.error), None),
-        )
-        self.counters.watch_state(resource, combined)
+        self.counters.watch_state(resource, WatchStatus.of_all(self.states))
 
     def credentials_read(self, identity: str) -> None:
         self.counters.credentials_read(identity)
@@ -225,7 +218,7 @@ class CentralShield:
         self,
         shield: Shield,
         pods: WatchCache,
-        counters: MetricCounters,
+        counters: Health,
         stale_after: timedelta,
     ) -> None:
         self.shield = shield
@@ -237,10 +230,7 @@ class CentralShield:
     def _synced(self) -> dict[str, bool]:
         """Each watch listed and watching now: a view that is complete and current."""
         budgets = self.shield.status().synced.values()
-        return {"pod": self._pod_watch().synced, "poddisruptionbudget": all(budgets)}
-
-    def _pod_watch(self) -> WatchStatus:
-        return self.counters.watches.get(Watched.POD, WatchStatus())
+        return {"pod": self.counters.watch(Watched.POD).synced, "poddisruptionbudget": all(budgets)}
 
     def status(self) -> CentralStatus:
         return CentralStatus(
@@ -263,16 +253,15 @@ class CentralShield:
         log.info("watches synced: shielding the build pods of every node")
 
     def ready(self) -> tuple[bool, str]:
-        """The agent's rule for the pod watch and the API contact (status.readiness), and the
-        budgets listed and watching: only then are budgets kept."""
-        now = datetime.now(UTC)
+        """health's rule on the pod watch, and the budgets listed and watching: only then are
+        budgets kept."""
         budgets = self.shield.status().synced.values()
-        why = (
-            watches_unready(self.counters.watches, (Watched.POD,), now, self.stale_after)
-            or (None if all(budgets) else "poddisruptionbudget watch not synced")
-            or contact_unready(self.counters.last_contact, now, self.stale_after)
+        return self.counters.ready(
+            (Watched.POD,),
+            datetime.now(UTC),
+            self.stale_after,
+            also=None if all(budgets) else "poddisruptionbudget watch not synced",
         )
-        return why is None, why or ""
 
 
 async def removes_on_exit(
@@ -295,7 +284,7 @@ class _Central:
     def __init__(self, settings: ShieldSettings) -> None:
         self.settings = settings
         self.metrics = BaseMetrics()
-        self.counters = MetricCounters(self.metrics)
+        self.counters = Health(self.metrics)
         self.source = LateSource()  # the CentralShield, once the start-up check has passed
 
     def program(self) -> Program[Kube]:

@@ -35,10 +35,10 @@ from drain_guard.config import (
     shield_settings_from,
 )
 from drain_guard.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.health import format_duration
 from drain_guard.status import (
     AgentStatus,
     HoldRequestStatus,
-    format_duration,
     printable,
     releases_when,
     split_hold_detail,

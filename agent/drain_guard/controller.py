@@ -22,24 +22,23 @@ from drain_guard import __version__, decisions, guards, holds, host, protocol, s
 from drain_guard.alerts import AlertsSeen
 from drain_guard.config import Settings
 from drain_guard.decide import NothingHeldError, decide, force_release
+from drain_guard.health import Health
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.logs import decision_fields, hold_fields, log_key
-from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.metrics import Metrics
 from drain_guard.nodes import NodeObj
 from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import shield_namespaces
 from drain_guard.status import (
     AgentStatus,
-    WatchStatus,
     WouldHoldStatus,
     decided,
     nothing_decided,
-    readiness,
 )
 
 log = logging.getLogger("drain_guard.controller")
@@ -109,7 +108,7 @@ class Controller:
         settings: Settings,
         kube: NodeApi,
         metrics: Metrics,
-        counters: MetricCounters,
+        counters: Health,
         events: EventSink,
         cache: WatchCache,
         shield: Shield | None = None,
@@ -172,7 +171,7 @@ class Controller:
         return replace(
             self._status,
             generated_at=self.clock.now(),
-            watches={r: self._watch(r) for r in (Watched.NODE, Watched.POD)},
+            watches={r: self.counters.watch(r) for r in (Watched.NODE, Watched.POD)},
             last_api_contact=self.counters.last_contact,
             shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
@@ -203,17 +202,14 @@ class Controller:
         return started is None or self.clock.monotonic() - started < STUCK_AFTER
 
     def ready(self) -> tuple[bool, str]:
-        return readiness(
-            watches={r: self._watch(r) for r in (Watched.NODE, Watched.POD)},
-            node_found=self.cache.node is not None,
-            node_name=self.settings.node_name,
-            last_contact=self.counters.last_contact,
-            now=self.clock.now(),
-            stale_after=self.settings.api_stale_after,
+        """health's rule on the Node and pod watches, and the Node found."""
+        found = self.cache.node is not None
+        return self.counters.ready(
+            (Watched.NODE, Watched.POD),
+            self.clock.now(),
+            self.settings.api_stale_after,
+            also=None if found else f"node {self.settings.node_name} not found",
         )
-
-    def _watch(self, resource: Watched) -> WatchStatus:
-        return self.counters.watches.get(resource, WatchStatus())
 
     # The loop ---------------------------------------------------------------------------
 

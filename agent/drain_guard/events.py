@@ -35,12 +35,12 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
+from drain_guard.health import format_duration
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.operations import Operation
 from drain_guard.metrics import Metrics
 from drain_guard.protocol import format_rfc3339, truncate_utf8
-from drain_guard.status import format_duration
 
 log = logging.getLogger(__name__)
 

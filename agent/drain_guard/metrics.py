@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prometheus_client import (
     CollectorRegistry,
@@ -57,7 +57,6 @@ from prometheus_client import (
 from drain_guard import __version__, permissions
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.protocol import Outcome, Reason, Verb
-from drain_guard.status import WatchStatus
 
 PREFIX = "drain_guard_"
 
@@ -493,33 +492,3 @@ class Metrics(BaseMetrics):
     def count_event(self, reason: str) -> None:
         """An Event was written (or its count bumped) on the Node."""
         self.events_emitted_total.labels(reason=_check(reason, EVENT_REASONS, "event reason")).inc()
-
-
-class MetricCounters:
-    """kube.Counters onto BaseMetrics, remembering the last successful API contact and the
-    state of each watch (for ``/status`` and ``/readyz``)."""
-
-    def __init__(self, metrics: BaseMetrics) -> None:
-        self.metrics = metrics
-        self.last_contact: datetime | None = None
-        self.watches: dict[Watched, WatchStatus] = {}
-
-    def api_error(self, operation: Operation, status: int) -> None:
-        self.metrics.count_api_error(operation)
-
-    def api_contact(self) -> None:
-        self.last_contact = datetime.now(UTC)
-        self.metrics.api_contact(self.last_contact)
-
-    def watch_restart(self, resource: Watched, reason: str) -> None:
-        self.metrics.count_watch_restart(resource, reason)
-
-    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
-        self.watches[resource] = state
-        self.metrics.set_synced(resource, state.synced)
-
-    def credentials_read(self, identity: str) -> None:
-        self.metrics.count_credentials_read(identity)
-
-    def credentials_refused(self, identity: str, refused: bool) -> None:
-        self.metrics.set_credentials_refused(identity, refused)

@@ -20,6 +20,7 @@ from drain_guard.alertsource import AlertSource
 from drain_guard.config import Settings, WorkloadRef
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
+from drain_guard.health import Health
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
@@ -33,7 +34,7 @@ from drain_guard.lifecycle import (
     warn_short_api_stale_after,
 )
 from drain_guard.logs import configure_logging
-from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.metrics import Metrics
 from drain_guard.server import LateSource, make_app, serve
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import NodeScope
@@ -92,7 +93,7 @@ class _Agent:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.counters = MetricCounters(self.metrics)
+        self.counters = Health(self.metrics)
         self.source = LateSource()  # the controller, once the start-up checks have passed
 
     def program(self) -> Program[Kube]:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from drain_guard import kubeclient as k8s
+from drain_guard.health import WatchStatus
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
@@ -60,7 +61,6 @@ from drain_guard.shieldplan import (
     shield_namespaces,
 )
 from drain_guard.shieldreplan import Replanner
-from drain_guard.status import WatchStatus
 
 log = logging.getLogger("drain_guard.shield")
 

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from drain_guard import decisions, guards
-from drain_guard.kube.operations import Watched
+from drain_guard.health import WatchStatus, format_duration
 from drain_guard.protocol import (
     BLOCK_DRAINS_LABEL,
     DESIRED_DRAIN,
@@ -247,56 +247,6 @@ class BootedImageStatus:
     reference: str | None = None
     source: str | None = None
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class WatchStatus:
-    """One watch: whether it has listed since start (the agent has a full view, possibly old),
-    whether it is watching now (its last request was answered and nothing failed since), and
-    since when and why not. ``synced`` is both: the view is complete and current."""
-
-    listed: bool = False
-    watching: bool = False
-    failing_since: datetime | None = None
-    error: str | None = None
-    #: The open stream has gone silent (no event, no bookmark) past 1.5 bookmark periods: a
-    #: half-open connection, likely; renewed at 2.
-    silent: bool = False
-
-    @property
-    def synced(self) -> bool:
-        return self.listed and self.watching
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "listed": self.listed,
-            "watching": self.watching,
-            "failingSince": _rfc3339(self.failing_since),
-            "error": self.error,
-            "silent": self.silent,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> WatchStatus:
-        return cls(
-            listed=bool(data["listed"]),
-            watching=bool(data["watching"]),
-            failing_since=_parse(data["failingSince"]),
-            error=data["error"],
-            silent=bool(data.get("silent", False)),  # absent from older agents' /status
-        )
-
-    def to_text(self, now: datetime) -> str:
-        """``synced``, or what is missing: ``NOT synced: failing since … (2m05s: 503 …)``."""
-        if self.synced:
-            return "synced"
-        if self.failing_since is None:
-            return "NOT synced: not listed yet"
-        age = format_duration(now - self.failing_since)
-        stale = "" if self.listed else ", not listed yet"
-        return (
-            f"NOT synced: failing since {_rfc3339(self.failing_since)} ({age}: {self.error}){stale}"
-        )
 
 
 @dataclass(frozen=True)
@@ -643,72 +593,3 @@ def _required(value: str) -> datetime:
     if parsed is None:
         raise ValueError("missing time")
     return parsed
-
-
-def format_duration(delta: timedelta) -> str:
-    """``3d04h`` (from 48 hours), ``1h02m``, ``12m05s``, ``7s``: short, for humans."""
-    seconds = max(0, int(delta.total_seconds()))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours >= 48:
-        return f"{hours // 24}d{hours % 24:02d}h"
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def readiness(
-    *,
-    watches: Mapping[Watched, WatchStatus],
-    node_found: bool,
-    node_name: str,
-    last_contact: datetime | None,
-    now: datetime,
-    stale_after: timedelta,
-) -> tuple[bool, str]:
-    """``/readyz``: the Node and pod watches listed and not failing for longer than
-    ``stale_after``, the Node exists, and the API answered recently (an agent cut off from the
-    API cannot hold anything; it should say so). A failure shorter than that (a renewal
-    retried) keeps the agent ready."""
-    why = (
-        watches_unready(watches, (Watched.NODE, Watched.POD), now, stale_after)
-        or (None if node_found else f"node {node_name} not found")
-        or contact_unready(last_contact, now, stale_after)
-    )
-    return why is None, why or ""
-
-
-def watches_unready(
-    watches: Mapping[Watched, WatchStatus],
-    resources: tuple[Watched, ...],
-    now: datetime,
-    stale_after: timedelta,
-) -> str | None:
-    """Why the first of ``resources``' watches is not ready (not listed yet, silent, or failing for
-    longer than ``stale_after``), or None; the readiness rule of the agent and the central
-    shield alike."""
-    for resource in resources:
-        watch = watches.get(resource, WatchStatus())
-        if not watch.listed:
-            return f"{resource} watch not listed yet"
-        since = watch.failing_since
-        if watch.silent and since is not None:
-            return f"{resource} watch silent since {format_rfc3339(since)} ({watch.error})"
-        if not watch.watching and since is not None and now - since > stale_after:
-            return (
-                f"{resource} watch failing since {format_rfc3339(since)} ({watch.error};"
-                f" --api-stale-after {format_duration(stale_after)})"
-            )
-    return None
-
-
-def contact_unready(
-    last_contact: datetime | None, now: datetime, stale_after: timedelta
-) -> str | None:
-    """Why the API counts as not heard from (never, or not within ``stale_after``), or None."""
-    if last_contact is not None and now - last_contact <= stale_after:
-        return None
-    last = "never" if last_contact is None else f"since {format_rfc3339(last_contact)}"
-    return f"API server not reached {last} (--api-stale-after {format_duration(stale_after)})"

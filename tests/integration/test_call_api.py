@@ -14,11 +14,12 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from drain_guard import cli
+from drain_guard.health import Health
 from drain_guard.kube.call import KubeError, call_api
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.kube.operations import Operation
-from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.metrics import Metrics
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
 
@@ -63,7 +64,8 @@ async def test_a_transport_error_is_status_0() -> None:
 async def test_kube_call_counts_an_answer_as_contact_and_anything_else_as_an_error(
     api: SimApiServer,
 ) -> None:
-    counters = MetricCounters(Metrics())
+    metrics = Metrics()
+    counters = Health(metrics)
     async with api.api_client(ADMIN) as api_client:
         kube = Kube(api_client, counters)
         core = k8s.CoreV1Api(api_client)
@@ -75,7 +77,7 @@ async def test_kube_call_counts_an_answer_as_contact_and_anything_else_as_an_err
         with pytest.raises(KubeError):
             await kube.call(Operation.POD_GET, core.read_namespaced_pod, "nope", "default")
     assert counters.last_contact is None
-    errors = counters.metrics.registry.get_sample_value(
+    errors = metrics.registry.get_sample_value(
         "drain_guard_api_errors_total", {"operation": "pod_get"}
     )
     assert errors == 1

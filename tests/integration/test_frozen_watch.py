@@ -15,19 +15,19 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from drain_guard.health import Health, WatchStatus
 from drain_guard.kube import listwatch
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.kube.operations import Watched
-from drain_guard.metrics import MetricCounters, Metrics
-from drain_guard.status import WatchStatus, readiness
+from drain_guard.metrics import Metrics
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
 
 PERIOD = 0.5
 
 
-class _Observed(MetricCounters):
+class _Observed(Health):
     """The agent's counters, and an event on each change of a watch's state."""
 
     def __init__(self) -> None:
@@ -49,17 +49,9 @@ class _Observed(MetricCounters):
 
 
 def _ready(counters: _Observed) -> tuple[bool, str]:
-    return readiness(
-        watches={
-            Watched.NODE: counters.watches[Watched.NODE],
-            Watched.POD: WatchStatus(listed=True, watching=True),
-        },
-        node_found=True,
-        node_name=NODE,
-        last_contact=datetime.now(UTC),
-        now=datetime.now(UTC),
-        stale_after=timedelta(minutes=10),
-    )
+    """The agent's rule on the node watch (the pod watch taken as current)."""
+    counters.api_contact()
+    return counters.ready((Watched.NODE,), datetime.now(UTC), timedelta(minutes=10))
 
 
 async def _seen(api: SimApiServer, cache: WatchCache, value: str) -> None:

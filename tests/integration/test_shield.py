@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
+from drain_guard.health import Health
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.metrics import BaseMetrics, MetricCounters
+from drain_guard.metrics import BaseMetrics
 from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.shield import Shield
@@ -492,7 +493,7 @@ async def test_the_shields_calls_and_watches_are_api_contact_as_the_agents(
     reached recently") and its last-contact gauge count them. The pods come by hand here: no
     other watch reaches the API."""
     metrics = BaseMetrics()
-    counters = MetricCounters(metrics)
+    counters = Health(metrics)
     cache = WatchCache()
     cache.replace_pods([])
     async with api.api_client(AGENT_USER) as client:

@@ -19,8 +19,9 @@ from drain_guard.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
+from drain_guard.health import Health
 from drain_guard.kube.client import Kube
-from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.metrics import Metrics
 from drain_guard_sim.apiserver.server import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -45,7 +46,7 @@ class Env:
     recorder: EventRecorder
     metrics: Metrics
     clock: Clock
-    counters: MetricCounters
+    counters: Health
 
     def events(self) -> list[dict[str, Any]]:
         return sorted(self.api.list("events", EVENT_NAMESPACE), key=lambda e: e["metadata"]["name"])
@@ -68,7 +69,7 @@ class Env:
 async def env() -> AsyncIterator[Env]:
     async with SimApiServer() as api, api.api_client(USER) as client:
         clock, metrics = Clock(), Metrics()
-        counters = MetricCounters(metrics)
+        counters = Health(metrics)
         recorder = EventRecorder(Kube(client, counters), NODE, clock=clock, metrics=metrics)
         yield Env(api, recorder, metrics, clock, counters)
 

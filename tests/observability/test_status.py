@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from drain_guard import decisions, guards, protocol
 from drain_guard.decide import decide
+from drain_guard.health import WatchStatus
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.selectors import default_build_pod_selectors
@@ -27,7 +28,6 @@ from drain_guard.status import (
     HoldRequestStatus,
     InvalidInputStatus,
     PodStatus,
-    WatchStatus,
     decided,
     nothing_decided,
     printable,

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from drain_guard.central import CentralShield
+from drain_guard.health import Health, WatchStatus
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.kube.operations import Watched
-from drain_guard.metrics import BaseMetrics, MetricCounters
+from drain_guard.metrics import BaseMetrics
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import ShieldStatus
-from drain_guard.status import WatchStatus
 
 STALE_AFTER = timedelta(minutes=10)
 MCO_NS = "openshift-machine-config-operator"
@@ -27,7 +27,7 @@ class _Shield:
 
 
 def _central(pod_watch: WatchStatus) -> CentralShield:
-    counters = MetricCounters(BaseMetrics())
+    counters = Health(BaseMetrics())
     pods = WatchCache()
     pods.replace_pods([])  # the pod watch has listed once
     counters.watch_state(Watched.POD, pod_watch)

@@ -24,9 +24,10 @@ import pytest
 from drain_guard import host, protocol
 from drain_guard.config import add_run_arguments, settings_from
 from drain_guard.controller import Controller
+from drain_guard.health import Health
 from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.metrics import MetricCounters, Metrics
+from drain_guard.metrics import Metrics
 from drain_guard.nodes import NodeObj
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.cluster import worker_node
@@ -182,9 +183,7 @@ def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) ->
     cache = WatchCache()
     cache.replace_pods([])
     cache.node_synced = True
-    controller = Controller(
-        settings, kube, metrics, MetricCounters(metrics), events, cache, clock=clock
-    )
+    controller = Controller(settings, kube, metrics, Health(metrics), events, cache, clock=clock)
     return Env(controller, kube, cache, clock, metrics, events)
 
 

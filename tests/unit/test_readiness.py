@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard.status import WatchStatus, readiness
+from drain_guard.health import Health, WatchStatus
+from drain_guard.kube.operations import Watched
+from drain_guard.metrics import Metrics
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 STALE = timedelta(minutes=10)
@@ -19,17 +21,20 @@ def _failing(since: timedelta, listed: bool = True) -> WatchStatus:
     return WatchStatus(listed=listed, failing_since=NOW - since, error="503 unavailable")
 
 
-def _ready(**overrides: object) -> tuple[bool, str]:
-    args: dict[str, object] = {
-        "watches": {"node": CURRENT, "pod": CURRENT},
-        "node_found": True,
-        "node_name": "worker-0",
-        "last_contact": NOW - timedelta(seconds=30),
-        "now": NOW,
-        "stale_after": STALE,
-    }
-    args.update(overrides)
-    return readiness(**args)  # type: ignore[arg-type]
+def _ready(
+    watches: dict[Watched, WatchStatus] | None = None,
+    node_found: bool = True,
+    last_contact: datetime | None = NOW - timedelta(seconds=30),
+) -> tuple[bool, str]:
+    """The agent's readiness (controller.ready): health's rule, the Node found."""
+    health = Health(Metrics(), clock=lambda: last_contact or NOW)
+    if last_contact is not None:
+        health.api_contact()
+    watched = {Watched.NODE: CURRENT, Watched.POD: CURRENT} if watches is None else watches
+    for resource, state in watched.items():
+        health.watch_state(resource, state)
+    also = None if node_found else "node worker-0 not found"
+    return health.ready((Watched.NODE, Watched.POD), NOW, STALE, also=also)
 
 
 def test_ready_when_synced_and_the_api_answered_recently() -> None:
@@ -37,10 +42,10 @@ def test_ready_when_synced_and_the_api_answered_recently() -> None:
 
 
 def test_each_reason_is_named() -> None:
-    assert _ready(watches={"pod": CURRENT}) == (False, "node watch not listed yet")
-    not_listed = {"node": CURRENT, "pod": _failing(timedelta(seconds=1), listed=False)}
+    assert _ready(watches={Watched.POD: CURRENT}) == (False, "node watch not listed yet")
+    not_listed = {Watched.NODE: CURRENT, Watched.POD: _failing(timedelta(seconds=1), listed=False)}
     assert _ready(watches=not_listed) == (False, "pod watch not listed yet")
-    failing = {"node": _failing(timedelta(minutes=11)), "pod": CURRENT}
+    failing = {Watched.NODE: _failing(timedelta(minutes=11)), Watched.POD: CURRENT}
     assert _ready(watches=failing) == (
         False,
         "node watch failing since 2026-11-30T11:49:00Z (503 unavailable; --api-stale-after 10m00s)",
@@ -64,5 +69,5 @@ def test_ready_exactly_while_contact_is_within_the_window(age: int) -> None:
 def test_a_listed_watch_failing_keeps_the_agent_ready_within_the_window(age: int) -> None:
     """A renewal that fails and is retried is no reason to flap; an outage longer than
     --api-stale-after is, even while the other watch keeps the contact time fresh."""
-    ok, _ = _ready(watches={"node": CURRENT, "pod": _failing(timedelta(seconds=age))})
+    ok, _ = _ready(watches={Watched.NODE: CURRENT, Watched.POD: _failing(timedelta(seconds=age))})
     assert ok == (timedelta(seconds=age) <= STALE)

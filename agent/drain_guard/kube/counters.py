@@ -1,15 +1,15 @@
-"""Where the I/O layer reports what it sees (the programs map it to their metrics)."""
+"""Where the API client reports what it sees: health.Health in every program."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
+from drain_guard.health import WatchStatus
 from drain_guard.kube.operations import Operation, Watched
-from drain_guard.status import WatchStatus
 
 
 class Counters(Protocol):
-    """Where the I/O layer reports errors and watch restarts (the controller maps to metrics)."""
+    """Where the API client reports errors, contact, watch restarts and watch states."""
 
     def api_error(self, operation: Operation, status: int) -> None: ...
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from drain_guard.health import WatchStatus
 from drain_guard.kube.call import (
     API_FAILURES,
     REQUEST_TIMEOUT,
@@ -37,7 +38,6 @@ from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.nodes import NodeObj
 from drain_guard.pods import Pod
-from drain_guard.status import WatchStatus
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from drain_guard.health import format_duration
 from drain_guard.kube.call import API_FAILURES, KubeError, StreamError, describe
 from drain_guard.protocol import format_rfc3339
-from drain_guard.status import format_duration
 
 
 @dataclass
