@@ -56,6 +56,23 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "validatingadmissionpolicy-status-controller",
 )
+#: What ``audit`` logs: every write to a Node or a Pod (and its status and evictions), with
+#: the request and the response, as a chaos run's checker needs them; nothing else.
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "RequestResponse",
+            "verbs": ["create", "update", "patch", "delete"],
+            "resources": [
+                {"group": "", "resources": ["nodes", "pods", "pods/status", "pods/eviction"]}
+            ],
+        },
+        {"level": "None"},
+    ],
+}
 START_TIMEOUT = 120.0  # seconds: a cold kube-apiserver on a loaded two-core machine
 
 
@@ -119,6 +136,8 @@ class ControlPlane:
     etcd_url: str
     emulated_version: str | None
     feature_gates: Mapping[str, bool]
+    #: kube-apiserver writes an audit log of every Node and Pod write (``audit_log``).
+    audit: bool
     _certs: ServingCert
     _processes: list[_Process] = field(default_factory=list)
     _etcd_data: Path | None = None
@@ -131,11 +150,13 @@ class ControlPlane:
         *,
         emulated_version: str | None = None,
         feature_gates: Mapping[str, bool] | None = None,
+        audit: bool = False,
     ) -> ControlPlane:
         """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
         return once the API server is ready and the controllers have made the ``default``
         namespace's service account. ``emulated_version`` (1.31 at the lowest for a 1.34
-        binary) and ``feature_gates`` go to the API server as its flags."""
+        binary) and ``feature_gates`` go to the API server as its flags; ``audit`` makes it
+        log every Node and Pod write with the objects (``audit_log``)."""
         missing = missing_binaries(bin_dir)
         if missing:
             raise ControlPlaneError(
@@ -159,6 +180,7 @@ class ControlPlane:
             etcd_url=f"http://127.0.0.1:{etcd_port}",
             emulated_version=emulated_version,
             feature_gates=dict(feature_gates or {}),
+            audit=audit,
             _certs=certs,
             _etcd_data=etcd_data,
         )
@@ -249,10 +271,24 @@ class ControlPlane:
         ]
         if self.emulated_version:
             flags.append(f"--emulated-version={self.emulated_version}")
+        if self.audit:
+            policy = self.workdir / "audit-policy.yaml"
+            policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+            flags += [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",  # written before the response: nothing missing
+            ]
         if self.feature_gates:
             gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
             flags.append(f"--feature-gates={gates}")
         return flags
+
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (JSON lines), when started with ``audit``."""
+        return self.workdir / "audit.log"
 
     def _spawn(self, name: str, binary: Path, *args: str) -> None:
         log = self.workdir / f"{name}.log"

@@ -75,7 +75,7 @@ from drain_guard_sim.harness.cluster import (
 )
 from drain_guard_sim.harness.controlplane import ControlPlane
 
-__all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster"]
+__all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster", "agent_user"]
 
 MERGE = "application/merge-patch+json"
 RBAC = "rbac.authorization.k8s.io"
@@ -245,6 +245,11 @@ class _Observer(Actor):
         self.changed.set()
 
 
+def agent_user(node: str) -> str:
+    """The user name of ``node``'s agent on a real control plane."""
+    return f"drain-guard-agent:{node}"
+
+
 def pool_label(pool: str) -> str:
     """The label that puts a Node in ``pool`` (its ``nodeSelector``)."""
     return f"node-role.kubernetes.io/{pool}"
@@ -255,7 +260,8 @@ class RealCluster:
 
     ``pool`` names the pool (its Nodes are ``<pool>-0`` ...), so that clusters sharing a
     control plane never meet; ``version``, ``time_factor``, ``timings`` and ``build_node`` are
-    ``SimCluster``'s. The agents' kubeconfig is the administrator's: their own rights are
+    ``SimCluster``'s. Each node's agent is a user of its own (``agent_user``, so that its
+    writes are its own in an audit log) with an administrator's rights: their own rights are
     proven by tests/controlplane/test_rights.py.
     """
 
@@ -355,8 +361,10 @@ class RealCluster:
         return self.plane.admin_kubeconfig
 
     def agent_kubeconfig(self, node: str) -> Path:
-        """The agents run as the administrator here (see the class)."""
-        return self.plane.admin_kubeconfig
+        """A client certificate of ``agent_user(node)`` in ``system:masters`` (see the class)."""
+        path = self.workdir / "kubeconfigs" / f"agent-{node}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.plane.user_kubeconfig(agent_user(node), ["system:masters"], path)
 
     async def _actor_kubeconfig(self, actor: str) -> Path:
         """A token kubeconfig for ``actor``'s service account, bound to its ACTOR_RULES (made
