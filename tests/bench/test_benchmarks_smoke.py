@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks import __main__ as bench_main
 from benchmarks import (
+    alertload,
     apiload,
     fleet,
     footprint,
@@ -20,6 +21,7 @@ from benchmarks import (
     shieldscale,
     startup_profile,
 )
+from tests.helpers import require_tool
 
 
 def _result(out: Path, name: str) -> dict[str, Any]:
@@ -145,3 +147,13 @@ def test_startup_profile(tmp_path: Path) -> None:
     # The agent's own modules are among the imports it reports (it once filtered on "agent.").
     assert any(name.startswith("drain_guard.") for name in doc["top_imports_ms"])
     assert doc["agent_import_ms"] > 0
+
+
+def test_alertload(tmp_path: Path) -> None:
+    require_tool("prometheus")
+    argv = ["--nodes", "20", "--interval", "10", "--alerts", "3", "--seconds", "1"]
+    assert alertload.main([*argv, "--out", str(tmp_path)]) == 0
+    doc = _result(tmp_path, "alertload")
+    assert doc["errors"] == 0
+    assert doc["queries"] == 2  # 20 agents, one query each per 10 s, for 1 s
+    assert doc["answer_bytes_median"] > 3 * 200  # three alerts with their annotations

@@ -1,0 +1,108 @@
+"""Blocking pods on the real control plane, with the agent's own token: the opted-in
+namespace read through docs/install.md's Role (as kubectl applies it), a tenant's namespace
+not readable at all, a drain held while the declared pod runs and released when it completes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from drain_guard import protocol
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.harness.agentproc import AgentProcess
+from tests.controlplane.helpers import own_namespace, unique
+from tests.controlplane.nodes import DRAIN_B, mcd_request, wait_annotation
+from tests.controlplane.test_rights import (
+    AGENT_NS,
+    ALLOWED,
+    RBAC,
+    Installed,
+    answer,
+    installed,
+    kubectl,
+)
+from tests.deploy.tools import REPO
+from tests.helpers import IMAGE_A, IMAGE_B, reap, spawn
+
+__all__ = ["installed"]  # the fixture, with the overlay's RBAC and the agent pod's token
+
+ETL = {"app": "etl"}
+
+
+def documented_role(namespace: str) -> str:
+    """The Role and RoleBinding of docs/install.md's "Blocking pods", for ``namespace``."""
+    text = (REPO / "docs" / "install.md").read_text()
+    section = text.split("### Blocking pods", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    return block.group(1).replace("namespace: NS", f"namespace: {namespace}")
+
+
+async def running_pod(admin: client.ApiClient, namespace: str, node: str) -> str:
+    core = client.CoreV1Api(admin)
+    name = unique("etl")
+    pod: Any = {
+        "metadata": {"name": name, "labels": ETL},
+        "spec": {"nodeName": node, "containers": [{"name": "etl", "image": "etl"}]},
+    }
+    await core.create_namespaced_pod(namespace, pod)
+    await set_phase(admin, namespace, name, "Running")
+    return name
+
+
+async def set_phase(admin: client.ApiClient, namespace: str, pod: str, phase: str) -> None:
+    body = {"status": {"phase": phase}}
+    await client.CoreV1Api(admin).patch_namespaced_pod_status(pod, namespace, body)
+
+
+@pytest.mark.parametrize("installed", ["openshift"], indirect=True)
+async def test_a_blocking_pod_holds_only_in_the_opted_in_namespace(
+    installed: Installed, tmp_path: Path
+) -> None:
+    admin, node = installed.admin, installed.node
+    batch, tenant = await own_namespace(admin, "batch"), await own_namespace(admin, "tenant")
+    manifest = tmp_path / "role.yaml"
+    manifest.write_text(documented_role(batch))
+    assert [d["kind"] for d in yaml.safe_load_all(manifest.read_text())] == ["Role", "RoleBinding"]
+    kubectl(installed.plane, "apply", "-f", str(manifest))
+    # The agent's own token: its node's pods in the opted-in namespace, nothing in the tenant's.
+    pods = client.CoreV1Api(installed.agent)
+    selector = f"spec.nodeName={node}"
+    assert await answer(pods.list_namespaced_pod(batch, field_selector=selector)) == ALLOWED
+    assert await answer(pods.list_namespaced_pod(tenant, field_selector=selector)) == RBAC
+    assert await answer(pods.list_pod_for_all_namespaces(field_selector=selector)) == RBAC
+
+    ours = await running_pod(admin, batch, node)
+    await running_pod(admin, tenant, node)  # the same labels, not opted in: holds nothing
+    started: list[AgentProcess] = []
+    try:
+        await spawn(
+            node,
+            installed.kubeconfig,
+            HostFS(tmp_path / "host", IMAGE_A),
+            "--daemonset",
+            f"{AGENT_NS}/drain-guard",
+            "--pod-name",
+            installed.pod,
+            "--blocking-pod-selector",
+            "app=etl",
+            "--blocking-pod-namespace",
+            batch,
+            started=started,
+        )
+        await mcd_request(admin, node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        held = await wait_annotation(
+            admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
+        )
+        assert held[protocol.HOLD_REASONS] == "blocking-pod"
+        assert held[protocol.HOLD_DETAIL] == f"blocking-pod: blocking pod {batch}/{ours}"
+        await set_phase(admin, batch, ours, "Succeeded")
+        await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    finally:
+        await reap(started)
