@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from drain_guard import decisions, guards, host, protocol
+from drain_guard import guards, host, protocol
 from drain_guard.decide import decide
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, Kube
@@ -88,7 +88,8 @@ class Poller:
             resource_version=node.resource_version,
         )
         decision = decide(view, self._guards, MAX_HOLD)
-        if decision.patch and isinstance(decision, decisions.Hold):
+        held = decision.hold_written
+        if decision.patch and held is not None and held.starts:
             result = await kube.patch_node_json(node.name, decision.patch)
             if isinstance(result, Applied):
                 self.holds += 1

@@ -418,21 +418,18 @@ class Controller:
         Nothing is written, so the Node keeps the request and every pass decides the same
         hold again: a request is counted once, the first time it would have been held.
         """
-        if isinstance(decision, decisions.Hold) and decision.original != self._would_hold:
-            self._would_hold = decision.original
-            self.metrics.count_would_hold(b.reason.value for b in decision.blocks)
+        written = decision.hold_written
+        hold = written if written is not None and written.starts else None
+        reasons = () if hold is None else tuple(b.reason.value for b in hold.blocks)
+        if hold is not None and hold.request != self._would_hold:
+            self._would_hold = hold.request
+            self.metrics.count_would_hold(reasons)
         self._settle(decision, node, view)
         last = self._status.last_would_hold
-        if isinstance(decision, decisions.Hold) and (
-            last is None or last.request != decision.original
-        ):
+        if hold is not None and (last is None or last.request != hold.request):
             # Kept after the drain went ahead: the log's "would hold" also stays in /status.
-            would = WouldHoldStatus(
-                at=view.now,
-                request=decision.original,
-                reasons=tuple(b.reason.value for b in decision.blocks),
-                detail=decisions.hold_detail(decision.blocks),
-            )
+            detail = decisions.hold_detail(hold.blocks)
+            would = WouldHoldStatus(view.now, hold.request, reasons, detail)
             self._status = replace(self._status, last_would_hold=would)
 
     # Status and the decision log ---------------------------------------------------------

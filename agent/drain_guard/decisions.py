@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 
 from drain_guard.guards import Block, Clear, InvalidInput, Unknown, Verdict
 from drain_guard.protocol import (
@@ -27,6 +28,9 @@ __all__ = [
     "Decision",
     "Foreign",
     "Hold",
+    "HoldEnd",
+    "HoldWrite",
+    "HoldWritten",
     "Idle",
     "Keep",
     "Release",
@@ -61,14 +65,46 @@ def invalid_inputs(decision: Decision) -> tuple[InvalidInput, ...]:
     return tuple(found)
 
 
+class HoldWrite(Enum):
+    """How a decision's write changes drain-guard's hold on the Node."""
+
+    BEGIN = "begin"  # desiredDrain becomes hold-<request>: a new hold
+    RESUME = "resume"  # the MCD wrote the held request again: the same hold, its age kept
+    UPDATE = "update"  # the hold's reasons or detail rewritten in place
+
+
+@dataclass(frozen=True)
+class HoldWritten:
+    """The hold a decision writes (``holds.applied`` tells it as begun, resumed or updated)."""
+
+    how: HoldWrite
+    request: str
+    blocks: tuple[Block, ...]
+    since: datetime
+
+    @property
+    def starts(self) -> bool:
+        """desiredDrain becomes ``hold-<request>`` with this write (not an update in place)."""
+        return self.how is not HoldWrite.UPDATE
+
+
+@dataclass(frozen=True)
+class HoldEnd:
+    """A hold that ends with a decision's write, and how; ``record`` None: the hold the
+    agent knows (the Node's record was unreadable, or gone)."""
+
+    record: HoldRecord | None
+    outcome: Outcome
+
+
 class _Decided(ABC):
     """What every decision says of itself, so that no reader branches on its type.
 
     Besides these, each decision has ``request`` (the drain request it is about: the held
     one for a hold, desiredDrain's value otherwise, None if there is none) and ``blocks``
-    (what a hold is held for; empty when the decision does not hold), as a field or a
-    property, and ``patch``, ``verdicts`` and ``recheck_at``; ``FACTS`` lists them all and a
-    test fails for a decision type that lacks one.
+    (what a hold is held for; empty when the decision does not hold), and ``patch``,
+    ``verdicts`` and ``recheck_at``. A fact that does not vary is a class attribute.
+    ``FACTS`` lists them all; a test fails for a decision type that lacks one.
     """
 
     @property
@@ -84,7 +120,17 @@ class _Decided(ABC):
     @property
     @abstractmethod
     def held_since(self) -> datetime | None:
-        """Since when the hold that stays on the Node after it is held (None: no hold)."""
+        """Since when the hold record it keeps on the Node is held (None: it keeps none)."""
+
+    @property
+    @abstractmethod
+    def hold_written(self) -> HoldWritten | None:
+        """The hold its write begins, resumes or updates, if any."""
+
+    @property
+    @abstractmethod
+    def hold_ended(self) -> HoldEnd | None:
+        """The hold its write ends, if any (a release, a superseded or stale hold)."""
 
     @property
     def log_outcome(self) -> str:
@@ -106,6 +152,8 @@ FACTS = (
     "reasons",
     "blocks",
     "held_since",
+    "hold_written",
+    "hold_ended",
     "log_outcome",
     "explain",
     "patch",
@@ -128,21 +176,12 @@ class Idle(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    reasons = blocks = ()
+    held_since = hold_written = hold_ended = None
+
     @property
     def name(self) -> str:
         return "pass" if self.passes else "idle"
-
-    @property
-    def reasons(self) -> tuple[Reason, ...]:
-        return ()
-
-    @property
-    def blocks(self) -> tuple[Block, ...]:
-        return ()
-
-    @property
-    def held_since(self) -> datetime | None:
-        return None
 
     def _explain(self) -> str:
         return f"idle: {self.why}"
@@ -167,9 +206,7 @@ class Hold(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    @property
-    def name(self) -> str:
-        return "hold"
+    name = "hold"
 
     @property
     def request(self) -> str:
@@ -177,11 +214,20 @@ class Hold(_Decided):
 
     @property
     def reasons(self) -> tuple[Reason, ...]:
-        return tuple(b.reason for b in self.blocks)
+        return _reasons(self.blocks)
 
     @property
     def held_since(self) -> datetime:
         return self.since
+
+    @property
+    def hold_written(self) -> HoldWritten:
+        how = HoldWrite.RESUME if self.resumed else HoldWrite.BEGIN
+        return HoldWritten(how, self.original, self.blocks, self.since)
+
+    @property
+    def hold_ended(self) -> HoldEnd | None:
+        return None if self.supersedes is None else HoldEnd(self.supersedes, Outcome.SUPERSEDED)
 
     def _explain(self) -> str:
         what = "hold again" if self.resumed else "hold"
@@ -205,9 +251,8 @@ class UpdateHold(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    @property
-    def name(self) -> str:
-        return "update-hold"
+    name = "update-hold"
+    hold_ended = None
 
     @property
     def request(self) -> str:
@@ -215,11 +260,15 @@ class UpdateHold(_Decided):
 
     @property
     def reasons(self) -> tuple[Reason, ...]:
-        return tuple(b.reason for b in self.blocks)
+        return _reasons(self.blocks)
 
     @property
     def held_since(self) -> datetime:
         return self.record.since
+
+    @property
+    def hold_written(self) -> HoldWritten:
+        return HoldWritten(HoldWrite.UPDATE, self.record.held_drain, self.blocks, self.record.since)
 
     def _explain(self) -> str:
         return f"still holding {self.record.held_drain}, now: {hold_detail(self.blocks)}"
@@ -237,9 +286,8 @@ class Keep(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    @property
-    def name(self) -> str:
-        return "holding"
+    name = "holding"
+    hold_written = hold_ended = None
 
     @property
     def request(self) -> str:
@@ -247,7 +295,7 @@ class Keep(_Decided):
 
     @property
     def reasons(self) -> tuple[Reason, ...]:
-        return tuple(b.reason for b in self.blocks)
+        return _reasons(self.blocks)
 
     @property
     def held_since(self) -> datetime:
@@ -259,7 +307,8 @@ class Keep(_Decided):
 
 @dataclass(frozen=True)
 class Wait(_Decided):
-    """A guard cannot decide yet and none blocks: write nothing, keep any hold in place."""
+    """A guard cannot decide yet and none blocks: keep any hold in place (its ``held-since``
+    repaired if need be, the only write)."""
 
     unknowns: tuple[Unknown, ...]
     record: HoldRecord | None
@@ -272,17 +321,13 @@ class Wait(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    @property
-    def name(self) -> str:
-        return "wait"
+    name = "wait"
+    blocks = ()
+    hold_written = hold_ended = None
 
     @property
     def reasons(self) -> tuple[Reason, ...]:
         return tuple(u.reason for u in self.unknowns)
-
-    @property
-    def blocks(self) -> tuple[Block, ...]:
-        return ()
 
     @property
     def held_since(self) -> datetime | None:
@@ -309,9 +354,9 @@ class Release(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    @property
-    def name(self) -> str:
-        return "release"
+    name = "release"
+    blocks = ()
+    held_since = hold_written = None
 
     @property
     def request(self) -> str:
@@ -322,12 +367,8 @@ class Release(_Decided):
         return () if self.record is None else self.record.reasons
 
     @property
-    def blocks(self) -> tuple[Block, ...]:
-        return ()
-
-    @property
-    def held_since(self) -> datetime | None:
-        return None
+    def hold_ended(self) -> HoldEnd:
+        return HoldEnd(self.record, self.outcome)
 
     @property
     def log_outcome(self) -> str:
@@ -355,21 +396,17 @@ class CleanUp(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
+    reasons = blocks = ()
+    held_since = hold_written = None
+
     @property
     def name(self) -> str:
         return "pass" if self.passes else "idle"
 
     @property
-    def reasons(self) -> tuple[Reason, ...]:
-        return ()
-
-    @property
-    def blocks(self) -> tuple[Block, ...]:
-        return ()
-
-    @property
-    def held_since(self) -> datetime | None:
-        return None
+    def hold_ended(self) -> HoldEnd:
+        """The hold that ended while no agent ran ends now (superseded, unless known)."""
+        return HoldEnd(self.ended, self.outcome or Outcome.SUPERSEDED)
 
     def _explain(self) -> str:
         return f"clean up {', '.join(self.keys)}: {self.why}"
@@ -387,28 +424,20 @@ class Foreign(_Decided):
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
-    @property
-    def name(self) -> str:
-        return "idle"
+    name = "idle"
+    reasons = blocks = ()
+    held_since = hold_written = hold_ended = None
 
     @property
     def request(self) -> str:
         return self.value
 
-    @property
-    def reasons(self) -> tuple[Reason, ...]:
-        return ()
-
-    @property
-    def blocks(self) -> tuple[Block, ...]:
-        return ()
-
-    @property
-    def held_since(self) -> datetime | None:
-        return None
-
     def _explain(self) -> str:
         return f"not touching {self.value}: {self.why}"
+
+
+def _reasons(blocks: Sequence[Block]) -> tuple[Reason, ...]:
+    return tuple(b.reason for b in blocks)
 
 
 Decision = Idle | Hold | UpdateHold | Keep | Wait | Release | CleanUp | Foreign

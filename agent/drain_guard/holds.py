@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from drain_guard import decisions
+from drain_guard.decisions import HoldWrite
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,
@@ -212,43 +213,31 @@ def applied(
 ) -> Change:
     """What the agent's own write of ``decision`` did; ``cordoned``: the Node it decided on
     was already unschedulable; ``after``: the Node's annotations as the API returned them."""
-    after_desired = after.get(DESIRED_DRAIN)
+    # Our own write is not a new request: remember its value, keep when the request came.
+    memory = replace(memory, request=after.get(DESIRED_DRAIN))
     transitions: list[Transition] = []
-    if isinstance(decision, decisions.Hold):
-        if decision.supersedes is not None and decision.supersedes != memory.last_ended:
-            # The MCD's newer request replaced a hold while no agent ran: that hold ends now.
-            change = _end(memory, decision.supersedes, Outcome.SUPERSEDED, decision.original, now)
-            memory = change.memory
-            transitions.extend(change.transitions)
+    end = decision.hold_ended
+    if end is not None:
+        # A hold the Node's record does not show (unreadable) is the one the agent knew.
+        record = end.record or memory.hold
+        if record is not None and record != memory.last_ended:
+            change = _end(memory, record, end.outcome, decision.request, now)
+            memory, transitions = change.memory, list(change.transitions)
+        memory = replace(memory, hold=None)
+    written = decision.hold_written
+    if written is not None:
         record = hold_on(after)
-        reasons = tuple(b.reason.value for b in decision.blocks)
-        detail = decisions.hold_detail(decision.blocks)
-        since = record.since if record is not None else decision.since
-        if decision.resumed:
-            transitions.append(Resumed(decision.original, reasons, detail, since))
-        else:
+        reasons = tuple(b.reason.value for b in written.blocks)
+        detail = decisions.hold_detail(written.blocks)
+        since = record.since if record is not None else written.since
+        if written.how is HoldWrite.BEGIN:
             reaction = monotonic - memory.request_seen_at
-            transitions.append(Began(decision.original, reasons, detail, since, reaction))
-        if cordoned:
-            transitions.append(RaceLost(decision.original))
-        # Our own write is not a new request: remember its value, keep when the request came.
-        return Change(replace(memory, hold=record, request=after_desired), tuple(transitions))
-    if isinstance(decision, decisions.UpdateHold):
-        reasons = tuple(b.reason.value for b in decision.blocks)
-        detail = decisions.hold_detail(decision.blocks)
-        updated = Updated(decision.record.held_drain, reasons, detail, decision.record.since)
-        return Change(replace(memory, hold=hold_on(after)), (updated,))
-    if isinstance(decision, decisions.Release):
-        # The restored request is the MCD's, already counted when it first appeared.
-        memory = replace(memory, request=after_desired)
-        record = decision.record or memory.hold
-        if record is None:
-            return Change(replace(memory, hold=None))
-        return _end(memory, record, decision.outcome, after_desired, now)
-    if isinstance(decision, decisions.CleanUp):
-        # decision.ended: a hold that ended while no agent ran (superseded, say) ends now.
-        ended = memory.hold or decision.ended
-        if ended is not None and ended != memory.last_ended:
-            outcome = decision.outcome or Outcome.SUPERSEDED
-            return _end(memory, ended, outcome, after_desired, now)
-    return Change(memory)
+            transitions.append(Began(written.request, reasons, detail, since, reaction))
+        elif written.how is HoldWrite.RESUME:
+            transitions.append(Resumed(written.request, reasons, detail, since))
+        else:
+            transitions.append(Updated(written.request, reasons, detail, since))
+        if cordoned and written.starts:
+            transitions.append(RaceLost(written.request))
+        memory = replace(memory, hold=record)
+    return Change(memory, tuple(transitions))

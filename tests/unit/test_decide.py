@@ -49,6 +49,7 @@ from drain_guard.protocol import (
     RELEASED,
     Outcome,
     Reason,
+    UnreadableSince,
     Verb,
     annotation_path,
     format_rfc3339,
@@ -559,10 +560,26 @@ def test_the_decisions_facts_agree_with_the_node(
         assert decision.name == ("pass" if passes else "idle")
     if decision.blocks:
         assert decision.reasons == tuple(b.reason for b in decision.blocks)
+    after = apply(before, decision)
     if decision.held_since is not None:
-        record = read_hold(apply(before, decision))
-        assert record is not None
-        assert record.since == decision.held_since
+        try:
+            record = read_hold(after)
+        except UnreadableSince:
+            record = None
+        # The record it keeps; a held-since unreadable or in the future counts from now.
+        assert decision.held_since in ((record.since if record else None), NOW)
+    # What the write does to the hold (holds.applied tells it from these two facts alone).
+    written, ended = decision.hold_written, decision.hold_ended
+    if not decision.patch:
+        assert (written, ended) == (None, None)
+    starts = after.get(DESIRED_DRAIN) != desired and str(after.get(DESIRED_DRAIN)).startswith(
+        "hold-"
+    )
+    assert starts == (written is not None and written.starts)
+    if written is not None:
+        assert after.get(DESIRED_DRAIN) == "hold-" + written.request
+    if ended is not None and ended.record is not None:
+        assert read_hold(after) != ended.record
 
 
 @settings(max_examples=200)

@@ -11,13 +11,14 @@ from drain_guard.decisions import FACTS, Decision
 
 
 def _decision_classes() -> set[type]:
-    """The concrete decision classes the module defines, whether or not ``Decision`` names them."""
+    """The concrete classes the module defines that explain themselves (decisions), whether
+    or not ``Decision`` names them."""
     return {
         c
         for c in vars(decisions).values()
         if isinstance(c, type)
         and c.__module__ == decisions.__name__
-        and dataclasses.is_dataclass(c)
+        and hasattr(c, "explain")
         and not inspect.isabstract(c)
     }
 
