@@ -30,16 +30,33 @@ from tests.sim.helpers import CFG
 TIME_FACTOR = 0.1
 
 
-@pytest.mark.timeout(120)
+#: Attempts at the scenario: a loaded machine can stretch the simulated MCO's timers, and the
+#: window is then not the short one (the agent's hold is checked on every attempt).
+ATTEMPTS = 3
+
+
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("version", [McoVersion.V4_15, McoVersion.V4_16_EARLY])
 async def test_the_agent_holds_when_the_mcc_acts_a_second_after_the_request(
     tmp_path: Path, version: McoVersion
 ) -> None:
+    windows = []
+    for attempt in range(ATTEMPTS):
+        windows.append(await _holds_within_the_window(tmp_path / f"attempt-{attempt}", version))
+        # The MCC acted sooner than 2 s after the request, and met the hold.
+        if windows[-1] < 2.0:
+            return
+    raise AssertionError(f"the MCC's sync never came within 2 s of the request: {windows}")
+
+
+async def _holds_within_the_window(workdir: Path, version: McoVersion) -> float:
+    """The scenario once: the agent holds and nothing is cordoned; how many MCO seconds
+    after the MCD's request the MCC met the hold."""
     # The MCD asks 3 MCO seconds after its target (1 s rate limit, 2 s drift check).
     timings = Timings(mcd_drift_check=(2.0, 2.0))
     agents: list[AgentProcess] = []
     async with SimCluster(
-        tmp_path / "cluster",
+        workdir / "cluster",
         nodes=2,
         time_factor=TIME_FACTOR,
         timings=timings,
@@ -72,8 +89,6 @@ async def test_the_agent_holds_when_the_mcc_acts_a_second_after_the_request(
                 refused = await cluster.timeline.wait_for(
                     lambda e: e.node == "worker-1" and "non-recognized drain verb" in e.message
                 )
-            # The MCC acted sooner than 2 s after the request, and met the hold.
-            assert (refused.t - cluster.timeline.since_start(request.time)) / TIME_FACTOR < 2.0
             record = await agent.wait_log(lambda r: r.get("outcome") == "hold", timeout=10)
             assert record["reasons"] == ["noop-image"]
             assert not api.get("nodes", "worker-1")["spec"].get("unschedulable")
@@ -81,3 +96,4 @@ async def test_the_agent_holds_when_the_mcc_acts_a_second_after_the_request(
             assert await agent.stop() == 0
         finally:
             await reap(agents)
+    return (refused.t - cluster.timeline.since_start(request.time)) / TIME_FACTOR
