@@ -40,7 +40,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from drain_guard import kubeclient as k8s
 from drain_guard.health import WatchStatus
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
@@ -177,8 +176,6 @@ class Shield:
         self.watch_timeout = watch_timeout
         # Its calls and watches are the Kube's: counted, and API contact, as the agent's.
         self.kube = kube
-        self._core = k8s.CoreV1Api(kube.api)
-        self._policy = k8s.PolicyV1Api(kube.api)
         self._ns = {name: _Namespace(name) for name in names}
         self._changed = asyncio.Event()
         self._plan = Plan()
@@ -290,7 +287,9 @@ class Shield:
     async def _watch(self, ns: _Namespace) -> None:
         await ListWatch(
             resource=Watched.PODDISRUPTIONBUDGET,
-            list_fn=functools.partial(self._policy.list_namespaced_pod_disruption_budget, ns.name),
+            list_fn=functools.partial(
+                self.kube.policy.list_namespaced_pod_disruption_budget, ns.name
+            ),
             field_selector="",
             replace=self._replace_budgets(ns),
             apply=self._apply_budget(ns),
@@ -371,7 +370,7 @@ class Shield:
         selector = ",".join(f"{k}={v}" for k, v in sorted(pod.labels.items()))
         body = await self.kube.call(
             Operation.POD_LIST,
-            self._core.list_namespaced_pod,
+            self.kube.core.list_namespaced_pod,
             pod.namespace,
             label_selector=selector,
         )
@@ -419,7 +418,7 @@ class Shield:
         try:
             await self.kube.call(
                 Operation.PODDISRUPTIONBUDGET_CREATE,
-                self._policy.create_namespaced_pod_disruption_budget,
+                self.kube.policy.create_namespaced_pod_disruption_budget,
                 want.pod.namespace,
                 want.manifest(),
                 answers=GONE_OR_THERE,
@@ -441,7 +440,7 @@ class Shield:
         try:
             await self.kube.call(
                 Operation.PODDISRUPTIONBUDGET_DELETE,
-                self._policy.delete_namespaced_pod_disruption_budget,
+                self.kube.policy.delete_namespaced_pod_disruption_budget,
                 budget.name,
                 budget.namespace,
                 body={"preconditions": {"uid": budget.uid}},
@@ -469,7 +468,7 @@ class Shield:
             try:
                 body = await self.kube.call(
                     Operation.PODDISRUPTIONBUDGET_LIST,
-                    self._policy.list_namespaced_pod_disruption_budget,
+                    self.kube.policy.list_namespaced_pod_disruption_budget,
                     ns.name,
                     label_selector=label,
                 )

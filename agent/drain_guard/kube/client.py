@@ -54,6 +54,7 @@ class Kube:
         self.api = api
         self.core = k8s.CoreV1Api(api)
         self.apps = k8s.AppsV1Api(api)
+        self.policy = k8s.PolicyV1Api(api)
         self.counters: Counters = counters or NullCounters()
 
     @classmethod
