@@ -60,6 +60,7 @@ from drain_guard_sim.actors.mco import (
     Timings,
     annotations_of,
 )
+from drain_guard_sim.apiserver.store import WriteRecord
 from drain_guard_sim.harness.agentproc import (
     AgentError,
     AgentProcess,
@@ -309,6 +310,8 @@ class _Run:
         self.tasks: set[asyncio.Task[Any]] = set()
         self.rollouts = 0
         self.locks: dict[str, asyncio.Lock] = {}
+        #: When the scheduled actions are over (monotonic): a burst not armed by then is not.
+        self.schedule_end = 0.0
 
     @property
     def nodes(self) -> list[str]:
@@ -461,26 +464,18 @@ class _Run:
         elif action.kind == "corrupt-host":
             assert node is not None
             await self._corrupt(node, str(action.param("how")))
-        elif action.kind in ("refuse-writes", "hang-write"):
-            # Only the node's agent's Node writes; for a window, as a webhook's outage.
+        elif action.kind == "refuse-writes":
+            self.spawn(self._refuse_from_next_request(action))
+        elif action.kind == "hang-write":
+            # Only the node's agent's Node writes, as a webhook's outage. Given up by the
+            # agent after its 2 s write timeout, and retried.
             assert node is not None
-            window = 5.0 if action.kind == "refuse-writes" else 3.0
-            if action.kind == "refuse-writes":
-                rule = api.faults.error(
-                    int(action.param("status")),
-                    message="refused by chaos (an admission webhook)",
-                    user=agent_user(node),
-                    verb="patch",
-                    resource="nodes",
-                    times=int(action.param("times")),
-                )
-            else:  # given up by the agent after its 2 s write timeout, and retried
-                rule = api.faults.latency(
-                    30.0, user=agent_user(node), verb="patch", resource="nodes", times=1
-                )
-            self.impair([node], now, now + window)
+            rule = api.faults.latency(
+                30.0, user=agent_user(node), verb="patch", resource="nodes", times=1
+            )
+            self.impair([node], now, now + 3.0)
             self.note(node, f"fault on: {action}")
-            self.spawn(self._lift([rule], window, action))
+            self.spawn(self._lift([rule], 3.0, action))
         elif action.kind == "edge-date":
             assert node is not None
             value = str(action.param("value"))
@@ -492,6 +487,57 @@ class _Run:
                 user=ADMIN_USER,
             )
             self.note(node, f"operator: hold-request={value!r}")
+
+    async def _refuse_from_next_request(self, action: Action) -> None:
+        """Refuse the node's agent's Node writes from the node's next drain request on: its
+        next write meets the burst (its hold of the request, a release, a clean-up; armed at
+        a random time for 5 s, a burst mostly met no write), which lasts until it is spent or
+        max-hold and a bit have passed. The node counts as impaired only from its first
+        refused write to its last (and the recovery after): with no competing write to wake
+        it, the agent must keep its retry and max-hold timers, and the checker holds it to
+        the build pod and to max-hold."""
+        node = action.node
+        assert node is not None
+        api = self.cluster.api
+        agent = agent_user(node)
+        seen = len(api.write_log)
+
+        def drain_requested() -> bool:
+            nonlocal seen
+            log = api.write_log
+            found = any(_requests_drain(w, node, agent) for w in log[seen:])
+            seen = len(log)
+            return found
+
+        try:  # until the schedule ends
+            await api.wait_for(drain_requested, max(0.0, self.schedule_end - time.monotonic()))
+        except TimeoutError:
+            self.note(node, f"no drain request met: {action}")
+            return
+        status = int(action.param("status"))
+        rule = api.faults.error(
+            status,
+            message="refused by chaos (an admission webhook)",
+            user=agent,
+            verb="patch",
+            resource="nodes",
+            times=int(action.param("times")),
+        )
+        armed = time.monotonic()
+        self.note(node, f"fault on at the drain request: {action}")
+        # Armed until the agent's next Node write meets it (or the schedule ends; re-checked
+        # on every write of the cluster's), then until it is spent or max-hold has passed.
+        with contextlib.suppress(TimeoutError):
+            await api.wait_for(lambda: rule.fired, max(0.0, self.schedule_end - armed))
+        await self._lift([rule], self.config.max_hold + 2.0 if rule.fired else 0.0, action)
+        refused = [
+            started
+            for started, user, verb, resource, _, answer in api.request_log
+            if started >= armed
+            and (user, verb, resource, answer) == (agent, "patch", "nodes", status)
+        ]
+        if refused:
+            self.impair([node], min(refused), max(refused))
 
     async def _lift(self, rules: list[Any], seconds: float, action: Action) -> None:
         await asyncio.sleep(seconds)
@@ -569,6 +615,7 @@ class _Run:
                 await self.start_agent(node)
             await self._synced(60)
             start = time.monotonic()
+            self.schedule_end = start + self.config.duration
             for action in schedule:
                 delay = start + action.at - time.monotonic()
                 if delay > 0:
@@ -919,6 +966,16 @@ def _soak_event(api: Any, i: int) -> Callable[[], bool] | None:
     else:
         api.patch("nodes", "worker-0", {"metadata": {"labels": {"churn": str(i)}}}, user=ADMIN_USER)
     return None
+
+
+def _requests_drain(write: WriteRecord, node: str, agent: str) -> bool:
+    """Whether ``write`` is someone else's new drain request on ``node`` (the MCD's, or an
+    MCD's restart writing it again), not the agent's own release of a held one."""
+    if write.resource != "nodes" or write.name != node or write.user == agent:
+        return False
+    before = annotations_of(write.before or {}).get(DESIRED_DRAIN)
+    after = annotations_of(write.after or {}).get(DESIRED_DRAIN) or ""
+    return after != before and after.startswith("drain-")
 
 
 def _desired(api: Any) -> str | None:
