@@ -176,6 +176,8 @@ class Controller:
             shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
+            blocking_pod_namespaces=self.settings.blocking_pod_namespaces,
+            blocking_watch_namespaces=tuple(self.blocking_caches),
             confinement=self.confinement.to_json(),
             alerts=None
             if self.alerts is None or self.settings.alerts is None

@@ -276,6 +276,9 @@ class AgentStatus:
     # node's pod watch covers ("*": every one).
     build_pod_namespaces: tuple[str, ...] = ()
     pod_watch_namespace: str = ""
+    #: --blocking-pod-namespace, and those of them watched on their own (not by the pod watch).
+    blocking_pod_namespaces: tuple[str, ...] = ()
+    blocking_watch_namespaces: tuple[str, ...] = ()
     observe_only: bool = False  # --observe-only: the decision is reported, never written
     # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
     confinement: dict[str, Any] | None = None
@@ -342,6 +345,8 @@ class AgentStatus:
             "scope": {
                 "buildPodNamespaces": list(self.build_pod_namespaces),
                 "podWatchNamespace": self.pod_watch_namespace,
+                "blockingPodNamespaces": list(self.blocking_pod_namespaces),
+                "blockingWatchNamespaces": list(self.blocking_watch_namespaces),
             },
             "observeOnly": self.observe_only,
             "confinement": self.confinement,
@@ -397,6 +402,8 @@ class AgentStatus:
             shield=None if data.get("shield") is None else ShieldStatus.from_json(data["shield"]),
             build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
+            blocking_pod_namespaces=tuple(data["scope"].get("blockingPodNamespaces", ())),
+            blocking_watch_namespaces=tuple(data["scope"].get("blockingWatchNamespaces", ())),
             observe_only=bool(data.get("observeOnly", False)),
             confinement=data.get("confinement"),
             alerts=data.get("alerts"),
@@ -467,6 +474,12 @@ class AgentStatus:
             f"  scope:         build pods of {', '.join(self.build_pod_namespaces)}"
             f" (pod watch: {self.pod_watch_namespace})"
         )
+        if self.blocking_pod_namespaces:
+            watched = ", ".join(self.blocking_watch_namespaces) or "none"
+            lines.append(
+                f"  blocking pods: of {', '.join(self.blocking_pod_namespaces)}"
+                f" (watched on their own: {watched})"
+            )
         if self.desired_image is not None or self.desired_digest is not None:
             lines.append(
                 f"  desired image: {printable(self.desired_digest or self.desired_image or '')}"

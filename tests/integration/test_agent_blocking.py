@@ -62,6 +62,8 @@ async def test_a_running_blocking_pod_holds_until_it_completes(
     assert ann[protocol.HOLD_REASONS] == "blocking-pod"
     assert ann[protocol.HOLD_DETAIL] == f"blocking-pod: blocking pod {BATCH}/etl-1"
     _, body = await agent.http("/status")
+    scope = json.loads(body)["scope"]
+    assert (scope["blockingPodNamespaces"], scope["blockingWatchNamespaces"]) == ([BATCH], [BATCH])
     assert json.loads(body)["releasesWhen"] == [
         f"blocking-pod: when blocking pod {BATCH}/etl-1 stops running"
         " (completes, fails or is deleted)"

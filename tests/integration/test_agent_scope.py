@@ -56,7 +56,12 @@ async def test_a_labelled_pod_outside_mco_holds_nothing_by_default(
     status, body = await agent.http("/status")
     doc = json.loads(body)
     assert (status, doc["buildPods"]) == (200, [])
-    assert doc["scope"] == {"buildPodNamespaces": [MCO_NS], "podWatchNamespace": MCO_NS}
+    assert doc["scope"] == {
+        "buildPodNamespaces": [MCO_NS],
+        "podWatchNamespace": MCO_NS,
+        "blockingPodNamespaces": [],
+        "blockingWatchNamespaces": [],
+    }
     assert "not-a-build" not in json.dumps(doc)
 
 
@@ -73,6 +78,8 @@ async def test_a_labelled_pod_holds_when_its_namespace_is_opted_in(
     assert json.loads(body)["scope"] == {
         "buildPodNamespaces": [MCO_NS, TENANT],
         "podWatchNamespace": "*",
+        "blockingPodNamespaces": [],
+        "blockingWatchNamespaces": [],
     }
 
 
