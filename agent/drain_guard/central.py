@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aiohttp import web
-
 from drain_guard import __version__, selfcheck
 from drain_guard.config import ShieldSettings
 from drain_guard.health import Health, WatchStatus
@@ -44,6 +42,7 @@ from drain_guard.lifecycle import (
     Stopped,
     kept_after_error,
     run_program,
+    status_server_program,
     uninstalling,
     warn_short_api_stale_after,
 )
@@ -52,7 +51,7 @@ from drain_guard.metrics import BaseMetrics
 from drain_guard.pods import Pod
 from drain_guard.protocol import format_rfc3339
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
-from drain_guard.server import LateSource, make_app, serve
+from drain_guard.server import LateSource
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import EVERY_NODE, ShieldStatus
 
@@ -288,17 +287,10 @@ class _Central:
         self.source = LateSource()  # the CentralShield, once the start-up check has passed
 
     def program(self) -> Program[Kube]:
-        return Program(
-            connect=functools.partial(Kube.connect, self.settings.kubeconfig, self.counters),
-            serve=self.serve,
-            listener=str(self.settings.listen),
-            start=self.start,
-            close=Kube.close,
+        connect = functools.partial(Kube.connect, self.settings.kubeconfig, self.counters)
+        return status_server_program(
+            connect, self.settings.listen, self.source, self.metrics, self.start
         )
-
-    async def serve(self, _: Kube) -> web.AppRunner:
-        runner, _port = await serve(make_app(self.source, self.metrics), self.settings.listen)
-        return runner
 
     async def start(self, kube: Kube) -> Running:
         settings = self.settings

@@ -29,12 +29,14 @@ from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 
-from drain_guard.config import WorkloadRef, format_duration
+from drain_guard.config import Listen, WorkloadRef, format_duration
 from drain_guard.kube.call import KubeError
-from drain_guard.kube.client import WorkloadState
+from drain_guard.kube.client import Kube, WorkloadState
 from drain_guard.kube.listwatch import BOOKMARK_PERIOD
 from drain_guard.kubeclient import ConfigException
+from drain_guard.metrics import BaseMetrics
 from drain_guard.selfcheck import StartupError
+from drain_guard.server import LateSource, make_app, serve
 
 log = logging.getLogger("drain_guard.lifecycle")
 
@@ -75,6 +77,23 @@ class Program(Generic[Client]):
     listener: str  # what ``serve`` opens, for its error: "0.0.0.0:9797", "--socket /run/x"
     start: Callable[[Client], Awaitable[Running]]
     close: Callable[[Client], Awaitable[None]]
+
+
+def status_server_program(
+    connect: Callable[[], Awaitable[Kube]],
+    listen: Listen,
+    source: LateSource,
+    metrics: BaseMetrics,
+    start: Callable[[Kube], Awaitable[Running]],
+) -> Program[Kube]:
+    """A program on the Kubernetes API whose listener is drain-guard's status server
+    (``/healthz``, ``/readyz``, ``/status``, ``/metrics``): the agent and the central shield."""
+
+    async def serve_status(_: Kube) -> web.AppRunner:
+        runner, _port = await serve(make_app(source, metrics), listen)
+        return runner
+
+    return Program(connect, serve_status, str(listen), start, Kube.close)
 
 
 async def run_program(program: Program[Client]) -> int:

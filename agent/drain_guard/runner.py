@@ -13,8 +13,6 @@ import asyncio
 import logging
 from functools import partial
 
-from aiohttp import web
-
 from drain_guard import __version__, selfcheck
 from drain_guard.alertsource import AlertSource
 from drain_guard.config import Settings, WorkloadRef
@@ -30,12 +28,13 @@ from drain_guard.lifecycle import (
     Stopped,
     kept_after_error,
     run_program,
+    status_server_program,
     uninstalling,
     warn_short_api_stale_after,
 )
 from drain_guard.logs import configure_logging
 from drain_guard.metrics import Metrics
-from drain_guard.server import LateSource, make_app, serve
+from drain_guard.server import LateSource
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import NodeScope
 
@@ -98,17 +97,10 @@ class _Agent:
 
     def program(self) -> Program[Kube]:
         settings = self.settings
-        return Program(
-            connect=partial(Kube.connect, settings.kubeconfig, self.counters, settings.api_socket),
-            serve=self.serve,
-            listener=str(settings.listen),
-            start=self.start,
-            close=Kube.close,
+        connect = partial(Kube.connect, settings.kubeconfig, self.counters, settings.api_socket)
+        return status_server_program(
+            connect, settings.listen, self.source, self.metrics, self.start
         )
-
-    async def serve(self, _: Kube) -> web.AppRunner:
-        runner, _port = await serve(make_app(self.source, self.metrics), self.settings.listen)
-        return runner
 
     async def start(self, kube: Kube) -> Running:
         settings, metrics = self.settings, self.metrics
