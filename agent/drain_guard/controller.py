@@ -23,12 +23,13 @@ from drain_guard.alerts import AlertsSeen
 from drain_guard.config import Settings
 from drain_guard.decide import NothingHeldError, decide, force_release
 from drain_guard.health import Health
+from drain_guard.holdreport import EventSink, HoldReport
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
-from drain_guard.logs import decision_fields, hold_fields, log_key
+from drain_guard.logs import decision_fields, log_key
 from drain_guard.metrics import Metrics
 from drain_guard.nodes import NodeObj
 from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
@@ -65,18 +66,6 @@ class NodeApi(Protocol):
     async def get_node(self, name: str) -> NodeObj | None: ...
 
     async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult: ...
-
-
-class EventSink(Protocol):
-    """Where the loop posts the Node's Events (``events.EventQueue``)."""
-
-    node_uid: str | None
-
-    def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None: ...
-
-    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None: ...
-
-    def hold_request_invalid(self, what: str, why: str) -> None: ...
 
 
 class Clock(Protocol):
@@ -121,6 +110,7 @@ class Controller:
         self.metrics = metrics
         self.counters = counters
         self.events = events
+        self.hold_report = HoldReport(metrics, events, settings.max_hold, settings.observe_only)
         self.cache = cache
         self.booted = host.BootedImageReader(settings, metrics)
         self.guards = guards.default_guards(
@@ -364,53 +354,9 @@ class Controller:
         self._apply(change, after.name)
 
     def _apply(self, change: holds.Change, node: str) -> None:
-        """Keep the new memory; turn each transition into its metrics, Events and log lines."""
+        """Keep the new memory; tell each transition (metrics, Events, log lines)."""
         self._memory = change.memory
-        for t in change.transitions:
-            if isinstance(t, holds.Requested):
-                self.metrics.count_drain_request(t.verb.value)
-            elif isinstance(t, holds.Began):
-                self.metrics.hold_committed(t.reasons, t.since, t.reaction_seconds)
-                self.events.drain_held(t.request, t.reasons, t.detail)
-            elif isinstance(t, holds.Resumed | holds.Updated):
-                self.metrics.set_hold(t.reasons, t.since)
-                self.events.drain_held(t.request, t.reasons, t.detail)
-            elif isinstance(t, holds.Found):
-                self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
-                log.info(
-                    "resuming hold found on the node",
-                    extra={"fields": hold_fields(node, t.record, self.settings.max_hold)},
-                )
-            elif isinstance(t, holds.RaceLost):
-                # The MCC cordoned before the hold landed. Held anyway: an eviction already
-                # running is not stopped, but a failed or retried drain attempt will see the
-                # hold verb and stop, and the MCD cannot proceed (docs/troubleshooting.md).
-                self.metrics.race_lost()
-                log.warning(
-                    "node was already cordoned when the hold was written (race lost)",
-                    extra={"fields": {"node": node, "request": t.request}},
-                )
-            else:
-                self._ended(t, node)
-
-    def _ended(self, ended: holds.Ended, node: str) -> None:
-        record = ended.record
-        self.metrics.hold_released(ended.outcome.value, ended.held_for.total_seconds())
-        if not self.settings.observe_only:  # an Event is a write too
-            self.events.drain_released(record.held_drain, ended.outcome.value, ended.held_for)
-        log.info(
-            "hold ended",
-            extra={
-                "fields": {
-                    "node": node,
-                    "request": record.held_drain,
-                    "reasons": [r.value for r in record.reasons],
-                    "outcome": ended.outcome.value,
-                    "desiredDrain": ended.desired or "",
-                    "heldSeconds": round(ended.held_for.total_seconds(), 3),
-                }
-            },
-        )
+        self.hold_report.tell(change.transitions, node)
 
     # Observe-only -------------------------------------------------------------------------
 

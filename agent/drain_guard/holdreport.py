@@ -1,0 +1,91 @@
+"""What the controller does with a hold's transitions (``holds.py``): metrics, Events, log lines.
+
+``holds.observe()`` and ``holds.applied()`` derive what happened to a hold; this tells it,
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Protocol
+
+from drain_guard import holds
+from drain_guard.logs import hold_fields
+from drain_guard.metrics import Metrics
+
+#: The controller's logger: these lines are the loop's, as they were before this module.
+log = logging.getLogger("drain_guard.controller")
+
+
+class EventSink(Protocol):
+    """Where the loop posts the Node's Events (``events.EventQueue``)."""
+
+    node_uid: str | None
+
+    def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None: ...
+
+    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None: ...
+
+    def hold_request_invalid(self, what: str, why: str) -> None: ...
+
+
+class HoldReport:
+    """Tells a node's hold transitions; an observe-only agent posts no Event (a write too)."""
+
+    def __init__(
+        self, metrics: Metrics, events: EventSink, max_hold: timedelta, observe_only: bool
+    ) -> None:
+        self.metrics = metrics
+        self.events = events
+        self.max_hold = max_hold
+        self.observe_only = observe_only
+
+    def tell(self, transitions: Iterable[holds.Transition], node: str) -> None:
+        """Each transition as its metrics, Event and log line, in order."""
+        for t in transitions:
+            if isinstance(t, holds.Requested):
+                self.metrics.count_drain_request(t.verb.value)
+            elif isinstance(t, holds.Began):
+                self.metrics.hold_committed(t.reasons, t.since, t.reaction_seconds)
+                self.events.drain_held(t.request, t.reasons, t.detail)
+            elif isinstance(t, holds.Resumed | holds.Updated):
+                self.metrics.set_hold(t.reasons, t.since)
+                self.events.drain_held(t.request, t.reasons, t.detail)
+            elif isinstance(t, holds.Found):
+                self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
+                log.info(
+                    "resuming hold found on the node",
+                    extra={"fields": hold_fields(node, t.record, self.max_hold)},
+                )
+            elif isinstance(t, holds.RaceLost):
+                # The MCC cordoned before the hold landed. Held anyway: an eviction already
+                # running is not stopped, but a failed or retried drain attempt will see the
+                # hold verb and stop, and the MCD cannot proceed (docs/troubleshooting.md).
+                self.metrics.race_lost()
+                log.warning(
+                    "node was already cordoned when the hold was written (race lost)",
+                    extra={"fields": {"node": node, "request": t.request}},
+                )
+            else:
+                self._ended(t, node)
+
+    def _ended(self, ended: holds.Ended, node: str) -> None:
+        record = ended.record
+        self.metrics.hold_released(ended.outcome.value, ended.held_for.total_seconds())
+        if not self.observe_only:  # an Event is a write too
+            self.events.drain_released(record.held_drain, ended.outcome.value, ended.held_for)
+        log.info(
+            "hold ended",
+            extra={
+                "fields": {
+                    "node": node,
+                    "request": record.held_drain,
+                    "reasons": [r.value for r in record.reasons],
+                    "outcome": ended.outcome.value,
+                    "desiredDrain": ended.desired or "",
+                    "heldSeconds": round(ended.held_for.total_seconds(), 3),
+                }
+            },
+        )
