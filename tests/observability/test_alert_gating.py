@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 import yaml
 from aiohttp import web
 
 from drain_guard import protocol
 from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.apiserver.tls import ServingCert
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,
@@ -149,3 +152,84 @@ async def test_an_unreachable_prometheus_follows_the_policy_and_is_reported(
     assert alerts["url"] == nobody
     assert nobody in alerts["error"]
     assert await metric(agent, "drain_guard_alert_query_up") == 0
+
+
+@contextlib.asynccontextmanager
+async def token_front(upstream: str, cert: ServingCert, token: list[str]) -> AsyncIterator[str]:
+    """HTTPS in front of Prometheus that answers only ``Bearer <token[0]>``, as the Thanos
+    querier's kube-rbac-proxy answers only an authorized token; its URL."""
+
+    async def alerts(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {token[0]}":
+            return web.Response(status=401, text="Unauthorized")
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{upstream}/api/v1/alerts") as resp,
+        ):
+            return web.Response(status=resp.status, body=await resp.read())
+
+    app = web.Application()
+    app.router.add_get("/api/v1/alerts", alerts)
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert.cert_file, cert.key_file)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+    await site.start()
+    try:
+        yield f"https://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_token_and_ca_are_used_and_read_again_before_each_query(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    require_tool("prometheus")
+    cert = ServingCert.generate(tmp_path / "tls")
+    token = ["first"]
+    token_file = tmp_path / "token"
+    token_file.write_text("first\n")
+    async with (
+        gate_target() as (_, target),
+        prometheus(tmp_path, [target], {}, [rules(tmp_path)]) as prom,
+        token_front(prom.base, cert, token) as url,
+    ):
+        await scraped(prom, 'ALERTS{alertname="DrainGate",alertstate="firing"}')
+        agent = await start_agent(
+            f"--alert-url={url}",
+            f"--alert-filter={FILTER}",
+            "--alert-interval=1s",
+            f"--alert-token-file={token_file}",
+            f"--alert-ca-file={cert.ca_file}",
+        )
+        mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        ann = await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == HELD)
+        assert ann[protocol.HOLD_DETAIL] == "alert: firing: DrainGate"
+
+        token[0] = "second"  # rotated at the source: the old token is refused
+        failing = await agent.wait_log(lambda r: "alert query failing" in str(r.get("message")))
+        assert "HTTP 401" in failing["message"]
+        token_file.write_text("second\n")  # and then in the file: answered again
+        await agent.wait_log(lambda r: "answered again" in str(r.get("message")))
+        _, body = await agent.http("/status")
+        assert json.loads(body)["alerts"]["state"] == "firing"
+
+
+async def test_a_certificate_not_signed_by_the_ca_file_is_refused(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    require_tool("prometheus")
+    cert, other = ServingCert.generate(tmp_path / "tls"), ServingCert.generate(tmp_path / "other")
+    async with (
+        gate_target() as (_, target),
+        prometheus(tmp_path, [target], {}, [rules(tmp_path)]) as prom,
+        token_front(prom.base, cert, ["t"]) as url,
+    ):
+        agent = await start_agent(
+            f"--alert-url={url}", f"--alert-filter={FILTER}", f"--alert-ca-file={other.ca_file}"
+        )
+        failing = await agent.wait_log(lambda r: "alert query failing" in str(r.get("message")))
+        assert "CERTIFICATE_VERIFY_FAILED" in failing["message"]
+        _, body = await agent.http("/status")
+        assert json.loads(body)["alerts"]["state"] == "unreachable"
