@@ -51,18 +51,13 @@ def invalid_inputs(decision: Decision) -> tuple[InvalidInput, ...]:
     """Every malformed input behind this decision: what a guard read, and an unreadable hold
     record (released as ``invalid``, or cleaned up)."""
     found = [v.invalid for v in decision.verdicts if isinstance(v, Clear) and v.invalid]
-    if isinstance(decision, Hold | UpdateHold | Wait) and decision.since_repaired is not None:
-        found.append(decision.since_repaired)
-    record = "hold record (drain-guard.io/*)"
-    if isinstance(decision, Release) and decision.outcome is Outcome.INVALID:
-        found.append(InvalidInput("annotation", record, decision.why))
-    if (
-        isinstance(decision, CleanUp)
-        and decision.ended is None  # hold keys without a readable record: malformed
-        and any(k in OWNED_KEYS for k in decision.keys)
-    ):
-        found.append(InvalidInput("annotation", record, decision.why))
+    if decision.record_invalid is not None:
+        found.append(decision.record_invalid)
     return tuple(found)
+
+
+#: What ``record_invalid`` names: the hold record's annotations as a whole.
+_RECORD = "hold record (drain-guard.io/*)"
 
 
 class HoldWrite(Enum):
@@ -133,6 +128,11 @@ class _Decided(ABC):
         """The hold its write ends, if any (a release, a superseded or stale hold)."""
 
     @property
+    @abstractmethod
+    def record_invalid(self) -> InvalidInput | None:
+        """Malformed input in the hold record behind it, if any (reported, never held on)."""
+
+    @property
     def log_outcome(self) -> str:
         """The ``outcome`` of its decision log line."""
         return self.name
@@ -154,6 +154,7 @@ FACTS = (
     "held_since",
     "hold_written",
     "hold_ended",
+    "record_invalid",
     "log_outcome",
     "explain",
     "patch",
@@ -177,7 +178,7 @@ class Idle(_Decided):
     recheck_at: datetime | None = None
 
     reasons = blocks = ()
-    held_since = hold_written = hold_ended = None
+    held_since = hold_written = hold_ended = record_invalid = None
 
     @property
     def name(self) -> str:
@@ -229,6 +230,11 @@ class Hold(_Decided):
     def hold_ended(self) -> HoldEnd | None:
         return None if self.supersedes is None else HoldEnd(self.supersedes, Outcome.SUPERSEDED)
 
+    @property
+    def record_invalid(self) -> InvalidInput | None:
+        """Its ``held-since``, unreadable or in the future, rewritten to now."""
+        return self.since_repaired
+
     def _explain(self) -> str:
         what = "hold again" if self.resumed else "hold"
         text = f"{what} {self.original}: {hold_detail(self.blocks)}"
@@ -270,6 +276,11 @@ class UpdateHold(_Decided):
     def hold_written(self) -> HoldWritten:
         return HoldWritten(HoldWrite.UPDATE, self.record.held_drain, self.blocks, self.record.since)
 
+    @property
+    def record_invalid(self) -> InvalidInput | None:
+        """Its ``held-since``, unreadable or in the future, rewritten to now."""
+        return self.since_repaired
+
     def _explain(self) -> str:
         return f"still holding {self.record.held_drain}, now: {hold_detail(self.blocks)}"
 
@@ -287,7 +298,7 @@ class Keep(_Decided):
     recheck_at: datetime | None = None
 
     name = "holding"
-    hold_written = hold_ended = None
+    hold_written = hold_ended = record_invalid = None
 
     @property
     def request(self) -> str:
@@ -333,6 +344,11 @@ class Wait(_Decided):
     def held_since(self) -> datetime | None:
         return None if self.record is None else self.record.since
 
+    @property
+    def record_invalid(self) -> InvalidInput | None:
+        """Its ``held-since``, unreadable or in the future, rewritten to now."""
+        return self.since_repaired
+
     def _explain(self) -> str:
         waiting = "; ".join(f"{u.reason}: {u.detail}" for u in self.unknowns)
         if self.record is not None:
@@ -369,6 +385,11 @@ class Release(_Decided):
     @property
     def hold_ended(self) -> HoldEnd:
         return HoldEnd(self.record, self.outcome)
+
+    @property
+    def record_invalid(self) -> InvalidInput | None:
+        invalid = self.outcome is Outcome.INVALID
+        return InvalidInput("annotation", _RECORD, self.why) if invalid else None
 
     @property
     def log_outcome(self) -> str:
@@ -408,6 +429,12 @@ class CleanUp(_Decided):
         """The hold that ended while no agent ran ends now (superseded, unless known)."""
         return HoldEnd(self.ended, self.outcome or Outcome.SUPERSEDED)
 
+    @property
+    def record_invalid(self) -> InvalidInput | None:
+        """Hold keys without a readable record: malformed."""
+        malformed = self.ended is None and any(k in OWNED_KEYS for k in self.keys)
+        return InvalidInput("annotation", _RECORD, self.why) if malformed else None
+
     def _explain(self) -> str:
         return f"clean up {', '.join(self.keys)}: {self.why}"
 
@@ -426,7 +453,7 @@ class Foreign(_Decided):
 
     name = "idle"
     reasons = blocks = ()
-    held_since = hold_written = hold_ended = None
+    held_since = hold_written = hold_ended = record_invalid = None
 
     @property
     def request(self) -> str:
