@@ -299,6 +299,7 @@ class Controller:
                 alerts=self.alerts,
                 labels=node.labels,
                 blocking_pods=self._blocking_pods(),
+                known_hold=self._memory.hold,
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

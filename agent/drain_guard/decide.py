@@ -161,7 +161,7 @@ def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Dec
     annotations = view.annotations
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
-    record, malformed, repaired = _read_record(annotations, view.now)
+    record, malformed, repaired = _read_record(annotations, view.now, view.known_hold)
     # Every guard speaks on every pass, whether or not a request waits: the decision carries
     # what each saw (build pods, image digests, malformed input) for /status and the metrics.
     verdicts = tuple(guard.check(view) for guard in guards)
@@ -171,27 +171,36 @@ def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Dec
 
 
 def _read_record(
-    annotations: Mapping[str, str], now: datetime
+    annotations: Mapping[str, str], now: datetime, known: HoldRecord | None
 ) -> tuple[HoldRecord | None, str | None, InvalidInput | None]:
     """The hold record, why it is unreadable, and its ``held-since`` if that was repaired.
 
-    A ``held-since`` that cannot be read or lies beyond the clock skew in the future leaves
-    the hold's age unknown: the hold is not given up for it (issue 27); its clock restarts
-    ``now``, which keeps ``--max-hold`` bounding it, and the value is reported.
+    A ``held-since`` that cannot be read or lies beyond the clock skew in the future is not
+    a reason to give the hold up (issue 27): it is rewritten to the time the agent knows for
+    this hold (``known``: it held or found it earlier), else to ``now``, which keeps
+    ``--max-hold`` bounding it; the value is reported.
     """
-    kept = "the hold is kept and its age counts from now"
     try:
         record = read_hold(annotations)
     except UnreadableSince as err:
-        why = f"{err}; {kept}"
-        return err.record(now), None, InvalidInput.of("annotation", HELD_SINCE, err.value, why)
+        record, why, value = err.record(now), str(err), err.value
     except MalformedHold as err:
         return None, str(err), None
-    if record is not None and record.age(now) < -CLOCK_SKEW:
-        why = f"{HELD_SINCE} is in the future (more than {_minutes(CLOCK_SKEW)} ahead); {kept}"
-        repaired = InvalidInput.of("annotation", HELD_SINCE, annotations[HELD_SINCE], why)
-        return replace(record, since=now), None, repaired
-    return record, None, None
+    else:
+        if record is None or record.age(now) >= -CLOCK_SKEW:
+            return record, None, None
+        why = f"{HELD_SINCE} is in the future (more than {_minutes(CLOCK_SKEW)} ahead)"
+        value = annotations[HELD_SINCE]
+    if (
+        known is not None
+        and known.held_drain == record.held_drain
+        and known.age(now) >= -CLOCK_SKEW
+    ):
+        since = known.since
+    else:
+        since = now
+    why = f"{why}; the hold is kept, its age counted from {format_rfc3339(since)}"
+    return replace(record, since=since), None, InvalidInput.of("annotation", HELD_SINCE, value, why)
 
 
 def _split(verdicts: tuple[Verdict, ...]) -> tuple[tuple[Block, ...], tuple[Unknown, ...]]:

@@ -24,6 +24,7 @@ from drain_guard.protocol import (
     BLOCK_DRAINS_LABEL,
     DESIRED_IMAGE,
     HOLD_REQUEST,
+    HoldRecord,
     Reason,
     format_rfc3339,
     parse_rfc3339,
@@ -88,6 +89,9 @@ class NodeView:
     #: The node's pods in the blocking-pod namespaces that the pod watch does not cover (a
     #: watch of their own in each); None: one of those watches has not listed yet.
     blocking_pods: tuple[Pod, ...] | None = ()
+    #: The hold this agent knows on the Node (its memory): when the Node's ``held-since``
+    #: turns unreadable, the hold keeps the age it had rather than starting again.
+    known_hold: HoldRecord | None = None
 
 
 # --- verdicts -----------------------------------------------------------------------------

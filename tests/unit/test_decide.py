@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,6 +48,7 @@ from drain_guard.protocol import (
     LAST_APPLIED_DRAIN,
     OWNED_KEYS,
     RELEASED,
+    HoldRecord,
     Outcome,
     Reason,
     UnreadableSince,
@@ -78,8 +80,9 @@ def view(
     pods: tuple[Pod, ...] | None = (),
     booted: BootedImage = BOOTED,
     now: datetime = NOW,
+    known_hold: HoldRecord | None = None,
 ) -> NodeView:
-    return NodeView("worker-0", dict(annotations), pods, booted, now, "100")
+    return NodeView("worker-0", dict(annotations), pods, booted, now, "100", known_hold=known_hold)
 
 
 def run(annotations: Mapping[str, str], **kw: Any) -> Decision:
@@ -275,6 +278,26 @@ def test_a_held_since_unreadable_or_in_the_future_keeps_the_hold_and_restarts_it
     assert isinstance(again, Keep)
     assert again.recheck_at == NOW + MAX_HOLD
     assert invalid_inputs(again) == ()
+
+
+def test_a_held_since_turned_unreadable_gets_back_the_age_the_agent_knows() -> None:
+    """The agent held (or found) the hold earlier: its held-since is restored, not restarted,
+    so the hold still ends at max-hold after it began (the MCD's hour goes on too)."""
+    began = NOW - timedelta(minutes=30)
+    known = HoldRecord(A, (Reason.BUILD_POD,), began, "")
+    for since_text in ("whenever", format_rfc3339(NOW + timedelta(days=3))):
+        before = held(extra={HELD_SINCE: since_text})
+        decision = decide(view(before, pods=(BUILD,), known_hold=known), GUARDS, MAX_HOLD)
+        assert isinstance(decision, UpdateHold), decision
+        assert apply(before, decision)[HELD_SINCE] == format_rfc3339(began)
+        assert decision.recheck_at == began + MAX_HOLD
+        [bad] = invalid_inputs(decision)
+        assert f"counted from {format_rfc3339(began)}" in bad.why
+    # A known hold of another request, or one itself in the future, is no guide: now.
+    for other in (replace(known, held_drain=B), replace(known, since=NOW + timedelta(days=1))):
+        before = held(extra={HELD_SINCE: "whenever"})
+        decision = decide(view(before, pods=(BUILD,), known_hold=other), GUARDS, MAX_HOLD)
+        assert apply(before, decision)[HELD_SINCE] == format_rfc3339(NOW)
 
 
 def test_a_held_since_repaired_while_guards_cannot_decide_keeps_the_hold() -> None:
