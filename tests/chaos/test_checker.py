@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord, rfc3339
+from drain_guard_sim.apiserver.store import WriteRecord
 from drain_guard_sim.harness.checker import (
     Checked,
     CheckerConfig,
@@ -24,6 +24,7 @@ from drain_guard_sim.harness.checker import (
     intersect,
     longest,
 )
+from drain_guard_sim.timestamps import rfc3339
 
 MCO = "machineconfiguration.openshift.io/"
 DD, LA = MCO + "desiredDrain", MCO + "lastAppliedDrain"

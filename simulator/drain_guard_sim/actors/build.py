@@ -58,7 +58,7 @@ from drain_guard_sim.actors.mco import (
     read_json,
 )
 from drain_guard_sim.actors.timeline import Timeline
-from drain_guard_sim.apiserver.store import rfc3339
+from drain_guard_sim.timestamps import rfc3339
 
 __all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest", "is_build_pod"]
 

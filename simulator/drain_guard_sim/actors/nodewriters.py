@@ -23,7 +23,7 @@ from pathlib import Path
 
 from drain_guard_sim.actors.mco import Actor, JsonObj, Timings, read_json
 from drain_guard_sim.actors.timeline import Timeline
-from drain_guard_sim.apiserver.store import rfc3339
+from drain_guard_sim.timestamps import rfc3339
 
 __all__ = ["NFD_USER", "Kubelet", "label_patch"]
 

@@ -79,10 +79,10 @@ from drain_guard_sim.apiserver.store import (
     WriteRecord,
     parse_field_selector,
     parse_labels,
-    rfc3339,
 )
 from drain_guard_sim.apiserver.tables import to_table
 from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.timestamps import rfc3339
 
 __all__ = [
     "ADMIN",

@@ -36,6 +36,7 @@ from drain_guard_sim.apiserver.resources import (
     ResourceType,
     field_value,
 )
+from drain_guard_sim.timestamps import rfc3339
 
 JsonObj = dict[str, Any]
 T = TypeVar("T")
@@ -46,14 +47,6 @@ APISERVER = "system:apiserver"
 
 _KIND_WITH_CONVERSION = {"Pod", "Node", "Event", "Namespace"}
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-
-def rfc3339(dt: datetime) -> str:
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_rfc3339(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 # --- field selectors --------------------------------------------------------------------

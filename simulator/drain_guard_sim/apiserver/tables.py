@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from drain_guard_sim.apiserver.resources import ResourceType
-from drain_guard_sim.apiserver.store import parse_rfc3339
+from drain_guard_sim.timestamps import parse_rfc3339
 
 JsonObj = dict[str, Any]
 Column = tuple[str, str, str, int]  # name, type, format, priority
