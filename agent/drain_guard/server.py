@@ -344,8 +344,9 @@ def _server_log() -> logging.Logger:
 async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, int]:
     """Bind ``app`` on ``listen`` and return the runner and the port actually bound.
 
-    Logs ``listening on http://HOST:PORT`` (tests and the demo parse it to find ephemeral
-    ports). The caller stops the server with ``await runner.cleanup()``.
+    Logs ``listening on http://HOST:PORT`` with the bound port in the structured field
+    ``port`` (the simulator's harness reads the field to find an ephemeral port). The caller
+    stops the server with ``await runner.cleanup()``.
     """
     runner = web.AppRunner(
         app, access_log=None, keepalive_timeout=IDLE_TIMEOUT, logger=_server_log()
@@ -361,5 +362,9 @@ async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, in
         await runner.cleanup()
         raise
     bound = runner.addresses[0][1]
-    log.info("listening on http://%s", Listen(listen.host, int(bound)))
+    log.info(
+        "listening on http://%s",
+        Listen(listen.host, int(bound)),
+        extra={"fields": {"port": int(bound)}},
+    )
     return runner, int(bound)

@@ -173,7 +173,8 @@ async def serve(args: argparse.Namespace) -> int:
         except OSError:
             await runner.cleanup()
             raise
-        log.info("listening on https://%s:%d", listen.host, runner.addresses[0][1])
+        port = int(runner.addresses[0][1])
+        log.info("listening on https://%s:%d", listen.host, port, extra={"fields": {"port": port}})
         return runner
 
     async def start(_: Kube) -> Running:

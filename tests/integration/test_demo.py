@@ -8,9 +8,21 @@ from pathlib import Path
 
 import pytest
 
+from drain_guard import protocol
 from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.apiserver.server import SimApiServer
+from drain_guard_sim.harness.agentproc import DECISION
 from drain_guard_sim.harness.cluster import BuildResult, Cordon, Outcome
-from drain_guard_sim.harness.demo import RunResult, verdict
+from drain_guard_sim.harness.demo import AgentDecision, RunResult, held_reasons, verdict
+from tests.helpers import (
+    CONFIG_B,
+    IMAGE_B,
+    NODE,
+    StartAgent,
+    add_build_pod,
+    mcd_request,
+    wait_annotation,
+)
 
 X = "registry/ocb-image@sha256:" + "a" * 64
 Y = "registry/ocb-image@sha256:" + "b" * 64
@@ -37,6 +49,37 @@ def test_verdict_passes_only_when_every_goal_is_met() -> None:
     assert not verdict(baseline, result(rollout=False))[1]
     rows, _ = verdict(baseline, result())
     assert rows[1] == ("build outcome", "Error on worker-0", "Complete on worker-0")
+
+
+async def test_the_demo_reads_a_real_agents_structured_log(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """What the demo reads of an agent, read from a real agent: its port (the ``port`` field of
+    its listening line; ``start_agent`` waits for it) and its decisions (the ``decision``
+    records' fields). A field or an outcome renamed in the agent fails here, not in the demo's
+    verdict a minute later."""
+    add_build_pod(api)
+    agent = await start_agent()
+    status, _ = await agent.http("/status")
+    assert status == 200
+    drain = f"drain-{CONFIG_B}"
+    mcd_request(api, drain, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + drain)
+    await agent.wait_log(lambda r: r.get("message") == DECISION and r.get("request") == drain)
+    decisions = [AgentDecision.from_record(r) for r in agent.records if r["message"] == DECISION]
+    held = next(d for d in decisions if d.request == drain)
+    assert (held.node, held.reasons) == (NODE, ("build-pod",))
+    assert held.why
+    assert held_reasons(decisions) == {NODE: {"build-pod"}}
+
+
+def test_a_decision_record_missing_a_field_is_a_clear_error() -> None:
+    record = {"node": NODE, "request": "", "outcome": "idle", "reasons": [], "why": "nothing"}
+    assert AgentDecision.from_record(record).outcome == "idle"
+    with pytest.raises(ValueError, match="'outcome'"):
+        AgentDecision.from_record({**record, "outcome": None})
+    with pytest.raises(ValueError, match="'reasons'"):
+        AgentDecision.from_record({**record, "reasons": "build-pod"})
 
 
 async def run_demo(*args: str) -> tuple[int, str]:

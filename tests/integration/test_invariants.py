@@ -209,8 +209,7 @@ async def test_nothing_is_decided_before_the_pods_are_known(
     rv = mcd_request(api, drain, **{protocol.DESIRED_IMAGE: IMAGE_B})
     fault = api.faults.error(500, user=AGENT_USER, verb="list", resource="pods")
     agent = await start_agent(ready=False)
-    listening = await agent.wait_log(lambda r: str(r.get("message", "")).startswith("listening"))
-    agent.port = int(str(listening["message"]).rsplit(":", 1)[1])
+    await agent.wait_log(lambda r: r.get("port") is not None)  # the harness reads it
     await agent.wait_log(lambda r: r.get("message") == "node watch synced")
     await agent.wait_log(lambda r: "API unreachable since" in str(r.get("message", "")))
     status, body = await agent.http("/readyz")

@@ -17,7 +17,7 @@ SCRIPT = """
 import json, sys, time
 huge = "x" * (300 * 1024)
 print(json.dumps({"message": "decision", "request": huge}), file=sys.stderr, flush=True)
-print(json.dumps({"message": "listening on http://127.0.0.1:4242"}), file=sys.stderr, flush=True)
+print(json.dumps({"message": "listening", "port": 4242}), file=sys.stderr, flush=True)
 print("not json", file=sys.stderr, flush=True)
 print(json.dumps({"message": "decision", "request": "drain-x"}), file=sys.stderr, flush=True)
 time.sleep(60)

@@ -40,6 +40,11 @@ WAIT = 60.0
 _T = TypeVar("_T")
 
 
+#: The message of the agent's decision records (``drain_guard.controller``), one per change
+#: of decision; their fields are what the demo reads (``demo.AgentDecision``).
+DECISION = "decision"
+
+
 def agent_user(node: str) -> str:
     """Each node's agent has its own ServiceAccount name here, so its requests and writes are
     attributable in the simulator's counters and write log."""
@@ -108,7 +113,7 @@ class AgentProcess:
     lines: list[str] = field(default_factory=list)
     #: The lines that are JSON objects (``--log-format json``), in order.
     records: list[dict[str, Any]] = field(default_factory=list)
-    #: The HTTP port, once the agent has logged ``listening on http://HOST:PORT``.
+    #: The HTTP port, once the agent has logged its ``listening on`` line (field ``port``).
     port: int | None = None
     #: ``time.monotonic()`` of the first decision (both watches listed), and of the exit.
     synced_at: float | None = None
@@ -176,12 +181,10 @@ class AgentProcess:
         self._changed.set()
 
     def _note(self, record: dict[str, Any]) -> None:
-        message = str(record.get("message", ""))
-        if self.port is None and message.startswith(
-            ("listening on http://", "listening on https://")
-        ):
-            self.port = int(message.rsplit(":", 1)[1])
-        elif message == "decision":
+        port = record.get("port")
+        if self.port is None and isinstance(port, int):
+            self.port = port
+        elif record.get("message") == DECISION:
             if self.synced_at is None:
                 self.synced_at = time.monotonic()  # made only once both watches have listed
             if self.on_record is not None:

@@ -17,6 +17,7 @@ import contextlib
 import re
 import sys
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -143,8 +144,8 @@ class Agents:
         # The agents' --max-hold in simulated seconds (MCO's scaled, as every duration here).
         self.max_hold = max(1, round(max_hold * cluster.timings.time_factor))
         self.procs: dict[str, AgentProcess] = {}
-        self.decisions: list[tuple[str, dict[str, Any]]] = []
-        self._last: dict[str, tuple[str, str]] = {}
+        self.decisions: list[AgentDecision] = []
+        self._last: dict[str, tuple[str, tuple[str, ...]]] = {}
         self._closed = False
 
     async def start(self, node: str) -> None:
@@ -169,16 +170,19 @@ class Agents:
 
     def _decision(self, node: str, record: dict[str, Any]) -> None:
         """Put each change of an agent's decision on the shared timeline."""
-        self.decisions.append((node, record))
-        outcome = str(record.get("outcome", ""))
-        reasons = ",".join(record.get("reasons") or [])
-        if self._last.get(node) == (outcome, reasons):
+        try:
+            decision = AgentDecision.from_record(record)
+        except ValueError as err:
+            self.cluster.timeline.add(AGENT_ACTOR, node, f"unreadable decision record: {err}")
             return
-        self._last[node] = (outcome, reasons)
-        if outcome == "idle":
+        self.decisions.append(decision)
+        if self._last.get(node) == (decision.outcome, decision.reasons):
             return
-        why = str(record.get("why", "")) or str(record.get("request", ""))
-        self.cluster.timeline.add(AGENT_ACTOR, node, f"{outcome}: {why}")
+        self._last[node] = (decision.outcome, decision.reasons)
+        if decision.outcome == "idle":
+            return
+        why = decision.why or decision.request
+        self.cluster.timeline.add(AGENT_ACTOR, node, f"{decision.outcome}: {why}")
 
     async def restart(self, node: str) -> None:
         await self.stop(node)
@@ -196,12 +200,53 @@ class Agents:
             await self.stop(node)
 
     def holds(self) -> dict[str, set[str]]:
-        """Node → the reasons of every hold its agent placed or kept."""
-        out: dict[str, set[str]] = {}
-        for node, record in self.decisions:
-            if record.get("outcome") in ("hold", "holding", "update-hold"):
-                out.setdefault(node, set()).update(record.get("reasons") or [])
-        return out
+        return held_reasons(self.decisions)
+
+
+#: The outcomes of the agent's decisions (the ``outcome`` field) that hold a drain.
+HOLDING = frozenset({"hold", "holding", "update-hold"})
+
+
+@dataclass(frozen=True)
+class AgentDecision:
+    """One decision of an agent as the demo reads it: the structured fields of the agent's
+    ``decision`` log record (``--log-format json``), never its text."""
+
+    node: str
+    request: str
+    outcome: str
+    reasons: tuple[str, ...]
+    why: str
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> AgentDecision:
+        """Raises ValueError naming the field when the record lacks one or has it mistyped."""
+        reasons = record.get("reasons")
+        if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+            raise ValueError(f"field 'reasons' is {reasons!r}, not a list of text")
+        return cls(
+            node=_text(record, "node"),
+            request=_text(record, "request"),
+            outcome=_text(record, "outcome"),
+            reasons=tuple(reasons),
+            why=_text(record, "why"),
+        )
+
+
+def _text(record: Mapping[str, Any], key: str) -> str:
+    value = record.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"field {key!r} is {value!r}, not text")
+    return value
+
+
+def held_reasons(decisions: Iterable[AgentDecision]) -> dict[str, set[str]]:
+    """Node → the reasons of every hold its agent placed or kept."""
+    out: dict[str, set[str]] = {}
+    for decision in decisions:
+        if decision.outcome in HOLDING:
+            out.setdefault(decision.node, set()).update(decision.reasons)
+    return out
 
 
 # -- one run -----------------------------------------------------------------------------------
