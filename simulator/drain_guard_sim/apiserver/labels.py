@@ -247,3 +247,9 @@ def from_label_selector(spec: Mapping[str, Any] | None) -> Selector:
             raise SelectorError(f"matchExpressions {key}: values must be strings")
         found.append(_Requirement.make(key, _EXPRESSION_OPERATORS[operator], frozenset(values)))
     return Selector(tuple(found))
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    meta = obj.get("metadata") or {}
+    found = meta.get("labels") or {}
+    return found if isinstance(found, Mapping) else {}

@@ -62,9 +62,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 from multidict import MultiMapping
 
-from drain_guard_sim.apiserver import errors, labels, nodeauth, rbac
+from drain_guard_sim.apiserver import errors, eviction, labels, nodeauth, rbac
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.faults import FaultKind, Faults
+from drain_guard_sim.apiserver.fieldselectors import parse_field_selector
 from drain_guard_sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
 from drain_guard_sim.apiserver.resources import (
     ALL_VERBS,
@@ -77,7 +78,6 @@ from drain_guard_sim.apiserver.store import (
     Store,
     Watcher,
     WriteRecord,
-    parse_field_selector,
     parse_labels,
 )
 from drain_guard_sim.apiserver.tables import to_table
@@ -558,7 +558,7 @@ class SimApiServer:
         return self.store.delete(resource, name, namespace, user=user)
 
     def evict(self, name: str, namespace: str | None = None, *, user: str = ADMIN) -> JsonObj:
-        return self.store.evict(name, namespace, user=user)
+        return eviction.evict(self.store, name, namespace, user=user)
 
     async def wait_for(
         self,
@@ -1075,8 +1075,13 @@ class SimApiServer:
         options = body.get("deleteOptions") or {}
         if options.get("dryRun") == ["All"]:
             dry_run = True
-        result = self.store.evict(
-            target.name, target.namespace, user=user, delete_options=options, dry_run=dry_run
+        result = eviction.evict(
+            self.store,
+            target.name,
+            target.namespace,
+            user=user,
+            delete_options=options,
+            dry_run=dry_run,
         )
         return self._json(result, 201)
 

@@ -7,8 +7,9 @@ resourceVersion counter, events delivered in resourceVersion order, a watch star
 resourceVersion R sees exactly the events after R.
 
 The store also plays the disruption controller: after a pod or PodDisruptionBudget write it
-recomputes the status of the PDBs in that namespace (as a separate write, by the
-controller's identity), the way ``pkg/controller/disruption`` does.
+recomputes the status of the PDBs in that namespace (``disruption``; as a separate write, by
+the controller's identity), the way ``pkg/controller/disruption`` does. Field selectors are
+parsed in ``fieldselectors``, evictions handled in ``eviction``.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ import base64
 import builtins
 import copy
 import json
-import math
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from drain_guard_sim.apiserver import errors, labels
+from drain_guard_sim.apiserver.disruption import compute_pdb_status
+from drain_guard_sim.apiserver.fieldselectors import FieldSelector, parse_field_selector
+from drain_guard_sim.apiserver.labels import labels_of
 from drain_guard_sim.apiserver.patching import apply_patch
 from drain_guard_sim.apiserver.resources import (
-    FIELD_ALIASES,
     RESOURCES,
     ResourceIndex,
     ResourceType,
@@ -45,109 +47,7 @@ ADMIN = "system:admin"
 DISRUPTION_CONTROLLER = "system:serviceaccount:kube-system:disruption-controller"
 APISERVER = "system:apiserver"
 
-_KIND_WITH_CONVERSION = {"Pod", "Node", "Event", "Namespace"}
 _GENERATE_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-
-
-# --- field selectors --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FieldRequirement:
-    field: str
-    equals: bool
-    value: str
-
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        return (field_value(obj, self.field) == self.value) == self.equals
-
-
-@dataclass(frozen=True)
-class FieldSelector:
-    requirements: tuple[FieldRequirement, ...] = ()
-
-    def matches(self, obj: Mapping[str, Any]) -> bool:
-        return all(r.matches(obj) for r in self.requirements)
-
-    def __str__(self) -> str:
-        return ",".join(f"{r.field}{'=' if r.equals else '!='}{r.value}" for r in self.requirements)
-
-
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    parts, cur, escaped = [], [], False
-    for ch in text:
-        if escaped:
-            cur.append("\\" + ch)
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == sep:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    if escaped:
-        cur.append("\\")
-    parts.append("".join(cur))
-    return parts
-
-
-def _unescape(value: str) -> str:
-    out, escaped = [], False
-    for ch in value:
-        if escaped:
-            out.append(ch)
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def parse_field_selector(text: str, rt: ResourceType) -> FieldSelector:
-    """apimachinery ``fields.ParseSelector`` then the kind's field-label conversion."""
-    if not text.strip():
-        return FieldSelector()
-    reqs: list[FieldRequirement] = []
-    for part in _split_unescaped(text, ","):
-        if part == "":
-            continue
-        found = _split_term(part)
-        if found is None:
-            raise errors.bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
-        label, equals, value = found
-        label = FIELD_ALIASES.get((rt.kind, label), label)
-        if label not in rt.fields and label not in ("source.component",):
-            if rt.kind in _KIND_WITH_CONVERSION:
-                raise errors.bad_request(f"field label not supported: {label}")
-            raise errors.bad_request(
-                f'"{label}" is not a known field selector: only "metadata.name", '
-                f'"metadata.namespace"'
-            )
-        reqs.append(FieldRequirement(label, equals, value))
-    return FieldSelector(tuple(reqs))
-
-
-def _split_term(part: str) -> tuple[str, bool, str] | None:
-    """``label!=value``, ``label==value`` or ``label=value`` → (label, equals, value)."""
-    for op, equals in (("!=", False), ("==", True), ("=", True)):
-        idx = _find_unescaped(part, op)
-        if idx >= 0:
-            return part[:idx].strip(), equals, _unescape(part[idx + len(op) :])
-    return None
-
-
-def _find_unescaped(text: str, token: str) -> int:
-    i = 0
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text.startswith(token, i):
-            return i
-        i += 1
-    return -1
 
 
 def parse_labels(text: str | None) -> labels.Selector:
@@ -174,12 +74,6 @@ def _selectors(
         else parse_field_selector(field_selector or "", rt)
     )
     return selected, fields
-
-
-def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    meta = obj.get("metadata") or {}
-    found = meta.get("labels") or {}
-    return found if isinstance(found, Mapping) else {}
 
 
 # --- records ----------------------------------------------------------------------------
@@ -767,113 +661,6 @@ class Store:
             for o in doomed
         ]  # fmt: skip
 
-    # --- eviction ---
-
-    def evict(
-        self,
-        name: str,
-        namespace: str | None = None,
-        *,
-        user: str = ADMIN,
-        delete_options: Mapping[str, Any] | None = None,
-        dry_run: bool = False,
-    ) -> JsonObj:
-        """POST pods/<name>/eviction, as ``pkg/registry/core/pod/storage/eviction.go``.
-
-        Returns the ``Status`` the server answers with (201 Success); raises ApiError for
-        429 (budget), 500 (several budgets) and the rest.
-        """
-        pods = self.rt("pods")
-        ns = self._ns(pods, namespace)
-        pod = self._bucket(pods).get((ns, name))
-        if pod is None:
-            raise errors.not_found(pods, name)
-        preconditions = (delete_options or {}).get("preconditions") or None
-        status = pod.get("status") or {}
-        phase = status.get("phase")
-        deleting = bool(pod["metadata"].get("deletionTimestamp"))
-        success: JsonObj = {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Success",
-            "code": 201,
-        }
-        if phase in ("Succeeded", "Failed", "Pending") or deleting:
-            self.delete(pods, name, ns, user=user, preconditions=preconditions, dry_run=dry_run,
-                        subresource="eviction", verb="create")  # fmt: skip
-            return success
-        pdbs = [
-            p
-            for p in self._bucket(self.rt("poddisruptionbudgets")).values()
-            if p["metadata"]["namespace"] == ns and _pdb_selects(p, pod)
-        ]
-        if len(pdbs) > 1:
-            raise errors.ApiError(
-                {
-                    "kind": "Status",
-                    "apiVersion": "v1",
-                    "metadata": {},
-                    "status": "Failure",
-                    "message": "This pod has more than one PodDisruptionBudget, which the "
-                    "eviction subresource does not support.",
-                    "code": 500,
-                }
-            )
-        if pdbs:
-            pdb = pdbs[0]
-            pdb_status = pdb.get("status") or {}
-            current = int(pdb_status.get("currentHealthy", 0))
-            desired = int(pdb_status.get("desiredHealthy", 0))
-            policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy")
-            unready_ok = not _pod_ready(pod) and (
-                policy == "AlwaysAllow" or (current >= desired and desired > 0)
-            )
-            if not unready_ok:
-                self._check_and_decrement(pdb, name, dry_run)
-        self.delete(pods, name, ns, user=user, preconditions=preconditions, dry_run=dry_run,
-                    subresource="eviction", verb="create")  # fmt: skip
-        return success
-
-    def _check_and_decrement(self, pdb: JsonObj, pod_name: str, dry_run: bool) -> None:
-        pdb_name = pdb["metadata"]["name"]
-        status = pdb.get("status") or {}
-        if int(status.get("observedGeneration", 0)) < int(pdb["metadata"].get("generation", 0)):
-            raise errors.too_many_requests(
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                10,
-                [{"reason": "DisruptionBudget",
-                  "message": f"The disruption budget {pdb_name} is still being processed by "
-                  "the server."}],
-            )  # fmt: skip
-        allowed = int(status.get("disruptionsAllowed", 0))
-        pdb_rt = self.rt("poddisruptionbudgets")
-        if allowed < 0:
-            raise errors.forbidden(pdb_rt, pdb_name, "pdb disruptions allowed is negative")
-        if allowed == 0:
-            raise errors.too_many_requests(
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-                0,
-                [{"reason": "DisruptionBudget",
-                  "message": f"The disruption budget {pdb_name} needs "
-                  f"{status.get('desiredHealthy', 0)} healthy pods and has "
-                  f"{status.get('currentHealthy', 0)} currently"}],
-            )  # fmt: skip
-        if dry_run:
-            return
-        new = copy.deepcopy(pdb)
-        new_status = new.setdefault("status", {})
-        new_status["disruptionsAllowed"] = allowed - 1
-        if allowed - 1 == 0:
-            _set_condition(new_status, "InsufficientPods", False, self.clock())
-        new_status.setdefault("disruptedPods", {})[pod_name] = rfc3339(self.clock())
-        saved = self.pdb_controller
-        self.pdb_controller = False  # the controller reacts to the pod deletion, next
-        try:
-            self._commit(pdb_rt, "update", APISERVER, new, copy.deepcopy(pdb), "status")
-        finally:
-            self.pdb_controller = saved
-
     # --- the disruption controller ---
 
     def _controller_scale(self, namespace: str, ref: Mapping[str, Any]) -> int | None:
@@ -899,13 +686,17 @@ class Store:
                 continue
             new = copy.deepcopy(pdb)
             new["status"] = status
-            saved = self.pdb_controller
-            self.pdb_controller = False
-            try:
-                self._commit(pdb_rt, "update", DISRUPTION_CONTROLLER, new, copy.deepcopy(pdb),
-                             "status")  # fmt: skip
-            finally:
-                self.pdb_controller = saved
+            self.write_budget_status(DISRUPTION_CONTROLLER, new, copy.deepcopy(pdb))
+
+    def write_budget_status(self, user: str, new: JsonObj, old: JsonObj) -> None:
+        """A budget's status written by ``user`` (the disruption controller, the eviction
+        handler) without recomputing the budgets on it: the controller acts on pod writes."""
+        saved = self.pdb_controller
+        self.pdb_controller = False
+        try:
+            self._commit(self.rt("poddisruptionbudgets"), "update", user, new, old, "status")
+        finally:
+            self.pdb_controller = saved
 
     # --- watches ---
 
@@ -1127,154 +918,3 @@ def _spec_changed(rt: ResourceType, old: JsonObj, new: JsonObj) -> bool:
     skip = {"metadata", "status"} if rt.has_status else {"metadata"}
     keys = (set(old) | set(new)) - skip - {"apiVersion", "kind"}
     return any(old.get(k) != new.get(k) for k in keys)
-
-
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
-def _pdb_selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-    """The eviction handler's match: a nil or empty selector matches nothing."""
-    try:
-        selector = labels.from_label_selector((pdb.get("spec") or {}).get("selector"))
-    except labels.SelectorError:
-        return False
-    if selector.everything or selector.nothing:
-        return False
-    return selector.matches(labels_of(pod))
-
-
-def _controller_selects(pdb: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-    """The disruption controller's match (policy/v1): an empty selector matches every pod."""
-    try:
-        selector = labels.from_label_selector((pdb.get("spec") or {}).get("selector"))
-    except labels.SelectorError:
-        return False
-    return selector.matches(labels_of(pod))
-
-
-def _scaled(value: Any, total: int, round_up: bool) -> int:
-    """intstr.GetScaledValueFromIntOrPercent."""
-    if isinstance(value, int):
-        return value
-    text = str(value)
-    if text.endswith("%"):
-        pct = int(text[:-1])
-        raw = pct * total / 100
-        return math.ceil(raw) if round_up else math.floor(raw)
-    return int(text)
-
-
-#: A pod's controller (its controller ownerReference) to that controller's scale, or None.
-ScaleOf = Callable[[str, Mapping[str, Any]], int | None]
-
-
-def _no_controller(_namespace: str, _ref: Mapping[str, Any]) -> int | None:
-    return None
-
-
-def compute_pdb_status(
-    pdb: Mapping[str, Any],
-    pods: Iterable[Mapping[str, Any]],
-    now: datetime,
-    scale_of: ScaleOf = _no_controller,
-) -> JsonObj:
-    """``DisruptionController.trySync``: ``expectedPods`` is the number of selected pods for
-    an integer ``minAvailable``; for ``maxUnavailable`` or a percentage, the sum of the scales
-    of the pods' controllers (``getExpectedScale``: a pod without a controller counts 0; one
-    whose controller has no scale fails the sync, ``failSafe``: no disruption allowed,
-    condition ``SyncFailed``)."""
-    spec = pdb.get("spec") or {}
-    old = pdb.get("status") or {}
-    selected = [
-        p
-        for p in pods
-        if _controller_selects(pdb, p) and not p["metadata"].get("deletionTimestamp")
-    ]
-    scaled = spec.get("maxUnavailable") is not None or isinstance(spec.get("minAvailable"), str)
-    expected = len(selected)
-    if scaled:
-        scales: dict[str, int] = {}
-        for p in selected:
-            ref = next(
-                (r for r in p["metadata"].get("ownerReferences") or [] if r.get("controller")),
-                None,
-            )
-            if ref is None or ref.get("uid") in scales:
-                continue
-            scale = scale_of(p["metadata"].get("namespace", ""), ref)
-            if scale is None:
-                return _sync_failed(
-                    old, f'found no controllers for pod "{p["metadata"]["name"]}"', now
-                )
-            scales[str(ref.get("uid"))] = scale
-        expected = sum(scales.values())
-    disrupted_old: Mapping[str, str] = old.get("disruptedPods") or {}
-    present = {p["metadata"]["name"] for p in selected}
-    disrupted = {k: v for k, v in disrupted_old.items() if k in present}
-    healthy = sum(1 for p in selected if _pod_ready(p) and p["metadata"]["name"] not in disrupted)
-    if spec.get("maxUnavailable") is not None:
-        max_unavailable = _scaled(spec["maxUnavailable"], expected, True)
-        desired = max(0, expected - max_unavailable)
-    elif spec.get("minAvailable") is not None:
-        desired = _scaled(spec["minAvailable"], expected, True)
-    else:
-        desired = 0
-    allowed = healthy - desired
-    if expected <= 0 or allowed <= 0:
-        allowed = 0
-    status: JsonObj = {
-        "observedGeneration": int((pdb.get("metadata") or {}).get("generation", 1)),
-        "disruptionsAllowed": allowed,
-        "currentHealthy": healthy,
-        "desiredHealthy": desired,
-        "expectedPods": expected,
-    }
-    if disrupted:
-        status["disruptedPods"] = dict(disrupted)
-    status["conditions"] = copy.deepcopy(old.get("conditions") or [])
-    if allowed > 0:
-        _set_condition(status, "SufficientPods", True, now)
-    else:
-        _set_condition(status, "InsufficientPods", False, now)
-    return status
-
-
-def _sync_failed(old: Mapping[str, Any], message: str, now: datetime) -> JsonObj:
-    """``failSafe``: the old status with no disruption allowed and condition SyncFailed."""
-    status: JsonObj = copy.deepcopy(dict(old))
-    status["disruptionsAllowed"] = 0
-    _set_condition(status, "SyncFailed", False, now, message)
-    return status
-
-
-def _set_condition(
-    status: JsonObj, reason: str, allowed: bool, now: datetime, message: str = ""
-) -> None:
-    conditions: list[JsonObj] = status.setdefault("conditions", [])
-    value = "True" if allowed else "False"
-    for cond in conditions:
-        if cond.get("type") == "DisruptionAllowed":
-            if cond.get("status") != value or cond.get("reason") != reason:
-                cond.update(
-                    status=value,
-                    reason=reason,
-                    message=message,
-                    lastTransitionTime=rfc3339(now),
-                    observedGeneration=status.get("observedGeneration", 1),
-                )
-            cond["observedGeneration"] = status.get("observedGeneration", 1)
-            return
-    conditions.append(
-        {
-            "type": "DisruptionAllowed",
-            "status": value,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": rfc3339(now),
-            "observedGeneration": status.get("observedGeneration", 1),
-        }
-    )
