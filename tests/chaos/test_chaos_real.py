@@ -46,3 +46,6 @@ async def test_real_chaos_seed_keeps_every_invariant(
     # The checker saw the run: the agents' holds and the drains' requests are in the log.
     assert report.checked.requests > 0
     assert report.writes > 0
+    if report.stalled:  # the build failed: only an eviction the checker excused may do that
+        assert report.checked.build_pod_evictions > 0
+        assert sum(report.checked.evictions_excused.values()) > 0

@@ -6,7 +6,9 @@ judged by the simulator's invariant checker (``checker.py``) over kube-apiserver
 What the simulator's chaos runs (``chaos.py``) add and a real server cannot play is left
 out: injected API faults (latency, 429/500/503, cut watches, forced 410s). The seed picks the
 MCO version (4.15, 4.16, 4.18 in turn), the faults and their times; the run ends when the
-rollout has completed with every agent up, which is the checker's settled end.
+rollout has completed with every agent up, which is the checker's settled end, or when the
+build has failed (its pod evicted while its node's agent was down: the checker excuses that
+eviction, and the rollout stops there as MCO's does), judged unsettled.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from drain_guard_sim.harness.checker import Checked, CheckerConfig, Interval, ch
 from drain_guard_sim.harness.controlplane import ControlPlane
 from drain_guard_sim.harness.realcluster import RealCluster, agent_user
 
-__all__ = ["RealChaosReport", "run_real_chaos"]
+__all__ = ["RealChaosReport", "RealChaosStalledError", "run_real_chaos"]
 
 VERSIONS = (McoVersion.V4_15, McoVersion.V4_16, McoVersion.V4_18)
 #: MCO seconds are a tenth of a second (the seed's race margins are 0.2 s of real time).
@@ -41,6 +43,10 @@ GRACE = 0.3  # seconds an agent may take to hold a request it can see (the check
 RECONCILE = 1.0
 
 
+class RealChaosStalledError(RuntimeError):
+    """The run never came to rest; the message has the seed and the timeline's end."""
+
+
 @dataclass
 class RealChaosReport:
     seed: int
@@ -49,6 +55,9 @@ class RealChaosReport:
     faults: Counter[str]
     writes: int
     seconds: float
+    #: The build failed (its pod evicted while an agent was down): MCO 4.15 to 4.18 roll out
+    #: nothing more until an administrator resets the pool, so the run ends unsettled.
+    stalled: bool
 
 
 class _Agents:
@@ -136,9 +145,17 @@ async def run_real_chaos(
                     mcd = functools.partial(_restart_mcd, cluster, node)
                     tasks.append(asyncio.create_task(_later(at, mcd)))
                     faults["mcd-restarted"] += 1
-            await cluster.wait_rollout_done(timeout)
+            try:
+                await cluster.wait_for(lambda: cluster.rollout_done() or _failed(cluster), timeout)
+            except TimeoutError:
+                raise RealChaosStalledError(
+                    f"seed {seed} (MCO {version.value}, {dict(faults)}): the rollout did not"
+                    f" complete in {timeout:g} s; the timeline's end:\n"
+                    + cluster.timeline.format()[-6000:]
+                ) from None
             await asyncio.gather(*tasks)
             end = time.monotonic()
+            settled = cluster.rollout_done()
         finally:
             for task in tasks:
                 task.cancel()
@@ -155,7 +172,7 @@ async def run_real_chaos(
             clean=agents.clean(cluster.node_names, end),
             is_build_pod=is_build_pod,
             end=end,
-            settled=True,
+            settled=settled,
         )
     writes = [
         w
@@ -169,7 +186,13 @@ async def run_real_chaos(
         faults=faults,
         writes=len(writes),
         seconds=time.monotonic() - started,
+        stalled=not settled,
     )
+
+
+def _failed(cluster: RealCluster) -> bool:
+    build = cluster.build_result()
+    return build is not None and not build.succeeded
 
 
 async def _later(delay: float, action: Callable[[], Awaitable[None]]) -> None:
