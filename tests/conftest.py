@@ -63,7 +63,7 @@ def _control_plane(
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """The real control plane (etcd, kube-apiserver, kube-controller-manager) at the version
-    tools/control-plane pins, one for the whole run: each test works in its own namespace and
+    tools/control-plane pins, one per test worker: each test works in its own namespace and
     Node names (tests/controlplane/helpers.py)."""
     yield from _control_plane(tmp_path_factory)
 

@@ -1,7 +1,7 @@
 """The conformance suite's fixtures: ``server`` is each API server in turn (the simulator's,
 then the real control plane's), ``admin`` a client of it, ``ns`` a namespace of the test's own.
 
-The real control plane is one for the whole session (tests/conftest.py's ``control_plane``);
+The real control plane is one per test worker (tests/conftest.py's ``control_plane``);
 each test works in its own namespace and names its Nodes after it, so tests never meet.
 """
 
