@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard.cli import build_parser
-from drain_guard.config import LogFormat, settings_from
+from drain_guard.config.agent import settings_from
+from drain_guard.config.values import LogFormat
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
 from drain_guard.health import Health

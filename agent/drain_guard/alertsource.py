@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from drain_guard.alerts import AlertsSeen, MalformedAlertsError, firing_alerts
-from drain_guard.config import AlertSettings
+from drain_guard.config.alerts import AlertSettings
 
 log = logging.getLogger("drain_guard.alerts")
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from drain_guard import __version__, selfcheck
-from drain_guard.config import ShieldSettings
+from drain_guard.config.shield import ShieldSettings
 from drain_guard.health import Health, WatchStatus
 from drain_guard.kube.call import JsonObj
 from drain_guard.kube.client import Kube
@@ -63,7 +63,7 @@ def pod_watch_selectors(selectors: Sequence[BuildPodSelector]) -> tuple[str, ...
     positive terms, once each. A pod with all of a build pod's labels (and more) matches the
     one its build pod matched, so the watches show every pod a budget's selector would
     cover. A selector without a positive term (``!key`` alone) would watch the whole
-    namespace: the settings refuse it (drain_guard.config)."""
+    namespace: the settings refuse it (drain_guard.config.shield)."""
     texts = (str(s.selector.positive()) for s in selectors if s.namespace in (None, MCO_NAMESPACE))
     return tuple(dict.fromkeys(texts))
 

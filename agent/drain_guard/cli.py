@@ -24,16 +24,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from drain_guard import __version__, guards, protocol
-from drain_guard.config import (
-    SettingsError,
-    add_run_arguments,
-    add_shield_arguments,
-    add_webhook_arguments,
-    default_max_hold,
-    parse_duration,
-    settings_from,
-    shield_settings_from,
-)
+from drain_guard.config.agent import add_run_arguments, default_max_hold, settings_from
+from drain_guard.config.shield import add_shield_arguments, shield_settings_from
+from drain_guard.config.values import SettingsError, parse_duration
+from drain_guard.config.webhook import add_webhook_arguments
 from drain_guard.decide import NothingHeldError, force_release, stale_keys
 from drain_guard.health import format_duration
 from drain_guard.status import (

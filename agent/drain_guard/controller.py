@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from drain_guard import __version__, decisions, guards, holds, host, protocol, selfcheck
 from drain_guard.alerts import AlertsSeen
-from drain_guard.config import Settings
+from drain_guard.config.agent import Settings
 from drain_guard.decide import NothingHeldError, decide, force_release
 from drain_guard.health import Health
 from drain_guard.holdreport import EventSink, HoldReport

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from drain_guard.config import Settings
+from drain_guard.config.agent import Settings
 from drain_guard.guards import BootedImage
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.metrics import Metrics

@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from aiohttp import web
 
-from drain_guard.config import Listen, WorkloadRef, format_duration
+from drain_guard.config.values import Listen, WorkloadRef, format_duration
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube, WorkloadState
 from drain_guard.kube.listwatch import BOOKMARK_PERIOD

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from drain_guard import decisions, protocol
-from drain_guard.config import LogFormat
+from drain_guard.config.values import LogFormat
 
 
 class _JsonFormatter(logging.Formatter):

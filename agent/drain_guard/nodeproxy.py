@@ -28,7 +28,7 @@ from pathlib import Path
 from aiohttp import ClientError, web
 
 from drain_guard import nodeaccess
-from drain_guard.config import LogFormat
+from drain_guard.config.values import LogFormat
 from drain_guard.kube.call import REQUEST_TIMEOUT, describe
 from drain_guard.kube.credentials import ApiClient, load_api_client
 from drain_guard.lifecycle import Program, Running, run_program

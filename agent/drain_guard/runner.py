@@ -15,7 +15,8 @@ from functools import partial
 
 from drain_guard import __version__, selfcheck
 from drain_guard.alertsource import AlertSource
-from drain_guard.config import Settings, WorkloadRef
+from drain_guard.config.agent import Settings
+from drain_guard.config.values import WorkloadRef
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
 from drain_guard.health import Health

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from drain_guard.config import WorkloadRef
+from drain_guard.config.values import WorkloadRef
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.retry import Backoff, Outage

@@ -47,7 +47,7 @@ from typing import Any, Protocol, cast
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from drain_guard.config import Listen
+from drain_guard.config.values import Listen
 from drain_guard.metrics import BaseMetrics
 
 log = logging.getLogger(__name__)

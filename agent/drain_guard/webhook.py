@@ -27,7 +27,8 @@ from typing import Any
 from aiohttp import web
 
 from drain_guard import admission
-from drain_guard.config import TLS12_SUITES, TLS13_SUITES, LogFormat, SettingsError, parse_listen
+from drain_guard.config.values import LogFormat, SettingsError, parse_listen
+from drain_guard.config.webhook import TLS12_SUITES, TLS13_SUITES
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.operations import Operation

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from drain_guard.config import ShieldSettings, add_shield_arguments, shield_settings_from
+from drain_guard.config.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 from drain_guard.permissions import (
     INSTALL_MODES,
     MCO_NAMESPACES,

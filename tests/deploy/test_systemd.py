@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from drain_guard.cli import build_parser
-from drain_guard.config import RUN_OPTIONS, SettingsError, add_run_arguments, settings_from
+from drain_guard.config.agent import RUN_OPTIONS, add_run_arguments, settings_from
+from drain_guard.config.values import SettingsError
 from drain_guard.host import read_booted_image_ostree
 from drain_guard_sim.actors.hostfs import HostFS
 from tests.deploy.test_host_view import IMAGE, SECRET, SECRETS

@@ -15,7 +15,7 @@ import jsonpatch
 import pytest
 
 from drain_guard import protocol
-from drain_guard.config import add_webhook_arguments
+from drain_guard.config.webhook import add_webhook_arguments
 from drain_guard.permissions import MCO_NAMESPACES, WEBHOOK_PERMISSIONS, Scope
 from tests.deploy.admission import MatchConditions
 from tests.deploy.rbac import Grant, granted

@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 
 from drain_guard import protocol
-from drain_guard.config import add_run_arguments, settings_from
+from drain_guard.config.agent import add_run_arguments, settings_from
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube, WorkloadState
 from drain_guard.lifecycle import Stopped

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from drain_guard import server
-from drain_guard.config import parse_listen
+from drain_guard.config.values import parse_listen
 from drain_guard.metrics import Metrics
 from drain_guard.server import make_app, serve
 from drain_guard.status import AgentStatus, HoldReasonStatus

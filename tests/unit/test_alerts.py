@@ -18,7 +18,8 @@ from drain_guard.alerts import (
     OnUnreachable,
     firing_alerts,
 )
-from drain_guard.config import SettingsError, add_run_arguments, settings_from
+from drain_guard.config.agent import add_run_arguments, settings_from
+from drain_guard.config.values import SettingsError
 from drain_guard.guards import AlertGuard, Block, BootedImage, Clear, NodeView, Unknown
 from drain_guard.protocol import Reason
 

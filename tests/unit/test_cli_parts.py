@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from drain_guard import decisions, guards, protocol
 from drain_guard.cli import _listed, build_parser, main, node_state, render_text
-from drain_guard.config import SettingsError, settings_from
+from drain_guard.config.agent import settings_from
+from drain_guard.config.values import SettingsError
 from drain_guard.decide import stale_keys
 from drain_guard.nodes import NodeObj
 

@@ -10,21 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard.config import (
-    BootedImageSource,
+from drain_guard.config.agent import BootedImageSource, Settings, add_run_arguments, settings_from
+from drain_guard.config.shield import ShieldSettings, add_shield_arguments, shield_settings_from
+from drain_guard.config.values import (
     Listen,
     LogFormat,
-    Settings,
     SettingsError,
-    ShieldSettings,
     WorkloadRef,
-    add_run_arguments,
-    add_shield_arguments,
     format_duration,
     parse_duration,
     parse_listen,
-    settings_from,
-    shield_settings_from,
 )
 from drain_guard.selectors import (
     DEFAULT_BUILD_POD_SELECTORS,

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from drain_guard import host, protocol
-from drain_guard.config import add_run_arguments, settings_from
+from drain_guard.config.agent import add_run_arguments, settings_from
 from drain_guard.controller import Controller
 from drain_guard.health import Health
 from drain_guard.kube.client import Applied, Conflict, PatchResult

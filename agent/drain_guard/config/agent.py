@@ -1,0 +1,369 @@
+"""``drain-guard run``'s settings: the agent's flags, in the order ``--help`` lists them, and
+their validation into :class:`Settings`."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from drain_guard.config.alerts import ALERT_OPTIONS, AlertSettings, alert_settings
+from drain_guard.config.blocking import BLOCKING_POD_OPTIONS, blocking_pod_settings
+from drain_guard.config.options import Option, add_arguments, env_name, validated
+from drain_guard.config.values import (
+    LOG_LEVELS,
+    Listen,
+    LogFormat,
+    SettingsError,
+    WorkloadRef,
+    format_duration,
+    named,
+    parse_api_stale_after,
+    parse_build_pod_selectors,
+    parse_duration,
+    parse_listen,
+    parse_scope,
+    parse_workload,
+)
+from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
+from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
+
+DEFAULT_LISTEN = "127.0.0.1:9797"
+# The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
+# long would turn "drain later" into "node degraded", and the drain itself needs time after
+# the release, so holds of an hour or more are refused outright rather than merely warned.
+MCD_DRAIN_TIMEOUT = timedelta(hours=1)
+
+
+class BootedImageSource(enum.StrEnum):
+    OSTREE = "ostree"
+    RPM_OSTREE = "rpm-ostree"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``drain-guard run`` needs, already validated."""
+
+    node_name: str
+    kubeconfig: str | None
+    host_root: str
+    cmdline_file: str
+    booted_image_source: BootedImageSource
+    rpm_ostree_command: tuple[str, ...]
+    listen: Listen
+    max_hold: timedelta
+    build_pod_selectors: tuple[BuildPodSelector, ...]
+    daemonset: WorkloadRef | None
+    release_on_exit: bool
+    log_format: LogFormat
+    log_level: str
+    #: The namespaces whose pods may hold a drain (MCO's, and those opted in).
+    build_pod_scope: PodScope = DEFAULT_SCOPE
+    shield_build_pods: bool = True
+    shield_dependencies: bool = False
+    api_stale_after: timedelta = timedelta(minutes=10)
+    confinement_check_interval: timedelta = timedelta(minutes=10)
+    observe_only: bool = False
+    pod_name: str | None = None
+    api_socket: str | None = None
+    alerts: AlertSettings | None = None
+    #: Operator-declared blocking pods, and the namespaces where they may run (each read
+    #: with a Role there).
+    blocking_pod_selectors: tuple[BuildPodSelector, ...] = ()
+    blocking_pod_namespaces: tuple[str, ...] = ()
+
+    def effective(self) -> dict[str, object]:
+        """The settings in force, for the agent's start-up line (durations as flags take them)."""
+        return {
+            "node": self.node_name,
+            "kubeconfig": f"node proxy {self.api_socket}"
+            if self.api_socket
+            else self.kubeconfig or "in-cluster, else ~/.kube/config",
+            "listen": str(self.listen),
+            "maxHold": format_duration(self.max_hold),
+            "apiStaleAfter": format_duration(self.api_stale_after),
+            "confinementCheckInterval": format_duration(self.confinement_check_interval),
+            "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
+            "buildPodScope": self.build_pod_scope.names(),
+            "bootedImageSource": self.booted_image_source.value,
+            "shieldBuildPods": self.shield_build_pods,
+            "shieldDependencies": self.shield_dependencies,
+            "onExit": f"daemonset {self.daemonset}"
+            if self.daemonset is not None
+            else ("release" if self.release_on_exit else "keep holds"),
+            "observeOnly": self.observe_only,
+            "alerts": None if self.alerts is None else self.alerts.effective(),
+            "blockingPodSelectors": [str(s) for s in self.blocking_pod_selectors],
+            "blockingPodNamespaces": list(self.blocking_pod_namespaces),
+            "logLevel": self.log_level,
+        }
+
+
+RUN_OPTIONS: tuple[Option, ...] = (
+    Option("--node-name", "NODE_NAME", None, "name of the Node this agent guards (required)"),
+    Option(
+        "--kubeconfig",
+        "KUBECONFIG",
+        None,
+        "kubeconfig file; without it the in-cluster config, else ~/.kube/config",
+    ),
+    Option(
+        "--api-socket",
+        env_name("--api-socket"),
+        None,
+        "Unix socket of drain-guard node-proxy (the systemd install): every API request goes"
+        " there, with no credential of the agent's own, and the proxy passes on only this"
+        " Node's reads, hold, release and Events (docs/install.md, section 7); excludes"
+        " --kubeconfig",
+    ),
+    Option(
+        "--pod-name",
+        "POD_NAME",
+        None,
+        "this agent's pod (downward API metadata.name); with --daemonset, checked at start to"
+        " be that DaemonSet's",
+    ),
+    Option("--host-root", env_name("--host-root"), "/", "where the host's / is mounted"),
+    Option(
+        "--cmdline-file",
+        env_name("--cmdline-file"),
+        "/proc/cmdline",
+        "kernel command line naming the booted ostree deployment (read as is, not under"
+        " --host-root)",
+    ),
+    Option(
+        "--booted-image-source",
+        env_name("--booted-image-source"),
+        BootedImageSource.OSTREE.value,
+        "where the booted image comes from",
+        choices=tuple(s.value for s in BootedImageSource),
+    ),
+    Option(
+        "--rpm-ostree-command",
+        env_name("--rpm-ostree-command"),
+        "rpm-ostree",
+        "command (shell words) for --booted-image-source rpm-ostree",
+    ),
+    Option(
+        "--listen",
+        env_name("--listen"),
+        DEFAULT_LISTEN,
+        "HOST:PORT of the status/metrics endpoint (port 0: any free port)",
+    ),
+    Option(
+        "--max-hold",
+        env_name("--max-hold"),
+        "45m",
+        "longest hold, e.g. 90s, 30m, 50m; must be below 1h (the MCD's drain timeout)",
+    ),
+    Option(
+        "--api-stale-after",
+        env_name("--api-stale-after"),
+        "10m",
+        "/readyz fails when the API server has not answered for this long (watch events and"
+        " bookmarks count)",
+    ),
+    Option(
+        "--confinement-check-interval",
+        env_name("--confinement-check-interval"),
+        "10m",
+        "how often the confinement self-check runs again after the start (a dry-run write to"
+        " another Node and a dry-run TokenRequest for another account must be denied)",
+    ),
+    Option(
+        "--build-pod-selector",
+        env_name("--build-pod-selector"),
+        None,
+        "build pods: [NAMESPACE:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; replaces the"
+        " defaults; in the environment separate selectors with ';')",
+        repeatable=True,
+    ),
+    Option(
+        "--build-pod-namespace",
+        env_name("--build-pod-namespace"),
+        None,
+        f"let build pods of this namespace hold drains too (repeatable; '{ALL_NAMESPACES}': every"
+        f" namespace). Without it only pods of {MCO_NAMESPACE} can: elsewhere any user who can"
+        " create a pod could hold drains. The agent then watches pods cluster-wide (still only"
+        " its node's) and needs the ClusterRole of docs/install.md; in the environment separate"
+        " namespaces with ';'",
+        repeatable=True,
+    ),
+    *BLOCKING_POD_OPTIONS,
+    Option(
+        "--daemonset",
+        env_name("--daemonset"),
+        None,
+        "NAMESPACE/NAME of the agent's DaemonSet: on SIGTERM holds are released only if it is"
+        " gone or being deleted",
+    ),
+    Option(
+        "--release-on-exit",
+        env_name("--release-on-exit"),
+        None,
+        "release holds on SIGTERM/SIGINT (for systemd, where there is no DaemonSet)",
+        boolean=True,
+    ),
+    Option(
+        "--shield-build-pods",
+        env_name("--shield-build-pods"),
+        "true",
+        "keep a PodDisruptionBudget on each build pod running on the node, so that a drain"
+        " that gets past the hold cannot evict it (docs/shield.md)",
+        boolean=True,
+    ),
+    Option(
+        "--shield-dependencies",
+        env_name("--shield-dependencies"),
+        None,
+        "while a build runs, also shield the machine-os-builder and image registry pods on the"
+        " node (off: their budgets outlive a dead agent; docs/shield.md)",
+        boolean=True,
+    ),
+    Option(
+        "--observe-only",
+        env_name("--observe-only"),
+        None,
+        "decide as usual but write nothing (no Node patch, no budget, no Event): report what"
+        " would have been done in the log, /status and metrics, for a first rollout",
+        boolean=True,
+    ),
+    *ALERT_OPTIONS,
+    Option(
+        "--log-format",
+        env_name("--log-format"),
+        LogFormat.TEXT.value,
+        "log line format",
+        choices=tuple(f.value for f in LogFormat),
+    ),
+    Option(
+        "--log-level",
+        env_name("--log-level"),
+        "INFO",
+        "log level",
+        choices=LOG_LEVELS,
+    ),
+)
+
+
+def run_option(flag: str) -> Option:
+    return next(opt for opt in RUN_OPTIONS if opt.flag == flag)
+
+
+def default_max_hold() -> timedelta:
+    """``--max-hold``'s default, defined once in ``RUN_OPTIONS``; ``drain-guard demo`` hands it
+    to the simulator's demo, which cannot import the agent."""
+    default = run_option("--max-hold").default
+    assert default is not None
+    return parse_duration(default)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the ``run`` flags; defaults stay ``None`` so the environment can fill them."""
+    add_arguments(parser, RUN_OPTIONS)
+
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    """Merge flags (``args``), environment and defaults into validated :class:`Settings`.
+
+    An error about a value taken from the environment names the variable, not the flag: the
+    operator has to find it in a manifest or unit file, not on a command line.
+    """
+    return validated(RUN_OPTIONS, args, environ, _settings)
+
+
+def _settings(raw: dict[str, object]) -> Settings:
+    node_name = str(raw["node_name"] or "").strip()
+    if not node_name:
+        raise SettingsError("--node-name (or NODE_NAME) is required")
+
+    max_hold = named("--max-hold", parse_duration, str(raw["max_hold"]))
+    if max_hold <= timedelta(0):
+        raise SettingsError("--max-hold must be greater than 0")
+    if max_hold >= MCD_DRAIN_TIMEOUT:
+        raise SettingsError(
+            f"--max-hold {raw['max_hold']} is not below 1h: the MCD marks the node Degraded"
+            " after waiting 1h for a drain"
+        )
+
+    api_stale_after = parse_api_stale_after(raw)
+    confinement_check_interval = named(
+        "--confinement-check-interval",
+        parse_duration,
+        str(raw["confinement_check_interval"]),
+    )
+    if confinement_check_interval <= timedelta(0):
+        raise SettingsError("--confinement-check-interval must be greater than 0")
+    selectors = parse_build_pod_selectors(raw)
+    scope = parse_scope(raw["build_pod_namespace"])
+    for selector in selectors:
+        if selector.namespace is not None and not scope.contains(selector.namespace):
+            raise SettingsError(
+                f"--build-pod-selector {selector} names namespace {selector.namespace}, outside"
+                f" the build-pod scope; opt it in with --build-pod-namespace {selector.namespace}"
+            )
+
+    command = _split_command(str(raw["rpm_ostree_command"]))
+    daemonset = (
+        None if raw["daemonset"] is None else parse_workload("--daemonset", str(raw["daemonset"]))
+    )
+    release_on_exit = bool(raw["release_on_exit"])
+    if daemonset is not None and release_on_exit:
+        raise SettingsError(
+            "--daemonset and --release-on-exit exclude each other (DaemonSet or systemd)"
+        )
+    pod_name = str(raw["pod_name"] or "").strip() or None
+    if daemonset is not None and pod_name is None:
+        raise SettingsError(
+            "--daemonset needs --pod-name (POD_NAME from the downward API) to check at start"
+            " that the DaemonSet owns this pod"
+        )
+    shield_build_pods = bool(raw["shield_build_pods"])
+    shield_dependencies = bool(raw["shield_dependencies"])
+    if shield_dependencies and not shield_build_pods:
+        raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
+    kubeconfig = raw["kubeconfig"]
+    api_socket = str(raw["api_socket"] or "").strip() or None
+    if api_socket is not None and kubeconfig is not None:
+        raise SettingsError(
+            "--api-socket excludes --kubeconfig: through the node proxy the agent holds no"
+            " credential"
+        )
+    return Settings(
+        node_name=node_name,
+        kubeconfig=None if kubeconfig is None else str(kubeconfig),
+        host_root=str(raw["host_root"]),
+        cmdline_file=str(raw["cmdline_file"]),
+        booted_image_source=BootedImageSource(str(raw["booted_image_source"])),
+        rpm_ostree_command=command,
+        listen=named("--listen", parse_listen, str(raw["listen"])),
+        max_hold=max_hold,
+        build_pod_selectors=selectors,
+        build_pod_scope=scope,
+        daemonset=daemonset,
+        release_on_exit=release_on_exit,
+        log_format=LogFormat(str(raw["log_format"])),
+        log_level=str(raw["log_level"]),
+        shield_build_pods=shield_build_pods,
+        shield_dependencies=shield_dependencies,
+        api_stale_after=api_stale_after,
+        confinement_check_interval=confinement_check_interval,
+        observe_only=bool(raw["observe_only"]),
+        pod_name=pod_name,
+        api_socket=api_socket,
+        alerts=alert_settings(raw),
+        **blocking_pod_settings(raw),
+    )
+
+
+def _split_command(text: str) -> tuple[str, ...]:
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise SettingsError(f"invalid --rpm-ostree-command {text!r}: {exc}") from None
+    if not words:
+        raise SettingsError("--rpm-ostree-command is empty")
+    return tuple(words)
