@@ -176,9 +176,13 @@ class ListWatch:
                 await asyncio.sleep(delay)
 
     def _answered(self) -> None:
-        """A list, or the start of a watch, was answered: the watch is current."""
+        """A list, or the start of a watch, was answered: the watch is current, and the
+        backoff starts over. A quiet watch (the pods of an idle node) delivers no event to
+        reset it: its attempts would add up over separate outages, each cut stream waiting
+        longer, up to the 30 s cap, blind to the pods meanwhile."""
         failing = self.outage.since is not None
         self.outage.ended()
+        self.backoff.reset()
         if failing or not self._listed:
             self._listed = True
             self._report_state()
@@ -249,7 +253,6 @@ class ListWatch:
             raise ValueError(f"malformed {self.resource} in list: {exc}") from None
         self.resource_version = str(metadata.get("resourceVersion", ""))
         self._answered()
-        self.backoff.reset()
 
     async def _watch_once(self) -> None:
         # Jitter the server-side timeout so that a fleet of agents does not renew in lockstep.
@@ -317,4 +320,3 @@ class ListWatch:
             raise ValueError(f"malformed {self.resource} in watch event: {exc}") from None
         if rv:
             self.resource_version = str(rv)
-        self.backoff.reset()
