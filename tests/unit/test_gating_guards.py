@@ -1,15 +1,16 @@
-"""Issue 26's guards, pure: alert answers of both APIs, the filter, the alert guard and its
-settings; blocking pods and their settings."""
+"""The gating guards, pure (issue 26): alert answers of both APIs, the filter, the alert
+guard and its settings; blocking pods and their settings; every new reason ends at max-hold."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from drain_guard import protocol
 from drain_guard.alerts import (
     AlertApi,
     AlertFilter,
@@ -20,8 +21,21 @@ from drain_guard.alerts import (
 )
 from drain_guard.config.agent import add_run_arguments, settings_from
 from drain_guard.config.values import SettingsError
-from drain_guard.guards import AlertGuard, Block, BootedImage, Clear, NodeView, Unknown
+from drain_guard.decide import decide
+from drain_guard.decisions import Release
+from drain_guard.guards import (
+    AlertGuard,
+    Block,
+    BlockingPodGuard,
+    BootedImage,
+    Clear,
+    NodeView,
+    Unknown,
+    default_guards,
+)
+from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
+from drain_guard.selectors import default_build_pod_selectors, parse_build_pod_selector
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ANY = AlertFilter.parse("^(DrainGate|EtcdDown)$")
@@ -157,9 +171,6 @@ def test_bad_blocking_settings_are_one_clear_line(flags: list[str], message: str
 
 
 def test_only_running_blocking_pods_in_opted_in_namespaces_block() -> None:
-    from drain_guard.guards import BlockingPodGuard
-    from drain_guard.pods import Pod
-    from drain_guard.selectors import parse_build_pod_selector
 
     guard = BlockingPodGuard([parse_build_pod_selector("app=etl")], ["batch"])
     etl = {"app": "etl"}
@@ -177,3 +188,29 @@ def test_only_running_blocking_pods_in_opted_in_namespaces_block() -> None:
         Reason.BLOCKING_POD, "blocking pod batch/etl-1"
     )
     assert isinstance(guard.check(replace(base, pods=pods, blocking_pods=None)), Unknown)
+
+
+@pytest.mark.parametrize(
+    ("reason", "seen"),
+    [
+        (Reason.ALERT, {"alerts": AlertsSeen(("DrainGate",), NOW)}),
+        (Reason.NODE_LABEL, {"labels": {protocol.BLOCK_DRAINS_LABEL: "backup"}}),
+    ],
+)
+def test_every_new_reason_ends_at_max_hold(reason: Reason, seen: dict[str, Any]) -> None:
+    """Still blocking after max-hold, the hold is released all the same, as ``expired``."""
+
+    request = "drain-rendered-worker-aaa"
+    annotations = {
+        protocol.DESIRED_DRAIN: "hold-" + request,
+        protocol.HELD_DRAIN: request,
+        protocol.HOLD_REASONS: reason.value,
+        protocol.HELD_SINCE: protocol.format_rfc3339(NOW - timedelta(minutes=45)),
+        protocol.HOLD_DETAIL: "x",
+    }
+    node = replace(view(None), annotations=annotations, **seen)
+    guards = default_guards(default_build_pod_selectors(), on_unreachable=OnUnreachable.HOLD)
+    assert any(isinstance(v, Block) for v in (g.check(node) for g in guards))
+    decision = decide(node, guards, timedelta(minutes=45))
+    assert isinstance(decision, Release)
+    assert decision.outcome is protocol.Outcome.EXPIRED
