@@ -30,14 +30,14 @@ from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.config.webhook import add_webhook_arguments
 from drain_guard.decide import NothingHeldError, force_release, stale_keys
 from drain_guard.health import format_duration
-from drain_guard.status import (
-    AgentStatus,
+from drain_guard.holdrequest import (
     HoldRequestStatus,
     printable,
     releases_when,
     split_hold_detail,
     stalled,
 )
+from drain_guard.status import AgentStatus
 
 if TYPE_CHECKING:
     from drain_guard.kube.client import Kube

@@ -35,12 +35,8 @@ from drain_guard.nodes import NodeObj
 from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import shield_namespaces
-from drain_guard.status import (
-    AgentStatus,
-    WouldHoldStatus,
-    decided,
-    nothing_decided,
-)
+from drain_guard.snapshot import decided, nothing_decided
+from drain_guard.status import AgentStatus, WouldHoldStatus
 
 log = logging.getLogger("drain_guard.controller")
 

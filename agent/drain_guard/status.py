@@ -1,15 +1,13 @@
 """What the agent shows at ``/status`` and in ``drain-guard status``: the answer to
 "why is my drain held?".
 
-Pure: ``decided()`` builds an ``AgentStatus`` snapshot from the controller's decision (what the
-guards saw travels in its verdicts; nothing is checked again here), with ``generated_at``, the
-time it was taken, given, so nothing here reads a clock; the server renders it.
-``docs/status.md`` explains each field.
+Pure: an ``AgentStatus`` snapshot, built from the controller's decision by
+``drain_guard.snapshot.decided()`` with ``generated_at``, the time it was taken, given, so
+nothing here reads a clock; the server renders it. The operator's hold request and what ends a
+hold are in ``drain_guard.holdrequest``. ``docs/status.md`` explains each field.
 
 API::
 
-    decided(base, decision, annotations=..., hold=..., booted=..., max_hold=..., now=...)
-    nothing_decided(base, explanation, now)  # no Node to decide on
     status.to_json() -> dict[str, Any]      # JSON-ready, camelCase keys, RFC 3339 UTC times
     AgentStatus.from_json(data)             # the inverse (the CLI reads /status over HTTP)
     status.to_text() -> str                 # a few lines for humans (curl ...?format=text)
@@ -23,28 +21,14 @@ drain request is not let through), ``pass`` (a drain request went through: no gu
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from drain_guard import decisions, guards
 from drain_guard.health import WatchStatus, format_duration
-from drain_guard.protocol import (
-    BLOCK_DRAINS_LABEL,
-    DESIRED_DRAIN,
-    DESIRED_IMAGE,
-    HOLD_REQUEST,
-    LAST_APPLIED_DRAIN,
-    HoldRecord,
-    Reason,
-    format_rfc3339,
-    later,
-    parse_rfc3339,
-    pool_of,
-    truncate_utf8,
-)
+from drain_guard.holdrequest import HoldRequestStatus, printable, stalled
+from drain_guard.protocol import format_rfc3339, parse_rfc3339
 from drain_guard.shieldplan import ShieldStatus
 
 DECISIONS: tuple[str, ...] = (
@@ -65,133 +49,6 @@ class HoldReasonStatus:
 
     reason: str
     detail: str
-
-
-@dataclass(frozen=True)
-class HoldRequestStatus:
-    """An operator's ``drain-guard.io/hold-request`` as read at one instant: ``active`` (it
-    holds drains until ``until``), ``expired`` or ``invalid`` (both hold nothing; ``why``
-    says what is wrong with an invalid one)."""
-
-    value: str
-    state: str
-    until: datetime | None = None
-    reason: str = ""
-    why: str = ""
-
-    @classmethod
-    def read(cls, value: str, now: datetime) -> HoldRequestStatus:
-        """The request ``value`` at ``now``; its texts cut as invalid input's are (small)."""
-        shown = truncate_utf8(value, guards.MAX_INVALID_BYTES)
-        try:
-            until, reason = guards.parse_hold_request(value)
-        except ValueError as err:
-            why = f"{err}; expected <RFC 3339 expiry>[;<reason>]"
-            return cls(shown, "invalid", why=truncate_utf8(why, guards.MAX_INVALID_BYTES))
-        reason = truncate_utf8(reason, guards.MAX_INVALID_BYTES)
-        return cls(shown, "expired" if until <= now else "active", until, reason)
-
-    def capped_at(self, ends_by: datetime | None) -> datetime | None:
-        """When ``--max-hold`` ends a hold this request asks to last longer, else None."""
-        if self.state != "active" or self.until is None or ends_by is None:
-            return None
-        return ends_by if self.until > ends_by else None
-
-    def to_json(self, ends_by: datetime | None = None) -> dict[str, Any]:
-        return {
-            "value": self.value,
-            "state": self.state,
-            "until": _rfc3339(self.until),
-            "reason": self.reason,
-            "why": self.why,
-            "cappedAt": _rfc3339(self.capped_at(ends_by)),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> HoldRequestStatus:
-        return cls(data["value"], data["state"], _parse(data["until"]), data["reason"], data["why"])
-
-    def to_text(self, now: datetime, ends_by: datetime | None, max_hold: timedelta | None) -> str:
-        """One line; INVALID and EXPIRED in capitals, since such a request holds nothing."""
-        value = printable(self.value)
-        if self.state == "invalid":
-            return f"INVALID, holds nothing: {printable(self.why)} (value {value})"
-        assert self.until is not None
-        said = f": {printable(self.reason)}" if self.reason else ""
-        if self.state == "expired":
-            ago = format_duration(now - self.until)
-            return (
-                f"EXPIRED at {_rfc3339(self.until)} ({ago} ago), holds nothing{said};"
-                f" remove it: oc annotate node NODE {HOLD_REQUEST}-"
-            )
-        line = f"until {_rfc3339(self.until)} (in {format_duration(self.until - now)}){said}"
-        capped = self.capped_at(ends_by)
-        if capped is not None:
-            line += f"; capped by --max-hold: the hold ends at {_rfc3339(capped)}"
-        elif ends_by is None and max_hold is not None and self.until - now > max_hold:
-            line += (
-                f"; capped by --max-hold: a drain is held at most {format_duration(max_hold)}"
-                " from when it is requested"
-            )
-        return line
-
-
-_DETAIL_SPLIT = re.compile("; (?=(?:" + "|".join(re.escape(r.value) for r in Reason) + "): )")
-
-
-def split_hold_detail(detail: str) -> dict[str, str]:
-    """The ``hold-detail`` annotation (``decisions.hold_detail``) by reason."""
-    parts = (part.partition(": ") for part in _DETAIL_SPLIT.split(detail) if part)
-    return {reason: text for reason, _, text in parts if reason in set(Reason)}
-
-
-def releases_when(
-    reasons: Sequence[tuple[str, str]], request: HoldRequestStatus | None
-) -> tuple[str, ...]:
-    """What clears each reason of a hold, given as (reason, detail): the hold is released once
-    every one has cleared (or at its expiry, or by ``drain-guard release``)."""
-    found: list[str] = []
-    for reason, detail in reasons:
-        if reason == Reason.BUILD_POD:
-            pods = detail or "the build pod"
-            found.append(
-                f"{reason}: when {pods} {'end' if pods.startswith('build pods') else 'ends'}"
-            )
-        elif reason == Reason.NOOP_IMAGE:
-            found.append(
-                f"{reason}: when desiredImage changes to an image the node does not run"
-                " (the build's new image)"
-            )
-        elif reason == Reason.MANUAL:
-            until = request.until if request is not None else None
-            when = f"expires at {_rfc3339(until)}" if until is not None else "expires"
-            found.append(f"{reason}: when the hold request {when} or is removed")
-        elif reason == Reason.ALERT:
-            if detail.startswith("alert query unanswered"):
-                found.append(f"{reason}: when the alert query is answered, no matching alert fired")
-            else:
-                found.append(f"{reason}: when the matching alerts resolve (or are silenced)")
-        elif reason == Reason.BLOCKING_POD:
-            pods = detail or "the blocking pod"
-            ends = "stop" if pods.startswith("blocking pods") else "stops"
-            found.append(f"{reason}: when {pods} {ends} running (completes, fails or is deleted)")
-        elif reason == Reason.NODE_LABEL:
-            found.append(f"{reason}: when the label {BLOCK_DRAINS_LABEL} is removed from the node")
-    return tuple(printable(line) for line in found)
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def stalled(pool: str, node: str) -> str:
-    """The line that puts a hold's cost in view: the pool's rollout waits on the node."""
-    return f"{pool} pool waiting: its rollout goes on past {node} only once the hold ends"
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\x1b``): an annotation is anyone's
-    input and must not move the terminal's cursor or forge a line of ``drain-guard status``."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
 
 
 @dataclass(frozen=True)
@@ -508,73 +365,6 @@ class AgentStatus:
             f"  agent:         {self.version}, up {format_duration(now - self.started_at)}"
         )
         return "\n".join(lines) + "\n"
-
-
-def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> AgentStatus:
-    """An ``idle`` snapshot with no decision behind it (the Node is not there): only the
-    agent's identity is kept from ``base``."""
-    return AgentStatus(
-        node=base.node,
-        decision="idle",
-        explanation=explanation,
-        version=base.version,
-        started_at=base.started_at,
-        generated_at=now,
-        observe_only=base.observe_only,
-        last_would_hold=base.last_would_hold,
-    )
-
-
-def decided(
-    base: AgentStatus,
-    decision: decisions.Decision,
-    *,
-    annotations: Mapping[str, str],
-    hold: HoldRecord | None,
-    booted: guards.BootedImage,
-    max_hold: timedelta,
-    now: datetime,
-) -> AgentStatus:
-    """The snapshot of a decision on a Node with these annotations; ``hold`` is the hold the
-    agent knows on the Node (an observe-only agent's would-be hold is not one), ``base``
-    gives the agent's identity. An observe-only decision that would write says so."""
-    explanation = decision.explain()
-    if base.observe_only and decision.patch:
-        explanation = f"observe-only, not written: would {explanation}"
-    blocks = decision.blocks
-    pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
-    image = guards.evidence(decision.verdicts, guards.ImageCompared)
-    request_text = annotations.get(HOLD_REQUEST)
-    request = None if request_text is None else HoldRequestStatus.read(request_text, now)
-    return AgentStatus(
-        node=base.node,
-        decision=decision.name,
-        explanation=explanation,
-        version=base.version,
-        started_at=base.started_at,
-        generated_at=now,
-        desired_drain=annotations.get(DESIRED_DRAIN),
-        last_applied_drain=annotations.get(LAST_APPLIED_DRAIN),
-        held_request=hold.held_drain if hold else None,
-        hold_reasons=tuple(HoldReasonStatus(b.reason.value, b.detail) for b in blocks),
-        since=hold.since if hold else None,
-        expires_at=later(hold.since, max_hold) if hold else None,
-        build_pods=None
-        if pods is None
-        else tuple(PodStatus(p.namespace, p.name, p.phase) for p in pods.pods),
-        desired_image=annotations.get(DESIRED_IMAGE),
-        desired_digest=image.desired_digest if image else None,
-        booted=BootedImageStatus(booted.digest, booted.reference, booted.source, booted.error),
-        observe_only=base.observe_only,
-        invalid_inputs=tuple(
-            InvalidInputStatus(i.kind, i.what, i.why) for i in decisions.invalid_inputs(decision)
-        ),
-        hold_request=request,
-        releases_when=releases_when([(b.reason.value, b.detail) for b in blocks], request),
-        max_hold=max_hold,
-        last_would_hold=base.last_would_hold,
-        pool=pool_of(annotations),
-    )
 
 
 def alerts_text(alerts: Mapping[str, Any]) -> str:

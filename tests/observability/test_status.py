@@ -16,23 +16,24 @@ from hypothesis import strategies as st
 from drain_guard import decisions, guards, protocol
 from drain_guard.decide import decide
 from drain_guard.health import WatchStatus
+from drain_guard.holdrequest import (
+    HoldRequestStatus,
+    printable,
+    releases_when,
+    split_hold_detail,
+)
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.selectors import default_build_pod_selectors
 from drain_guard.shieldplan import Conflict, Held, NodeScope, Role, ShieldStatus
+from drain_guard.snapshot import decided, nothing_decided
 from drain_guard.status import (
     DECISIONS,
     AgentStatus,
     BootedImageStatus,
     HoldReasonStatus,
-    HoldRequestStatus,
     InvalidInputStatus,
     PodStatus,
-    decided,
-    nothing_decided,
-    printable,
-    releases_when,
-    split_hold_detail,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

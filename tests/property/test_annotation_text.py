@@ -49,7 +49,8 @@ from drain_guard.protocol import (
     read_hold,
 )
 from drain_guard.selectors import default_build_pod_selectors
-from drain_guard.status import AgentStatus, decided
+from drain_guard.snapshot import decided
+from drain_guard.status import AgentStatus
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MAX_HOLD = timedelta(minutes=45)
