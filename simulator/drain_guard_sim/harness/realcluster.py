@@ -300,6 +300,7 @@ class RealCluster:
         self._observer = _Observer(plane.admin_kubeconfig, self.timeline, self.timings, pool)
         self._race_margin: float | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._seeded = False  # objects made on the control plane (its Nodes, to delete)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -313,6 +314,7 @@ class RealCluster:
     async def start(self) -> None:
         await self._observer.start()
         await self._custom_resources()
+        self._seeded = True
         await self._seed_objects()
         await self._observer.watch()
         t, tl, v = self.timings, self.timeline, self.version
@@ -345,6 +347,12 @@ class RealCluster:
             await machine.stop()
         for actor in reversed(self.actors):
             await actor.stop()
+        # The Nodes go, so that no other client of a shared control plane (another test's
+        # drain controller) acts on one left mid-drain; the rest stays, named after the pool.
+        if self._seeded:
+            for name in self.node_names:
+                with contextlib.suppress(ApiException):
+                    await self._request("DELETE", f"/api/v1/nodes/{name}")
         await self._observer.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
