@@ -7,7 +7,8 @@ keep no budgets; ``webhook`` the admission webhook that confines the agents on O
 and passes on only that agent's requests about its own Node (drain_guard.nodeproxy).
 ``status``, ``hold`` and ``release`` are operator tools that talk to the API with the caller's
 own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides who may hold
-or release. ``demo`` is imported lazily: the agent never loads the simulator.
+or release (drain_guard.commands). ``demo`` is imported lazily: the agent never loads the
+simulator.
 """
 
 from __future__ import annotations
@@ -15,42 +16,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, NoReturn
 
-from drain_guard import __version__, guards, protocol
+from drain_guard import __version__
+from drain_guard.commands.base import EXIT_OK, EXIT_USAGE
+from drain_guard.commands.hold import run_hold
+from drain_guard.commands.release import run_release
+from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.agent import add_run_arguments, default_max_hold, settings_from
 from drain_guard.config.shield import add_shield_arguments, shield_settings_from
 from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.config.webhook import add_webhook_arguments
-from drain_guard.decide import NothingHeldError, force_release, stale_keys
-from drain_guard.health import format_duration
-from drain_guard.holdrequest import (
-    HoldRequestStatus,
-    printable,
-    releases_when,
-    split_hold_detail,
-    stalled,
-)
-from drain_guard.status import AgentStatus
 
-if TYPE_CHECKING:
-    from drain_guard.kube.client import Kube
-    from drain_guard.nodes import NodeObj
+# The programs, and with them the API client (aiohttp, kubernetes_asyncio), are imported by
+# main() when they run.
 
-# The API client (aiohttp, kubernetes_asyncio) is imported by the commands that talk to the
-# API, when they run.
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-DEFAULT_ENDPOINT = "http://127.0.0.1:9797"
-ENDPOINT_TIMEOUT = 2.0
 #: ``drain-guard node-proxy``'s defaults: the systemd unit's socket, the kubelet's kubeconfig.
 NODE_PROXY_SOCKET = "/run/drain-guard-node-proxy/api.sock"
 KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
@@ -244,11 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "copy-booted-origin":
         return _copy_booted_origin(args)
     if args.command == "status":
-        return asyncio.run(_status(args))
+        return asyncio.run(run_status(args))
     if args.command == "hold":
-        return asyncio.run(_hold(args))
+        return asyncio.run(run_hold(args))
     assert args.command == "release", args.command  # "demo" never reaches the parser
-    return asyncio.run(_release(args))
+    return asyncio.run(run_release(args))
 
 
 def _copy_booted_origin(args: argparse.Namespace) -> int:
@@ -291,370 +276,3 @@ def _demo(argv: Sequence[str]) -> int:
     max_hold = f"{default_max_hold().total_seconds():g}"
     demo = [sys.executable, "-m", "drain_guard_sim", "demo", "--agent-max-hold", max_hold]
     os.execv(sys.executable, [*demo, *argv])
-
-
-# --- status -----------------------------------------------------------------------------
-
-
-def node_state(
-    node: NodeObj, now: datetime | None = None, max_hold: timedelta | None = None
-) -> dict[str, Any]:
-    """What ``status`` shows of one Node, from its annotations alone, at ``now``; a hold ends
-    by its ``held-since`` plus ``max_hold`` (the agents' ``--max-hold``).
-
-    "Held" means exactly what ``release`` can release (:func:`force_release`), so the
-    two commands never disagree; a ``hold-`` value drain-guard did not write is "foreign".
-    """
-    now = now or datetime.now(UTC)
-    max_hold = max_hold or default_max_hold()
-    ann = node.annotations
-    text = ann.get(protocol.HOLD_REQUEST)
-    request = None if text is None else HoldRequestStatus.read(text, now)
-    state: dict[str, Any] = {
-        "node": node.name,
-        "desiredDrain": ann.get(protocol.DESIRED_DRAIN),
-        "lastAppliedDrain": ann.get(protocol.LAST_APPLIED_DRAIN),
-        "unschedulable": node.unschedulable,
-        "held": False,
-        "holdRequest": None if request is None else request.to_json(),
-        "staleKeys": list(stale_keys(ann)),
-        "pool": protocol.pool_of(ann),
-        "now": protocol.format_rfc3339(now),
-        "maxHoldSeconds": max_hold.total_seconds(),
-    }
-    try:
-        release = force_release(ann, node.resource_version, protocol.Outcome.MANUAL)
-    except NothingHeldError as exc:
-        if protocol.parse_drain_request(state["desiredDrain"]).verb is protocol.Verb.HOLD:
-            state["foreign"] = str(exc)
-        return state
-    state.update(held=True, heldDrain=release.original)
-    try:
-        record = protocol.read_hold(ann)
-    except protocol.MalformedHold as exc:
-        state["error"] = f"malformed hold annotations: {exc}"
-        return state
-    if record is not None:
-        ends_by = record.since + max_hold
-        details = split_hold_detail(record.detail)
-        reasons = [(str(r), details.get(str(r), "")) for r in record.reasons]
-        state.update(
-            reasons=[str(r) for r in record.reasons],
-            heldSince=protocol.format_rfc3339(record.since),
-            endsBy=protocol.format_rfc3339(ends_by),
-            detail=record.detail,
-            releasesWhen=list(releases_when(reasons, request)),
-        )
-        if request is not None:
-            state["holdRequest"] = request.to_json(ends_by)
-    return state
-
-
-async def _fetch_endpoint(url: str) -> dict[str, Any]:
-    import aiohttp
-
-    timeout = aiohttp.ClientTimeout(total=ENDPOINT_TIMEOUT)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(url.rstrip("/") + "/status") as resp,
-    ):
-        resp.raise_for_status()
-        body: dict[str, Any] = await resp.json()
-        return body
-
-
-async def _status(args: argparse.Namespace) -> int:
-    from drain_guard.kube.call import KubeError
-
-    node_name = args.node_name or os.environ.get("NODE_NAME")
-    kube = await _connect(args.kubeconfig, "status")
-    if kube is None:
-        return EXIT_USAGE
-    try:
-        if node_name:
-            node = await kube.get_node(node_name)
-            if node is None:
-                print(f"drain-guard status: error: node {node_name} not found", file=sys.stderr)
-                return EXIT_FAILURE
-            nodes = [node]
-        else:
-            nodes = [n for n in await kube.list_nodes() if _listed(n)]
-    except KubeError as exc:
-        print(f"drain-guard status: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    finally:
-        await kube.close()
-    now = datetime.now(UTC)
-    states = [node_state(n, now, args.max_hold) for n in nodes]
-    if node_name:
-        await _add_endpoint(states[0], args.endpoint)
-    if args.output == "json":
-        print(json.dumps(states[0] if node_name else states, indent=2, sort_keys=True))
-    else:
-        if not states:
-            print("no node has a hold, a hold request, a foreign hold value or stale keys")
-        for state in states:
-            print(render_text(state))
-    return EXIT_OK
-
-
-async def _add_endpoint(state: dict[str, Any], endpoint: str | None) -> None:
-    """Add the agent's own /status when it answers (always tried with ``--endpoint``)."""
-    import aiohttp
-
-    url = endpoint or DEFAULT_ENDPOINT
-    try:
-        agent_status = await _fetch_endpoint(url)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        if endpoint is not None:
-            state["agentError"] = f"{url}: {exc}"
-        return
-    # The endpoint may belong to another node's agent: the default one is then left out,
-    # an explicit one is shown with a warning.
-    other = agent_status.get("node")
-    if other != state["node"]:
-        if endpoint is None:
-            return
-        state["agentWarning"] = f"{url} is the agent of node {other}, not of {state['node']}"
-        print(f"drain-guard status: warning: {state['agentWarning']}", file=sys.stderr)
-    state["agent"] = agent_status
-
-
-async def _connect(kubeconfig: str | None, command: str) -> Kube | None:
-    from drain_guard.kube.client import Kube
-    from drain_guard.kubeclient import ConfigException
-
-    try:
-        return await Kube.connect(kubeconfig)
-    except (ConfigException, OSError, ValueError) as exc:
-        print(
-            f"drain-guard {command}: error: cannot load Kubernetes config: {exc}", file=sys.stderr
-        )
-        return None
-
-
-def render_text(state: Mapping[str, Any]) -> str:
-    """The text view of :func:`node_state`; every annotation's text with control characters
-    escaped (an annotation is anyone's input)."""
-    now = datetime.fromisoformat(state["now"])
-    max_hold = timedelta(seconds=state["maxHoldSeconds"])
-    lines = [f"node {state['node']}:"]
-    if state.get("error"):
-        lines.append(f"  {printable(state['error'])}")
-    ends_by = None
-    if state["held"]:
-        held = printable(state["heldDrain"])
-        if "reasons" in state:
-            since = datetime.fromisoformat(state["heldSince"])
-            ends_by = datetime.fromisoformat(state["endsBy"])
-            lines.append(
-                f"  HELD since {state['heldSince']} ({format_duration(now - since)} ago)"
-                f" for {', '.join(state['reasons'])}: {held}"
-            )
-            left = format_duration(ends_by - now)
-            lines.append(
-                f"  ends by {state['endsBy']} (in {left}; --max-hold"
-                f" {format_duration(max_hold)}) unless released earlier"
-            )
-        else:
-            lines.append(f"  HELD: {held}")
-        if state.get("detail"):
-            lines.append(f"  detail: {printable(state['detail'])}")
-        for condition in state.get("releasesWhen", ()):
-            lines.append(f"  released {condition}")
-        lines.append(f"  released now by: drain-guard release --node-name {state['node']}")
-        if state.get("pool"):
-            lines.append(f"  {stalled(printable(state['pool']), state['node'])}")
-    elif state.get("foreign"):
-        lines.append(f"  no drain-guard hold: {printable(state['foreign'])}")
-    else:
-        lines.append("  no hold")
-    if state["staleKeys"]:
-        lines.append(
-            f"  stale keys: {', '.join(state['staleKeys'])}"
-            " (left by a hold that ended; drain-guard release removes them)"
-        )
-    lines.append(f"  desiredDrain: {printable(state['desiredDrain'] or '-')}")
-    lines.append(f"  lastAppliedDrain: {printable(state['lastAppliedDrain'] or '-')}")
-    if state["unschedulable"]:
-        lines.append("  node is cordoned (SchedulingDisabled)")
-    if state.get("holdRequest"):
-        request = HoldRequestStatus.from_json(state["holdRequest"])
-        lines.append(f"  hold request: {request.to_text(now, ends_by, max_hold)}")
-    if "agentWarning" in state:
-        lines.append(f"  WARNING: {printable(state['agentWarning'])}")
-    if "agent" in state:
-        lines.extend(f"  agent: {line}" for line in _agent_text(state["agent"]).splitlines())
-    if "agentError" in state:
-        lines.append(f"  agent endpoint unreachable: {printable(state['agentError'])}")
-    return "\n".join(lines)
-
-
-def _agent_text(agent: dict[str, Any]) -> str:
-    """The agent's /status as its own text view (``?format=text``), not a line of JSON."""
-    try:
-        return AgentStatus.from_json(agent).to_text()
-    except (KeyError, TypeError, ValueError):  # starting, or another version's document
-        return printable(json.dumps(agent, sort_keys=True))
-
-
-def _listed(node: NodeObj) -> bool:
-    """Whether ``status`` without ``--node-name`` lists the node: something to look at."""
-    state = node_state(node)
-    return bool(state["held"] or state["staleKeys"] or "foreign" in state or state["holdRequest"])
-
-
-def _releasable(annotations: Mapping[str, str]) -> bool:
-    """What ``release --all`` acts on: a drain-guard hold, a hold request, or stale
-    drain-guard keys."""
-    try:
-        force_release(annotations, "", protocol.Outcome.MANUAL)
-    except NothingHeldError:
-        return bool(stale_keys(annotations)) or protocol.HOLD_REQUEST in annotations
-    return True
-
-
-# --- hold -------------------------------------------------------------------------------
-
-
-async def _hold(args: argparse.Namespace) -> int:
-    """Write a valid ``drain-guard.io/hold-request`` (replacing any): the agent holds the
-    node's drain requests until it expires, each at most ``--max-hold``."""
-    from drain_guard.kube.call import KubeError
-    from drain_guard.kube.client import Applied
-
-    if args.duration <= timedelta(0):
-        print("drain-guard hold: error: --for must be above 0", file=sys.stderr)
-        return EXIT_USAGE
-    until = datetime.now(UTC).replace(microsecond=0) + args.duration
-    try:
-        value = guards.format_hold_request(until, args.reason)
-    except ValueError as exc:
-        print(f"drain-guard hold: error: --reason: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    kube = await _connect(args.kubeconfig, "hold")
-    if kube is None:
-        return EXIT_USAGE
-    name = args.node_name
-    try:
-        node = await kube.get_node(name)
-        if node is None:
-            print(f"drain-guard hold: error: node {name} not found", file=sys.stderr)
-            return EXIT_FAILURE
-        path = protocol.annotation_path(protocol.HOLD_REQUEST)
-        ops: list[dict[str, Any]] = [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version},
-            {"op": "add", "path": path, "value": value},
-        ]
-        if not node.annotations:  # JSON Patch cannot add a key to a missing object
-            ops[1] = {"op": "add", "path": "/metadata/annotations", "value": {}}
-            ops.append({"op": "add", "path": path, "value": value})
-        if not isinstance(await kube.patch_node_json(name, ops), Applied):
-            print(f"drain-guard hold: error: node {name} changed; try again", file=sys.stderr)
-            return EXIT_FAILURE
-    except KubeError as exc:
-        print(f"drain-guard hold: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    finally:
-        await kube.close()
-    previous = node.annotations.get(protocol.HOLD_REQUEST)
-    print(
-        f"node {name}: drains held until {protocol.format_rfc3339(until)}: {value.split(';', 1)[1]}"
-    )
-    if previous is not None:
-        print(f"node {name}: replaced the hold request {printable(repr(previous))}")
-    if args.duration > args.max_hold:
-        print(
-            f"node {name}: note: a held drain is released after --max-hold"
-            f" {format_duration(args.max_hold)} even so (the MCD's drain timeout is 1h)"
-        )
-    print(f"withdraw it with: drain-guard release --node-name {name}")
-    return EXIT_OK
-
-
-# --- release ----------------------------------------------------------------------------
-
-
-async def _release(args: argparse.Namespace) -> int:
-    from drain_guard.kube.call import KubeError
-
-    kube = await _connect(args.kubeconfig, "release")
-    if kube is None:
-        return EXIT_USAGE
-    try:
-        if args.all:
-            nodes = [n for n in await kube.list_nodes() if _releasable(n.annotations)]
-            if not nodes:
-                print("nothing to release: no node has a hold or stale keys")
-                return EXIT_OK
-            results = [await release_node(kube, n.name) for n in nodes]
-            return EXIT_OK if all(results) else EXIT_FAILURE
-        return EXIT_OK if await release_node(kube, args.node_name) else EXIT_FAILURE
-    except KubeError as exc:
-        print(f"drain-guard release: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    finally:
-        await kube.close()
-
-
-RELEASE_ATTEMPTS = 5
-
-
-async def release_node(kube: Kube, name: str) -> bool:
-    """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success.
-
-    The patch also records the request in ``drain-guard.io/released``: the agent does not
-    hold that request again, and counts the release as ``manual``.
-    """
-    from drain_guard.kube.client import Applied
-
-    for _ in range(RELEASE_ATTEMPTS):
-        node = await kube.get_node(name)
-        if node is None:
-            print(f"drain-guard release: error: node {name} not found", file=sys.stderr)
-            return False
-        # A hold request would hold the next drain request: release withdraws it too.
-        request = node.annotations.get(protocol.HOLD_REQUEST)
-        withdraw = [] if request is None else _withdraw_ops(request)
-        try:
-            release = force_release(
-                node.annotations, node.resource_version, protocol.Outcome.MANUAL
-            )
-        except NothingHeldError as exc:
-            stale = stale_keys(node.annotations)
-            if not stale and request is None:
-                print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
-                return False
-            desired = node.annotations.get(protocol.DESIRED_DRAIN)
-            cleanup = protocol.cleanup_patch(desired, node.annotations, stale) if stale else []
-            patch = [*cleanup, *withdraw]
-            if isinstance(await kube.patch_node_json(name, patch), Applied):
-                if stale:
-                    print(f"node {name}: nothing held; removed stale {', '.join(stale)}")
-                if request is not None:
-                    print(f"node {name}: withdrew the hold request {printable(repr(request))}")
-                return True
-            continue
-        except protocol.ProtocolError as exc:
-            print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
-            return False
-        result = await kube.patch_node_json(name, [*release.patch, *withdraw])
-        if isinstance(result, Applied):
-            print(f"node {name}: released {release.original} (outcome manual)")
-            if release.record is not None and protocol.Reason.BUILD_POD in release.record.reasons:
-                print(
-                    f"node {name}: note: it was held for a build pod; if the build still runs,"
-                    " the drain starts now and waits at its PodDisruptionBudget (the shield)"
-                    " until the build ends"
-                )
-            if request is not None:
-                print(f"node {name}: withdrew the hold request {printable(repr(request))}")
-            return True
-    print(f"drain-guard release: error: node {name} kept changing; try again", file=sys.stderr)
-    return False
-
-
-def _withdraw_ops(request: str) -> list[dict[str, str]]:
-    """JSON Patch removing the hold request ``request``, only if it is still that one."""
-    path = protocol.annotation_path(protocol.HOLD_REQUEST)
-    return [{"op": "test", "path": path, "value": request}, {"op": "remove", "path": path}]

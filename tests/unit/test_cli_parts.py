@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drain_guard import decisions, guards, protocol
-from drain_guard.cli import _listed, build_parser, main, node_state, render_text
+from drain_guard.cli import build_parser, main
+from drain_guard.commands.status import listed, node_state, render_text
 from drain_guard.config.agent import settings_from
 from drain_guard.config.values import SettingsError
 from drain_guard.decide import stale_keys
@@ -234,7 +235,7 @@ def test_the_configuration_docs_show_the_real_output() -> None:
 def test_a_hold_request_without_a_hold_is_listed_and_marked(request_value: str, shown: str) -> None:
     annotations = {protocol.HOLD_REQUEST: request_value}
     node = NodeObj("worker-1", "7", annotations, False)
-    assert _listed(node)
+    assert listed(node)
     assert shown in render_text(node_state(node, NOW, MAX_HOLD))
 
 

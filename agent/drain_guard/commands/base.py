@@ -1,0 +1,30 @@
+"""What the cluster-side commands share: the exit codes (as every program's) and the
+connection with the caller's own credentials."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from drain_guard.kube.client import Kube
+
+# The API client (aiohttp, kubernetes_asyncio) is imported by the commands that talk to the
+# API, when they run.
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+async def connect(kubeconfig: str | None, command: str) -> Kube | None:
+    from drain_guard.kube.client import Kube
+    from drain_guard.kubeclient import ConfigException
+
+    try:
+        return await Kube.connect(kubeconfig)
+    except (ConfigException, OSError, ValueError) as exc:
+        print(
+            f"drain-guard {command}: error: cannot load Kubernetes config: {exc}", file=sys.stderr
+        )
+        return None

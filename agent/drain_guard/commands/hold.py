@@ -1,0 +1,71 @@
+"""``drain-guard hold``: write a node's ``drain-guard.io/hold-request``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from drain_guard import guards, protocol
+from drain_guard.commands.base import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, connect
+from drain_guard.health import format_duration
+from drain_guard.holdrequest import printable
+
+if TYPE_CHECKING:
+    pass
+
+
+async def run_hold(args: argparse.Namespace) -> int:
+    """Write a valid ``drain-guard.io/hold-request`` (replacing any): the agent holds the
+    node's drain requests until it expires, each at most ``--max-hold``."""
+    from drain_guard.kube.call import KubeError
+    from drain_guard.kube.client import Applied
+
+    if args.duration <= timedelta(0):
+        print("drain-guard hold: error: --for must be above 0", file=sys.stderr)
+        return EXIT_USAGE
+    until = datetime.now(UTC).replace(microsecond=0) + args.duration
+    try:
+        value = guards.format_hold_request(until, args.reason)
+    except ValueError as exc:
+        print(f"drain-guard hold: error: --reason: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    kube = await connect(args.kubeconfig, "hold")
+    if kube is None:
+        return EXIT_USAGE
+    name = args.node_name
+    try:
+        node = await kube.get_node(name)
+        if node is None:
+            print(f"drain-guard hold: error: node {name} not found", file=sys.stderr)
+            return EXIT_FAILURE
+        path = protocol.annotation_path(protocol.HOLD_REQUEST)
+        ops: list[dict[str, Any]] = [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version},
+            {"op": "add", "path": path, "value": value},
+        ]
+        if not node.annotations:  # JSON Patch cannot add a key to a missing object
+            ops[1] = {"op": "add", "path": "/metadata/annotations", "value": {}}
+            ops.append({"op": "add", "path": path, "value": value})
+        if not isinstance(await kube.patch_node_json(name, ops), Applied):
+            print(f"drain-guard hold: error: node {name} changed; try again", file=sys.stderr)
+            return EXIT_FAILURE
+    except KubeError as exc:
+        print(f"drain-guard hold: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await kube.close()
+    previous = node.annotations.get(protocol.HOLD_REQUEST)
+    print(
+        f"node {name}: drains held until {protocol.format_rfc3339(until)}: {value.split(';', 1)[1]}"
+    )
+    if previous is not None:
+        print(f"node {name}: replaced the hold request {printable(repr(previous))}")
+    if args.duration > args.max_hold:
+        print(
+            f"node {name}: note: a held drain is released after --max-hold"
+            f" {format_duration(args.max_hold)} even so (the MCD's drain timeout is 1h)"
+        )
+    print(f"withdraw it with: drain-guard release --node-name {name}")
+    return EXIT_OK

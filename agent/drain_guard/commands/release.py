@@ -1,0 +1,112 @@
+"""``drain-guard release``: release a held drain now (outcome manual), withdraw a hold
+request, or remove stale drain-guard keys."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from drain_guard import protocol
+from drain_guard.commands.base import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, connect
+from drain_guard.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.holdrequest import printable
+
+if TYPE_CHECKING:
+    from drain_guard.kube.client import Kube
+
+
+def releasable(annotations: Mapping[str, str]) -> bool:
+    """What ``release --all`` acts on: a drain-guard hold, a hold request, or stale
+    drain-guard keys."""
+    try:
+        force_release(annotations, "", protocol.Outcome.MANUAL)
+    except NothingHeldError:
+        return bool(stale_keys(annotations)) or protocol.HOLD_REQUEST in annotations
+    return True
+
+
+async def run_release(args: argparse.Namespace) -> int:
+    from drain_guard.kube.call import KubeError
+
+    kube = await connect(args.kubeconfig, "release")
+    if kube is None:
+        return EXIT_USAGE
+    try:
+        if args.all:
+            nodes = [n for n in await kube.list_nodes() if releasable(n.annotations)]
+            if not nodes:
+                print("nothing to release: no node has a hold or stale keys")
+                return EXIT_OK
+            results = [await release_node(kube, n.name) for n in nodes]
+            return EXIT_OK if all(results) else EXIT_FAILURE
+        return EXIT_OK if await release_node(kube, args.node_name) else EXIT_FAILURE
+    except KubeError as exc:
+        print(f"drain-guard release: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        await kube.close()
+
+
+RELEASE_ATTEMPTS = 5
+
+
+async def release_node(kube: Kube, name: str) -> bool:
+    """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success.
+
+    The patch also records the request in ``drain-guard.io/released``: the agent does not
+    hold that request again, and counts the release as ``manual``.
+    """
+    from drain_guard.kube.client import Applied
+
+    for _ in range(RELEASE_ATTEMPTS):
+        node = await kube.get_node(name)
+        if node is None:
+            print(f"drain-guard release: error: node {name} not found", file=sys.stderr)
+            return False
+        # A hold request would hold the next drain request: release withdraws it too.
+        request = node.annotations.get(protocol.HOLD_REQUEST)
+        withdraw = [] if request is None else _withdraw_ops(request)
+        try:
+            release = force_release(
+                node.annotations, node.resource_version, protocol.Outcome.MANUAL
+            )
+        except NothingHeldError as exc:
+            stale = stale_keys(node.annotations)
+            if not stale and request is None:
+                print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
+                return False
+            desired = node.annotations.get(protocol.DESIRED_DRAIN)
+            cleanup = protocol.cleanup_patch(desired, node.annotations, stale) if stale else []
+            patch = [*cleanup, *withdraw]
+            if isinstance(await kube.patch_node_json(name, patch), Applied):
+                if stale:
+                    print(f"node {name}: nothing held; removed stale {', '.join(stale)}")
+                if request is not None:
+                    print(f"node {name}: withdrew the hold request {printable(repr(request))}")
+                return True
+            continue
+        except protocol.ProtocolError as exc:
+            print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
+            return False
+        result = await kube.patch_node_json(name, [*release.patch, *withdraw])
+        if isinstance(result, Applied):
+            print(f"node {name}: released {release.original} (outcome manual)")
+            if release.record is not None and protocol.Reason.BUILD_POD in release.record.reasons:
+                print(
+                    f"node {name}: note: it was held for a build pod; if the build still runs,"
+                    " the drain starts now and waits at its PodDisruptionBudget (the shield)"
+                    " until the build ends"
+                )
+            if request is not None:
+                print(f"node {name}: withdrew the hold request {printable(repr(request))}")
+            return True
+    print(f"drain-guard release: error: node {name} kept changing; try again", file=sys.stderr)
+    return False
+
+
+def _withdraw_ops(request: str) -> list[dict[str, str]]:
+    """JSON Patch removing the hold request ``request``, only if it is still that one."""
+    path = protocol.annotation_path(protocol.HOLD_REQUEST)
+    return [{"op": "test", "path": path, "value": request}, {"op": "remove", "path": path}]
