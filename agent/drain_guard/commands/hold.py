@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drain_guard import guards, protocol
 from drain_guard.commands.base import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, connect
 from drain_guard.health import format_duration
 from drain_guard.holdrequest import printable
-
-if TYPE_CHECKING:
-    pass
 
 
 async def run_hold(args: argparse.Namespace) -> int:
