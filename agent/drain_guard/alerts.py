@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from drain_guard.protocol import format_rfc3339
+from drain_guard.protocol import format_rfc3339_or_none
 
 __all__ = [
     "MAX_NAMED_ALERTS",
@@ -144,9 +144,9 @@ class AlertsSeen:
             "url": url,
             "state": self.state,
             "firing": list(self.firing),
-            "checkedAt": _rfc3339(self.checked_at),
+            "checkedAt": format_rfc3339_or_none(self.checked_at),
             "error": self.error,
-            "since": _rfc3339(self.since),
+            "since": format_rfc3339_or_none(self.since),
         }
 
     def named(self) -> str:
@@ -154,7 +154,3 @@ class AlertsSeen:
         shown = ", ".join(self.firing[:MAX_NAMED_ALERTS])
         more = len(self.firing) - MAX_NAMED_ALERTS
         return f"{shown} and {more} more" if more > 0 else shown
-
-
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else format_rfc3339(value)

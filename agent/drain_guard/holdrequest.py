@@ -27,7 +27,8 @@ from drain_guard.protocol import (
     HOLD_REQUEST,
     Reason,
     format_rfc3339,
-    parse_rfc3339,
+    format_rfc3339_or_none,
+    parse_rfc3339_or_none,
     truncate_utf8,
 )
 
@@ -66,15 +67,21 @@ class HoldRequestStatus:
         return {
             "value": self.value,
             "state": self.state,
-            "until": _rfc3339(self.until),
+            "until": format_rfc3339_or_none(self.until),
             "reason": self.reason,
             "why": self.why,
-            "cappedAt": _rfc3339(self.capped_at(ends_by)),
+            "cappedAt": format_rfc3339_or_none(self.capped_at(ends_by)),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> HoldRequestStatus:
-        return cls(data["value"], data["state"], _parse(data["until"]), data["reason"], data["why"])
+        return cls(
+            data["value"],
+            data["state"],
+            parse_rfc3339_or_none(data["until"]),
+            data["reason"],
+            data["why"],
+        )
 
     def to_text(self, now: datetime, ends_by: datetime | None, max_hold: timedelta | None) -> str:
         """One line; INVALID and EXPIRED in capitals, since such a request holds nothing."""
@@ -86,13 +93,13 @@ class HoldRequestStatus:
         if self.state == "expired":
             ago = format_duration(now - self.until)
             return (
-                f"EXPIRED at {_rfc3339(self.until)} ({ago} ago), holds nothing{said};"
+                f"EXPIRED at {format_rfc3339_or_none(self.until)} ({ago} ago), holds nothing{said};"
                 f" remove it: oc annotate node NODE {HOLD_REQUEST}-"
             )
-        line = f"until {_rfc3339(self.until)} (in {format_duration(self.until - now)}){said}"
+        line = f"until {format_rfc3339(self.until)} (in {format_duration(self.until - now)}){said}"
         capped = self.capped_at(ends_by)
         if capped is not None:
-            line += f"; capped by --max-hold: the hold ends at {_rfc3339(capped)}"
+            line += f"; capped by --max-hold: the hold ends at {format_rfc3339_or_none(capped)}"
         elif ends_by is None and max_hold is not None and self.until - now > max_hold:
             line += (
                 f"; capped by --max-hold: a drain is held at most {format_duration(max_hold)}"
@@ -129,7 +136,7 @@ def releases_when(
             )
         elif reason == Reason.MANUAL:
             until = request.until if request is not None else None
-            when = f"expires at {_rfc3339(until)}" if until is not None else "expires"
+            when = f"expires at {format_rfc3339_or_none(until)}" if until is not None else "expires"
             found.append(f"{reason}: when the hold request {when} or is removed")
         elif reason == Reason.ALERT:
             if detail.startswith("alert query unanswered"):
@@ -157,13 +164,3 @@ def printable(text: str) -> str:
     """``text`` with control characters escaped (``\\n``, ``\\x1b``): an annotation is anyone's
     input and must not move the terminal's cursor or forge a line of ``drain-guard status``."""
     return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode(), text)
-
-
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else format_rfc3339(value)
-
-
-def _parse(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    return parse_rfc3339(value)

@@ -46,10 +46,12 @@ __all__ = [
     "annotation_path",
     "cleanup_patch",
     "format_rfc3339",
+    "format_rfc3339_or_none",
     "hold_patch",
     "later",
     "parse_drain_request",
     "parse_rfc3339",
+    "parse_rfc3339_or_none",
     "pool_of",
     "read_hold",
     "release_patch",
@@ -239,6 +241,16 @@ def format_rfc3339(moment: datetime) -> str:
         raise ValueError("naive datetime: the protocol's times are UTC")
     utc = moment.astimezone(UTC)
     return f"{utc.year:04d}-{utc:%m-%dT%H:%M:%S}Z"
+
+
+def format_rfc3339_or_none(moment: datetime | None) -> str | None:
+    """``format_rfc3339``, with None for a time not there (a JSON ``null``)."""
+    return None if moment is None else format_rfc3339(moment)
+
+
+def parse_rfc3339_or_none(text: str | None) -> datetime | None:
+    """``parse_rfc3339``, with None for a time not there (a JSON ``null``)."""
+    return None if text is None else parse_rfc3339(text)
 
 
 def later(moment: datetime, delta: timedelta) -> datetime:

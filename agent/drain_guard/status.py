@@ -28,7 +28,11 @@ from typing import Any
 
 from drain_guard.health import WatchStatus, format_duration
 from drain_guard.holdrequest import HoldRequestStatus, printable, stalled
-from drain_guard.protocol import format_rfc3339, parse_rfc3339
+from drain_guard.protocol import (
+    format_rfc3339,
+    format_rfc3339_or_none,
+    parse_rfc3339_or_none,
+)
 from drain_guard.shieldplan import ShieldStatus
 
 DECISIONS: tuple[str, ...] = (
@@ -179,8 +183,8 @@ class AgentStatus:
             "lastAppliedDrain": self.last_applied_drain,
             "heldRequest": self.held_request,
             "holdReasons": [{"reason": r.reason, "detail": r.detail} for r in self.hold_reasons],
-            "since": _rfc3339(self.since),
-            "expiresAt": _rfc3339(self.expires_at),
+            "since": format_rfc3339_or_none(self.since),
+            "expiresAt": format_rfc3339_or_none(self.expires_at),
             "timeLeftSeconds": None if left is None else int(left.total_seconds()),
             "buildPods": None
             if self.build_pods is None
@@ -197,7 +201,7 @@ class AgentStatus:
                 "bootedError": self.booted.error,
             },
             "watches": {r: w.to_json() for r, w in sorted(self.watches.items())},
-            "lastApiContact": _rfc3339(self.last_api_contact),
+            "lastApiContact": format_rfc3339_or_none(self.last_api_contact),
             "shield": None if self.shield is None else self.shield.to_json(),
             "scope": {
                 "buildPodNamespaces": list(self.build_pod_namespaces),
@@ -221,8 +225,8 @@ class AgentStatus:
             else self.last_would_hold.to_json(),
             "pool": self.pool,
             "version": self.version,
-            "startedAt": _rfc3339(self.started_at),
-            "generatedAt": _rfc3339(self.generated_at),
+            "startedAt": format_rfc3339_or_none(self.started_at),
+            "generatedAt": format_rfc3339_or_none(self.generated_at),
         }
 
     @classmethod
@@ -241,8 +245,8 @@ class AgentStatus:
                 HoldReasonStatus(reason=r["reason"], detail=r["detail"])
                 for r in data["holdReasons"]
             ),
-            since=_parse(data["since"]),
-            expires_at=_parse(data["expiresAt"]),
+            since=parse_rfc3339_or_none(data["since"]),
+            expires_at=parse_rfc3339_or_none(data["expiresAt"]),
             build_pods=None
             if pods is None
             else tuple(PodStatus(p["namespace"], p["name"], p["phase"]) for p in pods),
@@ -255,7 +259,7 @@ class AgentStatus:
                 error=image["bootedError"],
             ),
             watches={str(r): WatchStatus.from_json(w) for r, w in data["watches"].items()},
-            last_api_contact=_parse(data["lastApiContact"]),
+            last_api_contact=parse_rfc3339_or_none(data["lastApiContact"]),
             shield=None if data.get("shield") is None else ShieldStatus.from_json(data["shield"]),
             build_pod_namespaces=tuple(data["scope"]["buildPodNamespaces"]),
             pod_watch_namespace=data["scope"]["podWatchNamespace"],
@@ -293,11 +297,11 @@ class AgentStatus:
             lines.append(f"  held request:  {printable(self.held_request)}")
             if self.since is not None:
                 age = format_duration(now - self.since)
-                lines.append(f"  held since:    {_rfc3339(self.since)} ({age} ago)")
+                lines.append(f"  held since:    {format_rfc3339(self.since)} ({age} ago)")
             if self.expires_at is not None:
-                left = max(timedelta(0), self.expires_at - now)
+                left = format_duration(max(timedelta(0), self.expires_at - now))
                 lines.append(
-                    f"  expires:       {_rfc3339(self.expires_at)} (in {format_duration(left)}; "
+                    f"  expires:       {format_rfc3339(self.expires_at)} (in {left}; "
                     "then released with outcome expired)"
                 )
         elif self.desired_drain is not None:
@@ -381,18 +385,8 @@ def alerts_text(alerts: Mapping[str, Any]) -> str:
     return text
 
 
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else format_rfc3339(value)
-
-
-def _parse(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    return parse_rfc3339(value)
-
-
 def _required(value: str) -> datetime:
-    parsed = _parse(value)
+    parsed = parse_rfc3339_or_none(value)
     if parsed is None:
         raise ValueError("missing time")
     return parsed
