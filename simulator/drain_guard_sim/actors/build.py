@@ -130,6 +130,10 @@ class MachineOSBuilder(Actor):
         #: MCO seconds each of a build's ConfigMap creates takes (a slow API server; 0: as
         #: fast as the simulator answers). ``SimCluster.lose_build_races`` sets it.
         self.slow_start = 0.0
+        #: Awaited with the new rendered config before the build is marked pending: the end
+        #: of the slow start comes after the node controller's sync, however loaded the
+        #: machine (``SimCluster.lose_build_races``); None: no wait.
+        self.pending_after: Callable[[str], Awaitable[None]] | None = None
 
     async def started(self) -> None:
         c = self.custom
@@ -215,6 +219,8 @@ class MachineOSBuilder(Actor):
                 GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", body, _preload_content=False
             )
         )
+        if self.pending_after is not None:
+            await self.pending_after(config)
         self.log(
             None,
             f"Build for {pool} marked pending with object reference Build {MCO_NAMESPACE}/{name}",

@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import tempfile
@@ -109,6 +110,10 @@ READY = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "statu
 #: ConfigMap creates takes this long, so the build is marked pending 2 x this after the
 #: render: the sync lands in the middle of the window, this far from either end.
 RACE_MARGIN = 2.0
+#: How long (MCO seconds) a build arranged to lose waits at most for the node controller's
+#: target before it is marked pending anyway (a node controller that targets nothing, such as
+#: a paused pool's, does not stall the build).
+RACE_WAIT = 30.0
 NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 
 
@@ -580,15 +585,30 @@ class SimCluster:
         its ConfigMap creates takes ``margin`` s longer, as on a slow API server) and another
         controller labels ``build_node`` ``margin`` s after each MachineConfig, which queues
         the node controller's sync ``margin`` s after the render and as long before the
-        BuildPending (MCO seconds; below 5 s the build pod exists before the cordon).
+        BuildPending (MCO seconds; below 5 s the build pod exists before the cordon). On MCO
+        4.15 the slow start also lasts until the node controller has targeted a node with the
+        new config (at most ``RACE_WAIT``): on a loaded machine the margin alone, a fraction of
+        a second in real time, was sometimes not enough, and the race was won.
         """
         if self._race_arranger is not None:
             return
         assert self.builder is not None, "start the cluster first"
         self.builder.slow_start = margin
+        if not self.version.gates_on_build:
+            self.builder.pending_after = self._until_targeted
         self._race_arranger = asyncio.create_task(
             self._label_after_each_machine_config(margin, self.api.resource_version)
         )
+
+    async def _until_targeted(self, config: str) -> None:
+        """Until a node's desiredConfig is ``config``, at most ``RACE_WAIT`` MCO seconds."""
+
+        def targeted() -> bool:
+            nodes = self.api.list("nodes")
+            return any(annotations_of(n).get(DESIRED_CONFIG) == config for n in nodes)
+
+        with contextlib.suppress(TimeoutError):
+            await self.api.wait_for(targeted, self.timings.s(RACE_WAIT))
 
     async def _label_after_each_machine_config(self, margin: float, since: int) -> None:
         """Label ``build_node`` ``margin`` s after each MachineConfig a user creates (checked

@@ -35,6 +35,7 @@ from drain_guard_sim.actors.mcd import NodeMachine
 from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     CURRENT_IMAGE,
+    DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
     GROUP_MCO,
@@ -65,6 +66,7 @@ from drain_guard_sim.harness.cluster import (
     INITIAL_IMAGE,
     NFD_LABEL,
     RACE_MARGIN,
+    RACE_WAIT,
     READY,
     BuildResult,
     Cordon,
@@ -607,7 +609,22 @@ class RealCluster:
         on ``build_node`` ``margin`` MCO seconds after each MachineConfig."""
         assert self.builder is not None, "start the cluster first"
         self.builder.slow_start = margin
+        if not self.version.gates_on_build:
+            self.builder.pending_after = self._until_targeted
         self._race_margin = margin
+
+    async def _until_targeted(self, config: str) -> None:
+        """Until a node of the pool has desiredConfig ``config``, at most ``RACE_WAIT`` MCO
+        seconds (``SimCluster._until_targeted``)."""
+        nodes = self._observer.nodes
+        assert nodes is not None
+
+        def targeted() -> bool:
+            configs = (annotations_of(n).get(DESIRED_CONFIG) for n in nodes.cache.values())
+            return config in configs
+
+        with contextlib.suppress(TimeoutError):
+            await self.wait_for(targeted, self.timings.s(RACE_WAIT))
 
     async def _label_later(self, margin: float, mc: JsonObj) -> None:
         await asyncio.sleep(self.timings.s(margin))
