@@ -30,12 +30,12 @@ from typing import Any
 
 from drain_guard import __version__, selfcheck
 from drain_guard.config.shield import ShieldSettings
-from drain_guard.health import Health, WatchStatus
+from drain_guard.health import Health
 from drain_guard.kube.call import JsonObj
 from drain_guard.kube.client import Kube
-from drain_guard.kube.counters import Counters
+from drain_guard.kube.counters import WatchGroup
 from drain_guard.kube.listwatch import ListWatch, WatchCache
-from drain_guard.kube.operations import Operation, Watched
+from drain_guard.kube.operations import Watched
 from drain_guard.lifecycle import (
     Program,
     Running,
@@ -129,39 +129,9 @@ class SelectedPods(WatchCache):
             self.pods.pop(key, None)
 
 
-class _PodWatchCounters:
-    """kube.Counters of one of the central shield's pod watches: the Kube's own, with the
-    watch's state reported together with the others' (one ``pod`` watch in /status, /readyz
-    and the metrics: synced only when each is)."""
-
-    def __init__(self, counters: Counters, states: list[WatchStatus], index: int) -> None:
-        self.counters = counters
-        self.states = states
-        self.index = index
-
-    def api_error(self, operation: Operation, status: int) -> None:
-        self.counters.api_error(operation, status)
-
-    def api_contact(self) -> None:
-        self.counters.api_contact()
-
-    def watch_restart(self, resource: Watched, reason: str) -> None:
-        self.counters.watch_restart(resource, reason)
-
-    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
-        self.states[self.index] = state
-        self.counters.watch_state(resource, WatchStatus.of_all(self.states))
-
-    def credentials_read(self, identity: str) -> None:
-        self.counters.credentials_read(identity)
-
-    def credentials_refused(self, identity: str, refused: bool) -> None:
-        self.counters.credentials_refused(identity, refused)
-
-
 def watch_build_pods(kube: Kube, pods: SelectedPods, selectors: Sequence[str]) -> list[ListWatch]:
     """One paged list-watch of MCO's namespace per label selector, into ``pods``."""
-    states = [WatchStatus() for _ in selectors]
+    group = WatchGroup(kube.counters, len(selectors))
     return [
         ListWatch(
             resource=Watched.POD,
@@ -170,7 +140,7 @@ def watch_build_pods(kube: Kube, pods: SelectedPods, selectors: Sequence[str]) -
             label_selector=selector,
             replace=pods.replace_for(i),
             apply=pods.apply_for(i),
-            counters=_PodWatchCounters(kube.counters, states, i),
+            counters=group.member(i),
             name=f"pods in {MCO_NAMESPACE} with {selector or 'any labels'}",
         )
         for i, selector in enumerate(selectors)

@@ -86,14 +86,15 @@ class WatchStatus:
 
     @classmethod
     def of_all(cls, states: Sequence[WatchStatus]) -> WatchStatus:
-        """Several watches of one resource seen as one (the central shield's pod watches, one
-        per selector): listed and watching only when each is, failing since the earliest."""
+        """Several watches of one resource seen as one (``kube.counters.WatchGroup``): listed
+        and watching only when each is, failing since the earliest, silent if any is."""
         failing = [s.failing_since for s in states if s.failing_since is not None]
         return cls(
             listed=all(s.listed for s in states),
             watching=all(s.watching for s in states),
             failing_since=min(failing, default=None),
             error=next((s.error for s in states if s.error), None),
+            silent=any(s.silent for s in states),
         )
 
 

@@ -22,6 +22,7 @@ from drain_guard.events import EventQueue, EventRecorder
 from drain_guard.health import Health
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
+from drain_guard.kube.counters import WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
 from drain_guard.lifecycle import (
     Program,
@@ -127,15 +128,23 @@ class _Agent:
         shielded = [] if shield is None else list(shield.status().namespaces)
         effective = {"apiServer": kube.api.configuration.host, **settings.effective()}
         log.info("settings", extra={"fields": {**effective, "shieldNamespaces": shielded}})
+        pod_watches = WatchGroup(kube.counters, 1 + len(controller.blocking_caches))
         parts = {
             "node": kube.watch_node(settings.node_name, cache),
-            "pods": kube.watch_pods(settings.node_name, cache, pod_watch_namespace(settings)),
+            "pods": kube.watch_pods(
+                settings.node_name,
+                cache,
+                pod_watch_namespace(settings),
+                counters=pod_watches.member(0),
+            ),
             "controller": controller.run(),
         }
         if shield is not None:
             parts["shield"] = shield.run()
-        for namespace, pods in controller.blocking_caches.items():
-            parts[f"pods in {namespace}"] = kube.watch_pods(settings.node_name, pods, namespace)
+        for i, (namespace, pods) in enumerate(controller.blocking_caches.items(), start=1):
+            parts[f"pods in {namespace}"] = kube.watch_pods(
+                settings.node_name, pods, namespace, counters=pod_watches.member(i)
+            )
         if settings.alerts is not None:
             alerts = AlertSource(settings.alerts, controller.alerts_changed, controller.clock.now)
             parts["alerts"] = alerts.run()

@@ -224,9 +224,12 @@ class Kube:
         cache: WatchCache,
         namespace: str | None,
         watch_timeout: int = WATCH_TIMEOUT,
+        counters: Counters | None = None,
     ) -> None:
         """Keep ``cache.pods`` (the pods bound to ``node_name``, in ``namespace``, or in every
-        namespace when None) current until cancelled: the agent's one pod watch."""
+        namespace when None) current until cancelled: the agent's pod watch (and one per
+        blocking-pod namespace it does not cover, reporting to ``counters``, a ``WatchGroup``
+        member)."""
         where = f" in {namespace}" if namespace else ""
         await ListWatch(
             resource=Watched.POD,
@@ -236,7 +239,7 @@ class Kube:
             field_selector=f"spec.nodeName={node_name}",
             replace=cache.replace_pods,
             apply=cache.apply_pod,
-            counters=self.counters,
+            counters=counters or self.counters,
             name=f"pods on node {node_name}{where}",
             watch_timeout=watch_timeout,
         ).run()

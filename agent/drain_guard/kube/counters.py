@@ -44,3 +44,43 @@ class NullCounters:
 
     def credentials_refused(self, identity: str, refused: bool) -> None:
         return None
+
+
+class WatchGroup:
+    """Several watches of one resource seen as one in ``/status``, ``/readyz`` and the
+    metrics (the agent's pod watch and those of its blocking-pod namespaces; the central
+    shield's pod watches, one per selector): listed and watching only when each is, failing
+    since the earliest. Without it the last watch to report would hide another's failure."""
+
+    def __init__(self, counters: Counters, size: int) -> None:
+        self.counters = counters
+        self.states = [WatchStatus() for _ in range(size)]
+
+    def member(self, index: int) -> Counters:
+        """The Counters that the ``index``-th watch of the group reports to."""
+        return _GroupMember(self, index)
+
+
+class _GroupMember:
+    def __init__(self, group: WatchGroup, index: int) -> None:
+        self.group = group
+        self.index = index
+
+    def api_error(self, operation: Operation, status: int) -> None:
+        self.group.counters.api_error(operation, status)
+
+    def api_contact(self) -> None:
+        self.group.counters.api_contact()
+
+    def watch_restart(self, resource: Watched, reason: str) -> None:
+        self.group.counters.watch_restart(resource, reason)
+
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
+        self.group.states[self.index] = state
+        self.group.counters.watch_state(resource, WatchStatus.of_all(self.group.states))
+
+    def credentials_read(self, identity: str) -> None:
+        self.group.counters.credentials_read(identity)
+
+    def credentials_refused(self, identity: str, refused: bool) -> None:
+        self.group.counters.credentials_refused(identity, refused)
