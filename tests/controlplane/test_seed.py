@@ -65,7 +65,8 @@ async def test_without_drain_guard_the_drain_evicts_the_build_pod(
         rendered = await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
         build = await cluster.wait_build_done(timeout=WAIT)
         assert build.name == f"build-{rendered}"
-        assert (build.phase, build.reason) == ("Error", "BuildPodDeleted")
+        story = f"{build}\n{cluster.timeline.format()}"
+        assert (build.phase, build.reason) == ("Error", "BuildPodDeleted"), story
         outcome = cluster.outcome()
         # The build's node was cordoned during the build, for its booted image.
         [cordon] = outcome.during_build()

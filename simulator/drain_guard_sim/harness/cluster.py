@@ -113,7 +113,7 @@ RACE_MARGIN = 2.0
 #: How long (MCO seconds) a build arranged to lose waits at most for the node controller's
 #: target before it is marked pending anyway (a node controller that targets nothing, such as
 #: a paused pool's, does not stall the build).
-RACE_WAIT = 30.0
+RACE_WAIT = 120.0
 NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 
 
