@@ -77,17 +77,22 @@ class DrainController(Actor):
         timeline: Timeline,
         timings: Timings,
         version: McoVersion = McoVersion.V4_15,
+        node_selector: str = "",
     ) -> None:
         super().__init__(kubeconfig, timeline, timings, version)
         t = self.timings
         self.queue = WorkQueue(t.s(t.rate_limit_base), t.s(t.rate_limit_max))
+        #: A label selector of the Nodes it drains: "" every Node, as MCO's; a cluster that
+        #: shares its API server with others' Nodes (``RealCluster``) gives its pool's.
+        self.node_selector = node_selector
         self.nodes: Informer | None = None
         self.ongoing_drains: dict[str, float] = {}
         self.mcc_drain_err: dict[str, int] = {}
         self.evictions: list[Eviction] = []
 
     async def started(self) -> None:
-        self.nodes = Informer(self.core.list_node, self._on_node)
+        selector = {"label_selector": self.node_selector} if self.node_selector else {}
+        self.nodes = Informer(self.core.list_node, self._on_node, selector)
         self.spawn(self.nodes.run(), "mcc-node-informer")
         await self.nodes.synced.wait()
         for i in range(self.timings.mcc_workers):

@@ -321,7 +321,11 @@ class RealCluster:
         await self._observer.watch()
         t, tl, v = self.timings, self.timeline, self.version
         kc = {actor: await self._actor_kubeconfig(actor) for actor in ACTOR_RULES}
-        self.drain = DrainController(kc["machine-config-controller"], tl, t, v)
+        # Its pool's Nodes only: the control plane is shared, and another test's Nodes (left
+        # mid-drain, their pods under budgets) kept its workers from this cluster's drain.
+        self.drain = DrainController(
+            kc["machine-config-controller"], tl, t, v, node_selector=pool_label(self.pool)
+        )
         self.builder = MachineOSBuilder(kc["machine-os-builder"], tl, t, v)
         self.actors = [
             PodKubelet(kc["kubelet"], tl, t, self.node_names),
