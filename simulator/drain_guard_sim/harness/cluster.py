@@ -117,6 +117,25 @@ RACE_WAIT = 120.0
 NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 
 
+def updated_pool_status(config: str, machines: int) -> JsonObj:
+    """A layered pool's status with every machine on ``config`` and its build succeeded: the
+    state each scenario starts from."""
+    return {
+        "configuration": {"name": config},
+        "machineCount": machines,
+        "updatedMachineCount": machines,
+        "readyMachineCount": machines,
+        "degradedMachineCount": 0,
+        "conditions": [
+            {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
+            {"type": "Building", "status": "False"},
+            {"type": "BuildPending", "status": "False"},
+            {"type": "BuildFailed", "status": "False"},
+            {"type": "Updated", "status": "True"},
+        ],
+    }
+
+
 T = TypeVar("T")
 
 
@@ -498,7 +517,6 @@ class SimCluster:
                 "spec": {"config": {"ignition": {"version": "3.4.0"}}},
             },
         )
-        n = len(self.node_names)
         api.create(
             "machineconfigpools",
             {
@@ -514,20 +532,7 @@ class SimCluster:
                     "nodeSelector": {"matchLabels": {WORKER_LABEL: ""}},
                     "maxUnavailable": 1,
                 },
-                "status": {
-                    "configuration": {"name": self.initial_config},
-                    "machineCount": n,
-                    "updatedMachineCount": n,
-                    "readyMachineCount": n,
-                    "degradedMachineCount": 0,
-                    "conditions": [
-                        {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
-                        {"type": "Building", "status": "False"},
-                        {"type": "BuildPending", "status": "False"},
-                        {"type": "BuildFailed", "status": "False"},
-                        {"type": "Updated", "status": "True"},
-                    ],
-                },
+                "status": updated_pool_status(self.initial_config, len(self.node_names)),
             },
         )
         for name in self.node_names:

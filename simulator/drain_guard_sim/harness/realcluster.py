@@ -73,6 +73,7 @@ from drain_guard_sim.harness.cluster import (
     Outcome,
     ReplicaSetController,
     machine_config,
+    updated_pool_status,
     worker_node,
 )
 from drain_guard_sim.harness.controlplane import ControlPlane
@@ -469,7 +470,6 @@ class RealCluster:
             await self._pod(ns, f"{deploy}-{self.pool}-0", self.build_node, labels, owner)
 
     async def _seed_pool(self) -> None:
-        n = len(self.node_names)
         pool = {
             "apiVersion": f"{GROUP_MCO}/v1",
             "kind": "MachineConfigPool",
@@ -485,20 +485,7 @@ class RealCluster:
             },
         }
         await self._create_mco("machineconfigpools", pool)
-        status = {
-            "configuration": {"name": self.initial_config},
-            "machineCount": n,
-            "updatedMachineCount": n,
-            "readyMachineCount": n,
-            "degradedMachineCount": 0,
-            "conditions": [
-                {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
-                {"type": "Building", "status": "False"},
-                {"type": "BuildPending", "status": "False"},
-                {"type": "BuildFailed", "status": "False"},
-                {"type": "Updated", "status": "True"},
-            ],
-        }
+        status = updated_pool_status(self.initial_config, len(self.node_names))
         await read_json(
             await self._observer.custom.patch_cluster_custom_object_status(
                 GROUP_MCO, "v1", "machineconfigpools", self.pool, {"status": status},
