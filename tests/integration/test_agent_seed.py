@@ -25,7 +25,8 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
 )
 from drain_guard_sim.harness.agentproc import AgentProcess
-from drain_guard_sim.harness.cluster import BuildResult, SimCluster
+from drain_guard_sim.harness.cluster import SimCluster
+from drain_guard_sim.harness.scenario import BuildResult
 from tests.helpers import reap, spawn
 from tests.sim.helpers import CFG
 

@@ -12,8 +12,8 @@ from drain_guard import protocol
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import DECISION
-from drain_guard_sim.harness.cluster import BuildResult, Cordon, Outcome
 from drain_guard_sim.harness.demo import AgentDecision, RunResult, held_reasons, verdict
+from drain_guard_sim.harness.scenario import BuildResult, Cordon, Outcome
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,

@@ -34,7 +34,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
-from drain_guard_sim.harness.cluster import worker_node
+from drain_guard_sim.harness.scenario import worker_node
 from tests.deploy.tools import (
     AGENT_UNIT,
     ENV_FILE,

@@ -30,7 +30,7 @@ from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import Metrics
 from drain_guard.nodes import NodeObj
 from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.harness.cluster import worker_node
+from drain_guard_sim.harness.scenario import worker_node
 from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, IMAGE_B, MCO_NS, NODE
 
 DRAIN_B = f"drain-{CONFIG_B}"

@@ -25,9 +25,10 @@ from typing import Any, TextIO
 from drain_guard_sim.actors.mco import McoVersion, Timings
 from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
 from drain_guard_sim.harness.agentproc import AgentError, AgentProcess, spawn_agent
-from drain_guard_sim.harness.cluster import Cordon, Outcome, SimCluster
+from drain_guard_sim.harness.cluster import SimCluster
 from drain_guard_sim.harness.controlplane import ControlPlane, default_bin_dir, missing_binaries
 from drain_guard_sim.harness.realcluster import RealCluster
+from drain_guard_sim.harness.scenario import Cordon, Outcome
 
 __all__ = ["configure_parser", "run"]
 

@@ -59,7 +59,8 @@ from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
 from drain_guard_sim.actors.nodewriters import label_patch
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
-from drain_guard_sim.harness.cluster import (
+from drain_guard_sim.harness.controlplane import ControlPlane
+from drain_guard_sim.harness.scenario import (
     BASE_CONFIGS,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -73,10 +74,10 @@ from drain_guard_sim.harness.cluster import (
     Outcome,
     ReplicaSetController,
     machine_config,
+    pool_label,
     updated_pool_status,
     worker_node,
 )
-from drain_guard_sim.harness.controlplane import ControlPlane
 
 __all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster", "agent_user"]
 
@@ -251,11 +252,6 @@ class _Observer(Actor):
 def agent_user(node: str) -> str:
     """The user name of ``node``'s agent on a real control plane."""
     return f"drain-guard-agent:{node}"
-
-
-def pool_label(pool: str) -> str:
-    """The label that puts a Node in ``pool`` (its ``nodeSelector``)."""
-    return f"node-role.kubernetes.io/{pool}"
 
 
 class RealCluster:
