@@ -57,8 +57,9 @@ EVENT_NAMESPACE = "default"
 #: The Event recorder's component (drain_guard.events): pinned, so an agent cannot pose as
 #: the kubelet or MCO in ``oc get events``.
 EVENT_COMPONENT = "drain-guard"
-#: The keys an agent writes on its Node besides ``desiredDrain``.
-AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, protocol.RELEASED))
+#: The keys an agent writes on its Node besides ``desiredDrain`` (``released-by`` it only
+#: removes: who released is the releaser's to write).
+AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, *protocol.RELEASED_KEYS))
 MAX_VALUE = protocol.MAX_DETAIL_BYTES
 #: Labels by which the shield's budgets select build pods (the default build-pod selectors'
 #: keys); a budget must carry one, and never ``k8s-app`` (MCO's own controller and builder).
@@ -247,6 +248,8 @@ def review_node(request: Obj, node: str) -> Verdict:
     foreign = sorted(changed - AGENT_KEYS - {protocol.DESIRED_DRAIN})
     if foreign:
         return _deny(f"an agent may not change the annotation {foreign[0]}")
+    if protocol.RELEASED_BY in changed and protocol.RELEASED_BY in after:
+        return _deny(f"an agent may remove {protocol.RELEASED_BY} but not write it")
     for key in sorted(changed - {protocol.DESIRED_DRAIN}):
         if key in after and len(after[key].encode()) > MAX_VALUE:
             return _deny(f"{key} is longer than {MAX_VALUE} bytes")

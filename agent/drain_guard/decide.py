@@ -40,6 +40,8 @@ from drain_guard.protocol import (
     LAST_APPLIED_DRAIN,
     OWNED_KEYS,
     RELEASED,
+    RELEASED_BY,
+    RELEASED_KEYS,
     HoldRecord,
     MalformedHold,
     Outcome,
@@ -63,7 +65,23 @@ CLOCK_SKEW = timedelta(minutes=2)
 
 
 def _present(annotations: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(k for k in (*OWNED_KEYS, RELEASED) if k in annotations)
+    return tuple(k for k in (*OWNED_KEYS, *RELEASED_KEYS) if k in annotations)
+
+
+def _stale_marker(
+    annotations: Mapping[str, str], desired: str | None, *, rewritten: bool = False
+) -> tuple[str, ...]:
+    """The keys of the released marker that no longer apply: ``released`` of a request that
+    is not ``desired`` any more (unless the agent is rewriting it, ``rewritten``), and
+    ``released-by`` unless it goes with a current ``released`` that is kept."""
+    released = annotations.get(RELEASED)
+    current = released is not None and released == desired
+    keys: tuple[str, ...] = ()
+    if released is not None and not current and not rewritten:
+        keys += (RELEASED,)
+    if RELEASED_BY in annotations and (not current or rewritten):
+        keys += (RELEASED_BY,)
+    return keys
 
 
 def _reasons(blocks: Sequence[Block]) -> str:
@@ -102,11 +120,15 @@ class NothingHeldError(ValueError):
 
 
 def force_release(
-    annotations: Mapping[str, str], resource_version: str, outcome: Outcome
+    annotations: Mapping[str, str],
+    resource_version: str,
+    outcome: Outcome,
+    released_by: str | None = None,
 ) -> Release:
     """Release the hold now, whatever the guards say (operator release, uninstall).
 
-    A manual release marks the request released so the agent does not hold it again.
+    A manual release marks the request released so the agent does not hold it again, and
+    records ``released_by`` (the releaser's name, when known) beside it.
     """
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
@@ -129,6 +151,7 @@ def force_release(
         resource_version,
         _present(annotations),
         mark_released=outcome is Outcome.MANUAL,
+        released_by=released_by,
         allow_completed=held == last_applied,
     )
     return Release(held, outcome, f"{outcome} release", tuple(patch), record)
@@ -138,8 +161,9 @@ def stale_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
     """drain-guard's keys on a Node without a hold that nothing needs any more.
 
     Left by a hold that was superseded or released by hand while no agent ran, or a
-    ``released`` of a request that moved on. A record of the request that is in
-    ``desiredDrain`` again is not stale: the agent resumes that hold with its age.
+    ``released`` (and its ``released-by``) of a request that moved on. A record of the
+    request that is in ``desiredDrain`` again is not stale: the agent resumes that hold with
+    its age.
     """
     desired = annotations.get(DESIRED_DRAIN)
     if parse_drain_request(desired).verb is Verb.HOLD:
@@ -151,10 +175,7 @@ def stale_keys(annotations: Mapping[str, str]) -> tuple[str, ...]:
                 keys = ()
         except MalformedHold:
             pass
-    released = annotations.get(RELEASED)
-    if released is not None and released != desired:
-        keys += (RELEASED,)
-    return keys
+    return keys + _stale_marker(annotations, desired)
 
 
 def _decide(view: NodeView, guards: Sequence[Guard], max_hold: timedelta) -> Decision:
@@ -292,7 +313,7 @@ def _decide_unheld(
         if blocks:
             since = record.since if record is not None and same else view.now
             blocks = _capped(blocks, annotations, since, max_hold)
-            stale = (RELEASED,) if released is not None else ()
+            stale = tuple(k for k in RELEASED_KEYS if k in annotations)
             patch = hold_patch(
                 desired,
                 last_applied,
@@ -310,8 +331,7 @@ def _decide_unheld(
         why = "no guard blocks"
 
     stale_keys = tuple(k for k in OWNED_KEYS if k in annotations)
-    if released is not None and released != desired and not ran_out:
-        stale_keys += (RELEASED,)
+    stale_keys += _stale_marker(annotations, desired, rewritten=ran_out)
     passes = request.verb is Verb.DRAIN and desired != last_applied
     if not stale_keys:
         return Idle(why, verdicts, request=desired, passes=passes)

@@ -10,7 +10,7 @@ service-account tokens; through the proxy the agent can do no more than:
 - list one other Node (the confinement self-check picks the Node its dry-run write targets);
 - patch its own Node with a JSON Patch of the protocol's shapes (:func:`check_node_patch`):
   ``desiredDrain`` only from ``drain-X`` to ``hold-drain-X`` or back, as a ``test`` of it in
-  the same patch proves, and drain-guard's own keys;
+  the same patch proves, and drain-guard's own keys (``released-by`` only removed);
 - create Events about its own Node as drain-guard, and aggregate (patch) the Events it created.
 
 Everything else is answered 403 here, before anything is sent.
@@ -44,8 +44,9 @@ EVENT_NAMESPACE = "default"
 EVENT_COMPONENT = "drain-guard"
 #: The Event reasons the agent writes (drain_guard.events).
 EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired"))
-#: The annotations an agent writes on its Node besides ``desiredDrain``.
-AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, protocol.RELEASED))
+#: The annotations an agent writes on its Node besides ``desiredDrain`` (``released-by`` it
+#: only removes: who released is the releaser's to write).
+AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, *protocol.RELEASED_KEYS))
 #: What a patch may ``test`` (its compare-and-swap): the keys it writes, lastAppliedDrain, and
 #: the object's resourceVersion (a test of absence, docs/protocol.md).
 TESTABLE = frozenset(
@@ -132,6 +133,8 @@ def check_node_patch(ops: Any) -> None:
                 )
             drain = value
         elif kind in ("add", "replace", "remove") and key in AGENT_KEYS:
+            if key == protocol.RELEASED_BY and kind != "remove":
+                raise protocol.ProtocolError(f"{key}: an agent removes it, never writes it")
             if value is not None and len(str(value).encode()) > MAX_VALUE_BYTES:
                 raise protocol.ProtocolError(f"{key}: longer than {MAX_VALUE_BYTES} bytes")
         else:

@@ -8,6 +8,7 @@ fails with 422 instead of overwriting a newer MCD request.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -29,10 +30,13 @@ __all__ = [
     "LAST_APPLIED_DRAIN",
     "LATEST",
     "MAX_DETAIL_BYTES",
+    "MAX_RELEASED_BY_BYTES",
     "MCO_PREFIX",
     "OWNED_KEYS",
     "REASON",
     "RELEASED",
+    "RELEASED_BY",
+    "RELEASED_KEYS",
     "STATE",
     "DrainRequest",
     "HoldRecord",
@@ -44,6 +48,7 @@ __all__ = [
     "UnreadableSince",
     "Verb",
     "annotation_path",
+    "check_released_by",
     "cleanup_patch",
     "format_rfc3339",
     "format_rfc3339_or_none",
@@ -54,6 +59,7 @@ __all__ = [
     "parse_rfc3339_or_none",
     "pool_of",
     "read_hold",
+    "read_released_by",
     "release_patch",
     "truncate_utf8",
     "update_hold_patch",
@@ -80,6 +86,14 @@ OWNED_KEYS: tuple[str, ...] = (HELD_DRAIN, HOLD_REASONS, HELD_SINCE, HOLD_DETAIL
 #: or was invalid: the agent does not hold that same request again (a hold must end, and an
 #: operator's release must stick). Removed once ``desiredDrain`` moves on.
 RELEASED = DG_PREFIX + "released"
+#: Who released it by hand: the API server's name for the caller of ``drain-guard release``
+#: (a SelfSubjectReview), written in the patch that writes ``released``. Only the releaser
+#: writes it (on 4.17+ admission checks it is their own name); the agent only removes it.
+RELEASED_BY = DG_PREFIX + "released-by"
+#: The released marker: written together, removed together.
+RELEASED_KEYS: tuple[str, ...] = (RELEASED, RELEASED_BY)
+#: The longest ``released-by`` read (a ServiceAccount's name is up to 339 bytes).
+MAX_RELEASED_BY_BYTES = 512
 #: Written by operators: ``<RFC 3339 expiry>[;<reason text>]`` (see ``drain_guard.guards``).
 HOLD_REQUEST = DG_PREFIX + "hold-request"
 #: A Node label set by operators: while present (any value, say why in it), drains of the
@@ -347,6 +361,32 @@ def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
     return HoldRecord(held, reasons, since, detail)
 
 
+def check_released_by(value: str) -> str:
+    """``value`` if it can be a ``released-by``: a user name as the API server gives it, not
+    empty, at most ``MAX_RELEASED_BY_BYTES``, with no control character (it is printed in
+    Events, logs and ``drain-guard status``). Raises ProtocolError saying why not."""
+    if not value.strip():
+        raise ProtocolError("empty")
+    if len(value.encode()) > MAX_RELEASED_BY_BYTES:
+        raise ProtocolError(f"longer than {MAX_RELEASED_BY_BYTES} bytes")
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value):
+        raise ProtocolError("it holds a control character")
+    return value
+
+
+def read_released_by(annotations: Mapping[str, str]) -> str | None:
+    """Who released the request in ``released``, or None when no one is recorded (the agent
+    released it, or the releaser's name was not known). A ``released-by`` without
+    ``released`` is stale, not read. Raises MalformedHold for a value that cannot be one."""
+    value = annotations.get(RELEASED_BY)
+    if value is None or RELEASED not in annotations:
+        return None
+    try:
+        return check_released_by(value)
+    except ProtocolError as err:
+        raise MalformedHold(f"{RELEASED_BY}: {err}") from None
+
+
 # --- patches ----------------------------------------------------------------------------
 
 
@@ -438,6 +478,7 @@ def release_patch(
     present_keys: Iterable[str],
     *,
     mark_released: bool = False,
+    released_by: str | None = None,
     allow_completed: bool = False,
 ) -> list[JsonPatchOp]:
     """Restore ``desiredDrain = held_drain`` and remove the hold keys that are present.
@@ -446,8 +487,13 @@ def release_patch(
     ``lastAppliedDrain`` as seen. Invariant 1: restoring a value equal to ``lastAppliedDrain``
     would tell the MCD its drain is done; that is refused unless ``allow_completed`` says the
     MCC really did finish that drain (the race-lost case). ``mark_released`` records the
-    request in ``drain-guard.io/released`` so the agent does not hold it again.
+    request in ``drain-guard.io/released`` so the agent does not hold it again, and
+    ``released_by`` who released it (``drain-guard.io/released-by``; any older one goes).
     """
+    if released_by is not None:
+        if not mark_released:
+            raise ProtocolError("released-by goes with the released marker only")
+        check_released_by(released_by)
     if held_drain == last_applied and not allow_completed:
         raise ProtocolError(
             f"restoring {held_drain!r} would equal lastAppliedDrain and skip the drain"
@@ -461,8 +507,12 @@ def release_patch(
     ops.extend(_remove(key) for key in OWNED_KEYS if key in present)
     if mark_released:
         ops.append(_set(RELEASED, held_drain))
-    elif RELEASED in present:
-        ops.append(_remove(RELEASED))
+        if released_by is not None:
+            ops.append(_set(RELEASED_BY, released_by))
+        elif RELEASED_BY in present:
+            ops.append(_remove(RELEASED_BY))
+    else:
+        ops.extend(_remove(key) for key in RELEASED_KEYS if key in present)
     return ops
 
 
@@ -475,7 +525,8 @@ def cleanup_patch(
 ) -> list[JsonPatchOp]:
     """Remove stale agent keys; tests ``desiredDrain`` and each key's value as seen.
 
-    ``mark_released`` records a request whose hold has run out as released.
+    ``mark_released`` records a request whose hold has run out as released (``keys`` then
+    name a ``released-by`` present: it was not this release's).
     """
     ops: list[JsonPatchOp] = []
     if desired is not None:

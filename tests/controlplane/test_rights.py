@@ -262,6 +262,34 @@ async def write_hold_request(setup: Installed) -> str:
     return await patch_node(setup, setup.node, body)
 
 
+async def user_name(api: client.ApiClient) -> str:
+    """The name the API server knows ``api``'s caller by (a SelfSubjectReview)."""
+    review = await client.AuthenticationV1Api(api).create_self_subject_review(
+        client.V1SelfSubjectReview()
+    )
+    return str(review.status.user_info.username)
+
+
+async def remove_released_by(setup: Installed) -> str:
+    """The agent's cleanup of a released marker (an administrator's release) once
+    desiredDrain moved on: ``released`` and ``released-by`` go together."""
+    await prepare_drain(setup, setup.node)
+    marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: await user_name(setup.admin)}
+    await client.CoreV1Api(setup.admin).patch_node(
+        setup.node, {"metadata": {"annotations": marker}}
+    )
+    ann = await node_annotations(setup, setup.node)
+    ops = protocol.cleanup_patch(ann[protocol.DESIRED_DRAIN], ann, list(marker))
+    return await patch_node(setup, setup.node, ops)
+
+
+async def write_released_by(setup: Installed) -> str:
+    """Even in its own name (which drain-guard-released-by would take): who released is the
+    releaser's record."""
+    body = {"metadata": {"annotations": {protocol.RELEASED_BY: await user_name(setup.agent)}}}
+    return await patch_node(setup, setup.node, body)
+
+
 async def rewrite_drain(setup: Installed) -> str:
     """desiredDrain set to something not a hold of the request (a fake completion)."""
     ann = await node_annotations(setup, setup.node)
@@ -479,6 +507,10 @@ REQUESTS: dict[str, Request] = {
     "set desiredDrain to lastAppliedDrain on its own Node (a fake completion)": rewrite_drain,
     "add another annotation to its own Node": other_annotation,
     "write a hold request on its own Node (drain-guard.io/hold-request)": write_hold_request,
+    "remove drain-guard.io/released-by with the released marker (the agent's cleanup)": (
+        remove_released_by
+    ),
+    "write drain-guard.io/released-by on its own Node (in its own name)": write_released_by,
     "cordon its own Node (spec.unschedulable)": cordon,
     "taint its own Node": taint,
     "label its own Node": label,

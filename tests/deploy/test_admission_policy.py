@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard import guards, protocol
+from drain_guard import decide, guards, protocol
 from drain_guard.events import EventRecorder
 from drain_guard.kube.client import Kube
 from drain_guard.kubeclient import ApiClient
@@ -37,6 +37,7 @@ LAST_APPLIED = "uncordon-rendered-worker-11b0cc"
 SINCE = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 
 
+OPERATOR = "kube:admin"
 NODE_POLICY = "drain-guard-node-confinement"
 BUDGET_POLICY = "drain-guard-budget-confinement"
 EVENT_POLICY = "drain-guard-event-confinement"
@@ -65,7 +66,8 @@ def test_overlays_ship_the_same_policies(rendered: Callable[[str], list[Obj]]) -
             mine = sorted((o for o in rendered(overlay) if o["kind"] == kind), key=str)
             theirs = sorted((o for o in rendered("kubernetes") if o["kind"] == kind), key=str)
             assert mine == theirs
-            assert len(mine) == 5  # these three, the pod's (test_pod_confinement), hold requests
+            # these three, the pod's (test_pod_confinement), hold requests, released-by
+            assert len(mine) == 6
 
 
 def node(**annotations: str) -> Obj:
@@ -158,6 +160,32 @@ def test_cleanup_of_stale_keys_is_admitted(policy: Policy) -> None:
     ann = before["metadata"]["annotations"]
     ops = protocol.cleanup_patch(REQUEST, ann, [protocol.HOLD_REASONS, protocol.RELEASED])
     assert by_agent(policy, before, patched(before, ops)).admitted
+
+
+def test_removing_released_by_with_the_released_marker_is_admitted(policy: Policy) -> None:
+    """The agent's cleanup once desiredDrain moved on, and its hold of a newer request: the
+    marker goes, ``released-by`` with it."""
+    marker = {protocol.RELEASED: REQUEST, protocol.RELEASED_BY: OPERATOR}
+    before = node(**{**marker, protocol.DESIRED_DRAIN: "drain-rendered-worker-77dd01"})
+    ann = before["metadata"]["annotations"]
+    ops = protocol.cleanup_patch(ann[protocol.DESIRED_DRAIN], ann, list(marker))
+    assert by_agent(policy, before, patched(before, ops)).admitted
+    newer = "drain-rendered-worker-77dd01"
+    ops = protocol.hold_patch(
+        newer, LAST_APPLIED, "100", [Reason.MANUAL], SINCE, "operator", remove=list(marker)
+    )
+    assert by_agent(policy, before, patched(before, ops)).admitted
+
+
+@pytest.mark.parametrize("value", [AGENT, OPERATOR])
+def test_an_agent_may_not_write_released_by(policy: Policy, value: str) -> None:
+    """Not even its own name: who released is the releaser's record, not the agent's."""
+    for start in (node, lambda: node(**{protocol.RELEASED: REQUEST})):
+        before, after = _changed(lambda n: _ann(n).update({protocol.RELEASED_BY: value}), start)
+        verdict = by_agent(policy, before, after)
+        assert verdict.denied == (
+            "drain-guard: an agent may remove drain-guard.io/released-by but not write it",
+        )
 
 
 def test_other_users_are_not_affected(policy: Policy) -> None:
@@ -565,7 +593,6 @@ def test_the_agent_may_not_write_the_hold_request(policy: Policy, change: str) -
 # --- the hold request's format (issue 25) ---------------------------------------------------
 
 HOLD_REQUEST_POLICY = "drain-guard-hold-request-format"
-OPERATOR = "kube:admin"
 
 
 @pytest.fixture(scope="module")
@@ -630,3 +657,55 @@ def test_writes_that_leave_the_hold_request_alone_are_not_checked(hold_requests:
     assert not hold_requests.review(OPERATOR, None, old, new).applies
     assert not hold_requests.review(OPERATOR, None, node(), node()).applies
     assert hold_requests.review(OPERATOR, None, None, old, operation="CREATE").denied
+
+
+# --- who released a hold (issue 25) ---------------------------------------------------------
+
+RELEASED_BY_POLICY = "drain-guard-released-by"
+
+
+@pytest.fixture(scope="module")
+def released_by(rendered: Callable[[str], list[Obj]]) -> Policy:
+    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy", RELEASED_BY_POLICY))
+
+
+def _released(by: str) -> tuple[Obj, Obj]:
+    """The Node before and after ``drain-guard release`` by ``by`` (the patch it sends)."""
+    before = held()
+    release = decide.force_release(_ann(before), "100", protocol.Outcome.MANUAL, released_by=by)
+    return before, patched(before, list(release.patch))
+
+
+@pytest.mark.parametrize("user", [OPERATOR, "system:serviceaccount:ops:releaser", "é" * 200])
+def test_a_release_in_the_writers_own_name_is_admitted(released_by: Policy, user: str) -> None:
+    before, after = _released(user)
+    assert _ann(after)[protocol.RELEASED_BY] == user
+    verdict = released_by.review(user, None, before, after)
+    assert verdict.applies
+    assert verdict.admitted, verdict.denied
+
+
+def test_a_release_in_anothers_name_is_refused(released_by: Policy) -> None:
+    before, after = _released("alice")
+    for writer in ("bob", "alice ", "Alice", AGENT):
+        verdict = released_by.review(writer, None, before, after)
+        assert verdict.denied == (
+            "drain-guard.io/released-by must be the writer's own user name"
+            " (drain-guard release writes it)",
+        ), writer
+    created = copy.deepcopy(after)
+    assert released_by.review("bob", None, None, created, operation="CREATE").denied
+
+
+def test_released_by_left_as_it_is_or_removed_is_not_checked(released_by: Policy) -> None:
+    """The kubelet's and MCO's writes, and the agent's removal, never meet this policy."""
+    _, after = _released("alice")
+    kept = copy.deepcopy(after)
+    _ann(kept)[protocol.DESIRED_DRAIN] = "drain-rendered-worker-77dd01"
+    kubelet = "system:node:worker-0"
+    assert not released_by.review(kubelet, None, after, kept).applies
+    ann = _ann(kept)
+    ops = protocol.cleanup_patch(ann[protocol.DESIRED_DRAIN], ann, list(protocol.RELEASED_KEYS))
+    removed = patched(kept, ops)
+    assert protocol.RELEASED_BY not in _ann(removed)
+    assert not released_by.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, kept, removed).applies

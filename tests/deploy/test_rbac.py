@@ -207,14 +207,18 @@ def test_admission_policies_match_the_agent_account(objects: list[Obj]) -> None:
     meta = account["metadata"]
     username = f"system:serviceaccount:{meta['namespace']}:{meta['name']}"
     # The writes' policies; drain-guard-pod-confinement matches the account's pods by their
-    # spec instead (test_pod_confinement), drain-guard-hold-request-format everyone's hold
-    # requests (test_admission_policy).
+    # spec instead (test_pod_confinement), drain-guard-hold-request-format and
+    # drain-guard-released-by everyone's hold requests and releases (test_admission_policy).
     policies = [
         o
         for o in objects
         if o["kind"] == "ValidatingAdmissionPolicy"
         and o["metadata"]["name"]
-        not in ("drain-guard-pod-confinement", "drain-guard-hold-request-format")
+        not in (
+            "drain-guard-pod-confinement",
+            "drain-guard-hold-request-format",
+            "drain-guard-released-by",
+        )
     ]
     assert len(policies) == 3
     for obj in policies:

@@ -159,6 +159,20 @@ def test_cleanup_and_the_longest_detail_are_allowed(cluster: Cluster) -> None:
     assert cluster.review("UPDATE", "nodes", node(), patched(node(), ops)).allowed
 
 
+def test_the_agent_removes_released_by_but_never_writes_it(cluster: Cluster) -> None:
+    """The same rule as the policy's: who released is the releaser's record."""
+    marker = {protocol.RELEASED: REQUEST, protocol.RELEASED_BY: "kube:admin"}
+    before = node(**{**marker, protocol.DESIRED_DRAIN: "drain-rendered-worker-77dd01"})
+    ann = before["metadata"]["annotations"]
+    ops = protocol.cleanup_patch(ann[protocol.DESIRED_DRAIN], ann, list(marker))
+    assert cluster.review("UPDATE", "nodes", before, patched(before, ops)).allowed
+    for start in (node(), node(**{protocol.RELEASED: REQUEST}), before):
+        after = copy.deepcopy(start)
+        after["metadata"]["annotations"][protocol.RELEASED_BY] = AGENT
+        verdict = cluster.review("UPDATE", "nodes", start, after)
+        assert denied(verdict, "may remove drain-guard.io/released-by but not write it")
+
+
 @pytest.mark.parametrize("change", DENIED_CHANGES)
 def test_what_the_policy_denies_is_denied(cluster: Cluster, change: str) -> None:
     before = node()

@@ -16,6 +16,7 @@ from drain_guard.decide import (
     NothingHeldError,
     decide,
     force_release,
+    stale_keys,
 )
 from drain_guard.decisions import (
     CleanUp,
@@ -48,6 +49,8 @@ from drain_guard.protocol import (
     LAST_APPLIED_DRAIN,
     OWNED_KEYS,
     RELEASED,
+    RELEASED_BY,
+    RELEASED_KEYS,
     HoldRecord,
     Outcome,
     Reason,
@@ -194,10 +197,50 @@ def test_manual_hold_rechecks_at_its_expiry() -> None:
 
 
 def test_release_marker_of_another_request_is_removed_when_holding() -> None:
-    before = {DESIRED_DRAIN: B, RELEASED: A}
+    before = {DESIRED_DRAIN: B, RELEASED: A, RELEASED_BY: "kube:admin"}
     decision = run(before, pods=(BUILD,))
     assert isinstance(decision, Hold)
-    assert RELEASED not in apply(before, decision)
+    after = apply(before, decision)
+    assert RELEASED not in after
+    assert RELEASED_BY not in after
+
+
+@pytest.mark.parametrize(
+    ("before", "stale"),
+    [
+        ({DESIRED_DRAIN: A, RELEASED: A, RELEASED_BY: "kube:admin"}, ()),
+        ({DESIRED_DRAIN: B, RELEASED: A, RELEASED_BY: "kube:admin"}, (RELEASED, RELEASED_BY)),
+        ({DESIRED_DRAIN: A, RELEASED_BY: "kube:admin"}, (RELEASED_BY,)),
+        ({DESIRED_DRAIN: "uncordon-x", RELEASED: A, RELEASED_BY: "x"}, (RELEASED, RELEASED_BY)),
+    ],
+)
+def test_who_released_goes_with_the_released_marker(
+    before: dict[str, str], stale: tuple[str, ...]
+) -> None:
+    """Kept while the released request is current; removed with the marker, or alone."""
+    decision = run(before)
+    assert stale_keys(before) == stale
+    if not stale:
+        assert isinstance(decision, Idle)
+        return
+    assert isinstance(decision, CleanUp)
+    assert decision.keys == stale
+    assert not set(stale) & set(apply(before, decision))
+
+
+def test_an_expiry_mark_drops_an_older_releaser() -> None:
+    """The agent's own mark (a stale record ran out) is no one's release."""
+    before = {
+        **held(since=NOW - MAX_HOLD),
+        DESIRED_DRAIN: A,
+        RELEASED: B,
+        RELEASED_BY: "kube:admin",
+    }
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, CleanUp)
+    after = apply(before, decision)
+    assert after[RELEASED] == A
+    assert RELEASED_BY not in after
 
 
 # --- held ---------------------------------------------------------------------------------
@@ -491,6 +534,7 @@ annotation_maps = st.fixed_dictionaries(
         ),
         HOLD_DETAIL: _values(["x", ""]),
         RELEASED: _values([A, B]),
+        RELEASED_BY: _values(["kube:admin", "bad\nname"]),
         HOLD_REQUEST: _values(
             ["2026-03-01T13:00:00Z;two\nlines", "2026-03-01T11:00:00Z", "bad\nvalue"]
         ),
@@ -515,7 +559,7 @@ pod_sets = st.one_of(
 booted_images = st.sampled_from([BOOTED, BootedImage(None, None, "ostree", "no ostree= argument")])
 
 _MCO_OWNED = (LAST_APPLIED_DRAIN, DESIRED_IMAGE)
-_WRITABLE = {annotation_path(k) for k in (DESIRED_DRAIN, *OWNED_KEYS, RELEASED)}
+_WRITABLE = {annotation_path(k) for k in (DESIRED_DRAIN, *OWNED_KEYS, *RELEASED_KEYS)}
 
 
 @settings(max_examples=400)
@@ -532,6 +576,8 @@ def test_invariants_on_random_nodes(
     for op in decision.patch:
         if op["op"] != "test":
             assert op["path"] in _WRITABLE
+        if op["path"] == annotation_path(RELEASED_BY):
+            assert op["op"] in ("test", "remove")  # the releaser's record: never the agent's
     for key in (*_MCO_OWNED, HOLD_REQUEST):
         assert after.get(key) == before.get(key)
     old = before.get(DESIRED_DRAIN)
@@ -623,5 +669,9 @@ def test_no_agent_key_without_a_reason(
         return  # a foreign hold: left alone
     assert has_keys == (request.verb is Verb.HOLD), state
     assert all(
-        not k.startswith(DG_PREFIX) or k in (*OWNED_KEYS, RELEASED, HOLD_REQUEST) for k in state
+        not k.startswith(DG_PREFIX) or k in (*OWNED_KEYS, *RELEASED_KEYS, HOLD_REQUEST)
+        for k in state
     )
+    # Who released goes with a released marker that still applies, or goes.
+    if RELEASED_BY in state:
+        assert state.get(RELEASED) == state.get(DESIRED_DRAIN), state

@@ -18,6 +18,8 @@ from drain_guard.protocol import (
     LAST_APPLIED_DRAIN,
     OWNED_KEYS,
     RELEASED,
+    RELEASED_BY,
+    RELEASED_KEYS,
     ProtocolError,
     Reason,
     annotation_path,
@@ -56,6 +58,8 @@ def test_every_patch_the_protocol_builds_passes(target: str, detail: str, last: 
             "hold-" + desired, {k: "x" for k in OWNED_KEYS}, OWNED_KEYS, mark_released=desired
         ),
         protocol.cleanup_patch(None, {RELEASED: desired}, [RELEASED]),
+        protocol.cleanup_patch(None, {RELEASED: desired, RELEASED_BY: "a"}, RELEASED_KEYS),
+        protocol.hold_patch(desired, last, "7", [Reason.MANUAL], SINCE, "", remove=RELEASED_KEYS),
     ]
     for ops in patches:
         nodeaccess.check_node_patch(ops)
@@ -102,6 +106,11 @@ FORGED: list[tuple[str, Any]] = [
     ("a value not a string", [{"op": "add", "path": annotation_path(HELD_DRAIN), "value": {}}]),
     ("a long value", [{"op": "add", "path": annotation_path(HELD_DRAIN), "value": "x" * 1025}]),
     ("an extra member", [{"op": "remove", "path": annotation_path(RELEASED), "value": "x"}]),
+    ("who released", [{"op": "add", "path": annotation_path(RELEASED_BY), "value": "kube:admin"}]),
+    (
+        "who released, replaced",
+        [{"op": "replace", "path": annotation_path(RELEASED_BY), "value": "kube:admin"}],
+    ),
     ("nothing", []),
     ("not a list", {"metadata": {}}),
     ("too many", [{"op": "test", "path": DRAIN, "value": "x"}] * 33),

@@ -19,14 +19,18 @@ from drain_guard.protocol import (
     LAST_APPLIED_DRAIN,
     LATEST,
     MAX_DETAIL_BYTES,
+    MAX_RELEASED_BY_BYTES,
     OWNED_KEYS,
     RELEASED,
+    RELEASED_BY,
+    RELEASED_KEYS,
     HoldRecord,
     MalformedHold,
     ProtocolError,
     Reason,
     Verb,
     annotation_path,
+    check_released_by,
     cleanup_patch,
     format_rfc3339,
     hold_patch,
@@ -34,6 +38,7 @@ from drain_guard.protocol import (
     parse_drain_request,
     parse_rfc3339,
     read_hold,
+    read_released_by,
     release_patch,
     truncate_utf8,
     update_hold_patch,
@@ -369,6 +374,54 @@ def test_release_patch_marks_released() -> None:
     )
     assert after[RELEASED] == REQ
     assert not set(OWNED_KEYS) & set(after)
+
+
+def test_release_patch_records_who_released_and_drops_an_older_one() -> None:
+    before = record_annotations(**{LAST_APPLIED_DRAIN: "uncordon-old", RELEASED_BY: "bob"})
+    by_alice = release_patch(
+        REQ, "uncordon-old", "42", before, mark_released=True, released_by="alice"
+    )
+    after = apply(node(before), by_alice)
+    assert (after[RELEASED], after[RELEASED_BY]) == (REQ, "alice")
+    unknown = apply(
+        node(before), release_patch(REQ, "uncordon-old", "42", before, mark_released=True)
+    )
+    assert after.keys() - unknown.keys() == {RELEASED_BY}
+    safe = apply(node(before), release_patch(REQ, "uncordon-old", "42", before))
+    assert not set(RELEASED_KEYS) & set(safe)
+    with pytest.raises(ProtocolError, match="released marker only"):
+        release_patch(REQ, "uncordon-old", "42", before, released_by="alice")
+    with pytest.raises(ProtocolError, match="control character"):
+        release_patch(REQ, None, "42", before, mark_released=True, released_by="a\nb")
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("", "empty"),
+        (" ", "empty"),
+        ("x" * (MAX_RELEASED_BY_BYTES + 1), "longer than 512 bytes"),
+        ("é" * 257, "longer than 512 bytes"),
+        ("alice\nkube:admin", "control character"),
+        ("alice\x1b[2J", "control character"),
+        ("a\u2028b", "control character"),
+    ],
+)
+def test_a_malformed_released_by_is_unreadable(value: str, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why):
+        check_released_by(value)
+    with pytest.raises(MalformedHold, match=f"released-by: .*{why}"):
+        read_released_by({RELEASED: REQ, RELEASED_BY: value})
+
+
+def test_released_by_is_read_beside_released_only() -> None:
+    longest = "é" * (MAX_RELEASED_BY_BYTES // 2)
+    assert read_released_by({RELEASED: REQ, RELEASED_BY: longest}) == longest
+    assert read_released_by({RELEASED: REQ, RELEASED_BY: "system:serviceaccount:a:b"}) == (
+        "system:serviceaccount:a:b"
+    )
+    assert read_released_by({RELEASED: REQ}) is None
+    assert read_released_by({RELEASED_BY: "alice"}) is None  # stale: no marker
 
 
 def test_release_patch_fails_if_the_mcc_completed_the_drain_meanwhile() -> None:
