@@ -113,7 +113,8 @@ class _Agent:
         events = EventQueue(EventRecorder(kube, settings.node_name, metrics=metrics))
         metrics.set_observe_only(settings.observe_only)
         cache = WatchCache()
-        shield = make_shield(settings, kube, metrics, cache)
+        watch_timeout = int(settings.watch_timeout.total_seconds())
+        shield = make_shield(settings, kube, metrics, cache, watch_timeout)
         controller = Controller(settings, kube, metrics, self.counters, events, cache, shield)
         if settings.daemonset is None and not settings.release_on_exit:
             log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
@@ -130,11 +131,12 @@ class _Agent:
         log.info("settings", extra={"fields": {**effective, "shieldNamespaces": shielded}})
         pod_watches = WatchGroup(kube.counters, 1 + len(controller.blocking_caches))
         parts = {
-            "node": kube.watch_node(settings.node_name, cache),
+            "node": kube.watch_node(settings.node_name, cache, watch_timeout),
             "pods": kube.watch_pods(
                 settings.node_name,
                 cache,
                 pod_watch_namespace(settings),
+                watch_timeout,
                 counters=pod_watches.member(0),
             ),
             "controller": controller.run(),
@@ -143,7 +145,7 @@ class _Agent:
             parts["shield"] = shield.run()
         for i, (namespace, pods) in enumerate(controller.blocking_caches.items(), start=1):
             parts[f"pods in {namespace}"] = kube.watch_pods(
-                settings.node_name, pods, namespace, counters=pod_watches.member(i)
+                settings.node_name, pods, namespace, watch_timeout, pod_watches.member(i)
             )
         if settings.alerts is not None:
             alerts = AlertSource(settings.alerts, controller.alerts_changed, controller.clock.now)

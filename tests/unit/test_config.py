@@ -257,6 +257,15 @@ def test_api_stale_after_is_a_positive_duration() -> None:
         _parse(["--node-name", "n1", "--api-stale-after", "0s"])
 
 
+def test_watch_timeout_is_at_least_five_seconds() -> None:
+    assert _parse(["--node-name", "n1"]).watch_timeout == timedelta(minutes=10)
+    assert _parse(["--node-name", "n1"], {"DRAIN_GUARD_WATCH_TIMEOUT": "5s"}).watch_timeout == (
+        timedelta(seconds=5)
+    )
+    with pytest.raises(SettingsError, match=r"--watch-timeout must be at least 5s: the API"):
+        _parse(["--node-name", "n1", "--watch-timeout", "4s"])
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(2700, "45m"), (5400, "1h30m"), (90, "1m30s"), (0.25, "250ms"), (0, "0s"), (3600, "1h")],

@@ -36,6 +36,9 @@ DEFAULT_LISTEN = "127.0.0.1:9797"
 # long would turn "drain later" into "node degraded", and the drain itself needs time after
 # the release, so holds of an hour or more are refused outright rather than merely warned.
 MCD_DRAIN_TIMEOUT = timedelta(hours=1)
+#: kube-apiserver's watch cache sends a watch's last bookmark 2 s before its end (within a
+#: second): a shorter watch would end without one, and its renewal would start behind.
+MIN_WATCH_TIMEOUT = timedelta(seconds=5)
 
 
 class BootedImageSource(enum.StrEnum):
@@ -65,6 +68,7 @@ class Settings:
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
+    watch_timeout: timedelta = timedelta(minutes=10)
     confinement_check_interval: timedelta = timedelta(minutes=10)
     observe_only: bool = False
     pod_name: str | None = None
@@ -85,6 +89,7 @@ class Settings:
             "listen": str(self.listen),
             "maxHold": format_duration(self.max_hold),
             "apiStaleAfter": format_duration(self.api_stale_after),
+            "watchTimeout": format_duration(self.watch_timeout),
             "confinementCheckInterval": format_duration(self.confinement_check_interval),
             "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
             "buildPodScope": self.build_pod_scope.names(),
@@ -165,6 +170,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "10m",
         "/readyz fails when the API server has not answered for this long (watch events and"
         " bookmarks count)",
+    ),
+    Option(
+        "--watch-timeout",
+        env_name("--watch-timeout"),
+        "10m",
+        "timeoutSeconds asked on the Node and pod watches (each ±10 %): the API server ends"
+        " a watch then, after a bookmark 2 s before, and the agent renews it from there; at"
+        " least 5s",
     ),
     Option(
         "--confinement-check-interval",
@@ -290,6 +303,12 @@ def _settings(raw: dict[str, object]) -> Settings:
         )
 
     api_stale_after = parse_api_stale_after(raw)
+    watch_timeout = named("--watch-timeout", parse_duration, str(raw["watch_timeout"]))
+    if watch_timeout < MIN_WATCH_TIMEOUT:
+        raise SettingsError(
+            f"--watch-timeout must be at least {format_duration(MIN_WATCH_TIMEOUT)}: the API"
+            " server's bookmark comes 2 s before a watch's end"
+        )
     confinement_check_interval = named(
         "--confinement-check-interval",
         parse_duration,
@@ -350,6 +369,7 @@ def _settings(raw: dict[str, object]) -> Settings:
         shield_build_pods=shield_build_pods,
         shield_dependencies=shield_dependencies,
         api_stale_after=api_stale_after,
+        watch_timeout=watch_timeout,
         confinement_check_interval=confinement_check_interval,
         observe_only=bool(raw["observe_only"]),
         pod_name=pod_name,

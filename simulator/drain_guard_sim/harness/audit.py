@@ -2,7 +2,7 @@
 checker (``checker.py``) judges runs on either server.
 
 ``ControlPlane(audit=True)`` logs every Node and Pod write with its request and response
-(``AUDIT_POLICY``). Each successful write (not a dry run) becomes a :class:`WriteRecord`:
+(``AUDIT_WRITES``). Each successful write (not a dry run) becomes a :class:`WriteRecord`:
 its user, verb, resource and subresource from the event, ``after`` from the response,
 ``before`` from the previous write of the same object (every write of those kinds is
 logged, so the chain is whole; an eviction's response is a Status, so its ``after`` is None

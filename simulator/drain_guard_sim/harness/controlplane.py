@@ -56,23 +56,34 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "validatingadmissionpolicy-status-controller",
 )
-#: What ``audit`` logs: every write to a Node or a Pod (and its status and evictions), with
-#: the request and the response, as a chaos run's checker needs them; nothing else.
-AUDIT_POLICY: dict[str, Any] = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived"],
-    "rules": [
-        {
-            "level": "RequestResponse",
-            "verbs": ["create", "update", "patch", "delete"],
-            "resources": [
-                {"group": "", "resources": ["nodes", "pods", "pods/status", "pods/eviction"]}
-            ],
-        },
-        {"level": "None"},
-    ],
+#: Users in this group have every request logged (its metadata: verb, URI with the query,
+#: response code) in ``audit_log``, with or without ``audit``: a test gives it to the one
+#: identity whose requests it counts (an agent's LISTs and watches), and no other request is
+#: logged for it.
+AUDITED_GROUP = "drain-guard.io:audited"
+#: What ``audit`` adds: every write to a Node or a Pod (and its status and evictions), with
+#: the request and the response, as a chaos run's checker needs them.
+AUDIT_WRITES: dict[str, Any] = {
+    "level": "RequestResponse",
+    "verbs": ["create", "update", "patch", "delete"],
+    "resources": [{"group": "", "resources": ["nodes", "pods", "pods/status", "pods/eviction"]}],
 }
+
+
+def audit_policy(writes: bool) -> dict[str, Any]:
+    """kube-apiserver's audit policy: the audited group's requests, and with ``writes``
+    every Node and Pod write; nothing else."""
+    rules: list[dict[str, Any]] = [{"level": "Metadata", "userGroups": [AUDITED_GROUP]}]
+    if writes:
+        rules.append(AUDIT_WRITES)
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [*rules, {"level": "None"}],
+    }
+
+
 START_TIMEOUT = 120.0  # seconds: a cold kube-apiserver on a loaded two-core machine
 
 
@@ -197,6 +208,10 @@ class ControlPlane:
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
                 f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
                 "--unsafe-no-fsync",  # tmpfs, and a test run: durability is not the subject
+                # As kubeadm's etcd (etcd's default is 10m): kube-apiserver's watch cache
+                # then moves on with etcd's revision every 5 s even when its resource is
+                # idle, and an idle watch gets its bookmark about once a minute.
+                "--watch-progress-notify-interval=5s",
                 "--log-level=warn",
             )
             plane._wait("etcd", lambda: _http_ok(f"{plane.etcd_url}/health"))
@@ -271,15 +286,14 @@ class ControlPlane:
         ]
         if self.emulated_version:
             flags.append(f"--emulated-version={self.emulated_version}")
-        if self.audit:
-            policy = self.workdir / "audit-policy.yaml"
-            policy.write_text(yaml.safe_dump(AUDIT_POLICY))
-            flags += [
-                f"--audit-policy-file={policy}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=blocking",  # written before the response: nothing missing
-            ]
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(audit_policy(self.audit)))
+        flags += [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # written before the response: nothing missing
+        ]
         if self.feature_gates:
             gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
             flags.append(f"--feature-gates={gates}")
@@ -287,7 +301,8 @@ class ControlPlane:
 
     @property
     def audit_log(self) -> Path:
-        """kube-apiserver's audit log (JSON lines), when started with ``audit``."""
+        """kube-apiserver's audit log (JSON lines): the requests of ``AUDITED_GROUP``, and
+        with ``audit`` every Node and Pod write."""
         return self.workdir / "audit.log"
 
     def _spawn(self, name: str, binary: Path, *args: str) -> None:
