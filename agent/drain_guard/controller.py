@@ -296,6 +296,7 @@ class Controller:
                 labels=node.labels,
                 blocking_pods=self._blocking_pods(),
                 known_hold=self._memory.hold,
+                unschedulable=node.unschedulable,
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

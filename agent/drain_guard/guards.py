@@ -92,6 +92,9 @@ class NodeView:
     #: The hold this agent knows on the Node (its memory): when the Node's ``held-since``
     #: turns unreadable, the hold keeps the age it had rather than starting again.
     known_hold: HoldRecord | None = None
+    #: The Node's ``spec.unschedulable`` (cordoned): MCO's node controller gives a cordoned
+    #: node no new target, so a ``noop-image`` hold there could not save its drain.
+    unschedulable: bool = False
 
 
 # --- verdicts -----------------------------------------------------------------------------
@@ -216,7 +219,8 @@ class BuildPodGuard:
 
 
 class NoopImageGuard:
-    """Blocks a drain for a layered update to the image the node already booted."""
+    """Blocks a drain for a layered update to the image the node already booted, while the
+    node is schedulable: only then can the node controller send it the newer image."""
 
     reason = Reason.NOOP_IMAGE
 
@@ -243,6 +247,13 @@ class NoopImageGuard:
             return Clear(self.reason, why, abstained=True, evidence=ImageCompared(digest, None))
         if digest == view.booted.digest:
             why = f"desiredImage is the booted image {_short(digest)}"
+            if view.unschedulable:
+                # MCO's node controller skips unschedulable nodes when it picks whom to give a
+                # new target (every version, docs/mco-versions.md): no newer image can reach
+                # this node while it is cordoned, so a hold would only delay the same drain
+                # until max-hold, with the node cordoned and its pool waiting.
+                why += "; not held: the node is cordoned, and a cordoned node gets no new image"
+                return Clear(self.reason, why, evidence=ImageCompared(digest, True))
             return Block(self.reason, why, ImageCompared(digest, True))
         why = f"desiredImage {_short(digest)} differs from booted {_short(view.booted.digest)}"
         return Clear(self.reason, why, evidence=ImageCompared(digest, False))

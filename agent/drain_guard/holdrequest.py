@@ -132,7 +132,7 @@ def releases_when(
         elif reason == Reason.NOOP_IMAGE:
             found.append(
                 f"{reason}: when desiredImage changes to an image the node does not run"
-                " (the build's new image)"
+                " (the build's new image), or the node is cordoned (no new image comes then)"
             )
         elif reason == Reason.MANUAL:
             until = request.until if request is not None else None

@@ -19,7 +19,10 @@ from drain_guard_sim.actors.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
+    LAST_APPLIED_DRAIN,
+    MCC_USER,
     MCD_USER,
+    REGISTRY_NAMESPACE,
     McoVersion,
     Timings,
     annotations_of,
@@ -28,7 +31,7 @@ from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.cluster import SimCluster
 from drain_guard_sim.harness.scenario import BuildResult
 from tests.helpers import reap, spawn
-from tests.sim.helpers import CFG
+from tests.sim.helpers import CFG, REGISTRY_BUDGET
 
 # MCO's seconds → simulated seconds (a 120 s build takes 6 s). The 4.15 MCC may cordon 2 to
 # 3.5 s (here 0.1 to 0.18 s) after a request; the agent answers in milliseconds, and this keeps
@@ -73,10 +76,10 @@ async def test_seed_scenario_with_agents(tmp_path: Path, version: McoVersion) ->
                 )
             await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
             build = await cluster.wait_build_done(timeout=120)
-            # A failed build can never roll out, nor a node the MCC cordoned for its X→X
-            # drain before the agent's hold (a cordoned node is never targeted again; the
-            # noop-image hold stays until max-hold): say so now, with what happened, rather
-            # than wait out the rollout's timeout (a CI run did, and said nothing more).
+            # A failed build can never roll out: say so now, with what happened, rather than
+            # wait out the rollout's timeout (a CI run did, and said nothing more). (A node
+            # the MCC cordoned for its X→X drain before the agent's hold is let go at once:
+            # a cordoned node is never targeted again.)
             so_far = cluster.outcome()
             assert build.succeeded, _story(build, cluster, agents)
             assert [c for c in so_far.during_build() if c.node == build.node] == [], _story(
@@ -161,6 +164,71 @@ async def test_the_4_18_daemon_asks_to_drain_for_its_image_and_the_agent_holds(
                 )
             assert not api.get("nodes", "worker-1")["spec"].get("unschedulable")
             assert cluster.cordons() == []
+            assert await agent.stop() == 0
+        finally:
+            await reap(agents)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("version", list(McoVersion))
+async def test_a_same_image_drain_the_mcc_cordoned_first_is_let_go(
+    tmp_path: Path, version: McoVersion
+) -> None:
+    """The MCC cordoned the node for an X→X request before the agent saw it (the race lost),
+    and its first drain attempt failed (the registry's budget). MCO's node controller gives a
+    cordoned node no new target, in every version, so a noop-image hold could end only at
+    --max-hold, the node cordoned, its pool waiting and the same drain after it: the agent
+    does not hold, and the MCC's next attempt drains the node, which reboots."""
+    agents: list[AgentProcess] = []
+    async with SimCluster(
+        tmp_path / "cluster",
+        nodes=2,
+        time_factor=TIME_FACTOR,
+        node_controller=False,
+        version=version,
+    ) as cluster:
+        api = cluster.api
+        try:
+            api.create("poddisruptionbudgets", REGISTRY_BUDGET)
+            rv = api.resource_version
+            # The node controller's target: a new config, the image the node runs (X→X).
+            api.patch("nodes", "worker-0", {"metadata": {"annotations": {DESIRED_CONFIG: CFG}}})
+            await api.wait_for_write(
+                lambda r: (
+                    r.user == MCC_USER
+                    and r.name == "worker-0"
+                    and bool(((r.after or {}).get("spec") or {}).get("unschedulable"))
+                ),
+                since=rv,
+                timeout=30,
+            )
+            assert annotations_of(api.get("nodes", "worker-0"))[DESIRED_DRAIN] == f"drain-{CFG}"
+            agent = await spawn(
+                "worker-0",
+                cluster.agent_kubeconfig("worker-0"),
+                cluster.hosts["worker-0"],
+                started=agents,
+            )
+            record = await agent.wait_log(lambda r: r.get("request") == f"drain-{CFG}")
+            assert record["outcome"] == "pass", record
+            async with asyncio.timeout(60):
+                await cluster.timeline.wait_for(
+                    lambda e: e.node == "worker-0" and "Drain failed" in e.message
+                )
+            api.delete("poddisruptionbudgets", "image-registry", REGISTRY_NAMESPACE)
+            await api.wait_for(
+                lambda: (
+                    annotations_of(api.get("nodes", "worker-0")).get(LAST_APPLIED_DRAIN)
+                    == f"drain-{CFG}"
+                ),
+                timeout=60,
+            )
+            await api.wait_for(lambda: cluster.machines["worker-0"].reboots == 1, timeout=60)
+            assert not [
+                r
+                for r in api.writes("nodes", name="worker-0")
+                if annotations_of(r.after or {}).get(DESIRED_DRAIN, "").startswith("hold-")
+            ]
             assert await agent.stop() == 0
         finally:
             await reap(agents)

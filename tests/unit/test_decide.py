@@ -84,8 +84,18 @@ def view(
     booted: BootedImage = BOOTED,
     now: datetime = NOW,
     known_hold: HoldRecord | None = None,
+    unschedulable: bool = False,
 ) -> NodeView:
-    return NodeView("worker-0", dict(annotations), pods, booted, now, "100", known_hold=known_hold)
+    return NodeView(
+        "worker-0",
+        dict(annotations),
+        pods,
+        booted,
+        now,
+        "100",
+        known_hold=known_hold,
+        unschedulable=unschedulable,
+    )
 
 
 def run(annotations: Mapping[str, str], **kw: Any) -> Decision:
@@ -139,6 +149,25 @@ def test_hold_for_the_seed_same_image_update() -> None:
     assert isinstance(decision, Hold)
     assert [b.reason for b in decision.blocks] == [Reason.BUILD_POD, Reason.NOOP_IMAGE]
     assert apply(before, decision)[HOLD_REASONS] == "build-pod,noop-image"
+
+
+def test_a_same_image_update_of_a_cordoned_node_is_not_held() -> None:
+    """The MCC cordoned first (race lost): MCO's node controller never retargets a cordoned
+    node, so nothing but max-hold would end a noop-image hold; the drain goes now."""
+    before = {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV, DESIRED_IMAGE: f"{IMAGE}@{D1}"}
+    decision = run(before, unschedulable=True)
+    assert isinstance(decision, Idle)
+    assert decision.passes
+    assert decision.patch == ()
+    [noop] = [v for v in decision.verdicts if v.reason is Reason.NOOP_IMAGE]
+    assert "the node is cordoned" in noop.detail
+
+
+def test_a_cordoned_node_running_a_build_pod_is_held_for_the_build_pod_only() -> None:
+    before = {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV, DESIRED_IMAGE: f"{IMAGE}@{D1}"}
+    decision = run(before, pods=(BUILD,), unschedulable=True)
+    assert isinstance(decision, Hold)
+    assert [b.reason for b in decision.blocks] == [Reason.BUILD_POD]
 
 
 @pytest.mark.parametrize(
@@ -269,6 +298,25 @@ def test_release_safe_when_the_build_is_done() -> None:
     assert isinstance(decision, Release)
     assert decision.outcome is Outcome.SAFE
     assert apply(before, decision) == {DESIRED_DRAIN: A, LAST_APPLIED_DRAIN: PREV}
+
+
+def test_a_noop_image_hold_is_released_once_the_node_is_cordoned() -> None:
+    """The MCC's sync read the request before the hold and cordoned after it (race lost), or
+    someone cordoned the held node: no new image can reach it, so the hold is given up now
+    rather than at max-hold; a build pod's hold stays, for the build pod alone."""
+    noop = {HOLD_REASONS: "noop-image", HOLD_DETAIL: "noop-image: desiredImage is the booted"}
+    before = held(extra={DESIRED_IMAGE: f"{IMAGE}@{D1}", **noop})
+    decision = run(before, unschedulable=True)
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.SAFE
+    assert apply(before, decision)[DESIRED_DRAIN] == A
+    kept = run(before, pods=(BUILD,), unschedulable=True)
+    assert isinstance(kept, UpdateHold)
+    assert apply(before, kept)[HOLD_REASONS] == "build-pod"
+    # Schedulable: the node controller can still send it the build's image.
+    still = run(before)
+    assert isinstance(still, UpdateHold | Keep)
+    assert still.reasons == (Reason.NOOP_IMAGE,)
 
 
 def test_wait_keeps_a_hold_when_pods_are_unknown() -> None:

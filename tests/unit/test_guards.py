@@ -36,6 +36,7 @@ def view(
     annotations: Mapping[str, str] | None = None,
     pods: tuple[Pod, ...] | None = (),
     booted: BootedImage | None = None,
+    unschedulable: bool = False,
 ) -> NodeView:
     return NodeView(
         name="worker-0",
@@ -44,6 +45,7 @@ def view(
         booted=booted or BootedImage(D1, f"ostree-unverified-registry:{REGISTRY}@{D1}", "ostree"),
         now=NOW,
         resource_version="7",
+        unschedulable=unschedulable,
     )
 
 
@@ -144,6 +146,16 @@ def test_noop_blocks_when_desired_is_the_booted_image() -> None:
     assert isinstance(verdict, Block)
     assert verdict.reason is Reason.NOOP_IMAGE
     assert "sha256:111111111111" in verdict.detail
+
+
+def test_noop_does_not_block_on_a_cordoned_node() -> None:
+    """MCO's node controller gives a cordoned node no new target: the hold could only end at
+    max-hold, and the same drain would follow it."""
+    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}, unschedulable=True))
+    assert isinstance(verdict, Clear)
+    assert not verdict.abstained
+    assert "the node is cordoned" in verdict.detail
+    assert verdict.evidence == ImageCompared(D1, True)
 
 
 def test_noop_clear_when_images_differ() -> None:
