@@ -85,26 +85,35 @@ async def test_request_to_cordon_window(tmp_path: Path, version: McoVersion, win
 
 async def test_a_failed_first_run_writes_its_drain_again_over_a_hold(tmp_path: Path) -> None:
     """booting is cleared only after checkStateOnFirstRun succeeds: after the 1 h drain
-    timeout in a first run, the MCD runs it again and re-writes drain-<config> over the hold."""
+    timeout in a first run, the MCD runs it again and re-writes drain-<config> over the hold.
+
+    The registry's budget keeps the drain from ever completing, whenever the MCC reads the
+    request: the hold below is written some milliseconds after the daemon's request (several
+    MCO seconds at this time factor), and the MCC, retrying the ``hold`` verb rate-limited
+    every few microseconds, sometimes drained in between, wrote ``lastAppliedDrain``, and the
+    daemon's second first run then skipped its drain ("already completed")."""
     timings = Timings(mcc_update_delay=100)
     async with SimCluster(
         tmp_path, nodes=2, time_factor=0.001, timings=timings, node_controller=False
     ) as cluster:
         api = cluster.api
+        api.create("poddisruptionbudgets", REGISTRY_BUDGET)  # worker-0 runs the registry
         await request_and_hold(cluster, "worker-0", CFG)
         rv = api.resource_version
         cluster.restart_mcd("worker-0")  # the new daemon's first run asks again: hold it again
         await api.wait_for_write(wrote_drain(f"drain-{CFG}"), since=rv, timeout=20)
         set_ann(cluster, "worker-0", desired_drain=f"hold-drain-{CFG}")
+        # From here the daemon's only drain request is the one after its failed first run.
+        rv = api.resource_version
         async with asyncio.timeout(30):
             await cluster.timeline.wait_for(
                 lambda e: (
                     e.node == "worker-0" and "Marking Degraded due to: failed to drain" in e.message
                 )
             )
-        rv = api.resource_version
         again = await api.wait_for_write(wrote_drain(f"drain-{CFG}"), since=rv, timeout=20)
         assert annotations_of(again.before or {})[DESIRED_DRAIN] == f"hold-drain-{CFG}"
+        assert ann(cluster, "worker-0").get(LAST_APPLIED_DRAIN) != f"drain-{CFG}"
 
 
 async def test_an_update_starts_when_config_and_image_are_equal_but_not_done(
