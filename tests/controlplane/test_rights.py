@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
+from drain_guard.decide import stale_keys
 from drain_guard.pods import Pod
 from drain_guard.shieldplan import Role, Want
 from drain_guard_sim.actors.hostfs import HostFS
@@ -49,6 +50,7 @@ from tests.helpers import (
     metric,
     reap,
     require_tool,
+    run_cli,
     spawn,
 )
 
@@ -647,3 +649,39 @@ async def test_the_hold_request_format_is_enforced_on_whoever_writes_it(
         assert raised.value.status == 422, (bad, raised.value.body)
     await annotate(None)
     assert protocol.HOLD_REQUEST not in await node_annotations(installed, node)
+
+
+@pytest.mark.parametrize("installed", ["kubernetes"], indirect=True)
+async def test_a_release_records_its_releaser_and_no_one_elses(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """drain-guard-released-by, as kube-apiserver evaluates it: ``drain-guard release`` run
+    as user A records A (the name the API server gives it, not the kubeconfig's); A writing
+    B's name is refused; the agent's removal of the record, once the request moved on, is
+    taken."""
+    alice = unique("alice")
+    kubeconfig = installed.plane.user_kubeconfig(alice, ["system:masters"], tmp_path / "alice")
+    assert await hold_own_node(installed) == ALLOWED
+    code, out, err = await run_cli(
+        "release", "--node-name", installed.node, "--kubeconfig", str(kubeconfig)
+    )
+    assert (code, err) == (0, ""), err
+    assert f"released by {alice}" in out
+    ann = await node_annotations(installed, installed.node)
+    assert (ann[protocol.RELEASED], ann[protocol.RELEASED_BY]) == (DRAIN_B, alice)
+
+    async with api_client(kubeconfig) as as_alice:
+        forged = {"metadata": {"annotations": {protocol.RELEASED_BY: "bob"}}}
+        with pytest.raises(ApiException) as raised:
+            await client.CoreV1Api(as_alice).patch_node(installed.node, forged)
+    assert raised.value.status == 403, raised.value.body
+    assert "drain-guard-released-by" in str(raised.value.body)
+    assert (await node_annotations(installed, installed.node))[protocol.RELEASED_BY] == alice
+
+    await mcd_request(installed.admin, installed.node, "drain-rendered-worker-next")
+    ann = await node_annotations(installed, installed.node)
+    stale = stale_keys(ann)
+    assert stale == protocol.RELEASED_KEYS
+    cleanup = protocol.cleanup_patch(ann[protocol.DESIRED_DRAIN], ann, stale)
+    assert await patch_node(installed, installed.node, cleanup) == ALLOWED
+    assert not set(stale) & set(await node_annotations(installed, installed.node))

@@ -97,12 +97,15 @@ async def test_release_is_manual_and_sticks(
 
     code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
     assert (code, err) == (0, "")
-    assert f"released {DRAIN_B} (outcome manual)" in out
+    assert f"released {DRAIN_B} (outcome manual, released by {OPERATOR})" in out
     # Issue 25: a release while the build runs lets the drain start and stall on the budget.
     assert "it was held for a build pod; if the build still runs, the drain starts now" in out
     ann = node_annotations(api)
     assert ann[protocol.DESIRED_DRAIN] == DRAIN_B
     assert ann[protocol.RELEASED] == DRAIN_B
+    # Who released, as the API server knows them (the kubeconfig's user entry is not asked).
+    assert ann[protocol.RELEASED_BY] == OPERATOR
+    assert api.request_count(user=OPERATOR, resource="selfsubjectreviews") == 1
     assert not any(k in ann for k in protocol.OWNED_KEYS)
     released = [w for w in api.writes("nodes") if w.user == OPERATOR]
     assert len(released) == 1
@@ -120,6 +123,24 @@ async def test_release_is_manual_and_sticks(
     assert out == ""
     assert err.count("\n") == 1
     assert "nothing is held" in err
+
+
+async def test_release_goes_ahead_without_the_releaser_when_the_api_server_does_not_say(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """A hold must never wait for its record: one warning line, the release, no key."""
+    await _hold(api, start_agent)
+    api.faults.error(403, message="forbidden", resource="selfsubjectreviews")
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert code == 0
+    assert err.count("\n") == 1
+    assert err.startswith("drain-guard release: warning: the API server did not say who you are")
+    assert err.endswith(f"releasing without {protocol.RELEASED_BY}\n")
+    assert f"released {DRAIN_B} (outcome manual)\n" in out
+    ann = node_annotations(api)
+    assert ann[protocol.RELEASED] == DRAIN_B
+    assert protocol.RELEASED_BY not in ann
 
 
 async def test_release_all_with_nothing_held_is_not_an_error(
@@ -316,7 +337,7 @@ async def test_hold_writes_a_valid_request_that_release_withdraws(
 
     code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
     assert (code, err) == (0, "")
-    assert f"released {DRAIN_B} (outcome manual)" in out
+    assert f"released {DRAIN_B} (outcome manual, released by {OPERATOR})" in out
     assert f"withdrew the hold request '{value}'" in out
     ann = node_annotations(api)
     assert protocol.HOLD_REQUEST not in ann

@@ -39,9 +39,11 @@ async def run_release(args: argparse.Namespace) -> int:
             if not nodes:
                 print("nothing to release: no node has a hold or stale keys")
                 return EXIT_OK
-            results = [await release_node(kube, n.name) for n in nodes]
+            by = await releaser(kube)
+            results = [await release_node(kube, n.name, by) for n in nodes]
             return EXIT_OK if all(results) else EXIT_FAILURE
-        return EXIT_OK if await release_node(kube, args.node_name) else EXIT_FAILURE
+        by = await releaser(kube)
+        return EXIT_OK if await release_node(kube, args.node_name, by) else EXIT_FAILURE
     except KubeError as exc:
         print(f"drain-guard release: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -52,11 +54,34 @@ async def run_release(args: argparse.Namespace) -> int:
 RELEASE_ATTEMPTS = 5
 
 
-async def release_node(kube: Kube, name: str) -> bool:
+async def releaser(kube: Kube) -> str | None:
+    """Who releases: the API server's name for the caller (a SelfSubjectReview), recorded in
+    ``drain-guard.io/released-by``; None, said in one line, when it cannot be learnt or
+    recorded: the release goes ahead without it (a hold must never wait for a record)."""
+    from drain_guard.kube.call import KubeError
+
+    try:
+        name = await kube.user_name()
+    except KubeError as exc:
+        why = f"the API server did not say who you are (SelfSubjectReview: {exc})"
+    else:
+        try:
+            return protocol.check_released_by(name)
+        except protocol.ProtocolError as exc:
+            why = f"your user name {printable(repr(name[:80]))} cannot be recorded: {exc}"
+    print(
+        f"drain-guard release: warning: {why}; releasing without {protocol.RELEASED_BY}",
+        file=sys.stderr,
+    )
+    return None
+
+
+async def release_node(kube: Kube, name: str, by: str | None) -> bool:
     """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success.
 
     The patch also records the request in ``drain-guard.io/released``: the agent does not
-    hold that request again, and counts the release as ``manual``.
+    hold that request again, and counts the release as ``manual``; and ``by``, who released
+    it, in ``drain-guard.io/released-by``.
     """
     from drain_guard.kube.client import Applied
 
@@ -70,7 +95,7 @@ async def release_node(kube: Kube, name: str) -> bool:
         withdraw = [] if request is None else _withdraw_ops(request)
         try:
             release = force_release(
-                node.annotations, node.resource_version, protocol.Outcome.MANUAL
+                node.annotations, node.resource_version, protocol.Outcome.MANUAL, by
             )
         except NothingHeldError as exc:
             stale = stale_keys(node.annotations)
@@ -92,7 +117,8 @@ async def release_node(kube: Kube, name: str) -> bool:
             return False
         result = await kube.patch_node_json(name, [*release.patch, *withdraw])
         if isinstance(result, Applied):
-            print(f"node {name}: released {release.original} (outcome manual)")
+            as_who = "" if by is None else f", released by {printable(by)}"
+            print(f"node {name}: released {release.original} (outcome manual{as_who})")
             if release.record is not None and protocol.Reason.BUILD_POD in release.record.reasons:
                 print(
                     f"node {name}: note: it was held for a build pod; if the build still runs,"

@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from drain_guard import kubeclient as k8s
-from drain_guard.kube.call import REQUEST_TIMEOUT, JsonObj, KubeError, call_api_within
+from drain_guard.kube.call import (
+    REQUEST_TIMEOUT,
+    JsonObj,
+    KubeError,
+    call_api,
+    call_api_within,
+)
 from drain_guard.kube.counters import Counters, NullCounters
 from drain_guard.kube.credentials import load_api_client, load_socket_client
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
@@ -93,6 +99,22 @@ class Kube:
             raise
         self.counters.api_contact()
         return body
+
+    async def user_name(self) -> str:
+        """The name the API server knows the caller by (``kubectl auth whoami``: a
+        SelfSubjectReview), which ``drain-guard release`` records; never the kubeconfig's
+        own name for its user. Not counted: the CLI's question, no program's operation."""
+        # The CLI's alone: imported here, so that the agent never loads it (kubeclient).
+        from kubernetes_asyncio.client.api.authentication_v1_api import AuthenticationV1Api
+
+        body = await call_api(
+            AuthenticationV1Api(self.api).create_self_subject_review,
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+        name = ((body.get("status") or {}).get("userInfo") or {}).get("username")
+        if not isinstance(name, str) or not name:
+            raise KubeError(0, "the SelfSubjectReview names no user")
+        return name
 
     async def get_node(self, name: str) -> NodeObj | None:
         try:

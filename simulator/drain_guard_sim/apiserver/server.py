@@ -213,6 +213,9 @@ class User:
 
 
 ANONYMOUS = User("system:anonymous", "")
+#: Who am I (``SelfSubjectReview``): served for any authenticated user, never stored.
+SELF_SUBJECT_REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+SELF_SUBJECT_REVIEWS = "selfsubjectreviews"
 
 #: An RBAC check: (API group, resource or resource/subresource, verb, namespace or None for a
 #: cluster-wide request, object name or None) -> allowed.
@@ -691,9 +694,13 @@ class SimApiServer:
         try:
             user = self._authenticate(request)
             user_name = user.name
-            target = self._resolve(path)
-            verb = self._verb(request, target)
-            resource = self._resource_label(target)
+            review = request.method == "POST" and path == SELF_SUBJECT_REVIEW_PATH
+            target = None if review else self._resolve(path)
+            verb = "create" if review else self._verb(request, target)
+            resource = SELF_SUBJECT_REVIEWS if review else self._resource_label(target)
+            if review and user is ANONYMOUS:
+                why = f'User "{user.name}" cannot create resource "{resource}" in API group'
+                raise errors.forbidden(None, "", f'{why} "authentication.k8s.io"')
             if user is ANONYMOUS and target is not None and verb not in ("get", "list", "watch"):
                 raise errors.rbac_forbidden(
                     target.rt,
@@ -722,7 +729,9 @@ class SimApiServer:
             if fired:
                 raise fired[0].error()
             response: web.StreamResponse
-            if target is None:
+            if review:
+                response = self._self_subject_review(user)
+            elif target is None:
                 response = self._discovery(path)
             else:
                 response = await self._serve(request, target, verb, user_name)
@@ -1095,6 +1104,23 @@ class SimApiServer:
         if groups:
             spec["groups"] = groups
         return {**csr, "spec": spec}
+
+    def _self_subject_review(self, user: User) -> web.Response:
+        """POST selfsubjectreviews: who the API server takes the caller for (``kubectl auth
+        whoami``), as kube-apiserver answers every authenticated user (the
+        ``system:basic-user`` ClusterRole); nothing is stored."""
+        info: JsonObj = {"username": user.name}
+        if user.groups:
+            info["groups"] = list(user.groups)
+        if user.extra:
+            info["extra"] = dict(user.extra)
+        answer = {
+            "kind": "SelfSubjectReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "status": {"userInfo": info},
+        }
+        return self._json(answer, 201)
 
     def _token_request(self, target: _Target, body: Any) -> web.Response:
         """POST serviceaccounts/<name>/token (TokenRequest): a new bearer token of the account,
