@@ -327,7 +327,10 @@ def _decide_unheld(
             repair = repaired if same else None
             return Hold(desired, blocks, since, tuple(patch), verdicts, superseded, same, repair)
         if unknowns:
-            return Wait(unknowns, record, desired, verdicts)
+            # Nothing is held or written: a record whose held-since was repaired carries no
+            # start to count from (it may be this pass's now, which would move the recheck
+            # on with every pass); the hold, taken again, says when it began.
+            return Wait(unknowns, record if repaired is None else None, desired, verdicts)
         why = "no guard blocks"
 
     stale_keys = tuple(k for k in OWNED_KEYS if k in annotations)

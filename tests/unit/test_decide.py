@@ -399,6 +399,35 @@ def test_a_held_since_repaired_while_guards_cannot_decide_keeps_the_hold() -> No
     assert [bad.kind for bad in invalid_inputs(decision)] == ["annotation"]
 
 
+@pytest.mark.parametrize("since_text", [format_rfc3339(NOW + timedelta(hours=3)), "whenever"])
+def test_an_unheld_wait_does_not_move_its_recheck_on_with_every_pass(since_text: str) -> None:
+    """The MCD wrote the held request again over a hold whose held-since is in the future (or
+    unreadable), and a guard cannot decide yet: nothing is held or written, so no start is
+    known. "Now" stood in for it, and each pass moved the recheck (and the end /status shows)
+    on by the time passed, for as long as the guard could not decide."""
+    before = {**held(extra={HELD_SINCE: since_text}), DESIRED_DRAIN: A}
+    first = run(before, pods=None)
+    second = run(before, pods=None, now=NOW + timedelta(minutes=10))
+    assert isinstance(first, Wait)
+    assert isinstance(second, Wait)
+    assert first.patch == second.patch == ()
+    assert first.held_since is second.held_since is None
+    assert first.recheck_at is second.recheck_at is None
+    # Once the guards can decide, the hold is taken again from now, and reported (issue 27).
+    hold = run(before, pods=(BUILD,), now=NOW + timedelta(minutes=10))
+    assert isinstance(hold, Hold)
+    assert hold.since == NOW + timedelta(minutes=10)
+    assert [bad.kind for bad in invalid_inputs(hold)] == ["annotation"]
+
+
+def test_an_unheld_wait_on_a_readable_record_rechecks_when_it_runs_out() -> None:
+    since = NOW - timedelta(minutes=40)
+    before = {**held(since=since), DESIRED_DRAIN: A}
+    assert run(before, pods=None).recheck_at == since + MAX_HOLD
+    later_pass = run(before, pods=None, now=NOW + timedelta(minutes=3))
+    assert later_pass.recheck_at == since + MAX_HOLD
+
+
 def test_a_held_since_unreadable_with_nothing_blocking_is_released_as_safe() -> None:
     decision = run(held(extra={HELD_SINCE: "whenever"}), pods=())
     assert isinstance(decision, Release)
