@@ -1,4 +1,5 @@
-"""A real Prometheus server for tests: loopback only, temp dir, 1 s scrape and rule interval."""
+"""A real Prometheus server for tests: loopback only, temp dir, 1 s scrape and rule interval;
+and how it and Alertmanager are run (``serving``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import asyncio
 import contextlib
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,41 +84,59 @@ async def prometheus(
     rule_files: Sequence[Path] = (),
 ) -> AsyncIterator[Prometheus]:
     """Start Prometheus scraping ``targets`` (job ``drain-guard``); stop it on exit."""
-    binary = require_tool("prometheus")
     config = tmp / "prometheus.yml"
     config.write_text(_config(targets, labels or {}, rule_files))
-    log = tmp / "prometheus.log"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
-        for attempt in range(ATTEMPTS):
-            port = free_port()
-            with log.open("ab") as out:
-                proc = await asyncio.create_subprocess_exec(
-                    binary,
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={tmp / f'data-{attempt}'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--log.level=warn",
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=tmp,
-                )
-            try:
-                base = f"http://127.0.0.1:{port}"
-                if await _ready(http, base, proc):
-                    yield Prometheus(base, http)
-                    return
-                # Exited early: most likely the port was taken meanwhile; try another.
-                if attempt == ATTEMPTS - 1:
-                    raise AssertionError(f"prometheus did not start:\n{log.read_text()}")
-            finally:
-                if proc.returncode is None:
-                    proc.terminate()
-                    try:
-                        async with asyncio.timeout(10):
-                            await proc.wait()
-                    except TimeoutError:
-                        proc.kill()
+
+    def args(port: int, attempt: int) -> list[str]:
+        return [
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp / f'data-{attempt}'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ]
+
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http,
+        serving("prometheus", args, tmp, http) as base,
+    ):
+        yield Prometheus(base, http)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    tool: str,
+    args: Callable[[int, int], list[str]],
+    tmp: Path,
+    http: aiohttp.ClientSession,
+) -> AsyncIterator[str]:
+    """Run the system tool ``tool`` (Prometheus, Alertmanager) with ``args(port, attempt)``
+    on a free loopback port until it is ready (``/-/ready``), and stop it on exit; its base
+    URL. Neither binds port 0 and reports it: a port taken meanwhile is tried again."""
+    binary = require_tool(tool)
+    log = tmp / f"{tool}.log"
+    for attempt in range(ATTEMPTS):
+        port = free_port()
+        with log.open("ab") as out:
+            proc = await asyncio.create_subprocess_exec(
+                binary, *args(port, attempt), stdout=out, stderr=subprocess.STDOUT, cwd=tmp
+            )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            if await _ready(http, base, proc):
+                yield base
+                return
+            # Exited early: most likely the port was taken meanwhile; try another.
+            if attempt == ATTEMPTS - 1:
+                raise AssertionError(f"{tool} did not start:\n{log.read_text()}")
+        finally:
+            if proc.returncode is None:
+                proc.terminate()
+                try:
+                    async with asyncio.timeout(10):
                         await proc.wait()
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
 
 
 async def _ready(http: aiohttp.ClientSession, base: str, proc: asyncio.subprocess.Process) -> bool:
