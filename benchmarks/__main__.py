@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from benchmarks import apiload, fleet, footprint, reaction, scrapeflood, shieldscale
+from benchmarks.common import mark_start
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "reaction": reaction.main,
@@ -31,6 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         began = time.monotonic()
         print(f"== {name}", flush=True)
+        mark_start()
         code = BENCHMARKS[name]([])
         print(f"== {name}: exit {code} in {time.monotonic() - began:.0f} s", flush=True)
         if code != 0:

@@ -41,6 +41,8 @@ IMAGE_A = f"{REGISTRY}/ocb-image@sha256:{'a' * 64}"
 IMAGE_B = f"{REGISTRY}/ocb-image@sha256:{'b' * 64}"
 CONFIG_A = "rendered-worker-" + "a" * 32
 WAIT = 30.0  # seconds: upper bound of one event-driven wait on a loaded machine
+#: The 1-minute load average when this benchmark began (``mark_start``; first at import).
+_START_LOAD = {"1m": os.getloadavg()[0]}
 
 
 def config_name(i: int) -> str:
@@ -121,8 +123,14 @@ def median_of(runs: Sequence[Mapping[str, Any]], key: str) -> float:
 # --- the machine and the results ----------------------------------------------------------
 
 
+def mark_start() -> None:
+    """Note the machine's load now as the start of the next benchmark: ``python -m benchmarks``
+    runs several in one process, after this module was imported."""
+    _START_LOAD["1m"] = os.getloadavg()[0]
+
+
 def machine() -> dict[str, Any]:
-    """What the figures were measured on."""
+    """What the figures were measured on, and the load when the benchmark began and ended."""
     cpu = platform.processor() or ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -135,7 +143,8 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(),
         "kernel": platform.release(),
-        "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
+        "load_avg_1m_at_start": round(_START_LOAD["1m"], 2),
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     }
 
 

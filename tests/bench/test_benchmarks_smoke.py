@@ -28,6 +28,8 @@ def _result(out: Path, name: str) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads((out / f"{name}.json").read_text())
     assert doc["benchmark"] == name
     assert doc["machine"]["nproc"] >= 1
+    assert doc["machine"]["load_avg_1m_at_start"] >= 0
+    assert doc["machine"]["load_avg_1m_at_end"] >= 0
     return doc
 
 
