@@ -1,5 +1,6 @@
-"""The seed's cluster on a real API server: :class:`SimCluster`'s scenario, played by the same
-MCO actors against kube-apiserver and kube-controller-manager (``controlplane.ControlPlane``).
+"""The seed's cluster on a real API server: the seed's scenario (``scenario.Scenario``), played
+by the same MCO actors against kube-apiserver and kube-controller-manager
+(``controlplane.ControlPlane``).
 
 What ``SimCluster`` writes into the simulator's store in-process, this harness creates through
 the API as an administrator: the project's CRDs (``crds.py``), the MCO namespaces, the worker
@@ -20,63 +21,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar, Unpack
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController
-from drain_guard_sim.actors.drain import DrainController
-from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.actors.mcd import NodeMachine
 from drain_guard_sim.actors.mco import (
-    CURRENT_CONFIG,
-    CURRENT_IMAGE,
-    DESIRED_CONFIG,
-    DESIRED_DRAIN,
-    DESIRED_IMAGE,
     GROUP_MCO,
-    LAST_APPLIED_DRAIN,
-    LAYERING_LABEL,
     MCO_NAMESPACE,
-    POOL_IMAGE,
     ROLE_LABEL,
-    STATE,
-    STATE_DONE,
     TARGET_POOL_LABEL,
     Actor,
     Informer,
     JsonObj,
-    McoVersion,
     Timings,
     annotations_of,
     read_json,
 )
-from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
 from drain_guard_sim.actors.nodewriters import label_patch
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
 from drain_guard_sim.harness.controlplane import ControlPlane
 from drain_guard_sim.harness.scenario import (
-    BASE_CONFIGS,
     DAEMONSETS,
     DEPLOYMENTS,
-    INITIAL_IMAGE,
     NFD_LABEL,
-    RACE_MARGIN,
-    RACE_WAIT,
-    READY,
     BuildResult,
-    Cordon,
-    Outcome,
-    ReplicaSetController,
-    machine_config,
+    Scenario,
+    ScenarioOptions,
     pool_label,
-    updated_pool_status,
-    worker_node,
 )
 
 __all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster", "agent_user"]
@@ -86,6 +61,7 @@ RBAC = "rbac.authorization.k8s.io"
 #: The namespace of the actors' service accounts (MCO's own; openshift-infra's build
 #: controller and kube-system's ReplicaSet controller live here too, for one place).
 ACTOR_NAMESPACE = MCO_NAMESPACE
+T = TypeVar("T")
 
 _NODES_RW = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
 _EVENTS = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
@@ -254,14 +230,14 @@ def agent_user(node: str) -> str:
     return f"drain-guard-agent:{node}"
 
 
-class RealCluster:
-    """The seed's cluster (``SimCluster``'s) on ``plane``, with the same scenario methods.
+class RealCluster(Scenario):
+    """The seed's cluster (``SimCluster``'s scenario) on ``plane``.
 
     ``pool`` names the pool (its Nodes are ``<pool>-0`` ...), so that clusters sharing a
-    control plane never meet; ``version``, ``time_factor``, ``timings`` and ``build_node`` are
-    ``SimCluster``'s. Each node's agent is a user of its own (``agent_user``, so that its
-    writes are its own in an audit log) with an administrator's rights: their own rights are
-    proven by tests/controlplane/test_rights.py.
+    control plane never meet; the rest is ``SimCluster``'s (``ScenarioOptions``). Each node's
+    agent is a user of its own (``agent_user``, so that its writes are its own in an audit
+    log) with an administrator's rights: their own rights are proven by
+    tests/controlplane/test_rights.py.
     """
 
     def __init__(
@@ -270,86 +246,24 @@ class RealCluster:
         workdir: Path | None = None,
         *,
         pool: str = "worker",
-        nodes: int = 3,
-        time_factor: float = 1.0,
-        timings: Timings | None = None,
-        build_node: str | None = None,
-        version: McoVersion = McoVersion.V4_15,
+        **options: Unpack[ScenarioOptions],
     ) -> None:
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        if workdir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="realcluster-")
-            workdir = Path(self._tmp.name)
+        super().__init__(workdir, pool=pool, **options)
         self.plane = plane
-        self.workdir = workdir
-        self.pool = pool
-        self.node_names = [f"{pool}-{i}" for i in range(nodes)]
-        self.timings = (timings or Timings()).scaled(time_factor)
-        self.build_node = build_node or self.node_names[0]
-        self.version = version
-        self.timeline = Timeline()
-        self.hosts: dict[str, HostFS] = {}
-        self.machines: dict[str, NodeMachine] = {}
-        self.actors: list[Actor] = []
-        self.reboot_hooks: list[Callable[[str], Awaitable[None]]] = []
-        self.initial_config = ""
-        self.initial_image = INITIAL_IMAGE
-        self.drain: DrainController | None = None
-        self.builder: MachineOSBuilder | None = None
         self._observer = _Observer(plane.admin_kubeconfig, self.timeline, self.timings, pool)
-        self._race_margin: float | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._label_margin: float | None = None
         self._seeded = False  # objects made on the control plane (its Nodes, to delete)
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def __aenter__(self) -> RealCluster:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
-
-    async def start(self) -> None:
+    async def _open(self) -> None:
         await self._observer.start()
         await self._custom_resources()
         self._seeded = True
-        await self._seed_objects()
         await self._observer.watch()
-        t, tl, v = self.timings, self.timeline, self.version
-        kc = {actor: await self._actor_kubeconfig(actor) for actor in ACTOR_RULES}
-        # Its pool's Nodes only: the control plane is shared, and another test's Nodes (left
-        # mid-drain, their pods under budgets) kept its workers from this cluster's drain.
-        self.drain = DrainController(
-            kc["machine-config-controller"], tl, t, v, node_selector=pool_label(self.pool)
-        )
-        self.builder = MachineOSBuilder(kc["machine-os-builder"], tl, t, v)
-        self.actors = [
-            PodKubelet(kc["kubelet"], tl, t, self.node_names),
-            ReplicaSetController(kc["replicaset-controller"], tl, t),
-            OpenShiftBuildController(kc["build-controller"], tl, t, lambda _b: self.build_node, v),
-            self.builder,
-            self.drain,
-            NodeController(kc["machine-config-controller"], tl, t, pool=self.pool, version=v),
-        ]
-        for actor in self.actors:
-            await actor.start()
-        for name in self.node_names:
-            machine = NodeMachine(name, self.hosts[name], kc["machine-config-daemon"], tl, t, v)
-            machine.on_reboot.append(self._run_reboot_hooks)
-            self.machines[name] = machine
-            await machine.start()
-        for machine in self.machines.values():
-            await machine.wait_daemon_synced()
+        await self._namespaces()
 
-    async def stop(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for machine in self.machines.values():
-            await machine.stop()
-        for actor in reversed(self.actors):
-            await actor.stop()
+    async def _close(self) -> None:
         # The Nodes go, so that no other client of a shared control plane (another test's
         # drain controller) acts on one left mid-drain; the rest stays, named after the pool.
         if self._seeded:
@@ -357,13 +271,10 @@ class RealCluster:
                 with contextlib.suppress(ApiException):
                     await self._request("DELETE", f"/api/v1/nodes/{name}")
         await self._observer.stop()
-        if self._tmp is not None:
-            self._tmp.cleanup()
-            self._tmp = None
 
-    async def _run_reboot_hooks(self, node: str) -> None:
-        for hook in self.reboot_hooks:
-            await hook(node)
+    async def _server_actors(self) -> list[Actor]:
+        kubelet = await self._actor_kubeconfig("kubelet")
+        return [PodKubelet(kubelet, self.timeline, self.timings, self.node_names)]
 
     # -- identities ------------------------------------------------------------------------
 
@@ -406,7 +317,7 @@ class RealCluster:
         path.parent.mkdir(parents=True, exist_ok=True)
         return self.plane.token_kubeconfig(token["status"]["token"], path)
 
-    # -- seed state ------------------------------------------------------------------------
+    # -- seed state: through the API, as the administrator ----------------------------------
 
     async def _custom_resources(self) -> None:
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -420,7 +331,7 @@ class RealCluster:
         conditions = (crd.get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    async def _seed_objects(self) -> None:
+    async def _namespaces(self) -> None:
         namespaces = {MCO_NAMESPACE} | {ns for ns, _ in DAEMONSETS} | {d[0] for d in DEPLOYMENTS}
         for ns in sorted(namespaces):
             await self._create("/api/v1/namespaces", {"metadata": {"name": ns}})
@@ -432,56 +343,16 @@ class RealCluster:
         await self._create(
             f"/api/v1/namespaces/{MCO_NAMESPACE}/serviceaccounts", {"metadata": {"name": "builder"}}
         )
-        configs = []
-        for base in BASE_CONFIGS:
-            mc = {
-                "apiVersion": f"{GROUP_MCO}/v1",
-                "kind": "MachineConfig",
-                "metadata": {"name": base.replace("worker", self.pool),
-                             "labels": {ROLE_LABEL: self.pool}},
-                "spec": {"config": {"ignition": {"version": "3.4.0"}}},
-            }  # fmt: skip
-            configs.append(await self._create_mco("machineconfigs", mc))
-        self.initial_config = rendered_name(self.pool, configs)
-        await self._create_mco(
-            "machineconfigs",
-            {"apiVersion": f"{GROUP_MCO}/v1", "kind": "MachineConfig",
-             "metadata": {"name": self.initial_config},
-             "spec": {"config": {"ignition": {"version": "3.4.0"}}}},
-        )  # fmt: skip
-        await self._seed_pool()
-        for name in self.node_names:
-            node = worker_node(name, self.initial_config, self.initial_image)
-            node["metadata"]["labels"][pool_label(self.pool)] = ""
-            await self._request("POST", "/api/v1/nodes", node)
-            host = HostFS(self.workdir / "hosts" / name, self.initial_image)
-            host.write_mcd_current_config(self.initial_config, self.initial_image)
-            self.hosts[name] = host
-        for ns, ds in DAEMONSETS:
-            owner = await self._workload("daemonsets", ns, ds, {"app": ds})
-            for node_name in self.node_names:
-                await self._pod(ns, f"{ds}-{node_name}", node_name, {"app": ds}, owner)
-        for ns, deploy, labels in DEPLOYMENTS:
-            owner = await self._workload("replicasets", ns, f"{deploy}-{self.pool}", labels)
-            await self._pod(ns, f"{deploy}-{self.pool}-0", self.build_node, labels, owner)
 
-    async def _seed_pool(self) -> None:
-        pool = {
-            "apiVersion": f"{GROUP_MCO}/v1",
-            "kind": "MachineConfigPool",
-            "metadata": {
-                "name": self.pool,
-                "labels": {LAYERING_LABEL: ""},
-                "annotations": {POOL_IMAGE: self.initial_image},
-            },
-            "spec": {
-                "configuration": {"name": self.initial_config},
-                "nodeSelector": {"matchLabels": {pool_label(self.pool): ""}},
-                "maxUnavailable": 1,
-            },
-        }
+    async def _create_machine_config(self, config: JsonObj) -> JsonObj:
+        """Create ``config``; after ``lose_build_races``, another controller's label follows."""
+        made = await self._create_mco("machineconfigs", config)
+        if self._label_margin is not None:
+            self._spawn(self._label_later(self._label_margin, made))
+        return made
+
+    async def _create_pool(self, pool: JsonObj, status: JsonObj) -> None:
         await self._create_mco("machineconfigpools", pool)
-        status = updated_pool_status(self.initial_config, len(self.node_names))
         await read_json(
             await self._observer.custom.patch_cluster_custom_object_status(
                 GROUP_MCO, "v1", "machineconfigpools", self.pool, {"status": status},
@@ -489,7 +360,12 @@ class RealCluster:
             )
         )  # fmt: skip
 
-    async def _workload(self, plural: str, ns: str, name: str, labels: dict[str, str]) -> JsonObj:
+    async def _create_node(self, node: JsonObj) -> None:
+        await self._request("POST", "/api/v1/nodes", node)
+
+    async def _create_owner(
+        self, kind: str, namespace: str, name: str, labels: dict[str, str]
+    ) -> JsonObj:
         """A DaemonSet or ReplicaSet (nothing runs them: no such controller here) to own the
         seed's pods, so that the garbage collector keeps them."""
         spec: JsonObj = {
@@ -499,34 +375,35 @@ class RealCluster:
                 "spec": {"containers": [{"name": "main", "image": "sim"}]},
             },
         }
-        if plural == "replicasets":
+        if kind == "ReplicaSet":
             spec["replicas"] = 1
-        path = f"/apis/apps/v1/namespaces/{ns}/{plural}"
+        path = f"/apis/apps/v1/namespaces/{namespace}/{kind.lower()}s"
         await self._create(path, {"metadata": {"name": name}, "spec": spec})
         return await self._request("GET", f"{path}/{name}")
 
-    async def _pod(
-        self, ns: str, name: str, node: str, labels: dict[str, str], owner: JsonObj
-    ) -> None:
-        kind = "DaemonSet" if owner["kind"] == "DaemonSet" else "ReplicaSet"
-        pod = {
-            "metadata": {
-                "name": name,
-                "labels": dict(labels),
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": kind,
-                                     "name": owner["metadata"]["name"],
-                                     "uid": owner["metadata"]["uid"], "controller": True}],
-            },
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "sim"}]},
-        }  # fmt: skip
+    async def _create_pod(self, pod: JsonObj) -> None:
+        """Create ``pod``, then set its status (a real server ignores a new pod's)."""
         core = self._observer.core
-        await read_json(await core.create_namespaced_pod(ns, pod, _preload_content=False))
+        meta = pod["metadata"]
+        await read_json(
+            await core.create_namespaced_pod(meta["namespace"], pod, _preload_content=False)
+        )
         await read_json(
             await core.patch_namespaced_pod_status(
-                name, ns, {"status": {"phase": "Running", "conditions": READY}},
+                meta["name"], meta["namespace"], {"status": pod["status"]},
                 _content_type=MERGE, _preload_content=False,
             )
         )  # fmt: skip
+
+    async def _pool_machine_configs(self) -> list[JsonObj]:
+        listed = await read_json(
+            await self._observer.custom.list_cluster_custom_object(
+                GROUP_MCO, "v1", "machineconfigs", label_selector=f"{ROLE_LABEL}={self.pool}",
+                _preload_content=False,
+            )
+        )  # fmt: skip
+        items: list[JsonObj] = listed["items"]
+        return items
 
     async def _request(self, method: str, path: str, body: JsonObj | None = None) -> JsonObj:
         """One request as the administrator (the generated clients name no CRD, RBAC or
@@ -566,52 +443,8 @@ class RealCluster:
 
     # -- driving the scenario --------------------------------------------------------------
 
-    async def create_machine_config(
-        self, name: str, kernel_arguments: tuple[str, ...] = (), *, lose_build_race: bool = False
-    ) -> str:
-        """``oc create`` a MachineConfig for the pool (``worker`` in ``name`` becomes the
-        pool's name); returns the config it renders to.
-        ``lose_build_race``: as ``SimCluster``'s (the seed's order, MCO 4.15)."""
-        if lose_build_race:
-            self.lose_build_races()
-        name = name.replace("worker", self.pool)  # MachineConfigs are cluster-wide
-        mc = machine_config(name, kernel_arguments)
-        mc["metadata"]["labels"] = {ROLE_LABEL: self.pool}
-        made = await self._create_mco("machineconfigs", mc)
-        self.timeline.add("user", None, f"oc create machineconfig {name}")
-        if self._race_margin is not None:
-            task = asyncio.create_task(self._label_later(self._race_margin, made))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        listed = await read_json(
-            await self._observer.custom.list_cluster_custom_object(
-                GROUP_MCO, "v1", "machineconfigs", label_selector=f"{ROLE_LABEL}={self.pool}",
-                _preload_content=False,
-            )
-        )  # fmt: skip
-        return rendered_name(self.pool, listed["items"])
-
-    def lose_build_races(self, margin: float = RACE_MARGIN) -> None:
-        """``SimCluster.lose_build_races``: a slow build start, and another controller's label
-        on ``build_node`` ``margin`` MCO seconds after each MachineConfig."""
-        assert self.builder is not None, "start the cluster first"
-        self.builder.slow_start = margin
-        if not self.version.gates_on_build:
-            self.builder.pending_after = self._until_targeted
-        self._race_margin = margin
-
-    async def _until_targeted(self, config: str) -> None:
-        """Until a node of the pool has desiredConfig ``config``, at most ``RACE_WAIT`` MCO
-        seconds (``SimCluster._until_targeted``)."""
-        nodes = self._observer.nodes
-        assert nodes is not None
-
-        def targeted() -> bool:
-            configs = (annotations_of(n).get(DESIRED_CONFIG) for n in nodes.cache.values())
-            return config in configs
-
-        with contextlib.suppress(TimeoutError):
-            await self.wait_for(targeted, self.timings.s(RACE_WAIT))
+    def _label_after_each_machine_config(self, margin: float) -> None:
+        self._label_margin = margin
 
     async def _label_later(self, margin: float, mc: JsonObj) -> None:
         await asyncio.sleep(self.timings.s(margin))
@@ -624,7 +457,7 @@ class RealCluster:
         )  # fmt: skip
         self.timeline.add("node-feature-discovery", self.build_node, f"labelled {NFD_LABEL}")
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float) -> Any:  # noqa: ASYNC109
+    async def wait_for(self, predicate: Callable[[], T], timeout: float) -> T:  # noqa: ASYNC109
         """Until ``predicate()`` is truthy, checked on every watched change (and every 0.1 s:
         a reboot changes no object)."""
         async with asyncio.timeout(timeout):
@@ -634,6 +467,19 @@ class RealCluster:
                     async with asyncio.timeout(0.1):
                         await self._observer.changed.wait()
             return found
+
+    def _nodes(self) -> list[JsonObj]:
+        assert self._observer.nodes is not None
+        return list(self._observer.nodes.cache.values())
+
+    def _pool(self) -> JsonObj | None:
+        assert self._observer.pools is not None
+        return self._observer.pools.cache.get(self.pool)
+
+    # -- outcome: from the watches and the drain controller's records ------------------------
+
+    def _cordon_records(self) -> list[tuple[float, str, dict[str, str]]]:
+        return self._observer.cordons
 
     def build_result(self) -> BuildResult | None:
         """The last build's outcome, from the Build watch; None before one ended."""
@@ -652,56 +498,6 @@ class RealCluster:
             finished=finished,
         )
 
-    async def wait_build_done(self, timeout: float) -> BuildResult:  # noqa: ASYNC109
-        result: BuildResult = await self.wait_for(self.build_result, timeout)
-        return result
-
-    def rollout_done(self) -> bool:
-        observer = self._observer
-        assert observer.pools is not None
-        assert observer.nodes is not None
-        pool = observer.pools.cache.get(self.pool)
-        if pool is None:
-            return False
-        target = pool["spec"]["configuration"]["name"]
-        image = annotations_of(pool).get(POOL_IMAGE)
-        if target == self.initial_config or image == self.initial_image:
-            return False
-        for name in self.node_names:
-            ann = annotations_of(observer.nodes.cache.get(name) or {})
-            if not (
-                ann.get(CURRENT_CONFIG) == target
-                and ann.get(CURRENT_IMAGE) == image
-                and ann.get(STATE) == STATE_DONE
-                and ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN) == f"uncordon-{target}"
-            ):
-                return False
-        return True
-
-    async def wait_rollout_done(self, timeout: float) -> None:  # noqa: ASYNC109
-        await self.wait_for(self.rollout_done, timeout)
-
-    # -- outcome ---------------------------------------------------------------------------
-
-    def cordons(self) -> list[Cordon]:
-        out = []
-        for t, node, ann in self._observer.cordons:
-            update = None
-            for u in self.machines[node].updates:
-                if u.started <= t and u.drain_requested:
-                    update = u
-            out.append(
-                Cordon(
-                    node=node,
-                    t=t,
-                    desired_drain=ann.get(DESIRED_DRAIN, ""),
-                    desired_image=ann.get(DESIRED_IMAGE, ""),
-                    current_image=ann.get(CURRENT_IMAGE, ""),
-                    update=update,
-                )
-            )
-        return out
-
     def evictions(self) -> list[tuple[float, str, str]]:
         """The pods of this cluster's Nodes the drain controller evicted (eviction API)."""
         assert self.drain is not None
@@ -710,15 +506,6 @@ class RealCluster:
             for e in self.drain.evictions
             if e.node in self.node_names
         ]
-
-    def outcome(self) -> Outcome:
-        return Outcome(
-            build=self.build_result(),
-            cordons=self.cordons(),
-            evictions=self.evictions(),
-            updates=[u for m in self.machines.values() for u in m.updates],
-            reboots={name: m.reboots for name, m in self.machines.items()},
-        )
 
 
 async def _until(check: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:  # noqa: ASYNC109

@@ -1,17 +1,26 @@
-"""The seed's scenario, what ``SimCluster`` (the simulator) and ``RealCluster`` (the real
-control plane) play alike: its objects, its records of what happened, and the actors both
-servers run besides the MCO's own.
+"""The seed's scenario, written once for both servers: ``Scenario`` is the cluster, its objects,
+its actors, how a test drives it and what happened; ``SimCluster`` (the simulator) and
+``RealCluster`` (the real control plane) say only how their server starts, writes, names the
+actors and reads back.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
+import contextlib
 import hashlib
 import itertools
+import tempfile
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self, TypedDict, TypeVar
 
-from drain_guard_sim.actors.mcd import UpdateRecord
+from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController
+from drain_guard_sim.actors.drain import DrainController
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.mcd import NodeMachine, UpdateRecord
 from drain_guard_sim.actors.mco import (
     CONTROL_PLANE_TOPOLOGY,
     CURRENT_CONFIG,
@@ -19,9 +28,12 @@ from drain_guard_sim.actors.mco import (
     DESIRED_CONFIG,
     DESIRED_DRAIN,
     DESIRED_IMAGE,
+    GROUP_MCO,
     LAST_APPLIED_DRAIN,
+    LAYERING_LABEL,
     MCO_NAMESPACE,
     OCB_IMAGE_REPO,
+    POOL_IMAGE,
     REASON,
     REGISTRY_NAMESPACE,
     ROLE_LABEL,
@@ -31,27 +43,27 @@ from drain_guard_sim.actors.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
+    annotations_of,
     read_json,
 )
+from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
 from drain_guard_sim.actors.timeline import Timeline
 
 __all__ = [
-    "BASE_CONFIGS",
+    "ACTOR_ROLES",
     "DAEMONSETS",
     "DEPLOYMENTS",
-    "INITIAL_IMAGE",
     "NFD_LABEL",
-    "RACE_MARGIN",
-    "RACE_WAIT",
-    "READY",
     "BuildResult",
     "Cordon",
     "Outcome",
     "ReplicaSetController",
+    "Scenario",
+    "ScenarioOptions",
     "machine_config",
     "pool_label",
-    "updated_pool_status",
     "worker_node",
 ]
 
@@ -87,6 +99,7 @@ RACE_MARGIN = 2.0
 #: a paused pool's, does not stall the build).
 RACE_WAIT = 120.0
 NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
+T = TypeVar("T")
 
 
 def updated_pool_status(config: str, machines: int) -> JsonObj:
@@ -213,13 +226,13 @@ class ReplicaSetController(Actor):
         if not schedulable:
             return
         node = next((n for n in schedulable if n != old_node), schedulable[0])
-        owner = old["metadata"]["ownerReferences"][0]["name"]
-        ns = old["metadata"]["namespace"]
-        name = f"{owner}-{_suffix(owner, str(next(self._serial)), node)}"
-        pod = _pod(ns, name, node, old["metadata"].get("labels") or {}, "ReplicaSet", owner)
         # The old pod's owner, uid and all: a real garbage collector deletes a pod whose owner
         # reference names no object.
-        pod["metadata"]["ownerReferences"] = old["metadata"]["ownerReferences"]
+        owner_ref = old["metadata"]["ownerReferences"][0]
+        owner = owner_ref["name"]
+        ns = old["metadata"]["namespace"]
+        name = f"{owner}-{_suffix(owner, str(next(self._serial)), node)}"
+        pod = _pod(ns, name, node, old["metadata"].get("labels") or {}, owner_ref)
         await read_json(await self.core.create_namespaced_pod(ns, pod, _preload_content=False))
         await read_json(
             await self.core.patch_namespaced_pod_status(
@@ -233,9 +246,20 @@ class ReplicaSetController(Actor):
         self.log(node, f"ReplicaSet {ns}/{owner}: created pod {name} on {node}")
 
 
-def _pod(
-    ns: str, name: str, node: str, labels: dict[str, str], owner_kind: str, owner: str
-) -> JsonObj:
+def _owner_reference(owner: JsonObj) -> JsonObj:
+    """The controller reference to ``owner`` (a DaemonSet or ReplicaSet) its pods carry."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+    }
+
+
+def _pod(ns: str, name: str, node: str, labels: dict[str, str], owner: JsonObj) -> JsonObj:
+    """A Running pod on ``node`` controlled by ``owner`` (an owner reference)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -243,15 +267,7 @@ def _pod(
             "name": name,
             "namespace": ns,
             "labels": dict(labels),
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": owner_kind,
-                    "name": owner,
-                    "uid": _suffix(ns, owner, n=32),
-                    "controller": True,
-                }
-            ],
+            "ownerReferences": [owner],
         },
         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "sim"}]},
         "status": {"phase": "Running", "conditions": READY},
@@ -294,8 +310,10 @@ def worker_node(name: str, cfg: str, image: str) -> JsonObj:
     }
 
 
-def machine_config(name: str, kernel_arguments: tuple[str, ...] = ()) -> JsonObj:
-    """A MachineConfig for the worker pool that writes one file (``/etc/<name>``);
+def machine_config(
+    name: str, kernel_arguments: tuple[str, ...] = (), *, pool: str = "worker"
+) -> JsonObj:
+    """A MachineConfig for ``pool`` that writes one file (``/etc/<name>``);
     ``kernel_arguments`` adds those, which MCO 4.15's layered update never applies (the node
     then fails its boot-time validation and stays Degraded: the rollout stops there)."""
     spec: JsonObj = {
@@ -314,10 +332,15 @@ def machine_config(name: str, kernel_arguments: tuple[str, ...] = ()) -> JsonObj
     }
     if kernel_arguments:
         spec["kernelArguments"] = list(kernel_arguments)
+    return _machine_config(name, spec, pool)
+
+
+def _machine_config(name: str, spec: JsonObj, pool: str | None) -> JsonObj:
+    """A MachineConfig, an input of ``pool``'s rendered config (None: none's, a rendered one)."""
     return {
-        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "apiVersion": f"{GROUP_MCO}/v1",
         "kind": "MachineConfig",
-        "metadata": {"name": name, "labels": {ROLE_LABEL: "worker"}},
+        "metadata": {"name": name, "labels": {ROLE_LABEL: pool} if pool else {}},
         "spec": spec,
     }
 
@@ -325,3 +348,378 @@ def machine_config(name: str, kernel_arguments: tuple[str, ...] = ()) -> JsonObj
 def pool_label(pool: str) -> str:
     """The label that puts a Node in ``pool`` (its ``nodeSelector``)."""
     return f"node-role.kubernetes.io/{pool}"
+
+
+#: The actors' identities a server provides (``Scenario._actor_kubeconfig``): on the real control
+#: plane a service account each (``realcluster.ACTOR_RULES``), on the simulator MCO's users.
+ACTOR_ROLES = (
+    "machine-config-daemon",
+    "machine-config-controller",
+    "machine-os-builder",
+    "build-controller",
+    "replicaset-controller",
+)
+_EMPTY_CONFIG: JsonObj = {"config": {"ignition": {"version": "3.4.0"}}}
+
+
+class ScenarioOptions(TypedDict, total=False):
+    """What every server's cluster takes: ``nodes`` (3), ``time_factor`` (1.0: MCO's own
+    durations) scaling ``timings``, ``build_node`` (the first node) and ``version`` (4.15)."""
+
+    nodes: int
+    time_factor: float
+    timings: Timings | None
+    build_node: str | None
+    version: McoVersion
+
+
+class Scenario(abc.ABC):
+    """The seed's cluster, written once for every server: its objects, its actors, how a test
+    drives it and what happened.
+
+    What differs between servers is behind the abstract methods: how it starts and stops
+    (``_open``, ``_close``), how it writes the seed's objects (``_create_*``), who each actor
+    is (``_actor_kubeconfig``) and which actors the server needs besides MCO's
+    (``_server_actors``: the simulator's garbage collector, the real server's pod kubelet), and
+    how it reads back (``wait_for``, ``_nodes``, ``_pool``, ``_cordon_records``,
+    ``build_result``, ``evictions``). ``pool`` names the pool; its Nodes are ``<pool>-0`` ...
+    """
+
+    def __init__(
+        self,
+        workdir: Path | None,
+        *,
+        pool: str,
+        nodes: int = 3,
+        time_factor: float = 1.0,
+        timings: Timings | None = None,
+        build_node: str | None = None,
+        version: McoVersion = McoVersion.V4_15,
+        node_controller: bool = True,
+    ) -> None:
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"{type(self).__name__.lower()}-")
+            workdir = Path(self._tmp.name)
+        self.workdir = workdir
+        self.pool = pool
+        self.node_names = [f"{pool}-{i}" for i in range(nodes)]
+        self.timings = (timings or Timings()).scaled(time_factor)
+        self.build_node = build_node or self.node_names[0]
+        self.version = version
+        self.with_node_controller = node_controller
+        self.timeline = Timeline()
+        self.hosts: dict[str, HostFS] = {}
+        self.machines: dict[str, NodeMachine] = {}
+        self.actors: list[Actor] = []
+        self.reboot_hooks: list[Callable[[str], Awaitable[None]]] = []
+        self.initial_config = ""
+        self.initial_image = INITIAL_IMAGE
+        self.drain: DrainController | None = None
+        self.builder: MachineOSBuilder | None = None
+        self._racing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        await self._open()
+        await self._seed_objects()
+        t, tl, v = self.timings, self.timeline, self.version
+        kc = {role: await self._actor_kubeconfig(role) for role in ACTOR_ROLES}
+        mcc = kc["machine-config-controller"]
+        # Its pool's Nodes only: on a shared control plane, another test's Nodes (left
+        # mid-drain, their pods under budgets) kept its workers from this cluster's drain.
+        self.drain = DrainController(mcc, tl, t, v, node_selector=pool_label(self.pool))
+        self.builder = MachineOSBuilder(kc["machine-os-builder"], tl, t, v)
+        self.actors = [
+            ReplicaSetController(kc["replicaset-controller"], tl, t),
+            OpenShiftBuildController(kc["build-controller"], tl, t, lambda _b: self.build_node, v),
+            self.builder,
+            self.drain,
+            *await self._server_actors(),
+        ]
+        if self.with_node_controller:
+            self.actors.append(NodeController(mcc, tl, t, pool=self.pool, version=v))
+        for actor in self.actors:
+            await actor.start()
+        for name in self.node_names:
+            machine = NodeMachine(name, self.hosts[name], kc["machine-config-daemon"], tl, t, v)
+            machine.on_reboot.append(self._run_reboot_hooks)
+            self.machines[name] = machine
+            await machine.start()
+        # The daemons' startup writes (uncordon-<config>, state Done) happen before any test
+        # or demo step, as on a cluster that has been running for a while.
+        for machine in self.machines.values():
+            await machine.wait_daemon_synced()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for machine in self.machines.values():
+            await machine.stop()
+        for actor in reversed(self.actors):
+            await actor.stop()
+        await self._close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` until it ends or the cluster stops."""
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_reboot_hooks(self, node: str) -> None:
+        for hook in self.reboot_hooks:
+            await hook(node)
+
+    @abc.abstractmethod
+    async def _open(self) -> None:
+        """Make the server ready for the seed's objects."""
+
+    @abc.abstractmethod
+    async def _close(self) -> None:
+        """After the actors: stop the server or leave it clean for the next cluster."""
+
+    # -- identities ------------------------------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def admin_kubeconfig(self) -> Path:
+        """The administrator's kubeconfig."""
+
+    @abc.abstractmethod
+    def agent_kubeconfig(self, node: str) -> Path:
+        """The kubeconfig of ``node``'s drain-guard agent."""
+
+    @abc.abstractmethod
+    async def _actor_kubeconfig(self, role: str) -> Path:
+        """The kubeconfig of the actor playing ``role`` (one of ``ACTOR_ROLES``)."""
+
+    @abc.abstractmethod
+    async def _server_actors(self) -> list[Actor]:
+        """The actors this server needs besides MCO's (started before the node controller)."""
+
+    # -- seed state ------------------------------------------------------------------------
+
+    async def _seed_objects(self) -> None:
+        """The cluster after "enable OCB and wait for the first build" (``SimCluster``)."""
+        configs = [
+            await self._create_machine_config(
+                _machine_config(base.replace("worker", self.pool), _EMPTY_CONFIG, self.pool)
+            )
+            for base in BASE_CONFIGS
+        ]
+        self.initial_config = rendered_name(self.pool, configs)
+        await self._create_machine_config(_machine_config(self.initial_config, _EMPTY_CONFIG, None))
+        pool = {
+            "apiVersion": f"{GROUP_MCO}/v1",
+            "kind": "MachineConfigPool",
+            "metadata": {
+                "name": self.pool,
+                "labels": {LAYERING_LABEL: ""},
+                "annotations": {POOL_IMAGE: self.initial_image},
+            },
+            "spec": {
+                "configuration": {"name": self.initial_config},
+                "nodeSelector": {"matchLabels": {pool_label(self.pool): ""}},
+                "maxUnavailable": 1,
+            },
+        }
+        await self._create_pool(
+            pool, updated_pool_status(self.initial_config, len(self.node_names))
+        )
+        for name in self.node_names:
+            node = worker_node(name, self.initial_config, self.initial_image)
+            node["metadata"]["labels"][pool_label(self.pool)] = ""
+            await self._create_node(node)
+            host = HostFS(self.workdir / "hosts" / name, self.initial_image)
+            host.write_mcd_current_config(self.initial_config, self.initial_image)
+            self.hosts[name] = host
+        for ns, ds in DAEMONSETS:
+            owner = _owner_reference(await self._create_owner("DaemonSet", ns, ds, {"app": ds}))
+            for node_name in self.node_names:
+                name = f"{ds}-{_suffix(ds, node_name)}"
+                await self._create_pod(_pod(ns, name, node_name, {"app": ds}, owner))
+        for ns, deploy, labels in DEPLOYMENTS:
+            rs = f"{deploy}-{_suffix(deploy, self.pool, n=10)}"
+            owner = _owner_reference(await self._create_owner("ReplicaSet", ns, rs, labels))
+            await self._create_pod(_pod(ns, f"{rs}-{_suffix(rs)}", self.build_node, labels, owner))
+
+    @abc.abstractmethod
+    async def _create_machine_config(self, config: JsonObj) -> JsonObj:
+        """Create a MachineConfig as the administrator; the object created."""
+
+    @abc.abstractmethod
+    async def _create_pool(self, pool: JsonObj, status: JsonObj) -> None:
+        """Create the MachineConfigPool ``pool`` with ``status``."""
+
+    @abc.abstractmethod
+    async def _create_node(self, node: JsonObj) -> None:
+        """Create a Node."""
+
+    @abc.abstractmethod
+    async def _create_owner(
+        self, kind: str, namespace: str, name: str, labels: dict[str, str]
+    ) -> JsonObj:
+        """The DaemonSet or ReplicaSet that owns the seed's pods (``kind``, ``metadata.name``
+        and ``metadata.uid`` at least)."""
+
+    @abc.abstractmethod
+    async def _create_pod(self, pod: JsonObj) -> None:
+        """Create ``pod`` as it is, its status too."""
+
+    @abc.abstractmethod
+    async def _pool_machine_configs(self) -> list[JsonObj]:
+        """The pool's MachineConfigs (its rendered config's inputs)."""
+
+    # -- driving the scenario --------------------------------------------------------------
+
+    async def create_machine_config(
+        self, name: str, kernel_arguments: tuple[str, ...] = (), *, lose_build_race: bool = False
+    ) -> str:
+        """``oc create`` a :func:`machine_config` for the pool (``worker`` in ``name`` becomes
+        the pool's name: MachineConfigs are cluster-wide); returns the config it renders to.
+
+        ``lose_build_race``: :meth:`lose_build_races` first, so MCO 4.15 targets a node with
+        the old image as in the seed; without it, the race is won.
+        """
+        if lose_build_race:
+            self.lose_build_races()
+        name = name.replace("worker", self.pool)
+        await self._create_machine_config(machine_config(name, kernel_arguments, pool=self.pool))
+        self.timeline.add("user", None, f"oc create machineconfig {name}")
+        return rendered_name(self.pool, await self._pool_machine_configs())
+
+    def lose_build_races(self, margin: float = RACE_MARGIN) -> None:
+        """Arrange the order the seed's log shows for every MachineConfig created from now on.
+
+        MCO 4.15 targets a node with the new config and the old image only when the node
+        controller syncs between the render's write and the build controller's BuildPending,
+        which the build controller writes in its handler of that same pool event; the node
+        controller's own sync for it comes 5 s later. Here the build start is slow (each of
+        its ConfigMap creates takes ``margin`` s longer, as on a slow API server) and another
+        controller labels ``build_node`` ``margin`` s after each MachineConfig, which queues
+        the node controller's sync ``margin`` s after the render and as long before the
+        BuildPending (MCO seconds; below 5 s the build pod exists before the cordon). On MCO
+        4.15 the slow start also lasts until the node controller has targeted a node with the
+        new config (at most ``RACE_WAIT``): on a loaded machine the margin alone, a fraction of
+        a second in real time, was sometimes not enough, and the race was won.
+        """
+        if self._racing:
+            return
+        assert self.builder is not None, "start the cluster first"
+        self._racing = True
+        self.builder.slow_start = margin
+        if not self.version.gates_on_build:
+            self.builder.pending_after = self._until_targeted
+        self._label_after_each_machine_config(margin)
+
+    @abc.abstractmethod
+    def _label_after_each_machine_config(self, margin: float) -> None:
+        """From now on, another controller labels ``build_node`` ``margin`` MCO seconds after
+        each MachineConfig a user creates."""
+
+    async def _until_targeted(self, config: str) -> None:
+        """Until a node's desiredConfig is ``config``, at most ``RACE_WAIT`` MCO seconds."""
+
+        def targeted() -> bool:
+            return any(annotations_of(n).get(DESIRED_CONFIG) == config for n in self._nodes())
+
+        with contextlib.suppress(TimeoutError):
+            await self.wait_for(targeted, self.timings.s(RACE_WAIT))
+
+    @abc.abstractmethod
+    async def wait_for(self, predicate: Callable[[], T], timeout: float) -> T:  # noqa: ASYNC109
+        """Until ``predicate()`` is truthy (checked on every change the server shows)."""
+
+    async def wait_build_done(self, timeout: float) -> BuildResult:  # noqa: ASYNC109
+        """Wait (event-driven) for the build to end; ``timeout`` in seconds."""
+        result = await self.wait_for(self.build_result, timeout)
+        assert result is not None
+        return result
+
+    def rollout_done(self) -> bool:
+        pool = self._pool()
+        if pool is None:
+            return False
+        target = pool["spec"]["configuration"]["name"]
+        image = annotations_of(pool).get(POOL_IMAGE)
+        if target == self.initial_config or image == self.initial_image:
+            return False
+        nodes = {n["metadata"]["name"]: n for n in self._nodes()}
+        for name in self.node_names:
+            ann = annotations_of(nodes.get(name) or {})
+            if not (
+                ann.get(CURRENT_CONFIG) == target
+                and ann.get(CURRENT_IMAGE) == image
+                and ann.get(STATE) == STATE_DONE
+                and ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN) == f"uncordon-{target}"
+            ):
+                return False
+        return True
+
+    async def wait_rollout_done(self, timeout: float) -> None:  # noqa: ASYNC109
+        """Wait until every worker runs the new config and image, Done and uncordoned."""
+        await self.wait_for(self.rollout_done, timeout)
+
+    @abc.abstractmethod
+    def _nodes(self) -> list[JsonObj]:
+        """The pool's Nodes as the server holds them now."""
+
+    @abc.abstractmethod
+    def _pool(self) -> JsonObj | None:
+        """The pool as the server holds it now."""
+
+    # -- outcome ---------------------------------------------------------------------------
+
+    def cordons(self) -> list[Cordon]:
+        """Every time the MCC cordoned a node, with the MCD update that asked for it."""
+        out = []
+        for t, node, ann in self._cordon_records():
+            update = None
+            for u in self.machines[node].updates:
+                if u.started <= t and u.drain_requested:
+                    update = u
+            out.append(
+                Cordon(
+                    node=node,
+                    t=t,
+                    desired_drain=ann.get(DESIRED_DRAIN, ""),
+                    desired_image=ann.get(DESIRED_IMAGE, ""),
+                    current_image=ann.get(CURRENT_IMAGE, ""),
+                    update=update,
+                )
+            )
+        return out
+
+    def outcome(self) -> Outcome:
+        return Outcome(
+            build=self.build_result(),
+            cordons=self.cordons(),
+            evictions=self.evictions(),
+            updates=[u for m in self.machines.values() for u in m.updates],
+            reboots={name: m.reboots for name, m in self.machines.items()},
+        )
+
+    @abc.abstractmethod
+    def _cordon_records(self) -> list[tuple[float, str, dict[str, str]]]:
+        """Each cordon: when (timeline seconds), the node, its annotations then."""
+
+    @abc.abstractmethod
+    def build_result(self) -> BuildResult | None:
+        """The (last) build's outcome; None before any build ended."""
+
+    @abc.abstractmethod
+    def evictions(self) -> list[tuple[float, str, str]]:
+        """Pods the drain controller evicted: (timeline seconds, node, namespace/name)."""
