@@ -12,7 +12,8 @@ the webhook looks that pod up and, from its owner and ``spec.nodeName``, knows t
   only its own Node's ``desiredDrain`` (hold and release, docs/protocol.md) and drain-guard's
   own keys, create and
   delete budgets of the shield's shape on its own node's build pods in MCO's namespace, and
-  write Events about its own Node;
+  write Events about its own Node (and pool Events related to it: ``PoolRolloutHeld``,
+  ``PoolRolloutReleased``);
 - the central shield (``drain-guard-shield``, with any prefix) may create and delete budgets
   of the shield's shape in MCO's namespace, on a pod that exists, and nothing else;
 - a pod that runs as an agent's service account is admitted only as the DaemonSet ships it
@@ -354,7 +355,11 @@ def review_event(request: Obj, node: str) -> Verdict:
         if not isinstance(event, Mapping):
             return _deny("the Event is missing from the request")
         involved = event.get("involvedObject") or {}
-        if (
+        if involved.get("kind") == protocol.POOL_KIND:
+            denial = _review_pool_event(event, node)
+            if denial is not None:
+                return denial
+        elif (
             involved.get("kind") != "Node"
             or involved.get("name") != node
             or involved.get("namespace")
@@ -368,6 +373,34 @@ def review_event(request: Obj, node: str) -> Verdict:
         ):
             return _deny(f"an Event's reporting component must be {EVENT_COMPONENT}")
     return ALLOW
+
+
+def _review_pool_event(event: Obj, node: str) -> Verdict | None:
+    """Why ``event`` about a MachineConfigPool is not the agent's own kind (None if it is):
+    one of the pool reasons, related to its own Node, reported by its own instance from it,
+    its message at most 1024 bytes. Any pool: which one the node is in is not the webhook's
+    to know."""
+    involved = event.get("involvedObject") or {}
+    related = event.get("related")
+    source = event.get("source") or {}
+    if not (
+        involved.get("apiVersion") == protocol.POOL_API_VERSION
+        and involved.get("name")
+        and not involved.get("namespace")
+        and event.get("reason") in protocol.POOL_EVENT_REASONS
+        and isinstance(related, Mapping)
+        and {k: v for k, v in related.items() if k != "uid"}
+        == {"apiVersion": "v1", "kind": "Node", "name": node}
+        and event.get("reportingInstance") == f"{EVENT_COMPONENT}-{node}"
+        and source.get("host") == node
+        and len(str(event.get("message") or "").encode()) <= MAX_VALUE
+    ):
+        return _deny(
+            "an agent's Event about a MachineConfigPool is a"
+            f" {' or '.join(protocol.POOL_EVENT_REASONS)}"
+            f" related to its own Node ({node}) and reported by {EVENT_COMPONENT}-{node}"
+        )
+    return None
 
 
 # --- the agent's pod ----------------------------------------------------------------------

@@ -336,7 +336,7 @@ class Controller:
         seen_at = self.cache.node_seen_at or self.clock.monotonic()
         self._apply(
             holds.observe(self._memory, node.annotations, now=self.clock.now(), seen_at=seen_at),
-            node.name,
+            node,
         )
 
     def _applied(self, decision: decisions.Decision, before: NodeObj, after: NodeObj) -> None:
@@ -349,12 +349,12 @@ class Controller:
             now=self.clock.now(),
             monotonic=self.clock.monotonic(),
         )
-        self._apply(change, after.name)
+        self._apply(change, after)
 
-    def _apply(self, change: holds.Change, node: str) -> None:
+    def _apply(self, change: holds.Change, node: NodeObj) -> None:
         """Keep the new memory; tell each transition (metrics, Events, log lines)."""
         self._memory = change.memory
-        self.hold_report.tell(change.transitions, node)
+        self.hold_report.tell(change.transitions, node.name, protocol.pool_of(node.annotations))
 
     # Observe-only -------------------------------------------------------------------------
 

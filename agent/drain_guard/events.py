@@ -1,4 +1,14 @@
-"""Kubernetes Events on the agent's Node: ``DrainHeld``, ``DrainReleased``, ``DrainHoldExpired``.
+"""Kubernetes Events on the agent's Node (``DrainHeld``, ``DrainReleased``, ``DrainHoldExpired``,
+``HoldRequestInvalid``) and on its MachineConfigPool (``PoolRolloutHeld``,
+``PoolRolloutReleased``: the pool's rollout waits on this node's hold, and goes on).
+
+A pool's Event is what ``oc describe mcp worker`` shows: kubectl lists the Events whose
+``involvedObject`` has the pool's kind, name, empty namespace and, when the pool's uid is known,
+its uid (``searchEvents`` in kubectl's ``pkg/describe``); so the recorder looks the pool's uid up
+once (a ``get`` on ``machineconfigpools``) unless ``pool_uids`` is off (the systemd install: the
+node's identity may not read pools). Without the uid the Event is still found by ``oc get events
+-A --field-selector involvedObject.kind=MachineConfigPool,involvedObject.name=worker``. Its
+``related`` object is the agent's Node, as the confinement requires (docs/install.md).
 
 Events are aggregated the way client-go's event correlator does it: an event with the same
 type, reason and key as one written within ``window`` bumps that Event's ``count`` and
@@ -19,9 +29,11 @@ API (the controller)::
     events = EventRecorder(kube, node_name, metrics=metrics)
     events.node_uid = node.uid                       # once known; sets involvedObject.uid
     await events.drain_held(held_drain, reasons, detail)
+    await events.pool_held(pool, held_drain, reasons, detail, since, expires)
+    await events.pool_released(pool, held_drain, outcome, held_for)
     await events.drain_released(held_drain, outcome, held_for)   # outcome "expired" →
                                                                  # DrainHoldExpired (Warning)
-    await events.emit(reason, message, type="Normal", key=None)  # the general form
+    await events.emit(reason, message, type="Normal", key=None, pool=None)  # the general form
 """
 
 from __future__ import annotations
@@ -36,11 +48,19 @@ from functools import partial
 from typing import Any
 
 from drain_guard.health import format_duration
+from drain_guard.holdrequest import releases_when, split_hold_detail
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.operations import Operation
 from drain_guard.metrics import Metrics
-from drain_guard.protocol import format_rfc3339, truncate_utf8
+from drain_guard.protocol import (
+    POOL_API_VERSION,
+    POOL_KIND,
+    POOL_ROLLOUT_HELD,
+    POOL_ROLLOUT_RELEASED,
+    format_rfc3339,
+    truncate_utf8,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +111,7 @@ class EventRecorder:
         metrics: Metrics | None = None,
         node_uid: str | None = None,
         window: timedelta = DEFAULT_WINDOW,
+        pool_uids: bool = True,
     ) -> None:
         self.kube = kube
         self.node_name = node_name
@@ -100,7 +121,10 @@ class EventRecorder:
         #: The Node's uid, once the controller knows it (involvedObject.uid).
         self.node_uid = node_uid
         self.window = window
-        self._written: OrderedDict[tuple[str, str, str], _Written] = OrderedDict()
+        #: Whether to look pools' uids up (``oc describe mcp`` needs them; a read right too).
+        self.pool_uids = pool_uids
+        self._pool_uid: dict[str, str | None] = {}
+        self._written: OrderedDict[tuple[str, str, str, str], _Written] = OrderedDict()
         self._lock = asyncio.Lock()
         self._last_name_ns = 0
 
@@ -131,6 +155,40 @@ class EventRecorder:
             key=f"{held_drain} {outcome}",
         )
 
+    async def pool_held(
+        self,
+        pool: str,
+        held_drain: str,
+        reasons: Sequence[str],
+        detail: str,
+        since: datetime,
+        expires: datetime,
+    ) -> None:
+        """The hold stalls ``pool``'s rollout: the pool waits on this node until it ends."""
+        why = ", ".join(str(r) for r in reasons)
+        details = split_hold_detail(detail)
+        clears = releases_when([(str(r), details.get(str(r), "")) for r in reasons], None)
+        whens = " and ".join(line.partition(": ")[2] or line for line in clears) or "released"
+        await self.emit(
+            POOL_ROLLOUT_HELD,
+            f"{pool} pool waiting: {self.node_name} held ({why}, since {format_rfc3339(since)},"
+            f" ends {whens} or at {format_rfc3339(expires)})",
+            key=f"{held_drain} {why}",
+            pool=pool,
+        )
+
+    async def pool_released(
+        self, pool: str, held_drain: str, outcome: str, held_for: timedelta
+    ) -> None:
+        """The hold ended: the pool's rollout goes on past this node."""
+        await self.emit(
+            POOL_ROLLOUT_RELEASED,
+            f"{pool} pool goes on: {self.node_name} released after {format_duration(held_for)}"
+            f" (outcome {outcome})",
+            key=f"{held_drain} {outcome}",
+            pool=pool,
+        )
+
     async def hold_request_invalid(self, what: str, why: str) -> None:
         """An operator's hold request cannot be read: it holds nothing, which the operator
         must learn where they look (``oc describe node``), not only in the agent's log."""
@@ -143,11 +201,17 @@ class EventRecorder:
         )
 
     async def emit(
-        self, reason: str, message: str, type: str = NORMAL, key: str | None = None
+        self,
+        reason: str,
+        message: str,
+        type: str = NORMAL,
+        key: str | None = None,
+        pool: str | None = None,
     ) -> None:
-        """Write an Event, or bump the one with the same type, reason and key (default: the
-        message) written within the window. Never raises."""
-        cache_key = (type, reason, message if key is None else key)
+        """Write an Event about the Node (or ``pool``, related to the Node), or bump the one
+        with the same type, reason, key (default: the message) and pool written within the
+        window. Never raises."""
+        cache_key = (type, reason, message if key is None else key, pool or "")
         message = truncate_utf8(message, MAX_MESSAGE)
         async with self._lock:
             now = self.clock()
@@ -166,7 +230,7 @@ class EventRecorder:
                     self._emitted(reason)
                     return
             try:
-                name = await self._create(reason, message, type, now)
+                name = await self._create(reason, message, type, now, pool)
             except KubeError as exc:
                 self._failed(reason, exc)
                 return
@@ -189,12 +253,20 @@ class EventRecorder:
         self._last_name_ns = ns
         return f"{self.node_name}.{ns:x}"
 
-    async def _create(self, reason: str, message: str, type: str, now: datetime) -> str:
+    async def _create(
+        self, reason: str, message: str, type: str, now: datetime, pool: str | None
+    ) -> str:
         name = self._event_name(now)
-        involved: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "name": self.node_name}
+        node: dict[str, Any] = {"apiVersion": "v1", "kind": "Node", "name": self.node_name}
         if self.node_uid:
-            involved["uid"] = self.node_uid
-        body = {
+            node["uid"] = self.node_uid
+        involved = node
+        if pool is not None:
+            involved = {"apiVersion": POOL_API_VERSION, "kind": POOL_KIND, "name": pool}
+            uid = await self._uid_of(pool)
+            if uid:
+                involved["uid"] = uid
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": EVENT_NAMESPACE},
@@ -209,11 +281,26 @@ class EventRecorder:
             "reportingComponent": self.component,
             "reportingInstance": f"{self.component}-{self.node_name}",
         }
+        if pool is not None:
+            body["related"] = node
         core = self.kube.core
         await self.kube.call(
             Operation.EVENT_CREATE, core.create_namespaced_event, EVENT_NAMESPACE, body
         )
         return name
+
+    async def _uid_of(self, pool: str) -> str | None:
+        """``pool``'s uid, looked up once (None: not looked up, absent, or not readable; a
+        failed lookup is tried again at the pool's next Event)."""
+        if not self.pool_uids:
+            return None
+        if pool not in self._pool_uid:
+            try:
+                self._pool_uid[pool] = await self.kube.pool_uid(pool)
+            except KubeError as exc:
+                log.info("pool %s: uid not read (%s); its Event carries none", pool, exc)
+                return None
+        return self._pool_uid[pool]
 
     async def _patch(self, seen: _Written, message: str, now: datetime) -> None:
         body = {"count": seen.count + 1, "lastTimestamp": format_rfc3339(now), "message": message}
@@ -258,6 +345,23 @@ class EventQueue:
     def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
         """Queue ``EventRecorder.drain_released``."""
         self._post(partial(self.recorder.drain_released, held_drain, outcome, held_for))
+
+    def pool_held(
+        self,
+        pool: str,
+        held_drain: str,
+        reasons: Sequence[str],
+        detail: str,
+        since: datetime,
+        expires: datetime,
+    ) -> None:
+        """Queue ``EventRecorder.pool_held``."""
+        held = self.recorder.pool_held
+        self._post(partial(held, pool, held_drain, list(reasons), detail, since, expires))
+
+    def pool_released(self, pool: str, held_drain: str, outcome: str, held_for: timedelta) -> None:
+        """Queue ``EventRecorder.pool_released``."""
+        self._post(partial(self.recorder.pool_released, pool, held_drain, outcome, held_for))
 
     def hold_request_invalid(self, what: str, why: str) -> None:
         """Queue ``EventRecorder.hold_request_invalid``."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from drain_guard import holds
@@ -28,11 +28,31 @@ class EventSink(Protocol):
 
     def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None: ...
 
+    def pool_held(
+        self,
+        pool: str,
+        held_drain: str,
+        reasons: Sequence[str],
+        detail: str,
+        since: datetime,
+        expires: datetime,
+    ) -> None: ...
+
+    def pool_released(
+        self, pool: str, held_drain: str, outcome: str, held_for: timedelta
+    ) -> None: ...
+
     def hold_request_invalid(self, what: str, why: str) -> None: ...
 
 
 class HoldReport:
-    """Tells a node's hold transitions; an observe-only agent posts no Event (a write too)."""
+    """Tells a node's hold transitions; an observe-only agent posts no Event (a write too).
+
+    A hold stalls the rollout of the node's MachineConfigPool: each Node Event of a hold's
+    start or change has a ``PoolRolloutHeld`` on the pool beside it, and its end a
+    ``PoolRolloutReleased`` (the pool's Events would otherwise say "waiting" for the Event TTL
+    after the rollout went on). Found (a restart) posts neither, as it posts no ``DrainHeld``.
+    """
 
     def __init__(
         self, metrics: Metrics, events: EventSink, max_hold: timedelta, observe_only: bool
@@ -42,17 +62,23 @@ class HoldReport:
         self.max_hold = max_hold
         self.observe_only = observe_only
 
-    def tell(self, transitions: Iterable[holds.Transition], node: str) -> None:
-        """Each transition as its metrics, Event and log line, in order."""
+    def tell(
+        self, transitions: Iterable[holds.Transition], node: str, pool: str | None = None
+    ) -> None:
+        """Each transition as its metrics, Events and log line, in order; ``pool``: the node's
+        MachineConfigPool (``protocol.pool_of``), None when it cannot be told (no pool Event)."""
         for t in transitions:
             if isinstance(t, holds.Requested):
                 self.metrics.count_drain_request(t.verb.value)
-            elif isinstance(t, holds.Began):
-                self.metrics.hold_committed(t.reasons, t.since, t.reaction_seconds)
+            elif isinstance(t, holds.Began | holds.Resumed | holds.Updated):
+                if isinstance(t, holds.Began):
+                    self.metrics.hold_committed(t.reasons, t.since, t.reaction_seconds)
+                else:
+                    self.metrics.set_hold(t.reasons, t.since)
                 self.events.drain_held(t.request, t.reasons, t.detail)
-            elif isinstance(t, holds.Resumed | holds.Updated):
-                self.metrics.set_hold(t.reasons, t.since)
-                self.events.drain_held(t.request, t.reasons, t.detail)
+                if pool is not None and not self.observe_only:
+                    expires = t.since + self.max_hold
+                    self.events.pool_held(pool, t.request, t.reasons, t.detail, t.since, expires)
             elif isinstance(t, holds.Found):
                 self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
                 log.info(
@@ -69,13 +95,16 @@ class HoldReport:
                     extra={"fields": {"node": node, "request": t.request}},
                 )
             else:
-                self._ended(t, node)
+                self._ended(t, node, pool)
 
-    def _ended(self, ended: holds.Ended, node: str) -> None:
+    def _ended(self, ended: holds.Ended, node: str, pool: str | None) -> None:
         record = ended.record
-        self.metrics.hold_released(ended.outcome.value, ended.held_for.total_seconds())
+        outcome = ended.outcome.value
+        self.metrics.hold_released(outcome, ended.held_for.total_seconds())
         if not self.observe_only:  # an Event is a write too
-            self.events.drain_released(record.held_drain, ended.outcome.value, ended.held_for)
+            self.events.drain_released(record.held_drain, outcome, ended.held_for)
+            if pool is not None:
+                self.events.pool_released(pool, record.held_drain, outcome, ended.held_for)
         log.info(
             "hold ended",
             extra={

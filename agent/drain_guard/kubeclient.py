@@ -2,7 +2,7 @@
 
 The library's package ``__init__`` files import every generated API class and about 700 model
 classes (18 MiB of resident memory as deployed, docs/benchmarks.md); the agent reads raw JSON
-and needs three API classes. So, before the first import of the library in the process,
+and needs four API classes. So, before the first import of the library in the process,
 its four package ``__init__`` files are registered without being run, and the modules the
 agent uses are imported by their own paths. A package's ``__init__`` still runs, as a normal
 import would, the first time anything asks it for a name it does not have yet: nothing the
@@ -26,6 +26,7 @@ __all__ = [
     "ConfigException",
     "Configuration",
     "CoreV1Api",
+    "CustomObjectsApi",
     "PolicyV1Api",
     "load_incluster_config",
     "load_kube_config",
@@ -71,6 +72,7 @@ if "kubernetes_asyncio" not in sys.modules:
 
 from kubernetes_asyncio.client.api.apps_v1_api import AppsV1Api  # noqa: E402
 from kubernetes_asyncio.client.api.core_v1_api import CoreV1Api  # noqa: E402
+from kubernetes_asyncio.client.api.custom_objects_api import CustomObjectsApi  # noqa: E402
 from kubernetes_asyncio.client.api.policy_v1_api import PolicyV1Api  # noqa: E402
 from kubernetes_asyncio.client.api_client import ApiClient  # noqa: E402
 from kubernetes_asyncio.client.configuration import Configuration  # noqa: E402

@@ -89,12 +89,14 @@ WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
 #: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
 #: hold request, an image reference, a host file (kernel cmdline, ostree origin, rpm-ostree).
 INVALID_INPUT_KINDS: tuple[str, ...] = ("annotation", "hold_request", "image_ref", "host_file")
-#: Event reasons written on the Node (see ``agent/drain_guard/events.py``).
+#: Event reasons written on the Node, then on its MachineConfigPool (``drain_guard.events``).
 EVENT_REASONS: tuple[str, ...] = (
     "DrainHeld",
     "DrainReleased",
     "DrainHoldExpired",
     "HoldRequestInvalid",
+    "PoolRolloutHeld",
+    "PoolRolloutReleased",
 )
 
 #: Hold durations: seconds to beyond the MCD's 1 h drain timeout (max-hold defaults to 45 min).
@@ -490,5 +492,5 @@ class Metrics(BaseMetrics):
         self.confined.set(-1 if confined is None else int(confined))
 
     def count_event(self, reason: str) -> None:
-        """An Event was written (or its count bumped) on the Node."""
+        """An Event was written (or its count bumped) on the Node or its pool."""
         self.events_emitted_total.labels(reason=_check(reason, EVENT_REASONS, "event reason")).inc()

@@ -11,7 +11,8 @@ service-account tokens; through the proxy the agent can do no more than:
 - patch its own Node with a JSON Patch of the protocol's shapes (:func:`check_node_patch`):
   ``desiredDrain`` only from ``drain-X`` to ``hold-drain-X`` or back, as a ``test`` of it in
   the same patch proves, and drain-guard's own keys (``released-by`` only removed);
-- create Events about its own Node as drain-guard, and aggregate (patch) the Events it created.
+- create Events about its own Node as drain-guard, and about a MachineConfigPool with the
+  pool reasons and its own Node as ``related``; aggregate (patch) the Events it created.
 
 Everything else is answered 403 here, before anything is sent.
 """
@@ -42,8 +43,9 @@ EVENT_NAMESPACE = "default"
 #: The component the agent's Events name (drain_guard.events): pinned, so that an agent cannot
 #: pose as the kubelet or MCO in ``oc get events``.
 EVENT_COMPONENT = "drain-guard"
-#: The Event reasons the agent writes (drain_guard.events).
-EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired"))
+#: The Event reasons the agent writes about its Node (drain_guard.events); about its pool,
+#: ``protocol.POOL_EVENT_REASONS``.
+EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired", "HoldRequestInvalid"))
 #: The annotations an agent writes on its Node besides ``desiredDrain`` (``released-by`` it
 #: only removes: who released is the releaser's to write).
 AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, *protocol.RELEASED_KEYS))
@@ -173,17 +175,33 @@ def _read(parts: list[str], query: Mapping[str, Sequence[str]], node: str) -> Ve
     return _deny(f"an agent may not read /{'/'.join(parts)}")
 
 
+def _without_uid(ref: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in ref.items() if k != "uid"}
+
+
 def _event(body: Any, node: str) -> Verdict:
     if not isinstance(body, dict):
         return _deny("an Event is a JSON object")
     involved = body.get("involvedObject")
     source = body.get("source")
     metadata = body.get("metadata")
-    if not (
-        isinstance(involved, dict)
-        and {k: v for k, v in involved.items() if k != "uid"}
-        == {"apiVersion": "v1", "kind": "Node", "name": node}
-    ):
+    own_node = {"apiVersion": "v1", "kind": "Node", "name": node}
+    reasons = EVENT_REASONS
+    if isinstance(involved, dict) and involved.get("kind") == protocol.POOL_KIND:
+        # Its pool's Events: any pool (the proxy cannot tell the node's), related to its Node.
+        related = body.get("related")
+        name = involved.get("name")
+        if not (
+            _without_uid(involved)
+            == {"apiVersion": protocol.POOL_API_VERSION, "kind": protocol.POOL_KIND, "name": name}
+            and isinstance(name, str)
+            and name
+            and isinstance(related, dict)
+            and _without_uid(related) == own_node
+        ):
+            return _deny(f"an agent's pool Event is about a pool, related to its Node ({node})")
+        reasons = frozenset(protocol.POOL_EVENT_REASONS)
+    elif not (isinstance(involved, dict) and _without_uid(involved) == own_node):
         return _deny(f"an agent writes Events about its own Node ({node}) only")
     if not (
         isinstance(metadata, dict)
@@ -198,8 +216,8 @@ def _event(body: Any, node: str) -> Verdict:
         or body.get("reportingInstance") != f"{EVENT_COMPONENT}-{node}"
     ):
         return _deny(f"an agent's Event is reported by {EVENT_COMPONENT} on {node}")
-    if body.get("reason") not in EVENT_REASONS:
-        return _deny(f"an agent's Event reason is one of {', '.join(sorted(EVENT_REASONS))}")
+    if body.get("reason") not in reasons:
+        return _deny(f"an agent's Event reason is one of {', '.join(sorted(reasons))}")
     if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
         return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
     return ALLOW

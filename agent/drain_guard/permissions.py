@@ -58,7 +58,8 @@ class Permission:
     service account (the systemd install, through its node proxy): Node patches and Events,
     which the Node authorizer's static rules allow every node and NodeRestriction confines
     (Node patches) to its own Node. ``shield``:
-    made by the shield only (``--shield-build-pods``).
+    made by the shield only (``--shield-build-pods``). ``account_only``: made only with a
+    service account; the node's identity has no such right, and the agent does without it.
     """
 
     api_group: str
@@ -67,6 +68,7 @@ class Permission:
     scope: Scope = Scope.CLUSTER
     node_write: bool = False
     shield: bool = False
+    account_only: bool = False
 
 
 PERMISSIONS: tuple[Permission, ...] = (
@@ -79,7 +81,16 @@ PERMISSIONS: tuple[Permission, ...] = (
     # labels, to check a budget with them would select that pod alone.
     Permission("", "pods", frozenset({"list", "watch"}), Scope.MCO),
     # DrainHeld / DrainReleased / DrainHoldExpired Events on the Node, aggregated by patch.
+    # ... and on its MachineConfigPool (PoolRolloutHeld / PoolRolloutReleased), related to it.
     Permission("", "events", frozenset({"create", "patch"}), Scope.EVENTS, node_write=True),
+    # Its pool's uid, once, for those Events: `oc describe mcp` finds a pool's Events by it.
+    # The node's identity may not read pools: the systemd install does without.
+    Permission(
+        "machineconfiguration.openshift.io",
+        "machineconfigpools",
+        frozenset({"get"}),
+        account_only=True,
+    ),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_WORKLOAD),
     # Its own pod, at start: --daemonset must be its controller (drain_guard.selfcheck).
@@ -131,12 +142,14 @@ INSTALL_MODES: dict[str, InstallMode] = {
 
 def _used(mode: InstallMode) -> tuple[Permission, ...]:
     """The calls the agent makes in ``mode``: no shield's without it, and no DaemonSet's or
-    own pod's read without a DaemonSet (the systemd unit)."""
+    own pod's read, nor any other call only an account makes, without a service account (the
+    systemd unit)."""
     own = (Scope.OWN_WORKLOAD, Scope.OWN_NAMESPACE)
     return tuple(
         p
         for p in PERMISSIONS
-        if (mode.shield or not p.shield) and (mode.service_account or p.scope not in own)
+        if (mode.shield or not p.shield)
+        and (mode.service_account or (p.scope not in own and not p.account_only))
     )
 
 

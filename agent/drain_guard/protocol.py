@@ -292,12 +292,21 @@ _RENDERED = re.compile(r"rendered-(.+)-[0-9a-f]{8,}", re.ASCII)
 def pool_of(annotations: Mapping[str, str]) -> str | None:
     """The MachineConfigPool whose rollout the node is in, from the name of the rendered
     config it is asked to run (or runs); None when that name is not MCO's form. Read from the
-    Node alone: the agent needs no right on pools."""
+    Node alone (only the pool's Events need more: its uid, drain_guard.events)."""
     for key in (DESIRED_CONFIG, CURRENT_CONFIG):
         found = _RENDERED.fullmatch(annotations.get(key, ""))
         if found:
             return found.group(1)
     return None
+
+
+#: Events about a pool (drain_guard.events): the one kind an agent writes about anything but
+#: its own Node; every confinement admits them with these reasons, its Node as ``related``.
+POOL_API_VERSION = "machineconfiguration.openshift.io/v1"
+POOL_KIND = "MachineConfigPool"
+POOL_ROLLOUT_HELD = "PoolRolloutHeld"
+POOL_ROLLOUT_RELEASED = "PoolRolloutReleased"
+POOL_EVENT_REASONS: tuple[str, ...] = (POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED)
 
 
 # --- the hold record --------------------------------------------------------------------

@@ -110,7 +110,12 @@ class _Agent:
             assert settings.pod_name is not None  # config.settings_from requires it
             await selfcheck.check_daemonset(kube, settings.daemonset, settings.pod_name)
         await selfcheck.check_node(kube, settings.node_name)
-        events = EventQueue(EventRecorder(kube, settings.node_name, metrics=metrics))
+        # Through the node proxy (systemd) the node's identity may not read pools: their
+        # Events then carry no uid (docs/install.md).
+        recorder = EventRecorder(
+            kube, settings.node_name, metrics=metrics, pool_uids=settings.api_socket is None
+        )
+        events = EventQueue(recorder)
         metrics.set_observe_only(settings.observe_only)
         cache = WatchCache()
         watch_timeout = int(settings.watch_timeout.total_seconds())

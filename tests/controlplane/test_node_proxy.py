@@ -100,7 +100,22 @@ async def test_the_agent_holds_and_releases_through_the_proxy_on_the_real_api_se
         (event,) = await until(released)
         assert event.reporting_component == "drain-guard"
 
-        # What a compromised agent process would try: refused by the proxy, every one.
+        # ... and its pool's (rendered-worker-…: pool worker), related to its Node, without
+        # the pool's uid (the node's identity reads no pool: `oc get events` finds it by name).
+        async def pool_released() -> list[client.CoreV1Event]:
+            found = await core.list_namespaced_event(
+                "default",
+                field_selector="involvedObject.kind=MachineConfigPool,involvedObject.name=worker"
+                ",reason=PoolRolloutReleased",
+            )
+            return [e for e in found.items if e.related and e.related.name == node]
+
+        (pooled,) = await until(pool_released)
+        assert pooled.involved_object.uid is None
+        assert pooled.reporting_instance == f"drain-guard-{node}"
+
+        # What a compromised agent process would try (a pool Event related to another Node
+        # among them): refused by the proxy, every one.
         tried = attempts(node, other)
         answers = await as_agent(root, tried)
         for attempt, (status, message) in zip(tried, answers, strict=True):

@@ -10,6 +10,7 @@ and releases, every write its own Node's.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import subprocess
@@ -28,6 +29,7 @@ from drain_guard.decide import stale_keys
 from drain_guard.pods import Pod
 from drain_guard.shieldplan import Role, Want
 from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.crds import custom_resource_definitions
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, unique
@@ -73,6 +75,8 @@ RBAC = "denied: RBAC"
 WRITES = ("node_patch", "event_create", "event_patch", "poddisruptionbudget_create")
 POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
 VALID_HOLD_REQUEST = "2099-01-01T00:00:00Z;rights test"
+POOLS = ("machineconfiguration.openshift.io", "v1", "machineconfigpools")
+POOL_CRD = "machineconfigpools.machineconfiguration.openshift.io"
 
 
 @dataclasses.dataclass
@@ -87,6 +91,7 @@ class Installed:
     node: str
     other: str
     pod: str
+    pool: str  #: a MachineConfigPool of this test's own; its rendered configs name the Node's
 
 
 def kubectl(plane: ControlPlane, *args: str, stdin: str = "") -> str:
@@ -151,6 +156,9 @@ async def installed(
         kubectl(plane, "apply", "--server-side", "--force-conflicts", "-f", str(manifest))
         await shared_namespace(admin, AGENT_NS)
         node, other = await create_worker(admin), await create_worker(admin)
+        pool = await create_pool(plane, admin)
+        in_pool = {"metadata": {"annotations": {protocol.DESIRED_CONFIG: rendered(pool)}}}
+        await core.patch_node(node, in_pool)
         daemonset = await client.AppsV1Api(admin).read_namespaced_daemon_set(
             "drain-guard", AGENT_NS
         )
@@ -173,15 +181,42 @@ async def installed(
         try:
             async with api_client(kubeconfig) as agent:
                 setup = Installed(
-                    install, plane, admin, agent, kubeconfig, node, other, pod.metadata.name
+                    install, plane, admin, agent, kubeconfig, node, other, pod.metadata.name, pool
                 )
                 await policies_in_force(setup)
                 yield setup
         finally:
             await core.delete_namespaced_pod(pod.metadata.name, AGENT_NS, grace_period_seconds=0)
+            await client.CustomObjectsApi(admin).delete_cluster_custom_object(*POOLS, pool)
             rest = [o for o in objects if o["kind"] != "Namespace"]
             manifest.write_text(yaml.safe_dump_all(rest))
             kubectl(plane, "delete", "--ignore-not-found", "-f", str(manifest))
+
+
+def rendered(pool: str) -> str:
+    """A rendered config of ``pool``, as MCO names them (the agent reads the pool from it)."""
+    return f"rendered-{pool}-{'b' * 32}"
+
+
+async def create_pool(plane: ControlPlane, admin: client.ApiClient) -> str:
+    """A MachineConfigPool of a name of its own, its CRD the simulator's (created unless
+    another test did: RealCluster creates the same)."""
+    crd: Any
+    (crd,) = [c for c in custom_resource_definitions() if c["metadata"]["name"] == POOL_CRD]
+    try:
+        await client.ApiextensionsV1Api(admin).create_custom_resource_definition(crd)
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    kubectl(plane, "wait", "--for=condition=Established", f"crd/{POOL_CRD}")
+    name = unique("pool")
+    body = {
+        "apiVersion": protocol.POOL_API_VERSION,
+        "kind": protocol.POOL_KIND,
+        "metadata": {"name": name},
+    }
+    await client.CustomObjectsApi(admin).create_cluster_custom_object(*POOLS, body)
+    return name
 
 
 async def policies_in_force(setup: Installed) -> None:
@@ -437,6 +472,57 @@ async def event_elsewhere(setup: Installed) -> str:
     return await create_event(setup, event(setup.node, AGENT_NS))
 
 
+def pool_event(
+    node: str, pool: str, related: str | None = None, reason: str = protocol.POOL_ROLLOUT_HELD
+) -> Any:
+    """An Event about ``pool`` as the agent of ``node`` writes one (``related``: its Node, or
+    another, or none when "")."""
+    body = event(node) | {
+        "involvedObject": {
+            "apiVersion": protocol.POOL_API_VERSION,
+            "kind": protocol.POOL_KIND,
+            "name": pool,
+        },
+        "reason": reason,
+    }
+    name = node if related is None else related
+    if name:
+        body["related"] = {"apiVersion": "v1", "kind": "Node", "name": name}
+    return body
+
+
+async def own_pool_event(setup: Installed) -> str:
+    return await create_event(setup, pool_event(setup.node, setup.pool))
+
+
+async def pool_event_for_another_node(setup: Installed) -> str:
+    return await create_event(setup, pool_event(setup.node, setup.pool, related=setup.other))
+
+
+async def pool_event_related_to_nothing(setup: Installed) -> str:
+    return await create_event(setup, pool_event(setup.node, setup.pool, related=""))
+
+
+async def pool_event_of_another_reason(setup: Installed) -> str:
+    return await create_event(setup, pool_event(setup.node, setup.pool, reason="Degraded"))
+
+
+async def machineconfig_event(setup: Installed) -> str:
+    body = pool_event(setup.node, setup.pool)
+    body["involvedObject"] |= {"kind": "MachineConfig", "name": rendered(setup.pool)}
+    return await create_event(setup, body)
+
+
+async def read_pool(setup: Installed) -> str:
+    return await answer(
+        client.CustomObjectsApi(setup.agent).get_cluster_custom_object(*POOLS, setup.pool)
+    )
+
+
+async def list_pools(setup: Installed) -> str:
+    return await answer(client.CustomObjectsApi(setup.agent).list_cluster_custom_object(*POOLS))
+
+
 async def token_of(setup: Installed, namespace: str, account: str) -> str:
     request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
     return await answer(
@@ -529,6 +615,19 @@ REQUESTS: dict[str, Request] = {
     "create an Event about another Node in default": other_nodes_event,
     "create an Event about its own Node as the kubelet": event_as_kubelet,
     "create an Event in its own namespace": event_elsewhere,
+    "create a PoolRolloutHeld Event about a MachineConfigPool related to its own Node": (
+        own_pool_event
+    ),
+    "create a PoolRolloutHeld Event about a MachineConfigPool related to another Node": (
+        pool_event_for_another_node
+    ),
+    "create a PoolRolloutHeld Event about a MachineConfigPool related to nothing": (
+        pool_event_related_to_nothing
+    ),
+    "create an Event of another reason about a MachineConfigPool": pool_event_of_another_reason,
+    "create an Event about a MachineConfig": machineconfig_event,
+    "get a MachineConfigPool": read_pool,
+    "list the MachineConfigPools": list_pools,
     "create a token for its own ServiceAccount": own_token,
     "create a token for kube-system's default ServiceAccount": other_token,
     "list the Secrets of its own namespace": own_secrets,
@@ -606,13 +705,28 @@ async def test_the_agent_holds_shields_and_releases_with_its_own_token(
             return any(e.reason == "DrainHeld" for e in events.items)
 
         assert await until(held_event)
+        # Its pool says so where operators look: kubectl describe finds the pool's Events by
+        # its kind, name and uid (the agent read the uid with its own token).
+        waiting = f"{installed.pool} pool waiting: {installed.node} held (build-pod, since "
+        described = await until(lambda: describe_pool(installed, "PoolRolloutHeld"))
+        assert waiting in described, described
         await set_phase(admin, build, "Succeeded")
         await wait_annotation(admin, installed.node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
         await agent.wait_log(lambda r: r.get("outcome") == "release:safe")
-        for operation in WRITES:
+        described = await until(lambda: describe_pool(installed, "PoolRolloutReleased"))
+        assert f"{installed.pool} pool goes on: {installed.node} released after" in described
+        for operation in (*WRITES, "machineconfigpool_get"):
             assert await metric(agent, "drain_guard_api_errors_total", operation=operation) == 0
     finally:
         await reap(started)
+
+
+async def describe_pool(setup: Installed, reason: str) -> str:
+    """``kubectl describe`` of the test's pool, once its Events show ``reason``."""
+    shown = await asyncio.to_thread(
+        kubectl, setup.plane, "describe", "machineconfigpool", setup.pool
+    )
+    return shown if reason in shown else ""
 
 
 async def test_the_hold_request_format_is_enforced_on_whoever_writes_it(

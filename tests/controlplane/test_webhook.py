@@ -35,7 +35,7 @@ from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace, unique
-from tests.controlplane.test_rights import documented
+from tests.controlplane.test_rights import documented, pool_event
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     Obj,
@@ -459,6 +459,35 @@ async def _prove(
             answers,
             "create an Event about its own Node in default",
             as_agent.create_namespaced_event("default", _event(own)),
+        )
+        assert status == 200, message
+        # ... and its pool's Events, related to its own Node, with the pool reasons only.
+        pool = "worker"
+        machineconfig = pool_event(own, pool)
+        machineconfig["involvedObject"] |= {"kind": "MachineConfig", "name": "rendered-x"}
+        for row, body in (
+            (
+                "create a PoolRolloutHeld Event about a MachineConfigPool related to another Node",
+                pool_event(own, pool, related=other),
+            ),
+            (
+                "create a PoolRolloutHeld Event about a MachineConfigPool related to nothing",
+                pool_event(own, pool, related=""),
+            ),
+            (
+                "create an Event of another reason about a MachineConfigPool",
+                pool_event(own, pool, reason="Degraded"),
+            ),
+            ("create an Event about a MachineConfig", machineconfig),
+        ):
+            status, message = await _ask(
+                answers, row, as_agent.create_namespaced_event("default", body)
+            )
+            _denied(status, message, "drain-guard:")
+        status, message = await _ask(
+            answers,
+            "create a PoolRolloutHeld Event about a MachineConfigPool related to its own Node",
+            as_agent.create_namespaced_event("default", pool_event(own, pool)),
         )
         assert status == 200, message
 

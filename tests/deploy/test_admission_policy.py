@@ -471,8 +471,9 @@ class _Created:
         return ""
 
 
-def recorded_event(node_name: str = NODE) -> Obj:
-    """An Event body exactly as ``drain_guard.events.EventRecorder`` writes it."""
+def recorded_event(node_name: str = NODE, pool: str | None = None) -> Obj:
+    """An Event body exactly as ``drain_guard.events.EventRecorder`` writes it: about the
+    Node, or (``pool``) the pool's ``PoolRolloutHeld`` related to the Node."""
     core = _Core()
 
     async def emit() -> None:
@@ -480,8 +481,12 @@ def recorded_event(node_name: str = NODE) -> Obj:
             kube = Kube(api)
             # A stand-in CoreV1Api that records the body instead of sending it.
             kube.core = core  # type: ignore[assignment]
-            recorder = EventRecorder(kube, node_name, node_uid="a-uid")
-            await recorder.emit("DrainHeld", "Holding drain request")
+            # No pool read (the uid is not what admission looks at).
+            recorder = EventRecorder(kube, node_name, node_uid="a-uid", pool_uids=False)
+            if pool is None:
+                await recorder.emit("DrainHeld", "Holding drain request")
+            else:
+                await recorder.pool_held(pool, REQUEST, ["build-pod"], "build-pod: x", SINCE, SINCE)
 
     asyncio.run(emit())
     (body,) = core.bodies
@@ -521,6 +526,60 @@ def test_events_about_anything_else_are_denied(events: Policy) -> None:
     assert "reporting component" in " ".join(create(events, posing).denied)
     spoofed = recorded_event() | {"source": {"component": "kubelet", "host": NODE}}
     assert "reporting component" in " ".join(create(events, spoofed).denied)
+
+
+def test_the_agents_pool_event_is_admitted(events: Policy) -> None:
+    body = recorded_event(pool="worker")
+    assert body["involvedObject"]["kind"] == "MachineConfigPool"
+    verdict = create(events, body)
+    assert verdict.applies
+    assert verdict.admitted, verdict.denied
+    bumped = copy.deepcopy(body) | {"count": 2, "message": "again"}
+    assert events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, body, bumped).admitted
+    # Any pool (CEL cannot read which is the node's): infra's too.
+    assert create(events, recorded_event(pool="infra")).admitted
+
+
+def forged_pool_events() -> dict[str, Obj]:
+    """What a compromised agent of NODE could try with the pool right; every confinement
+    (this policy, the webhook, the node proxy) refuses each."""
+    mine = recorded_event(pool="worker")
+    another_nodes = recorded_event("worker-1", pool="worker")
+    return {
+        "another node as related": mine | {"related": another_nodes["related"]},
+        "another node's whole Event": another_nodes,
+        "no related object": {k: v for k, v in mine.items() if k != "related"},
+        "a Pod as related": mine | {"related": mine["related"] | {"kind": "Pod"}},
+        "another reason": mine | {"reason": "DrainHeld"},
+        "MCO's reason": mine | {"reason": "SetDesiredConfig"},
+        "another instance": mine | {"reportingInstance": "drain-guard-worker-1"},
+        "another source host": mine | {"source": {"component": "drain-guard", "host": "worker-1"}},
+        "as MCO": mine | {"reportingComponent": "machineconfigcontroller"},
+        "another API of the kind": mine
+        | {"involvedObject": mine["involvedObject"] | {"apiVersion": "v1"}},
+        "a namespaced pool": mine
+        | {"involvedObject": mine["involvedObject"] | {"namespace": "default"}},
+        "a message over 1 KiB": mine | {"message": "x" * 1025},
+    }
+
+
+def test_forged_pool_events_are_denied(events: Policy) -> None:
+    mine = recorded_event(pool="worker")
+    another_nodes = recorded_event("worker-1", pool="worker")
+    forged = forged_pool_events()
+    admitted = [name for name, body in forged.items() if create(events, body).admitted]
+    assert admitted == []
+    assert "PoolRolloutHeld or PoolRolloutReleased" in " ".join(
+        create(events, forged["another node as related"]).denied
+    )
+    # Another kind of object stays refused as before.
+    machineconfig = mine | {"involvedObject": {"kind": "MachineConfig", "name": "x"}}
+    assert "its own Node only" in " ".join(create(events, machineconfig).denied)
+    # An UPDATE of another node's pool Event, or of a Node Event into a pool Event.
+    verdict = events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, another_nodes, mine)
+    assert "update only its own Events" in " ".join(verdict.denied)
+    other_node = recorded_event("worker-1")
+    assert not events.review(AGENT, {NODE_NAME_CLAIM: [NODE]}, other_node, mine).admitted
 
 
 # --- properties ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Node Events are written off the hold path: a slow events endpoint never delays a hold."""
+"""The agent's Events through the real process: written off the hold path (a slow events
+endpoint never delays a hold); a hold's Events on the Node and on its MachineConfigPool."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from tests.helpers import (
     AGENT_USER,
     CONFIG_B,
     IMAGE_B,
+    MCO_NS,
     StartAgent,
     add_build_pod,
     mcd_request,
@@ -68,3 +70,45 @@ async def test_an_invalid_hold_request_is_a_warning_event_on_the_node(
     assert event["involvedObject"]["name"] == "worker-0"
     assert "drain-guard.io/hold-request='30m;db failover'" in event["message"]
     assert "'30m' is not an RFC 3339 time" in event["message"]
+
+
+async def test_a_held_node_says_so_on_its_pool(api: SimApiServer, start_agent: StartAgent) -> None:
+    """Issue 25: a hold stalls the pool's rollout; ``oc describe mcp worker`` shows it (an Event
+    about the pool, with its uid), and that the rollout went on once the hold ended."""
+    pool = api.create(
+        "machineconfigpools",
+        {
+            "apiVersion": "machineconfiguration.openshift.io/v1",
+            "kind": "MachineConfigPool",
+            "metadata": {"name": "worker"},
+        },
+    )
+    add_build_pod(api)
+    await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    [held] = await api.wait_for(lambda: _event_writes(api, "PoolRolloutHeld"), timeout=15)
+    event = held.after or {}
+    assert event["involvedObject"] == {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "name": "worker",
+        "uid": pool["metadata"]["uid"],
+    }
+    node_uid = api.get("nodes", "worker-0")["metadata"]["uid"]
+    assert event["related"] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": "worker-0",
+        "uid": node_uid,
+    }
+    assert event["message"].startswith("worker pool waiting: worker-0 held (build-pod, since ")
+    assert f"ends when build pod {MCO_NS}/build-pod ends or at " in event["message"]
+
+    pod = api.get("pods", "build-pod", MCO_NS)
+    pod["status"]["phase"] = "Succeeded"
+    api.update("pods", pod, MCO_NS, subresource="status")
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    [released] = await api.wait_for(lambda: _event_writes(api, "PoolRolloutReleased"), timeout=15)
+    message = (released.after or {})["message"]
+    assert message.startswith("worker pool goes on: worker-0 released after ")
+    assert message.endswith("(outcome safe)")

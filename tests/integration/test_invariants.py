@@ -155,8 +155,9 @@ async def test_invariants_over_the_write_log(
         else:
             assert before == protocol.HOLD_PREFIX + after, w
 
-    # Invariant 3: only its own Node (and Events about it, and the shield's budgets on the
-    # build pods of its node, labelled with its node, where build pods run).
+    # Invariant 3: only its own Node (and Events about it or related to it on its pool, and
+    # the shield's budgets on the build pods of its node, labelled with its node, where build
+    # pods run).
     for w in writes:
         if w.resource == "poddisruptionbudgets":
             labels = w.obj["metadata"].get("labels") or {}
@@ -166,7 +167,11 @@ async def test_invariants_over_the_write_log(
             continue
         assert (w.resource, w.name) == ("nodes", NODE) or w.resource == "events", w
         if w.resource == "events":
-            assert w.obj["involvedObject"]["name"] == NODE
+            involved = w.obj["involvedObject"]
+            if involved["kind"] == protocol.POOL_KIND:
+                assert w.obj["related"]["name"] == NODE, w
+            else:
+                assert (involved["kind"], involved["name"]) == ("Node", NODE), w
 
 
 async def test_every_request_the_agent_sent_is_permitted(

@@ -31,7 +31,7 @@ import pytest
 from drain_guard import protocol
 from drain_guard.permissions import EVENTS_NAMESPACE
 from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
+from drain_guard_sim.apiserver.server import ADMIN, SimApiServer, WriteRecord
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
 from drain_guard_sim.harness.scenario import worker_node
@@ -337,6 +337,25 @@ def attempts(node: str = NODE, other: str = OTHER) -> list[Request]:
                 "source": {"component": "drain-guard", "host": other},
             },
         ),
+        (
+            "POST",
+            f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events",
+            "application/json",
+            # A pool Event as its own would be, but related to another Node.
+            {
+                "metadata": {"name": f"{node}.2"},
+                "involvedObject": {
+                    "apiVersion": protocol.POOL_API_VERSION,
+                    "kind": protocol.POOL_KIND,
+                    "name": "worker",
+                },
+                "related": {"apiVersion": "v1", "kind": "Node", "name": other},
+                "reason": protocol.POOL_ROLLOUT_HELD,
+                "source": {"component": "drain-guard", "host": node},
+                "reportingComponent": "drain-guard",
+                "reportingInstance": f"drain-guard-{node}",
+            },
+        ),
         ("DELETE", f"/api/v1/nodes/{node}", "application/json", None),
     ]
 
@@ -362,14 +381,24 @@ async def test_the_agent_holds_and_releases_through_the_proxy_and_can_do_nothing
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == HELD)
     api.delete("pods", "build-pod", MCO_NS)
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"drain-{CONFIG_B}")
-    await api.wait_for_write(
-        lambda w: w.resource == "events" and w.obj.get("reason") == "DrainReleased", since=rv
-    )
+    for reason in ("DrainReleased", "PoolRolloutReleased"):
+
+        def posted(w: WriteRecord, reason: str = reason) -> bool:
+            return w.resource == "events" and w.obj.get("reason") == reason
+
+        await api.wait_for_write(posted, since=rv)
     writes = [w for w in api.write_log if w.rv > rv and w.user not in TEST_USERS]
     assert {(w.user, w.resource) for w in writes} == {(NODE_USER, "nodes"), (NODE_USER, "events")}
     for w in writes:
         if w.resource == "events":
-            assert (w.namespace, w.obj["involvedObject"]["name"]) == (EVENTS_NAMESPACE, NODE)
+            involved = w.obj["involvedObject"]
+            assert w.namespace == EVENTS_NAMESPACE, w
+            if involved["kind"] == protocol.POOL_KIND:
+                # Its pool's Events, related to its Node; the node may not read pools: no uid.
+                assert (involved["name"], w.obj["related"]["name"]) == ("worker", NODE), w
+                assert "uid" not in involved, w
+            else:
+                assert involved["name"] == NODE, w
     # Every request the API server saw from this node came through the proxy as the node.
     assert {r[1] for r in api.request_log if r[1] not in TEST_USERS} == {NODE_USER}
 

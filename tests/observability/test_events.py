@@ -22,6 +22,7 @@ from drain_guard.events import (
 from drain_guard.health import Health
 from drain_guard.kube.client import Kube
 from drain_guard.metrics import Metrics
+from drain_guard.protocol import POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED
 from drain_guard_sim.apiserver.server import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -222,3 +223,99 @@ async def test_long_messages_are_truncated(env: Env) -> None:
     [event] = env.events()
     assert len(event["message"].encode()) <= MAX_MESSAGE
     assert event["message"].endswith("…")
+
+
+# --- the pool's Events ----------------------------------------------------------------------
+
+POOLS = "machineconfigpools.machineconfiguration.openshift.io"
+BUILD = "build-pod: build pod openshift-machine-config-operator/build-1 Running"
+
+
+def _pool(api: SimApiServer, name: str = "worker") -> str:
+    """A MachineConfigPool in the simulator; its uid."""
+    pool = {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "metadata": {"name": name},
+    }
+    return str(api.create("machineconfigpools", pool)["metadata"]["uid"])
+
+
+async def _pool_held(recorder: EventRecorder, request: str = "drain-r1") -> None:
+    await recorder.pool_held(
+        "worker", request, ["build-pod"], BUILD, T0, T0 + timedelta(minutes=45)
+    )
+
+
+async def test_a_held_pool_gets_an_event_that_describe_finds(env: Env) -> None:
+    """kubectl describe lists the Events whose involvedObject has the pool's kind, name, empty
+    namespace and uid: the uid is looked up once, the Node is the related object."""
+    uid = _pool(env.api)
+    env.recorder.node_uid = "0b6f-uid"
+    await _pool_held(env.recorder)
+    [event] = env.events()
+    assert event["involvedObject"] == {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "name": "worker",
+        "uid": uid,
+    }
+    assert event["related"] == {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "0b6f-uid"}
+    assert event["metadata"]["namespace"] == "default"
+    assert event["metadata"]["name"].startswith(f"{NODE}.")
+    assert (event["reason"], event["type"]) == (POOL_ROLLOUT_HELD, "Normal")
+    assert event["message"] == (
+        "worker pool waiting: worker-0 held (build-pod, since 2026-03-01T12:00:00Z, ends when"
+        " build pod openshift-machine-config-operator/build-1 Running ends or at"
+        " 2026-03-01T12:45:00Z)"
+    )
+    assert event["reportingInstance"] == f"drain-guard-{NODE}"
+    # Found by what describe asks for (kubectl's searchEvents: name, namespace, kind, uid).
+    selector = (
+        "involvedObject.name=worker,involvedObject.namespace=,"
+        f"involvedObject.kind=MachineConfigPool,involvedObject.uid={uid}"
+    )
+    assert [e["metadata"]["name"] for e in env.api.list("events", field_selector=selector)] == [
+        event["metadata"]["name"]
+    ]
+    # Re-posted within the window (the MCD restarted, a reason's detail changed): aggregated,
+    # and the pool is not read again.
+    await _pool_held(env.recorder)
+    await env.recorder.pool_released("worker", "drain-r1", "safe", timedelta(minutes=12))
+    held, released = sorted(env.events(), key=lambda e: str(e["reason"]))
+    assert held["count"] == 2
+    assert released["reason"] == POOL_ROLLOUT_RELEASED
+    assert (
+        released["message"] == "worker pool goes on: worker-0 released after 12m00s (outcome safe)"
+    )
+    assert released["involvedObject"]["uid"] == uid
+    assert env.api.request_count(user=USER, verb="get", resource=POOLS) == 1
+    assert env.emitted(POOL_ROLLOUT_HELD) == 2
+
+
+async def test_without_the_pools_uid_the_event_still_names_the_pool(env: Env) -> None:
+    """The systemd install (pool_uids off) reads no pool; a pool that is not there (404) or
+    not readable leaves the uid out: ``oc get events --field-selector`` still finds it."""
+    _pool(env.api)
+    env.api.faults.error(403, verb="get", resource=POOLS, times=1)
+    await _pool_held(env.recorder, "drain-r1")
+    await _pool_held(env.recorder, "drain-r2")  # the lookup is tried again, and succeeds
+    first, second = env.events()
+    assert "uid" not in first["involvedObject"]
+    assert "uid" in second["involvedObject"]
+    assert env.errors("machineconfigpool_get") == 1
+
+    async with env.api.api_client(USER) as client:
+        offline = EventRecorder(Kube(client), "worker-1", clock=env.clock, pool_uids=False)
+        await _pool_held(offline)
+    gets = env.api.request_count(user=USER, verb="get", resource=POOLS)
+    assert gets == 2  # none by the recorder with pool_uids off
+    found = env.api.list(
+        "events", field_selector="involvedObject.kind=MachineConfigPool,involvedObject.name=worker"
+    )
+    assert sorted(e["related"]["name"] for e in found) == [NODE, NODE, "worker-1"]
+    assert next(e for e in found if e["related"]["name"] == "worker-1")["involvedObject"] == {
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "name": "worker",
+    }

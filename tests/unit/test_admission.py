@@ -29,6 +29,7 @@ from tests.deploy.test_admission_policy import (
     REQUEST,
     SINCE,
     budget,
+    forged_pool_events,
     held,
     node,
     recorded_event,
@@ -332,3 +333,19 @@ def test_events_about_anything_else_are_denied(cluster: Cluster) -> None:
     assert denied(cluster.review("DELETE", "events", mine, None), "never deletes")
     assert denied(cluster.review("CREATE", "events", None, mine, on=None), "pod-bound")
     assert denied(cluster.review("CREATE", "events", None, mine, user=SHIELD), "budgets only")
+
+
+def test_the_agents_pool_events_are_allowed_and_forged_ones_denied(cluster: Cluster) -> None:
+    mine = recorded_event(pool="worker")
+    assert cluster.review("CREATE", "events", None, mine).allowed
+    bumped = copy.deepcopy(mine) | {"count": 2, "message": "again"}
+    assert cluster.review("UPDATE", "events", mine, bumped).allowed
+    allowed = [
+        name
+        for name, body in forged_pool_events().items()
+        if cluster.review("CREATE", "events", None, body).allowed
+    ]
+    assert allowed == []
+    another_nodes = recorded_event("worker-1", pool="worker")
+    verdict = cluster.review("UPDATE", "events", another_nodes, mine)
+    assert denied(verdict, "related to its own Node")

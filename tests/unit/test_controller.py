@@ -101,12 +101,28 @@ class Events:
 
     node_uid: str | None = None
     posted: list[tuple[Any, ...]] = field(default_factory=list)
+    #: The Events on the node's MachineConfigPool.
+    pool: list[tuple[Any, ...]] = field(default_factory=list)
 
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
         self.posted.append(("DrainHeld", held_drain, tuple(reasons)))
 
     def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
         self.posted.append(("DrainReleased", held_drain, outcome, held_for))
+
+    def pool_held(
+        self,
+        pool: str,
+        held_drain: str,
+        reasons: Sequence[str],
+        detail: str,
+        since: datetime,
+        expires: datetime,
+    ) -> None:
+        self.pool.append(("PoolRolloutHeld", pool, held_drain, tuple(reasons), expires))
+
+    def pool_released(self, pool: str, held_drain: str, outcome: str, held_for: timedelta) -> None:
+        self.pool.append(("PoolRolloutReleased", pool, held_drain, outcome))
 
     def hold_request_invalid(self, what: str, why: str) -> None:
         self.posted.append(("HoldRequestInvalid", what))
@@ -224,6 +240,12 @@ async def test_a_hold_begins_and_ends_with_its_reaction_and_duration_exact(env: 
     assert env.events.posted == [
         ("DrainHeld", DRAIN_B, ("build-pod",)),
         ("DrainReleased", DRAIN_B, "safe", timedelta(seconds=600)),
+    ]
+    # The pool (of rendered-worker-…) waited on the hold, at the latest until since + max-hold.
+    expires = env.clock.wall - timedelta(seconds=600) + MAX_HOLD
+    assert env.events.pool == [
+        ("PoolRolloutHeld", "worker", DRAIN_B, ("build-pod",), expires),
+        ("PoolRolloutReleased", "worker", DRAIN_B, "safe"),
     ]
     assert env.controller.status().held_request is None
 
@@ -387,6 +409,7 @@ async def test_observe_only_writes_nothing_and_counts_a_would_be_hold_once(
     assert status.held_request is None
     assert status.explanation.startswith("observe-only, not written: would hold")
     assert env.events.posted == []
+    assert env.events.pool == []
 
     first = status.last_would_hold
     assert first is not None

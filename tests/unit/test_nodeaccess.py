@@ -24,6 +24,7 @@ from drain_guard.protocol import (
     Reason,
     annotation_path,
 )
+from tests.deploy.test_admission_policy import forged_pool_events, recorded_event
 
 NODE = "worker-0"
 SINCE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -227,6 +228,23 @@ def test_the_agents_events_pass_and_no_other() -> None:
     for forged in forgeries:
         assert not _post(forged).allowed, forged
     assert not _post(_event(), namespace="openshift-machine-config-operator").allowed
+
+
+def test_an_invalid_hold_request_event_passes() -> None:
+    assert _post(_event(reason="HoldRequestInvalid", type="Warning")).allowed
+
+
+def test_the_agents_pool_events_pass_and_no_forged_one() -> None:
+    """Its pool's Events as the recorder writes them; what a compromised agent could try
+    with them is refused (the same forgeries as the admission policy's and the webhook's)."""
+    assert _post(recorded_event(pool="worker")).allowed
+    released = recorded_event(pool="worker") | {"reason": "PoolRolloutReleased"}
+    assert _post(released).allowed
+    passed = [name for name, body in forged_pool_events().items() if _post(body).allowed]
+    assert passed == []
+    # The pool's Event named as another node's (the proxy pins the name's prefix too).
+    renamed = recorded_event(pool="worker") | {"metadata": {"name": "worker-1.1"}}
+    assert not _post(renamed).allowed
 
 
 def test_only_events_it_created_are_aggregated() -> None:

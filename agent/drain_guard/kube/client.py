@@ -27,6 +27,8 @@ from drain_guard.nodes import NodeObj
 #: retry is safe: the write's ``test`` operations refuse it if the first one landed meanwhile.
 NODE_WRITE_TIMEOUT = 2.0
 JSON_PATCH = "application/json-patch+json"
+#: MCO's MachineConfigPools: group, version, plural.
+POOLS = ("machineconfiguration.openshift.io", "v1", "machineconfigpools")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class Kube:
         self.core = k8s.CoreV1Api(api)
         self.apps = k8s.AppsV1Api(api)
         self.policy = k8s.PolicyV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
         self.counters: Counters = counters or NullCounters()
 
     @classmethod
@@ -188,6 +191,19 @@ class Kube:
         )
         items = body.get("items") or ()
         return str(items[0]["metadata"]["name"]) if items else None
+
+    async def pool_uid(self, name: str) -> str | None:
+        """The uid of MachineConfigPool ``name``, None when there is none (404: a cluster
+        without MCO, or the pool is gone)."""
+        try:
+            body = await self.call(
+                Operation.MACHINECONFIGPOOL_GET, self.custom.get_cluster_custom_object, *POOLS, name
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return str((body.get("metadata") or {}).get("uid") or "") or None
 
     async def get_daemonset(self, namespace: str, name: str) -> JsonObj | None:
         try:

@@ -31,6 +31,8 @@ class Operation(StrEnum):
     PODDISRUPTIONBUDGET_WATCH = "poddisruptionbudget_watch"
     PODDISRUPTIONBUDGET_CREATE = "poddisruptionbudget_create"
     PODDISRUPTIONBUDGET_DELETE = "poddisruptionbudget_delete"
+    #: Its MachineConfigPool's uid, for the pool's Events (``oc describe mcp`` finds them by it).
+    MACHINECONFIGPOOL_GET = "machineconfigpool_get"
 
     @property
     def request(self) -> tuple[str, str, str]:
@@ -55,6 +57,11 @@ _REQUESTS: dict[Operation, tuple[str, str, str]] = {
     Operation.PODDISRUPTIONBUDGET_WATCH: ("policy", "poddisruptionbudgets", "watch"),
     Operation.PODDISRUPTIONBUDGET_CREATE: ("policy", "poddisruptionbudgets", "create"),
     Operation.PODDISRUPTIONBUDGET_DELETE: ("policy", "poddisruptionbudgets", "delete"),
+    Operation.MACHINECONFIGPOOL_GET: (
+        "machineconfiguration.openshift.io",
+        "machineconfigpools",
+        "get",
+    ),
 }
 
 

@@ -265,8 +265,14 @@ class _Replay:
                 self.fail("scope", node, w.time, f"{w.verb} budget {w.namespace}/{w.name}", w.rv)
             return
         if w.resource == "events":
+            # About its own Node, or its pool's Events related to its own Node.
             involved = w.obj.get("involvedObject") or {}
-            if (involved.get("kind"), involved.get("name")) != ("Node", node):
+            related = w.obj.get("related") or {}
+            own = ("Node", node)
+            if (involved.get("kind"), involved.get("name")) != own and (
+                involved.get("kind") != "MachineConfigPool"
+                or (related.get("kind"), related.get("name")) != own
+            ):
                 self.fail("scope", node, w.time, f"Event about {involved} from agent", w.rv)
             return
         if (w.resource, w.name) != ("nodes", node):
