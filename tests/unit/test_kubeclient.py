@@ -37,6 +37,7 @@ def test_the_agent_loads_no_model_and_only_the_api_classes_it_uses() -> None:
     assert {m for m in modules if m.startswith("kubernetes_asyncio.client.api.")} == {
         "kubernetes_asyncio.client.api.apps_v1_api",
         "kubernetes_asyncio.client.api.core_v1_api",
+        "kubernetes_asyncio.client.api.custom_objects_api",
         "kubernetes_asyncio.client.api.policy_v1_api",
     }
     # Nor the library's other packages (watch, dynamic, stream, utils).
