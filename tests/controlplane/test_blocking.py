@@ -1,11 +1,12 @@
 """Blocking pods on the real control plane, with the agent's own token: the opted-in
-namespace read through docs/install.md's Role (as kubectl applies it), a tenant's namespace
-not readable at all, a drain held while the declared pod runs and released when it completes.
+namespace read through the component daemonset/components/blocking-pods (docs/install.md's
+kustomization, rendered and applied as kubectl does), nothing else of it readable and a
+tenant's namespace not at all, a drain held while the declared pod runs and released when it
+completes.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from tests.controlplane.test_rights import (
     installed,
     kubectl,
 )
-from tests.deploy.tools import REPO
+from tests.deploy.tools import documented_kustomization, render_dir
 from tests.helpers import IMAGE_A, IMAGE_B, reap, spawn
 
 __all__ = ["installed"]  # the fixture, with the overlay's RBAC and the agent pod's token
@@ -35,13 +36,15 @@ __all__ = ["installed"]  # the fixture, with the overlay's RBAC and the agent po
 ETL = {"app": "etl"}
 
 
-def documented_role(namespace: str) -> str:
-    """The Role and RoleBinding of docs/install.md's "Blocking pods", for ``namespace``."""
-    text = (REPO / "docs" / "install.md").read_text()
-    section = text.split("### Blocking pods", 1)[1]
-    block = re.search(r"```yaml\n(.*?)```", section, re.S)
-    assert block is not None
-    return block.group(1).replace("namespace: NS", f"namespace: {namespace}")
+async def watch_status(core: client.CoreV1Api, namespace: str, selector: str) -> int:
+    """The HTTP status of a watch of the pods ``selector`` selects in ``namespace`` (closed at
+    once: a 200 is a watch the API server started)."""
+    # Typed as a V1PodList, which it is not without its content preloaded.
+    resp: Any = await core.list_namespaced_pod(
+        namespace, field_selector=selector, watch=True, _preload_content=False
+    )
+    resp.release()
+    return int(resp.status)
 
 
 async def running_pod(admin: client.ApiClient, namespace: str, node: str) -> str:
@@ -67,19 +70,29 @@ async def test_a_blocking_pod_holds_only_in_the_opted_in_namespace(
 ) -> None:
     admin, node = installed.admin, installed.node
     batch, tenant = await own_namespace(admin, "batch"), await own_namespace(admin, "tenant")
-    manifest = tmp_path / "role.yaml"
-    manifest.write_text(documented_role(batch))
-    assert [d["kind"] for d in yaml.safe_load_all(manifest.read_text())] == ["Role", "RoleBinding"]
+    objects = render_dir(documented_kustomization("Blocking pods", tmp_path / "roles", batch))
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in objects] == [
+        ("Role", batch),
+        ("RoleBinding", batch),
+    ]
+    manifest = tmp_path / "roles.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
     kubectl(installed.plane, "apply", "-f", str(manifest))
-    # The agent's own token: its node's pods in the opted-in namespace, nothing in the tenant's.
-    pods = client.CoreV1Api(installed.agent)
-    selector = f"spec.nodeName={node}"
-    assert await answer(pods.list_namespaced_pod(batch, field_selector=selector)) == ALLOWED
-    assert await answer(pods.list_namespaced_pod(tenant, field_selector=selector)) == RBAC
-    assert await answer(pods.list_pod_for_all_namespaces(field_selector=selector)) == RBAC
-
     ours = await running_pod(admin, batch, node)
     await running_pod(admin, tenant, node)  # the same labels, not opted in: holds nothing
+    # The agent's own token: its node's pods in the opted-in namespace (listed and watched),
+    # nothing else of it (not a pod by name, no Secret, no ConfigMap), nothing of the tenant's.
+    core = client.CoreV1Api(installed.agent)
+    selector = f"spec.nodeName={node}"
+    assert await answer(core.list_namespaced_pod(batch, field_selector=selector)) == ALLOWED
+    assert await watch_status(core, batch, selector) == 200
+    assert await answer(core.read_namespaced_pod(ours, batch)) == RBAC
+    assert await answer(core.list_namespaced_secret(batch)) == RBAC
+    assert await answer(core.list_namespaced_config_map(batch)) == RBAC
+    assert await answer(core.list_namespaced_pod(tenant, field_selector=selector)) == RBAC
+    assert await watch_status(core, tenant, selector) == 403
+    assert await answer(core.list_pod_for_all_namespaces(field_selector=selector)) == RBAC
+
     started: list[AgentProcess] = []
     try:
         await spawn(

@@ -120,6 +120,20 @@ def user_kustomization(directory: Path, overlay: str, **fields: Any) -> Path:
     return directory
 
 
+def documented_kustomization(section: str, directory: Path, namespace: str = "NS") -> Path:
+    """docs/install.md's kustomization of ``section`` (its first YAML block), written in
+    ``directory`` as a user would: the clone beside it (``../drain-guard/``) is this
+    repository, and the namespace ``NS`` is ``namespace``."""
+    text = (REPO / "docs" / "install.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text.split(f"### {section}\n", 1)[1], re.S)
+    assert block is not None, f"no YAML block in docs/install.md's {section}"
+    directory.mkdir(parents=True, exist_ok=True)
+    clone = os.path.relpath(REPO, directory) + "/"
+    written = block.group(1).replace("../drain-guard/", clone)
+    (directory / "kustomization.yaml").write_text(written.replace(": NS\n", f": {namespace}\n"))
+    return directory
+
+
 def relative(path: Path, directory: Path) -> str:
     """``path`` relative to ``directory``, as a kustomization must name it."""
     return os.path.relpath(path, directory)
