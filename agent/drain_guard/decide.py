@@ -54,6 +54,7 @@ from drain_guard.protocol import (
     later,
     parse_drain_request,
     read_hold,
+    read_released_by,
     release_patch,
     update_hold_patch,
 )
@@ -300,7 +301,8 @@ def _decide_unheld(
     last_applied = annotations.get(LAST_APPLIED_DRAIN)
     released = annotations.get(RELEASED)
 
-    why = _not_holdable(request.verb, desired, last_applied, released)
+    by, by_invalid = _releaser(annotations, desired)
+    why = _not_holdable(request.verb, desired, last_applied, released, by)
     same = record is not None and record.held_drain == desired
     ran_out = False
     if why is None and record is not None and same and record.age(view.now) >= max_hold:
@@ -337,7 +339,7 @@ def _decide_unheld(
     stale_keys += _stale_marker(annotations, desired, rewritten=ran_out)
     passes = request.verb is Verb.DRAIN and desired != last_applied
     if not stale_keys:
-        return Idle(why, verdicts, request=desired, passes=passes)
+        return Idle(why, verdicts, request=desired, passes=passes, released_by_invalid=by_invalid)
     outcome: Outcome | None
     if record is None:
         outcome = None
@@ -375,8 +377,25 @@ def _capped(
     return tuple(capped)
 
 
+def _releaser(
+    annotations: Mapping[str, str], desired: str | None
+) -> tuple[str | None, InvalidInput | None]:
+    """Who released ``desired`` by hand (``released-by`` beside a ``released`` of it), and
+    the value as invalid input when it cannot be one (it is then not shown)."""
+    if desired is None or annotations.get(RELEASED) != desired:
+        return None, None
+    try:
+        return read_released_by(annotations), None
+    except MalformedHold as err:
+        return None, InvalidInput.of("annotation", RELEASED_BY, annotations[RELEASED_BY], str(err))
+
+
 def _not_holdable(
-    verb: Verb, desired: str | None, last_applied: str | None, released: str | None
+    verb: Verb,
+    desired: str | None,
+    last_applied: str | None,
+    released: str | None,
+    released_by: str | None,
 ) -> str | None:
     """Why this request must not be held, or None if the guards may hold it."""
     if verb is Verb.NONE:
@@ -388,6 +407,8 @@ def _not_holdable(
     if desired == last_applied:
         return f"{desired} is already applied"
     if released == desired:
+        if released_by is not None:
+            return f"{desired} was released by {released_by} and is not held again"
         return f"{desired} was released earlier and is not held again"
     return None
 

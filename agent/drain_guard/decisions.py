@@ -173,16 +173,23 @@ class Idle(_Decided):
     request: str | None = None
     #: A drain request the MCC may apply now: /status says ``pass`` rather than ``idle``.
     passes: bool = False
+    #: The released marker's ``released-by``, malformed: reported, not shown.
+    released_by_invalid: InvalidInput | None = None
 
     #: When to decide again even if nothing changes (an expiry), if ever.
     recheck_at: datetime | None = None
 
     reasons = blocks = ()
-    held_since = hold_written = hold_ended = record_invalid = None
+    held_since = hold_written = hold_ended = None
 
     @property
     def name(self) -> str:
         return "pass" if self.passes else "idle"
+
+    @property
+    def record_invalid(self) -> InvalidInput | None:
+        """Who released the request it lets pass, unreadable."""
+        return self.released_by_invalid
 
     def _explain(self) -> str:
         return f"idle: {self.why}"

@@ -33,6 +33,7 @@ API (the controller)::
     await events.pool_released(pool, held_drain, outcome, held_for)
     await events.drain_released(held_drain, outcome, held_for)   # outcome "expired" →
                                                                  # DrainHoldExpired (Warning)
+    await events.drain_released(held_drain, "manual", held_for, released_by="alice")
     await events.emit(reason, message, type="Normal", key=None, pool=None)  # the general form
 """
 
@@ -48,7 +49,7 @@ from functools import partial
 from typing import Any
 
 from drain_guard.health import format_duration
-from drain_guard.holdrequest import releases_when, split_hold_detail
+from drain_guard.holdrequest import printable, releases_when, split_hold_detail
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.operations import Operation
@@ -137,8 +138,11 @@ class EventRecorder:
             key=f"{held_drain} {why}",
         )
 
-    async def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
-        """A hold ended; an ``expired`` hold is a Warning ``DrainHoldExpired``."""
+    async def drain_released(
+        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+    ) -> None:
+        """A hold ended; an ``expired`` hold is a Warning ``DrainHoldExpired``; a manual
+        release says who released it, when the Node recorded it (``released-by``)."""
         took = format_duration(held_for)
         if str(outcome) == "expired":
             await self.emit(
@@ -149,9 +153,10 @@ class EventRecorder:
                 key=held_drain,
             )
             return
+        by = "" if released_by is None else f", released by {printable(released_by)}"
         await self.emit(
             DRAIN_RELEASED,
-            f"Released drain request {held_drain} after {took} (outcome {outcome})",
+            f"Released drain request {held_drain} after {took} (outcome {outcome}{by})",
             key=f"{held_drain} {outcome}",
         )
 
@@ -342,9 +347,12 @@ class EventQueue:
         """Queue ``EventRecorder.drain_held``."""
         self._post(partial(self.recorder.drain_held, held_drain, list(reasons), detail))
 
-    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
+    def drain_released(
+        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+    ) -> None:
         """Queue ``EventRecorder.drain_released``."""
-        self._post(partial(self.recorder.drain_released, held_drain, outcome, held_for))
+        write = partial(self.recorder.drain_released, held_drain, outcome, held_for, released_by)
+        self._post(write)
 
     def pool_held(
         self,

@@ -26,7 +26,9 @@ class EventSink(Protocol):
 
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None: ...
 
-    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None: ...
+    def drain_released(
+        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+    ) -> None: ...
 
     def pool_held(
         self,
@@ -102,19 +104,19 @@ class HoldReport:
         outcome = ended.outcome.value
         self.metrics.hold_released(outcome, ended.held_for.total_seconds())
         if not self.observe_only:  # an Event is a write too
-            self.events.drain_released(record.held_drain, outcome, ended.held_for)
+            self.events.drain_released(
+                record.held_drain, outcome, ended.held_for, ended.released_by
+            )
             if pool is not None:
                 self.events.pool_released(pool, record.held_drain, outcome, ended.held_for)
-        log.info(
-            "hold ended",
-            extra={
-                "fields": {
-                    "node": node,
-                    "request": record.held_drain,
-                    "reasons": [r.value for r in record.reasons],
-                    "outcome": ended.outcome.value,
-                    "desiredDrain": ended.desired or "",
-                    "heldSeconds": round(ended.held_for.total_seconds(), 3),
-                }
-            },
-        )
+        fields = {
+            "node": node,
+            "request": record.held_drain,
+            "reasons": [r.value for r in record.reasons],
+            "outcome": ended.outcome.value,
+            "desiredDrain": ended.desired or "",
+            "heldSeconds": round(ended.held_for.total_seconds(), 3),
+        }
+        if ended.released_by is not None:
+            fields["releasedBy"] = ended.released_by
+        log.info("hold ended", extra={"fields": fields})

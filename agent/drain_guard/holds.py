@@ -29,6 +29,7 @@ from drain_guard.protocol import (
     Verb,
     parse_drain_request,
     read_hold,
+    releaser_of,
 )
 
 __all__ = [
@@ -107,12 +108,14 @@ class Updated(_Holding):
 
 @dataclass(frozen=True)
 class Ended:
-    """The hold ended: ``outcome`` says how; ``desired`` is ``desiredDrain`` afterwards."""
+    """The hold ended: ``outcome`` says how; ``desired`` is ``desiredDrain`` afterwards;
+    ``released_by`` who released it by hand, as the Node records it (``released-by``)."""
 
     record: HoldRecord
     outcome: Outcome
     desired: str | None
     held_for: timedelta
+    released_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,9 +150,14 @@ def hold_on(annotations: Mapping[str, str]) -> HoldRecord | None:
 
 
 def _end(
-    memory: Memory, record: HoldRecord, outcome: Outcome, desired: str | None, now: datetime
+    memory: Memory,
+    record: HoldRecord,
+    outcome: Outcome,
+    desired: str | None,
+    now: datetime,
+    released_by: str | None = None,
 ) -> Change:
-    ended = Ended(record, outcome, desired, now - record.since)
+    ended = Ended(record, outcome, desired, now - record.since, released_by)
     return Change(replace(memory, hold=None, last_ended=record), (ended,))
 
 
@@ -193,7 +201,8 @@ def observe(
         # A drain or uncordon other than the held one is the MCD's newer request.
         superseded = desired != known.held_drain and request.verb in (Verb.DRAIN, Verb.UNCORDON)
         outcome = Outcome.SUPERSEDED if superseded else Outcome.MANUAL
-        change = _end(memory, known, outcome, desired, now)
+        by = None if superseded else releaser_of(annotations, known.held_drain)
+        change = _end(memory, known, outcome, desired, now, by)
         memory = change.memory
         transitions.extend(change.transitions)
     if memory.hold is None and on_node is not None:

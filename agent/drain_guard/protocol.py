@@ -61,6 +61,7 @@ __all__ = [
     "read_hold",
     "read_released_by",
     "release_patch",
+    "releaser_of",
     "truncate_utf8",
     "update_hold_patch",
 ]
@@ -394,6 +395,18 @@ def read_released_by(annotations: Mapping[str, str]) -> str | None:
         return check_released_by(value)
     except ProtocolError as err:
         raise MalformedHold(f"{RELEASED_BY}: {err}") from None
+
+
+def releaser_of(annotations: Mapping[str, str], request: str | None) -> str | None:
+    """Who released ``request`` by hand, as the Node records it; None when ``released`` is
+    not that request, no one is recorded, or the record is malformed (``decide()`` reports
+    that as invalid input)."""
+    if request is None or annotations.get(RELEASED) != request:
+        return None
+    try:
+        return read_released_by(annotations)
+    except MalformedHold:
+        return None
 
 
 # --- patches ----------------------------------------------------------------------------

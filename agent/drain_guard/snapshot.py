@@ -24,6 +24,7 @@ from drain_guard.protocol import (
     HoldRecord,
     later,
     pool_of,
+    releaser_of,
 )
 from drain_guard.status import (
     AgentStatus,
@@ -98,4 +99,5 @@ def decided(
         max_hold=max_hold,
         last_would_hold=base.last_would_hold,
         pool=pool_of(annotations),
+        released_by=releaser_of(annotations, annotations.get(DESIRED_DRAIN)),
     )

@@ -152,6 +152,8 @@ class AgentStatus:
     max_hold: timedelta | None = None
     last_would_hold: WouldHoldStatus | None = None  # --observe-only: its latest would-be hold
     pool: str | None = None  # the MachineConfigPool whose rollout the node is in (pool_of)
+    #: Who released the drain request in desiredDrain by hand (drain-guard.io/released-by).
+    released_by: str | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -224,6 +226,7 @@ class AgentStatus:
             if self.last_would_hold is None
             else self.last_would_hold.to_json(),
             "pool": self.pool,
+            "releasedBy": self.released_by,
             "version": self.version,
             "startedAt": format_rfc3339_or_none(self.started_at),
             "generatedAt": format_rfc3339_or_none(self.generated_at),
@@ -283,6 +286,7 @@ class AgentStatus:
             if data.get("lastWouldHold") is None
             else WouldHoldStatus.from_json(data["lastWouldHold"]),
             pool=data.get("pool"),
+            released_by=data.get("releasedBy"),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),

@@ -294,3 +294,56 @@ async def test_a_malformed_hold_request_is_reported_once_per_value_with_no_reque
     await _decision(agent, mark, DRAIN_C)
     _, body = await agent.http("/status")
     assert json.loads(body)["invalidInputs"] == []
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        pytest.param("x" * 600, "longer than 512 bytes", id="overlong"),
+        pytest.param("alice\nDrainReleased by root", "control character", id="newline"),
+    ],
+)
+async def test_a_malformed_released_by_is_invalid_input_and_the_release_stands(
+    api: SimApiServer, agent: AgentProcess, value: str, why: str
+) -> None:
+    """A release by hand (as on 4.15, where no policy checks the name) with a released-by
+    that cannot be a user name: the release is told without a name, the value reported as
+    invalid input (log, /status, the metric), the request not held again, the agent on."""
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    start = len(agent.records)
+    rv = _admin(
+        api,
+        {
+            **dict.fromkeys(protocol.OWNED_KEYS),
+            protocol.DESIRED_DRAIN: DRAIN_B,
+            protocol.RELEASED: DRAIN_B,
+            protocol.RELEASED_BY: value,
+        },
+    )
+    ended = await agent.wait_log(lambda r: r.get("message") == "hold ended", start)
+    assert ended["outcome"] == "manual"
+    assert "releasedBy" not in ended
+    warned = await agent.wait_log(
+        lambda r: str(r.get("what", "")).startswith(protocol.RELEASED_BY), start
+    )
+    assert warned["level"] == "WARNING"
+    assert why in warned["message"]
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="annotation") == 1
+    _, body = await agent.http("/status")
+    doc = json.loads(body)
+    assert doc["releasedBy"] is None
+    [bad] = doc["invalidInputs"]
+    assert bad["what"] == warned["what"]
+    assert "released earlier" in doc["explanation"]
+    # The build pod still runs: the released request is not held again; nothing written.
+    await agent.wait_log(
+        lambda r: (
+            r.get("message") == "decision"
+            and r.get("request") == DRAIN_B
+            and r.get("outcome") == "pass"
+        ),
+        start,
+    )
+    assert _drain_writes(api, rv) == []
+    assert agent.proc.returncode is None

@@ -114,9 +114,27 @@ async def test_release_is_manual_and_sticks(
     # the released request again although the build pod still runs.
     ended = await agent.wait_log(lambda r: r.get("message") == "hold ended")
     assert ended["outcome"] == "manual"
+    assert ended["releasedBy"] == OPERATOR
     await agent.wait_log(lambda r: r.get("request") == DRAIN_B and r.get("outcome") == "pass")
     assert await metric(agent, "drain_guard_releases_total", outcome="manual") == 1
     assert node_annotations(api)[protocol.DESIRED_DRAIN] == DRAIN_B
+    # Who released, wherever the agent tells the release: its Event, /status, and status.
+    (event,) = await api.wait_for(
+        lambda: [e for e in api.list("events", "default") if e["reason"] == "DrainReleased"]
+    )
+    assert event["message"].endswith(f"(outcome manual, released by {OPERATOR})")
+    status, body = await agent.http("/status")
+    assert status == 200
+    assert json.loads(body)["releasedBy"] == OPERATOR
+    endpoint = f"http://127.0.0.1:{agent.port}"
+    code, out, _ = await run_cli(
+        "status", "--node-name", NODE, "--kubeconfig", kubeconfig, "--endpoint", endpoint
+    )
+    assert code == 0
+    assert f"no hold: {DRAIN_B} was released by {OPERATOR} and is not held again" in out
+    assert f"{DRAIN_B} was released by {OPERATOR} and is not held again" in out.split("agent:")[1]
+    code, out, _ = await run_cli("status", "--kubeconfig", kubeconfig, "-o", "json")
+    assert [(n["node"], n["releasedBy"]) for n in json.loads(out)] == [(NODE, OPERATOR)]
 
     code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
     assert code == 1

@@ -107,8 +107,11 @@ class Events:
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
         self.posted.append(("DrainHeld", held_drain, tuple(reasons)))
 
-    def drain_released(self, held_drain: str, outcome: str, held_for: timedelta) -> None:
-        self.posted.append(("DrainReleased", held_drain, outcome, held_for))
+    def drain_released(
+        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+    ) -> None:
+        by = () if released_by is None else (released_by,)
+        self.posted.append(("DrainReleased", held_drain, outcome, held_for, *by))
 
     def pool_held(
         self,
@@ -298,6 +301,65 @@ async def test_a_release_by_someone_else_ends_the_hold_as_manual(env: Env) -> No
     assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "manual", timedelta(seconds=90))
     assert env.kube.patches == 1  # released stays: the request is not held again
     assert "released earlier" in env.controller.status().explanation
+
+
+async def test_who_released_is_told_in_the_event_the_log_and_the_status(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _hold_b(env)
+    env.clock.advance(90)
+    release: dict[str, str | None] = dict.fromkeys(protocol.OWNED_KEYS)
+    marker = {protocol.RELEASED: DRAIN_B, protocol.RELEASED_BY: "alice@example.com"}
+    env.kube.write({**release, protocol.DESIRED_DRAIN: DRAIN_B, **marker})
+    with caplog.at_level(logging.INFO, "drain_guard.controller"):
+        await env.step()
+    assert env.events.posted[-1] == (
+        "DrainReleased",
+        DRAIN_B,
+        "manual",
+        timedelta(seconds=90),
+        "alice@example.com",
+    )
+    (ended,) = [r for r in caplog.records if r.getMessage() == "hold ended"]
+    assert ended.__dict__["fields"]["releasedBy"] == "alice@example.com"
+    status = env.controller.status()
+    assert status.released_by == "alice@example.com"
+    assert f"{DRAIN_B} was released by alice@example.com and is not held again" in (
+        status.explanation
+    )
+    assert status.invalid_inputs == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("x" * 513, "longer than 512 bytes"), ("alice\nroot", "control character")],
+)
+async def test_a_malformed_released_by_is_invalid_input_and_breaks_nothing(
+    env: Env, value: str, why: str
+) -> None:
+    """Anyone who may patch the Node can write it (4.15, no policy): the release is told
+    without a name, the value reported once as invalid input, the agent goes on."""
+    await _hold_b(env)
+    env.clock.advance(90)
+    release: dict[str, str | None] = dict.fromkeys(protocol.OWNED_KEYS)
+    marker = {protocol.RELEASED: DRAIN_B, protocol.RELEASED_BY: value}
+    env.kube.write({**release, protocol.DESIRED_DRAIN: DRAIN_B, **marker})
+    await env.step()
+    assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "manual", timedelta(seconds=90))
+    status = env.controller.status()
+    assert status.released_by is None
+    assert "released earlier" in status.explanation
+    (bad,) = status.invalid_inputs
+    assert bad.what.startswith(f"{protocol.RELEASED_BY}=")
+    assert why in bad.why
+    assert env.value("drain_guard_invalid_input_total", kind="annotation") == 1
+    await env.step()
+    assert env.value("drain_guard_invalid_input_total", kind="annotation") == 1  # once
+    # The MCD moves on: the agent removes the marker, the bad value with it.
+    env.kube.write({protocol.DESIRED_DRAIN: "uncordon-" + DRAIN_B.removeprefix("drain-")})
+    await env.step()
+    assert not set(protocol.RELEASED_KEYS) & set(env.annotations())
+    assert env.controller.status().invalid_inputs == ()
 
 
 async def test_a_hold_found_at_start_is_resumed_not_counted(

@@ -55,9 +55,18 @@ def node_state(
         "holdRequest": None if request is None else request.to_json(),
         "staleKeys": list(stale_keys(ann)),
         "pool": protocol.pool_of(ann),
+        "released": None,
+        "releasedBy": None,
         "now": protocol.format_rfc3339(now),
         "maxHoldSeconds": max_hold.total_seconds(),
     }
+    desired = ann.get(protocol.DESIRED_DRAIN)
+    if desired is not None and ann.get(protocol.RELEASED) == desired:
+        state["released"] = desired
+        try:
+            state["releasedBy"] = protocol.read_released_by(ann)
+        except protocol.MalformedHold as exc:
+            state["releasedByInvalid"] = str(exc)
     try:
         release = force_release(ann, node.resource_version, protocol.Outcome.MANUAL)
     except NothingHeldError as exc:
@@ -190,8 +199,16 @@ def render_text(state: Mapping[str, Any]) -> str:
             lines.append(f"  {stalled(printable(state['pool']), state['node'])}")
     elif state.get("foreign"):
         lines.append(f"  no drain-guard hold: {printable(state['foreign'])}")
+    elif state.get("released"):
+        by = state.get("releasedBy")
+        who = f"by {printable(by)}" if by else "(by drain-guard, or by hand without a name)"
+        lines.append(
+            f"  no hold: {printable(state['released'])} was released {who} and is not held again"
+        )
     else:
         lines.append("  no hold")
+    if state.get("releasedByInvalid"):
+        lines.append(f"  released-by INVALID, not shown: {printable(state['releasedByInvalid'])}")
     if state["staleKeys"]:
         lines.append(
             f"  stale keys: {', '.join(state['staleKeys'])}"
@@ -224,4 +241,10 @@ def _agent_text(agent: dict[str, Any]) -> str:
 def listed(node: NodeObj) -> bool:
     """Whether ``status`` without ``--node-name`` lists the node: something to look at."""
     state = node_state(node)
-    return bool(state["held"] or state["staleKeys"] or "foreign" in state or state["holdRequest"])
+    return bool(
+        state["held"]
+        or state["staleKeys"]
+        or "foreign" in state
+        or state["holdRequest"]
+        or state["released"]
+    )
