@@ -25,6 +25,12 @@ PDB ``expectedPods`` counts the selected pods instead of asking their controller
 server-side apply. client-go (kubectl) sends no credentials to an ``http://`` server, so
 requests without credentials are ``system:anonymous`` and may only read.
 
+Its parts, one concern each: ``requestinfo`` (what a request's path, method, query and body
+ask), ``authn`` (users, client certificates, who-am-I), ``discovery``, ``subresources``
+(eviction, TokenRequest, a CSR's requester), ``watchstream`` (a watch's events and bookmarks),
+``store`` (objects, resourceVersions, the write log, watchers); this module serves HTTP over
+them: authentication, authorization, faults and the verbs.
+
 Use::
 
     async with SimApiServer() as api:
@@ -42,7 +48,6 @@ import base64
 import builtins
 import contextlib
 import hashlib
-import json
 import logging
 import random
 import secrets
@@ -50,8 +55,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,16 +64,32 @@ from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
-from multidict import MultiMapping
 
-from drain_guard_sim.apiserver import errors, eviction, labels, nodeauth, rbac
+from drain_guard_sim.apiserver import (
+    errors,
+    eviction,
+    labels,
+    nodeauth,
+    rbac,
+    requestinfo,
+    watchstream,
+)
+from drain_guard_sim.apiserver.authn import (
+    ANONYMOUS,
+    SELF_SUBJECT_REVIEW_PATH,
+    SELF_SUBJECT_REVIEWS,
+    User,
+    peer_certificate,
+    self_subject_review,
+)
+from drain_guard_sim.apiserver.discovery import discovery
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.faults import FaultKind, Faults
 from drain_guard_sim.apiserver.fieldselectors import parse_field_selector
 from drain_guard_sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
+from drain_guard_sim.apiserver.requestinfo import Target, json_response
 from drain_guard_sim.apiserver.resources import (
     ALL_VERBS,
-    EVICTION_API_VERSIONS,
     RESOURCES,
     ResourceType,
 )
@@ -80,9 +100,13 @@ from drain_guard_sim.apiserver.store import (
     WriteRecord,
     parse_labels,
 )
+from drain_guard_sim.apiserver.subresources import (
+    serve_eviction,
+    serve_token_request,
+    with_requester,
+)
 from drain_guard_sim.apiserver.tables import to_table
 from drain_guard_sim.apiserver.tls import ServingCert
-from drain_guard_sim.timestamps import rfc3339
 
 __all__ = [
     "ADMIN",
@@ -97,142 +121,9 @@ _DER = serialization.Encoding.DER
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-KUBE_VERSION = {
-    "major": "1",
-    "minor": "28",
-    "gitVersion": "v1.28.7+sim",
-    "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean",
-    "buildDate": "2024-03-01T00:00:00Z",
-    "goVersion": "go1.20.14",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
-
-_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-
-def _parse_bool(name: str, value: str | None) -> bool:
-    if value is None or value == "":
-        return False
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise errors.bad_request(f'strconv.ParseBool: parsing "{value}": invalid syntax for {name}')
-
-
-#: The verbs each subresource serves (CSR approval is authorized, not served: see
-#: docs/simulator-conformance.md).
-_SUBRESOURCE_VERBS: dict[str, tuple[str, ...]] = {
-    "status": ("get", "update", "patch"),
-    "eviction": ("create",),
-    "token": ("create",),
-    "approval": (),
-}
-
-_OPTIONS_KIND = {
-    "create": "CreateOptions",
-    "update": "UpdateOptions",
-    "patch": "PatchOptions",
-    "delete": "DeleteOptions",
-    "deletecollection": "DeleteOptions",
-}
-
-
-def _dry_run(query: MultiMapping[str], verb: str) -> bool:
-    """``dryRun=All`` asked for; another value is the handlers' 422 (ValidateDryRun)."""
-    values = query.getall("dryRun", [])
-    if any(v != "All" for v in values):
-        shown = json.dumps(values, separators=(",", ":"))
-        raise errors.invalid_options(
-            _OPTIONS_KIND.get(verb, "CreateOptions"),
-            [("FieldValueNotSupported", "dryRun",
-              f'Unsupported value: {shown}: supported values: "All"')],
-        )  # fmt: skip
-    return bool(values)
-
-
-def _resource_version(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise errors.bad_request(f'invalid resource version "{text}"') from None
-
-
-def _check_list_options(query: Mapping[str, str], *, watch: bool) -> None:
-    """ValidateListOptions (apimachinery's internalversion validation): what a list or a
-    watch may combine; a refusal is 422 Invalid for ``ListOptions``."""
-    match = query.get("resourceVersionMatch", "")
-    causes: list[tuple[str, str, str]] = []
-
-    def forbid(why: str) -> None:
-        causes.append(("FieldValueForbidden", "resourceVersionMatch", f"Forbidden: {why}"))
-
-    def unsupported(allowed: tuple[str, ...]) -> None:
-        shown = ", ".join(f'"{a}"' for a in allowed)
-        causes.append(("FieldValueNotSupported", "resourceVersionMatch",
-                       f'Unsupported value: "{match}": supported values: {shown}'))  # fmt: skip
-
-    initial = query.get("sendInitialEvents") is not None
-    if watch:
-        if initial and match != "NotOlderThan":
-            forbid("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan")
-        if match:
-            if not initial:
-                forbid("resourceVersionMatch is forbidden for watch unless sendInitialEvents "
-                       "is provided")  # fmt: skip
-            if match != "NotOlderThan":
-                unsupported(("NotOlderThan",))
-            if query.get("continue"):
-                forbid("resourceVersionMatch is forbidden when continue is provided")
-    else:
-        if match:
-            if not query.get("resourceVersion"):
-                forbid("resourceVersionMatch is forbidden unless resourceVersion is provided")
-            if query.get("continue"):
-                forbid("resourceVersionMatch is forbidden when continue is provided")
-            if match not in ("Exact", "NotOlderThan"):
-                unsupported(("Exact", "NotOlderThan", ""))
-            if match == "Exact" and query.get("resourceVersion") == "0":
-                forbid('resourceVersionMatch "exact" is forbidden for resourceVersion "0"')
-        if initial:
-            causes.append(("FieldValueForbidden", "sendInitialEvents",
-                           "Forbidden: sendInitialEvents is forbidden for list"))  # fmt: skip
-    if causes:
-        raise errors.invalid_options("ListOptions", causes)
-
-
-@dataclass
-class User:
-    name: str
-    token: str
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    groups: tuple[str, ...] = ()
-
-
-ANONYMOUS = User("system:anonymous", "")
-#: Who am I (``SelfSubjectReview``): served for any authenticated user, never stored.
-SELF_SUBJECT_REVIEW_PATH = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
-SELF_SUBJECT_REVIEWS = "selfsubjectreviews"
-
 #: An RBAC check: (API group, resource or resource/subresource, verb, namespace or None for a
 #: cluster-wide request, object name or None) -> allowed.
 Rbac = Callable[[str, str, str, str | None, str | None], bool]
-
-
-@dataclass
-class _Target:
-    """What a request path names."""
-
-    group: str
-    version: str
-    rt: ResourceType
-    namespace: str | None
-    name: str | None
-    subresource: str
-    legacy_watch: bool
 
 
 class SimApiServer:
@@ -629,7 +520,7 @@ class SimApiServer:
         if by_certificate is not None:
             return by_certificate
         header = request.headers.get("Authorization", "")
-        if not header and self._peer_certificate(request) is not None:
+        if not header and peer_certificate(request) is not None:
             raise errors.unauthorized()  # a refused certificate, and nothing else
         if not header and self.anonymous_reads:
             return ANONYMOUS
@@ -641,17 +532,10 @@ class SimApiServer:
             raise errors.unauthorized()
         return user
 
-    @staticmethod
-    def _peer_certificate(request: web.Request) -> bytes | None:
-        """The DER of the client certificate of the request's connection (the server's TLS
-        context verified it against the CA), if one was sent."""
-        ssl_object = request.get_extra_info("ssl_object")
-        return None if ssl_object is None else ssl_object.getpeercert(binary_form=True)
-
     def _certificate_user(self, request: web.Request) -> User | None:
         """The user a client certificate names, as the x509 authenticator's CommonName
         conversion does (CN: the user, each O: a group); None for none, or a refused one."""
-        der = self._peer_certificate(request)
+        der = peer_certificate(request)
         if der is None or hashlib.sha256(der).digest() in self._refused_certificates:
             return None
         subject = x509.load_der_x509_certificate(der).subject
@@ -668,19 +552,8 @@ class SimApiServer:
             self._users[name] = known
         return known
 
-    @staticmethod
-    def _json(
-        obj: Any, status: int = 200, headers: Mapping[str, str] | None = None
-    ) -> web.Response:
-        return web.Response(
-            body=json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode(),
-            status=status,
-            content_type="application/json",
-            headers=headers,
-        )
-
     def _error(self, err: ApiError) -> web.Response:
-        return self._json(err.status, err.code, err.headers)
+        return json_response(err.status, err.code, err.headers)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         started = time.monotonic()
@@ -695,9 +568,9 @@ class SimApiServer:
             user = self._authenticate(request)
             user_name = user.name
             review = request.method == "POST" and path == SELF_SUBJECT_REVIEW_PATH
-            target = None if review else self._resolve(path)
-            verb = "create" if review else self._verb(request, target)
-            resource = SELF_SUBJECT_REVIEWS if review else self._resource_label(target)
+            target = None if review else requestinfo.resolve(self.store.index, path)
+            verb = "create" if review else requestinfo.verb_of(request, target)
+            resource = SELF_SUBJECT_REVIEWS if review else requestinfo.resource_label(target)
             if review and user is ANONYMOUS:
                 why = f'User "{user.name}" cannot create resource "{resource}" in API group'
                 raise errors.forbidden(None, "", f'{why} "authentication.k8s.io"')
@@ -730,9 +603,9 @@ class SimApiServer:
                 raise fired[0].error()
             response: web.StreamResponse
             if review:
-                response = self._self_subject_review(user)
+                response = self_subject_review(user)
             elif target is None:
-                response = self._discovery(path)
+                response = discovery(self.store.index, f"{self.host}:{self.port}", path)
             else:
                 response = await self._serve(request, target, verb, user_name)
             status = response.status
@@ -750,7 +623,7 @@ class SimApiServer:
         finally:
             self.request_log.append((started, user_name, verb, resource, path, status))
 
-    def _authorized(self, user: User, target: _Target, verb: str) -> bool:
+    def _authorized(self, user: User, target: Target, verb: str) -> bool:
         """The authorizers in order: the Node authorizer for node identities, a ``restrict``
         check, then (``rbac=True``) the stored Roles for everyone else but the admins."""
         node = nodeauth.node_name_of(user.name, user.groups)
@@ -776,175 +649,19 @@ class SimApiServer:
             name=target.name,
         )
 
-    def _resolve(self, path: str) -> _Target | None:
-        parts = [p for p in path.split("/") if p]
-        if not parts:
-            return None
-        if parts[0] == "api":
-            if len(parts) <= 2:
-                return None
-            group, version, rest = "", parts[1], parts[2:]
-        elif parts[0] == "apis":
-            if len(parts) <= 3:
-                return None
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            return None
-        legacy_watch = False
-        if rest and rest[0] == "watch":
-            legacy_watch = True
-            rest = rest[1:]
-        namespace: str | None = None
-        if (
-            len(rest) >= 3
-            and rest[0] == "namespaces"
-            and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
-        ):
-            namespace, rest = rest[1], rest[2:]
-        if not rest or len(rest) > 3:
-            raise errors.page_not_found()
-        rt = self.store.index.by_gvr(group, version, rest[0])
-        if rt is None:
-            raise errors.page_not_found()
-        if namespace is not None and not rt.namespaced:
-            raise errors.page_not_found()
-        name = rest[1] if len(rest) > 1 else None
-        sub = rest[2] if len(rest) > 2 else ""
-        if sub and rt.subresource(sub) is None:
-            raise errors.page_not_found()
-        if name is not None and rt.namespaced and namespace is None:
-            raise errors.page_not_found()
-        return _Target(group, version, rt, namespace, name, sub, legacy_watch)
-
-    @staticmethod
-    def _resource_label(target: _Target | None) -> str:
-        if target is None:
-            return ""
-        key = target.rt.key
-        return f"{key}/{target.subresource}" if target.subresource else key
-
-    @staticmethod
-    def _verb(request: web.Request, target: _Target | None) -> str:
-        method = request.method
-        if target is None:
-            return "get"
-        if method == "GET":
-            if target.legacy_watch or _parse_bool("watch", request.query.get("watch")):
-                return "watch"
-            return "get" if target.name else "list"
-        if method == "POST":
-            return "create"
-        if method == "PUT":
-            return "update"
-        if method == "PATCH":
-            return "patch"
-        if method == "DELETE":
-            return "delete" if target.name else "deletecollection"
-        raise errors.method_not_allowed(method)
-
-    # --- discovery ---
-
-    def _discovery(self, path: str) -> web.Response:
-        parts = [p for p in path.split("/") if p]
-        index = self.store.index
-        groups = index.groups()
-        if parts == ["version"]:
-            return self._json(KUBE_VERSION)
-        if parts == ["api"]:
-            return self._json(
-                {
-                    "kind": "APIVersions",
-                    "versions": groups.get("", ["v1"]),
-                    "serverAddressByClientCIDRs": [
-                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
-                    ],
-                }
-            )
-        if parts == ["apis"]:
-            return self._json(
-                {
-                    "kind": "APIGroupList",
-                    "apiVersion": "v1",
-                    "groups": [self._api_group(g, vs) for g, vs in groups.items() if g],
-                }
-            )
-        if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
-            body = self._api_group(parts[1], groups[parts[1]])
-            body.update(kind="APIGroup", apiVersion="v1")
-            return self._json(body)
-        if (len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis"):
-            group = "" if parts[0] == "api" else parts[1]
-            version = parts[-1]
-            rts = index.in_group_version(group, version)
-            if rts:
-                return self._json(self._resource_list(group, version, rts))
-        raise errors.page_not_found()
-
-    @staticmethod
-    def _api_group(group: str, versions: builtins.list[str]) -> JsonObj:
-        gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-        return {"name": group, "versions": gvs, "preferredVersion": gvs[0]}
-
-    @staticmethod
-    def _resource_list(group: str, version: str, rts: builtins.list[ResourceType]) -> JsonObj:
-        resources: builtins.list[JsonObj] = []
-        for rt in rts:
-            entry: JsonObj = {
-                "name": rt.plural,
-                "singularName": rt.singular_name(),
-                "namespaced": rt.namespaced,
-                "kind": rt.kind,
-                "verbs": list(ALL_VERBS),
-            }
-            if rt.short_names:
-                entry["shortNames"] = list(rt.short_names)
-            if rt.categories:
-                entry["categories"] = list(rt.categories)
-            resources.append(entry)
-            for sub in rt.subresources:
-                sub_entry: JsonObj = {
-                    "name": f"{rt.plural}/{sub.name}",
-                    "singularName": "",
-                    "namespaced": rt.namespaced,
-                    "kind": sub.kind,
-                    "verbs": list(sub.verbs),
-                }
-                if sub.group:
-                    sub_entry["group"] = sub.group
-                    sub_entry["version"] = sub.version
-                resources.append(sub_entry)
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}" if group else version,
-            "resources": resources,
-        }
-
     # --- resources ---
 
-    async def _read_body(self, request: web.Request) -> Any:
-        raw = await request.read()
-        if not raw:
-            return None
-        content_type = request.content_type
-        try:
-            if content_type in ("application/yaml", "application/apply-patch+yaml"):
-                return yaml.safe_load(raw)
-            return json.loads(raw)
-        except (ValueError, yaml.YAMLError) as err:
-            raise errors.bad_request(f"error decoding request body: {err}") from None
-
     async def _serve(
-        self, request: web.Request, target: _Target, verb: str, user: str
+        self, request: web.Request, target: Target, verb: str, user: str
     ) -> web.StreamResponse:
         rt = target.rt
         store = self.store
         query = request.query
-        dry_run = _dry_run(query, verb)
-        if verb not in _SUBRESOURCE_VERBS.get(target.subresource, ALL_VERBS):
+        dry_run = requestinfo.dry_run(query, verb)
+        if verb not in requestinfo.SUBRESOURCE_VERBS.get(target.subresource, ALL_VERBS):
             raise errors.method_not_allowed(request.method)
         if verb in ("watch", "list"):
-            _check_list_options(query, watch=verb == "watch")
+            requestinfo.check_list_options(query, watch=verb == "watch")
         if verb == "watch":
             return await self._watch(request, target, user)
         if verb == "list":
@@ -955,28 +672,30 @@ class SimApiServer:
             if target.subresource not in ("", "status"):
                 raise errors.method_not_allowed("GET")
             return self._maybe_table(request, rt, [obj], single=True)
-        body = await self._read_body(request)
+        body = await requestinfo.read_body(request)
         if verb == "create":
             if target.subresource == "eviction":
-                return self._evict(target, body, user, dry_run)
+                return serve_eviction(self.store, target, body, user, dry_run)
             if target.subresource == "token":
-                return self._token_request(target, body)
+                token_user, response = serve_token_request(self.store, target, body)
+                self._users_by_token[token_user.token] = token_user
+                return response
             if target.name is not None or (rt.namespaced and target.namespace is None):
                 raise errors.method_not_allowed("POST")
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request must be an object")
-            self._check_kind(rt, body)
+            requestinfo.check_kind(rt, body)
             if rt.kind == "CertificateSigningRequest":
-                body = self._with_requester(body, user)
+                body = with_requester(body, user, self._users.get(user))
             created = store.create(
                 rt, body, target.namespace, user=user, keep_status=False, dry_run=dry_run
             )
-            return self._json(created, 201)
+            return json_response(created, 201)
         if verb == "update":
             assert target.name is not None
             if not isinstance(body, dict):
                 raise errors.bad_request("the body of the request must be an object")
-            self._check_kind(rt, body)
+            requestinfo.check_kind(rt, body)
             updated = store.update(
                 rt,
                 body,
@@ -986,7 +705,7 @@ class SimApiServer:
                 subresource=target.subresource,
                 dry_run=dry_run,
             )
-            return self._json(updated)
+            return json_response(updated)
         if verb == "patch":
             assert target.name is not None
             content_type = request.content_type
@@ -1005,7 +724,7 @@ class SimApiServer:
                 subresource=target.subresource,
                 dry_run=dry_run,
             )
-            return self._json(patched)
+            return json_response(patched)
         if verb == "delete":
             assert target.name is not None
             options = body if isinstance(body, dict) else {}
@@ -1021,13 +740,13 @@ class SimApiServer:
                 dry_run=dry_run,
             )
             if rt.kind == "Pod" or rt.custom:
-                return self._json(deleted)
+                return json_response(deleted)
             details: JsonObj = {"name": target.name}
             if rt.group:
                 details["group"] = rt.group
             details["kind"] = rt.plural
             details["uid"] = deleted["metadata"]["uid"]
-            return self._json(
+            return json_response(
                 {
                     "kind": "Status",
                     "apiVersion": "v1",
@@ -1044,7 +763,7 @@ class SimApiServer:
                 field_selector=query.get("fieldSelector"),
                 user=user,
             )
-            return self._json(
+            return json_response(
                 {
                     "kind": f"{rt.kind}List",
                     "apiVersion": rt.api_version,
@@ -1054,119 +773,7 @@ class SimApiServer:
             )
         raise errors.method_not_allowed(request.method)
 
-    @staticmethod
-    def _check_kind(rt: ResourceType, body: Mapping[str, Any]) -> None:
-        api_version = body.get("apiVersion")
-        kind = body.get("kind")
-        if kind and kind != rt.kind:
-            raise errors.bad_request(
-                f"the object provided is unrecognized (must be of type {rt.kind}): "
-                f"object kind {kind} does not match {rt.kind}"
-            )
-        if api_version and api_version != rt.api_version:
-            raise errors.bad_request(
-                f"the API version in the data ({api_version}) does not match the expected API "
-                f"version ({rt.api_version})"
-            )
-
-    def _evict(self, target: _Target, body: Any, user: str, dry_run: bool) -> web.Response:
-        assert target.name is not None
-        if not isinstance(body, dict):
-            raise errors.bad_request("the body of the request must be an Eviction")
-        api_version = body.get("apiVersion")
-        if body.get("kind", "Eviction") != "Eviction" or (
-            api_version and api_version not in EVICTION_API_VERSIONS
-        ):
-            raise errors.bad_request(f"not a Eviction object: {body.get('kind')}")
-        name = (body.get("metadata") or {}).get("name")
-        if name != target.name:
-            raise errors.bad_request("name in URL does not match name in Eviction object")
-        options = body.get("deleteOptions") or {}
-        if options.get("dryRun") == ["All"]:
-            dry_run = True
-        result = eviction.evict(
-            self.store,
-            target.name,
-            target.namespace,
-            user=user,
-            delete_options=options,
-            dry_run=dry_run,
-        )
-        return self._json(result, 201)
-
-    def _with_requester(self, csr: JsonObj, user: str) -> JsonObj:
-        """A CSR's requester, as the CSR strategy's PrepareForCreate fills it in (whatever the
-        client sent): ``spec.username`` and ``spec.groups`` of the authenticated user."""
-        known = self._users.get(user)
-        groups = list(known.groups) if known is not None and known.groups else []
-        spec = {**(csr.get("spec") or {}), "username": user}
-        spec.pop("groups", None)
-        if groups:
-            spec["groups"] = groups
-        return {**csr, "spec": spec}
-
-    def _self_subject_review(self, user: User) -> web.Response:
-        """POST selfsubjectreviews: who the API server takes the caller for (``kubectl auth
-        whoami``), as kube-apiserver answers every authenticated user (the
-        ``system:basic-user`` ClusterRole); nothing is stored."""
-        info: JsonObj = {"username": user.name}
-        if user.groups:
-            info["groups"] = list(user.groups)
-        if user.extra:
-            info["extra"] = dict(user.extra)
-        answer = {
-            "kind": "SelfSubjectReview",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "status": {"userInfo": info},
-        }
-        return self._json(answer, 201)
-
-    def _token_request(self, target: _Target, body: Any) -> web.Response:
-        """POST serviceaccounts/<name>/token (TokenRequest): a new bearer token of the account,
-        in its groups; bound to a pod (``spec.boundObjectRef``), it carries the pod's and its
-        node's names as extra claims, as the real token's do (``authentication.kubernetes.io/
-        pod-name``, ``node-name``...). The token does not expire here."""
-        assert target.name is not None
-        assert target.namespace is not None
-        if not isinstance(body, dict) or body.get("kind", "TokenRequest") != "TokenRequest":
-            raise errors.bad_request("the body of the request must be a TokenRequest")
-        self.store.get("serviceaccounts", target.name, target.namespace)  # 404 without one
-        spec = dict(body.get("spec") or {})
-        extra: dict[str, list[str]] = {}
-        bound = spec.get("boundObjectRef") or {}
-        if bound.get("kind") == "Pod":
-            pod = self.store.get("pods", str(bound.get("name")), target.namespace)
-            extra["authentication.kubernetes.io/pod-name"] = [pod["metadata"]["name"]]
-            extra["authentication.kubernetes.io/pod-uid"] = [pod["metadata"]["uid"]]
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            node = None if not node_name else self.store.try_get("nodes", node_name)
-            if node is not None:
-                extra["authentication.kubernetes.io/node-name"] = [node["metadata"]["name"]]
-                extra["authentication.kubernetes.io/node-uid"] = [node["metadata"]["uid"]]
-        namespace = target.namespace
-        groups = ("system:serviceaccounts", f"system:serviceaccounts:{namespace}",
-                  "system:authenticated")  # fmt: skip
-        user = User(f"system:serviceaccount:{namespace}:{target.name}",
-                    secrets.token_urlsafe(24), extra, groups)  # fmt: skip
-        self._users_by_token[user.token] = user
-        spec.setdefault("audiences", ["https://kubernetes.default.svc"])
-        spec.setdefault("expirationSeconds", 3600)
-        expires = self.store.clock() + timedelta(seconds=int(spec["expirationSeconds"]))
-        answer = {
-            "kind": "TokenRequest",
-            "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {
-                "name": target.name,
-                "namespace": namespace,
-                "creationTimestamp": rfc3339(self.store.clock()),
-            },
-            "spec": spec,
-            "status": {"token": user.token, "expirationTimestamp": rfc3339(expires)},
-        }
-        return self._json(answer, 201)
-
-    def _list(self, request: web.Request, target: _Target, user: str) -> web.Response:
+    def _list(self, request: web.Request, target: Target, user: str) -> web.Response:
         rt = target.rt
         store = self.store
         query = request.query
@@ -1174,7 +781,7 @@ class SimApiServer:
         fields = parse_field_selector(query.get("fieldSelector", ""), rt)
         at = None
         if query.get("resourceVersionMatch") == "Exact":
-            at = _resource_version(query.get("resourceVersion", ""))
+            at = requestinfo.resource_version(query.get("resourceVersion", ""))
         items = store.list(
             rt, target.namespace, label_selector=selected, field_selector=fields, at=at
         )
@@ -1204,7 +811,9 @@ class SimApiServer:
                 metadata["remainingItemCount"] = len(items) - limit
                 items = items[:limit]
         response = self._maybe_table(request, rt, items, single=False, metadata=metadata)
-        self._count_served(user, self._resource_label(target), items, response.content_length or 0)
+        self._count_served(
+            user, requestinfo.resource_label(target), items, response.content_length or 0
+        )
         return response
 
     def _count_served(self, user: str, resource: str, objs: Iterable[JsonObj], size: int) -> None:
@@ -1234,10 +843,10 @@ class SimApiServer:
             )
             if single:
                 table["metadata"] = {"resourceVersion": items[0]["metadata"]["resourceVersion"]}
-            return self._json(table)
+            return json_response(table)
         if single:
-            return self._json(items[0])
-        return self._json(
+            return json_response(items[0])
+        return json_response(
             {
                 "kind": f"{rt.kind}List",
                 "apiVersion": rt.api_version,
@@ -1248,12 +857,12 @@ class SimApiServer:
 
     # --- watch ---
 
-    async def _watch(self, request: web.Request, target: _Target, user: str) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, target: Target, user: str) -> web.StreamResponse:
         rt = target.rt
         query = request.query
         rv = query.get("resourceVersion")
-        bookmarks = _parse_bool("allowWatchBookmarks", query.get("allowWatchBookmarks"))
-        send_initial = _parse_bool("sendInitialEvents", query.get("sendInitialEvents"))
+        bookmarks = requestinfo.parse_bool("allowWatchBookmarks", query.get("allowWatchBookmarks"))
+        send_initial = requestinfo.parse_bool("sendInitialEvents", query.get("sendInitialEvents"))
         timeout_text = query.get("timeoutSeconds")
         if timeout_text:
             try:
@@ -1266,7 +875,7 @@ class SimApiServer:
             timeout = 1800.0 * (1.0 + self._rng.random())
         selected: labels.Selector = parse_labels(query.get("labelSelector"))
         fields = parse_field_selector(query.get("fieldSelector", ""), rt)
-        resource = self._resource_label(target)
+        resource = requestinfo.resource_label(target)
         expired: ApiError | None = None
         watcher: Watcher | None = None
         if rv not in (None, "", "0") and self.faults.fire(
@@ -1290,97 +899,25 @@ class SimApiServer:
                 if err.code != 410:
                     raise
                 expired = err
-        response = web.StreamResponse(status=200)
-        response.content_type = "application/json"
-        response.enable_chunked_encoding()
-        await response.prepare(request)
-        if expired is not None:
-            await self._send(response, "ERROR", expired.status)
-            await response.write_eof()
-            return response
-        assert watcher is not None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
 
-        def next_bookmark_at(now: float) -> float | None:
-            # cacheWatcher.nextBookmarkTime: every interval, and 2 s before the deadline.
-            at = min(now + self.bookmark_interval, deadline - 2.0)
-            return at if at > now else None
-
-        next_bookmark = next_bookmark_at(loop.time()) if bookmarks else None
-        if send_initial and bookmarks:
-            # the initial events are queued; the end-of-initial-events bookmark follows them
-            watcher.queue.put_nowait(("__INITIAL_END__", {}))
-        aborted = False
-        sent = 0  # bookmark bytes
-        try:
-            while True:
-                now = loop.time()
-                if now >= deadline:
-                    break
-                if next_bookmark is not None and now >= next_bookmark and watcher.queue.empty():
-                    sent += await self._send_bookmark(response, rt)
-                    next_bookmark = next_bookmark_at(loop.time())
-                    continue
-                if not watcher.queue.empty():
-                    # Queued events first: with a bookmark due the wait below would be 0,
-                    # and wait_for(get(), 0) cancels the get before it runs (a livelock).
-                    item = watcher.queue.get_nowait()
-                else:
-                    wait = deadline - now
-                    if next_bookmark is not None:
-                        wait = min(wait, max(0.0, next_bookmark - now))
-                    try:
-                        item = await asyncio.wait_for(watcher.queue.get(), wait)
-                    except TimeoutError:
-                        continue
-                if item is None:
-                    aborted = watcher.abort
-                    break
-                event_type, obj = item
-                if event_type == "__INITIAL_END__":
-                    sent += await self._send_bookmark(response, rt, initial_end=True)
-                    continue
-                if event_type == "__FROZEN__":
-                    await asyncio.sleep(max(0.0, deadline - loop.time()))  # silent to the end
-                    break
-                size = await self._send(response, event_type, obj)
+        def count(obj: JsonObj | None, size: int) -> None:
+            if obj is None:  # the bookmarks' bytes
+                self.served_bytes[(user, resource)] += size
+            else:
                 self._count_served(user, resource, (obj,), size)
-        except ConnectionResetError:
-            # The client hung up (an agent stopped or rebooted): the stream just ends. Raised
-            # on, aiohttp would log it as an unhandled error with a traceback.
-            return response
-        finally:
-            self.store.unwatch(watcher)
-            self.served_bytes[(user, resource)] += sent
-        if aborted:
-            if request.transport is not None:
-                request.transport.abort()
-            return response
-        with contextlib.suppress(ConnectionResetError):
-            await response.write_eof()
-        return response
 
-    @staticmethod
-    async def _send(response: web.StreamResponse, event_type: str, obj: JsonObj) -> int:
-        """Write one watch event; returns its size in bytes."""
-        line = json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode()
-        await response.write(line + b"\n")
-        return len(line) + 1
-
-    async def _send_bookmark(
-        self, response: web.StreamResponse, rt: ResourceType, *, initial_end: bool = False
-    ) -> int:
-        metadata: JsonObj = {
-            "resourceVersion": str(self.store.resource_version),
-            "creationTimestamp": None,
-        }
-        if initial_end:
-            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return await self._send(
-            response, "BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
-                                   "metadata": metadata}
-        )  # fmt: skip
+        return await watchstream.stream(
+            request,
+            self.store,
+            rt,
+            watcher,
+            expired,
+            timeout=timeout,
+            bookmark_interval=self.bookmark_interval,
+            bookmarks=bookmarks,
+            send_initial=send_initial,
+            count=count,
+        )
 
 
 @contextlib.asynccontextmanager
