@@ -173,7 +173,7 @@ class EventRecorder:
         why = ", ".join(str(r) for r in reasons)
         details = split_hold_detail(detail)
         clears = releases_when([(str(r), details.get(str(r), "")) for r in reasons], None)
-        whens = " and ".join(line.partition(": ")[2] or line for line in clears) or "released"
+        whens = " and ".join(line.partition(": ")[2] or line for line in clears) or "when released"
         await self.emit(
             POOL_ROLLOUT_HELD,
             f"{pool} pool waiting: {self.node_name} held ({why}, since {format_rfc3339(since)},"

@@ -25,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -259,6 +260,32 @@ DRAIN = protocol.annotation_path(protocol.DESIRED_DRAIN)
 Request = tuple[str, str, str, object]
 
 
+def forged_pool_events(node: str, other: str) -> list[dict[str, Any]]:
+    """Pool Events as the agent of ``node`` writes them, but for one thing each: related to
+    another Node, related to nothing, of another reason, about another kind."""
+    own: dict[str, Any] = {
+        "metadata": {"name": f"{node}.2"},
+        "involvedObject": {
+            "apiVersion": protocol.POOL_API_VERSION,
+            "kind": protocol.POOL_KIND,
+            "name": "worker",
+        },
+        "related": {"apiVersion": "v1", "kind": "Node", "name": node},
+        "reason": protocol.POOL_ROLLOUT_HELD,
+        "source": {"component": "drain-guard", "host": node},
+        "reportingComponent": "drain-guard",
+        "reportingInstance": f"drain-guard-{node}",
+    }
+    unrelated = {k: v for k, v in own.items() if k != "related"}
+    machineconfig = own["involvedObject"] | {"kind": "MachineConfig", "name": "rendered-x"}
+    return [
+        own | {"related": own["related"] | {"name": other}},
+        unrelated,
+        own | {"reason": "Degraded"},
+        own | {"involvedObject": machineconfig},
+    ]
+
+
 def attempts(node: str = NODE, other: str = OTHER) -> list[Request]:
     """What a compromised agent of ``node`` would try with the node's identity."""
     return [
@@ -337,24 +364,9 @@ def attempts(node: str = NODE, other: str = OTHER) -> list[Request]:
                 "source": {"component": "drain-guard", "host": other},
             },
         ),
-        (
-            "POST",
-            f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events",
-            "application/json",
-            # A pool Event as its own would be, but related to another Node.
-            {
-                "metadata": {"name": f"{node}.2"},
-                "involvedObject": {
-                    "apiVersion": protocol.POOL_API_VERSION,
-                    "kind": protocol.POOL_KIND,
-                    "name": "worker",
-                },
-                "related": {"apiVersion": "v1", "kind": "Node", "name": other},
-                "reason": protocol.POOL_ROLLOUT_HELD,
-                "source": {"component": "drain-guard", "host": node},
-                "reportingComponent": "drain-guard",
-                "reportingInstance": f"drain-guard-{node}",
-            },
+        *(
+            ("POST", f"/api/v1/namespaces/{EVENTS_NAMESPACE}/events", "application/json", body)
+            for body in forged_pool_events(node, other)
         ),
         ("DELETE", f"/api/v1/nodes/{node}", "application/json", None),
     ]
