@@ -10,12 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks import __main__ as bench_main
 from benchmarks import (
     alertload,
     apiload,
     fleet,
     footprint,
+    interleave,
     reaction,
     scrapeflood,
     shieldscale,
@@ -159,3 +162,20 @@ def test_alertload(tmp_path: Path) -> None:
     assert doc["errors"] == 0
     assert doc["queries"] == 2  # 20 agents, one query each per 10 s, for 1 s
     assert doc["answer_bytes_median"] > 3 * 200  # three alerts with their annotations
+
+
+def test_interleave(tmp_path: Path) -> None:
+    agents = ["--agent", "plain=development", "--agent", "env=development,+MALLOC_ARENA_MAX=2"]
+    argv = ["--rounds", "2", "--block", "2", "--warmup", "1", *agents, "--out", str(tmp_path)]
+    assert interleave.main(argv) == 0
+    doc = _result(tmp_path, "interleave")
+    assert doc["agents"]["plain"]["n"] == doc["agents"]["env"]["n"] == 4
+    assert doc["agents"]["plain"]["ratio_of_round_medians"] == 1.0
+    assert doc["agents"]["env"]["ratio_of_round_medians"] > 0
+
+
+def test_interleave_refuses_an_unknown_variant_or_edit() -> None:
+    with pytest.raises(ValueError, match="LABEL=VARIANT"):
+        interleave.parse_agent("x=nonesuch", None)
+    with pytest.raises(ValueError, match="neither"):
+        interleave.parse_agent("x=development,MALLOC_ARENA_MAX", None)
