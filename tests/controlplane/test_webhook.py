@@ -35,7 +35,7 @@ from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace, unique
-from tests.controlplane.test_rights import documented, pool_event
+from tests.controlplane.test_rights import documented, pool_event, user_name
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     Obj,
@@ -416,6 +416,25 @@ async def _prove(
             answers,
             "release its own Node's hold (the agent's JSON Patch)",
             as_agent.patch_node(own, release, _content_type=JSON_PATCH),
+        )
+        assert status == 200, message
+
+        # Who released: the releaser's record; the agent removes it, never writes it.
+        mine = {"metadata": {"annotations": {protocol.RELEASED_BY: await user_name(agent)}}}
+        status, message = await _ask(
+            answers,
+            "write drain-guard.io/released-by on its own Node (in its own name)",
+            as_agent.patch_node(own, mine, _content_type="application/merge-patch+json"),
+        )
+        _denied(status, message, "may remove drain-guard.io/released-by but not write it")
+        marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: await user_name(admin)}
+        await core.patch_node(own, {"metadata": {"annotations": marker}})
+        annotations = (await core.read_node(own)).metadata.annotations
+        cleanup = protocol.cleanup_patch(REQUEST, annotations, list(marker))
+        status, message = await _ask(
+            answers,
+            "remove drain-guard.io/released-by with the released marker (the agent's cleanup)",
+            as_agent.patch_node(own, cleanup, _content_type=JSON_PATCH),
         )
         assert status == 200, message
 
