@@ -112,3 +112,7 @@ async def test_a_held_node_says_so_on_its_pool(api: SimApiServer, start_agent: S
     message = (released.after or {})["message"]
     assert message.startswith("worker pool goes on: worker-0 released after ")
     assert message.endswith("(outcome safe)")
+    # What a hold costs on the pool: those two creates (unpacked above: one each) and one read
+    # of the pool for its uid.
+    pools = "machineconfigpools.machineconfiguration.openshift.io"
+    assert api.request_count(user=AGENT_USER, verb="get", resource=pools) == 1
