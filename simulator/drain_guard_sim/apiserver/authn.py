@@ -48,9 +48,10 @@ def self_subject_review(user: User) -> web.Response:
     """POST selfsubjectreviews: who the API server takes the caller for (``kubectl auth
     whoami``), as kube-apiserver answers every authenticated user (the
     ``system:basic-user`` ClusterRole); nothing is stored."""
-    info: JsonObj = {"username": user.name}
-    if user.groups:
-        info["groups"] = list(user.groups)
+    groups = list(user.groups)
+    if "system:authenticated" not in groups:
+        groups.append("system:authenticated")  # the real authenticators add it to every user
+    info: JsonObj = {"username": user.name, "groups": groups}
     if user.extra:
         info["extra"] = dict(user.extra)
     answer = {
