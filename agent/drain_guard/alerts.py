@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from drain_guard.protocol import format_rfc3339_or_none
-
 __all__ = [
     "MAX_NAMED_ALERTS",
     "AlertApi",
@@ -137,17 +135,6 @@ class AlertsSeen:
         if self.error is not None:
             return "unreachable"
         return "firing" if self.firing else "clear"
-
-    def to_json(self, url: str) -> dict[str, Any]:
-        """For ``/status``: where the alerts are queried, and the latest answer."""
-        return {
-            "url": url,
-            "state": self.state,
-            "firing": list(self.firing),
-            "checkedAt": format_rfc3339_or_none(self.checked_at),
-            "error": self.error,
-            "since": format_rfc3339_or_none(self.since),
-        }
 
     def named(self) -> str:
         """The firing alerts in one short line (the first ``MAX_NAMED_ALERTS``)."""

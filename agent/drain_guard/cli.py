@@ -24,7 +24,6 @@ from datetime import timedelta
 from typing import Any, NoReturn
 
 from drain_guard import __version__
-from drain_guard.commands.base import EXIT_OK, EXIT_USAGE
 from drain_guard.commands.hold import run_hold
 from drain_guard.commands.release import run_release
 from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
@@ -32,6 +31,7 @@ from drain_guard.config.agent import add_run_arguments, default_max_hold, settin
 from drain_guard.config.shield import add_shield_arguments, shield_settings_from
 from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.config.webhook import add_webhook_arguments
+from drain_guard.exitcodes import EXIT_OK, EXIT_USAGE
 
 # The programs, and with them the API client (aiohttp, kubernetes_asyncio), are imported by
 # main() when they run.

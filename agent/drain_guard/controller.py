@@ -36,7 +36,7 @@ from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import shield_namespaces
 from drain_guard.snapshot import decided, nothing_decided
-from drain_guard.status import AgentStatus, WouldHoldStatus
+from drain_guard.status import AgentStatus, AlertsStatus, WouldHoldStatus
 
 log = logging.getLogger("drain_guard.controller")
 
@@ -167,7 +167,7 @@ class Controller:
             confinement=self.confinement.to_json(),
             alerts=None
             if self.alerts is None or self.settings.alerts is None
-            else self.alerts.to_json(self.settings.alerts.url),
+            else AlertsStatus(self.settings.alerts.url, self.alerts),
         )
 
     def _blocking_pods(self) -> tuple[Pod, ...] | None:

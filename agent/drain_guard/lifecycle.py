@@ -30,6 +30,7 @@ from typing import Any, Generic, TypeVar
 from aiohttp import web
 
 from drain_guard.config.values import Listen, WorkloadRef, format_duration
+from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube, WorkloadState
 from drain_guard.kube.listwatch import BOOKMARK_PERIOD
@@ -102,13 +103,13 @@ async def run_program(program: Program[Client]) -> int:
         client = await program.connect()
     except (ConfigException, OSError, ValueError) as exc:
         log.error("cannot load Kubernetes config: %s", exc)
-        return 2  # an invalid setting, as the CLI's other ones
+        return EXIT_USAGE  # an invalid setting, as the CLI's other ones
     try:
         try:
             runner = await program.serve(client)
         except OSError as exc:
             log.error("cannot listen on %s: %s", program.listener, exc)
-            return 2
+            return EXIT_USAGE
         try:
             return await _interruptible(_run(program, client))
         finally:
@@ -122,7 +123,7 @@ async def _run(program: Program[Client], client: Client) -> int:
         running = await program.start(client)
     except StartupError as exc:
         log.error("%s", exc)
-        return 2
+        return EXIT_USAGE
     helpers = [asyncio.create_task(c, name=n) for n, c in running.helpers.items()]
     try:
         return await running.on_exit(await until_stopped(running.parts))
@@ -188,7 +189,7 @@ async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> Stopped:
     async def signalled() -> None:
         await stop.wait()
 
-    code = 0
+    code = EXIT_OK
     try:
         async with asyncio.TaskGroup() as group:
             for name, coro in {**parts, "stop": signalled()}.items():
@@ -197,11 +198,11 @@ async def until_stopped(parts: dict[str, Coroutine[Any, Any, None]]) -> Stopped:
         parts_ended = [e.part for e in ended.exceptions if isinstance(e, _StoppedError)]
         if "stop" not in parts_ended:
             log.error("%s task ended", ", ".join(parts_ended))
-            code = 1
+            code = EXIT_FAILURE
     except* Exception:
-        code = 1
+        code = EXIT_FAILURE
     log.info("stopping")
-    return Stopped(code, signalled=code == 0 and stop.is_set())
+    return Stopped(code, signalled=code == EXIT_OK and stop.is_set())
 
 
 async def _interruptible(coro: Coroutine[Any, Any, int]) -> int:
@@ -216,7 +217,7 @@ async def _interruptible(coro: Coroutine[Any, Any, int]) -> int:
         return await task
     except asyncio.CancelledError:
         log.info("stopping (signalled before start-up completed)")
-        return 0
+        return EXIT_OK
 
 
 #: Below this, a healthy idle watch (a bookmark about once a minute from kube-apiserver) can

@@ -29,6 +29,7 @@ from aiohttp import ClientError, web
 
 from drain_guard import nodeaccess
 from drain_guard.config.values import LogFormat
+from drain_guard.exitcodes import EXIT_USAGE
 from drain_guard.kube.call import REQUEST_TIMEOUT, describe
 from drain_guard.kube.credentials import ApiClient, load_api_client
 from drain_guard.lifecycle import Program, Running, run_program
@@ -174,12 +175,12 @@ async def serve(args: argparse.Namespace) -> int:
     prog = "drain-guard node-proxy"
     if not args.node_name:
         log.error("%s: --node-name (NODE_NAME) is required", prog)
-        return 2
+        return EXIT_USAGE
     try:
         agent_uid = _uid(args.agent_user)
     except ValueError as exc:
         log.error("%s: %s", prog, exc)
-        return 2
+        return EXIT_USAGE
     path = Path(args.socket)
 
     async def serve_socket(api: ApiClient) -> web.AppRunner:

@@ -19,6 +19,7 @@ from drain_guard.config.agent import Settings
 from drain_guard.config.values import WorkloadRef
 from drain_guard.controller import Controller, pod_watch_namespace
 from drain_guard.events import EventQueue, EventRecorder
+from drain_guard.exitcodes import EXIT_FAILURE
 from drain_guard.health import Health
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
@@ -168,7 +169,7 @@ class _Agent:
                         log.info("on exit: removed %d shield budgets", await shield.remove_all())
             except KubeError as exc:
                 log.error("could not release on exit: %s", exc)
-                code = 1
+                code = EXIT_FAILURE
             try:
                 async with asyncio.timeout(EVENT_FLUSH_TIMEOUT):
                     await events.flush()

@@ -43,6 +43,7 @@ from typing import Protocol
 from drain_guard.health import WatchStatus
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
+from drain_guard.kube.counters import Relay
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.kube.retry import Backoff, Outage
@@ -108,36 +109,24 @@ class _Namespace:
     forbidden: str | None = None
 
 
-class _Counters:
-    """kube.Counters for one namespace's watch: the Kube's own (errors, restarts, API
-    contact), with 403s noted as "forbidden" and the watch's state kept per namespace (the
-    shield's one ``synced`` gauge is all of them)."""
+class _NamespaceCounters(Relay):
+    """One namespace's budget watch reports as the Kube's own calls do (errors, restarts,
+    API contact), but for its 403s, noted as "forbidden", and its state, kept per namespace
+    (the shield's one ``synced`` gauge is all of them) instead of the program's health."""
 
     def __init__(self, shield: Shield, ns: _Namespace) -> None:
+        super().__init__(shield.kube.counters)
         self.shield = shield
         self.ns = ns
-        self.kube = shield.kube.counters
 
     def api_error(self, operation: Operation, status: int) -> None:
-        self.kube.api_error(operation, status)
+        super().api_error(operation, status)
         if status == 403:
             self.shield._forbid(self.ns, f"{operation} forbidden")
-
-    def api_contact(self) -> None:
-        self.kube.api_contact()
-
-    def watch_restart(self, resource: Watched, reason: str) -> None:
-        self.kube.watch_restart(resource, reason)
 
     def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.ns.watching = state.watching
         self.shield._status_changed()
-
-    def credentials_read(self, identity: str) -> None:
-        self.kube.credentials_read(identity)
-
-    def credentials_refused(self, identity: str, refused: bool) -> None:
-        self.kube.credentials_refused(identity, refused)
 
 
 class Shield:
@@ -293,7 +282,7 @@ class Shield:
             field_selector="",
             replace=self._replace_budgets(ns),
             apply=self._apply_budget(ns),
-            counters=_Counters(self, ns),
+            counters=_NamespaceCounters(self, ns),
             name=f"poddisruptionbudgets in {ns.name}",
             watch_timeout=self.watch_timeout,
         ).run()

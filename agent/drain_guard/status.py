@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from drain_guard.alerts import AlertsSeen
 from drain_guard.health import WatchStatus, format_duration
 from drain_guard.holdrequest import HoldRequestStatus, printable, stalled
 from drain_guard.protocol import (
@@ -45,6 +46,48 @@ DECISIONS: tuple[str, ...] = (
     "update-hold",
     "release",
 )
+
+
+@dataclass(frozen=True)
+class AlertsStatus:
+    """Alert gating in ``/status``: where the alerts are queried, and the latest answer."""
+
+    url: str
+    seen: AlertsSeen
+
+    def to_json(self) -> dict[str, Any]:
+        seen = self.seen
+        return {
+            "url": self.url,
+            "state": seen.state,
+            "firing": list(seen.firing),
+            "checkedAt": format_rfc3339_or_none(seen.checked_at),
+            "error": seen.error,
+            "since": format_rfc3339_or_none(seen.since),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AlertsStatus:
+        seen = AlertsSeen(
+            firing=tuple(str(a) for a in data["firing"]),
+            checked_at=parse_rfc3339_or_none(data["checkedAt"]),
+            error=data["error"],
+            since=parse_rfc3339_or_none(data["since"]),
+        )
+        return cls(url=str(data["url"]), seen=seen)
+
+    def text(self) -> str:
+        """One line of ``drain-guard status``: the alert query's state, and what it found."""
+        seen = self.seen
+        text = f"{seen.state} ({self.url}"
+        if seen.checked_at is not None:
+            text += f", checked {format_rfc3339_or_none(seen.checked_at)}"
+        text += ")"
+        if seen.state == "firing":
+            text += ": " + ", ".join(seen.firing)
+        elif seen.state == "unreachable":
+            text += f" since {format_rfc3339_or_none(seen.since)}: {seen.error}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -143,8 +186,7 @@ class AgentStatus:
     observe_only: bool = False  # --observe-only: the decision is reported, never written
     # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
     confinement: dict[str, Any] | None = None
-    # Alert gating (drain_guard.alerts.AlertsSeen.to_json()); None when it is off.
-    alerts: dict[str, Any] | None = None
+    alerts: AlertsStatus | None = None  # None when alert gating is off
     invalid_inputs: tuple[InvalidInputStatus, ...] = ()
     # The operator's hold request on the Node, read now; what will release the hold.
     hold_request: HoldRequestStatus | None = None
@@ -213,7 +255,7 @@ class AgentStatus:
             },
             "observeOnly": self.observe_only,
             "confinement": self.confinement,
-            "alerts": self.alerts,
+            "alerts": None if self.alerts is None else self.alerts.to_json(),
             "invalidInputs": [
                 {"kind": i.kind, "what": i.what, "why": i.why} for i in self.invalid_inputs
             ],
@@ -270,7 +312,7 @@ class AgentStatus:
             blocking_watch_namespaces=tuple(data["scope"].get("blockingWatchNamespaces", ())),
             observe_only=bool(data.get("observeOnly", False)),
             confinement=data.get("confinement"),
-            alerts=data.get("alerts"),
+            alerts=None if data.get("alerts") is None else AlertsStatus.from_json(data["alerts"]),
             invalid_inputs=tuple(
                 InvalidInputStatus(i["kind"], i["what"], i["why"])
                 for i in data.get("invalidInputs", ())
@@ -361,7 +403,7 @@ class AgentStatus:
             confined = {True: "yes", False: "NO", None: "unknown"}[self.confinement["confined"]]
             lines.append(f"  confined:      {confined}: {self.confinement['detail']}")
         if self.alerts is not None:
-            lines.append(f"  alerts:        {printable(alerts_text(self.alerts))}")
+            lines.append(f"  alerts:        {printable(self.alerts.text())}")
         watches = ", ".join(f"{r} {w.to_text(now)}" for r, w in sorted(self.watches.items()))
         contact = (
             "never"
@@ -373,20 +415,6 @@ class AgentStatus:
             f"  agent:         {self.version}, up {format_duration(now - self.started_at)}"
         )
         return "\n".join(lines) + "\n"
-
-
-def alerts_text(alerts: Mapping[str, Any]) -> str:
-    """One line of ``drain-guard status``: the alert query's state, and what it found."""
-    state = str(alerts.get("state"))
-    text = f"{state} ({alerts.get('url')}"
-    if alerts.get("checkedAt"):
-        text += f", checked {alerts['checkedAt']}"
-    text += ")"
-    if state == "firing":
-        text += ": " + ", ".join(str(a) for a in alerts.get("firing") or ())
-    elif state == "unreachable":
-        text += f" since {alerts.get('since')}: {alerts.get('error')}"
-    return text
 
 
 def _required(value: str) -> datetime:

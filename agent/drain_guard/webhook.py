@@ -29,6 +29,7 @@ from aiohttp import web
 from drain_guard import admission
 from drain_guard.config.values import LogFormat, SettingsError, parse_listen
 from drain_guard.config.webhook import TLS12_SUITES, TLS13_SUITES
+from drain_guard.exitcodes import EXIT_USAGE
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.operations import Operation
@@ -161,10 +162,10 @@ async def serve(args: argparse.Namespace) -> int:
         ctx = tls.context()
     except SettingsError as exc:
         log.error("%s", exc)
-        return 2
+        return EXIT_USAGE
     except (OSError, ssl.SSLError) as exc:
         log.error("cannot load the serving certificate: %s", exc)
-        return 2
+        return EXIT_USAGE
 
     async def serve_tls(kube: Kube) -> web.AppRunner:
         runner = web.AppRunner(make_app(Webhook(kube)), access_log=None, handle_signals=False)

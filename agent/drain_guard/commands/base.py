@@ -1,5 +1,5 @@
-"""What the cluster-side commands share: the exit codes (as every program's) and the
-connection with the caller's own credentials."""
+"""What the cluster-side commands share: the connection with the caller's own credentials
+(their exit codes are every program's, ``drain_guard.exitcodes``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,6 @@ if TYPE_CHECKING:
 
 # The API client (aiohttp, kubernetes_asyncio) is imported by the commands that talk to the
 # API, when they run.
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
 
 
 async def connect(kubeconfig: str | None, command: str) -> Kube | None:

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from drain_guard import protocol
-from drain_guard.commands.base import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, connect
+from drain_guard.commands.base import connect
 from drain_guard.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from drain_guard.holdrequest import printable
 
 if TYPE_CHECKING:

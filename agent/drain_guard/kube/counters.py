@@ -46,6 +46,32 @@ class NullCounters:
         return None
 
 
+class Relay:
+    """Counters that pass every report on to ``counters``: a subclass changes only what it
+    must (a watch group's member its watch state, the shield's namespace watch its 403s)."""
+
+    def __init__(self, counters: Counters) -> None:
+        self.counters = counters
+
+    def api_error(self, operation: Operation, status: int) -> None:
+        self.counters.api_error(operation, status)
+
+    def api_contact(self) -> None:
+        self.counters.api_contact()
+
+    def watch_restart(self, resource: Watched, reason: str) -> None:
+        self.counters.watch_restart(resource, reason)
+
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
+        self.counters.watch_state(resource, state)
+
+    def credentials_read(self, identity: str) -> None:
+        self.counters.credentials_read(identity)
+
+    def credentials_refused(self, identity: str, refused: bool) -> None:
+        self.counters.credentials_refused(identity, refused)
+
+
 class WatchGroup:
     """Several watches of one resource seen as one in ``/status``, ``/readyz`` and the
     metrics (the agent's pod watch and those of its blocking-pod namespaces; the central
@@ -61,26 +87,12 @@ class WatchGroup:
         return _GroupMember(self, index)
 
 
-class _GroupMember:
+class _GroupMember(Relay):
     def __init__(self, group: WatchGroup, index: int) -> None:
+        super().__init__(group.counters)
         self.group = group
         self.index = index
 
-    def api_error(self, operation: Operation, status: int) -> None:
-        self.group.counters.api_error(operation, status)
-
-    def api_contact(self) -> None:
-        self.group.counters.api_contact()
-
-    def watch_restart(self, resource: Watched, reason: str) -> None:
-        self.group.counters.watch_restart(resource, reason)
-
     def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.group.states[self.index] = state
-        self.group.counters.watch_state(resource, WatchStatus.of_all(self.group.states))
-
-    def credentials_read(self, identity: str) -> None:
-        self.group.counters.credentials_read(identity)
-
-    def credentials_refused(self, identity: str, refused: bool) -> None:
-        self.group.counters.credentials_refused(identity, refused)
+        self.counters.watch_state(resource, WatchStatus.of_all(self.group.states))
