@@ -43,7 +43,7 @@ from typing import Protocol
 from drain_guard.health import WatchStatus
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
-from drain_guard.kube.counters import Relay
+from drain_guard.kube.counters import Counters, Relay, WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.kube.retry import Backoff, Outage
@@ -70,17 +70,15 @@ GONE_OR_THERE = (404, 409)
 
 class ShieldMetrics(Protocol):
     """Where the shield reports its budgets; ``drain_guard.metrics.BaseMetrics`` has these
-    methods. Its API errors, watch restarts and API contact go through the ``Kube``'s counters,
-    as every call's (the operations it names are among
-    ``drain_guard.metrics.SHIELD_API_OPERATIONS``)."""
+    methods. Its API errors, watch restarts, API contact and its watches' state go through the
+    ``Kube``'s counters (the program's ``health.Health``), as every call's and watch's (the
+    operations it names are among ``drain_guard.metrics.SHIELD_API_OPERATIONS``)."""
 
     def set_shield_budgets(self, count: int) -> None: ...
 
     def set_shield_conflicts(self, count: int) -> None: ...
 
     def count_retry(self, part: str) -> None: ...
-
-    def set_synced(self, resource: Watched, synced: bool) -> None: ...
 
 
 class NullShieldMetrics:
@@ -95,9 +93,6 @@ class NullShieldMetrics:
     def count_retry(self, part: str) -> None:
         return None
 
-    def set_synced(self, resource: Watched, synced: bool) -> None:
-        return None
-
 
 @dataclass
 class _Namespace:
@@ -110,12 +105,12 @@ class _Namespace:
 
 
 class _NamespaceCounters(Relay):
-    """One namespace's budget watch reports as the Kube's own calls do (errors, restarts,
-    API contact), but for its 403s, noted as "forbidden", and its state, kept per namespace
-    (the shield's one ``synced`` gauge is all of them) instead of the program's health."""
+    """One namespace's budget watch, a member of the shield's group of them (``member``: the
+    program's health sees them as one ``poddisruptionbudget`` watch, synced when each is),
+    with its 403s noted as "forbidden" and its state kept per namespace too."""
 
-    def __init__(self, shield: Shield, ns: _Namespace) -> None:
-        super().__init__(shield.kube.counters)
+    def __init__(self, shield: Shield, ns: _Namespace, member: Counters) -> None:
+        super().__init__(member)
         self.shield = shield
         self.ns = ns
 
@@ -126,6 +121,7 @@ class _NamespaceCounters(Relay):
 
     def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         self.ns.watching = state.watching
+        super().watch_state(resource, state)
         self.shield._status_changed()
 
 
@@ -218,10 +214,6 @@ class Shield:
             await updated.wait()
 
     def _status_changed(self) -> None:
-        # One gauge for the shield's watches: 0 while a namespace has not listed or is not
-        # watched, including one the agent may not read (an alert: the shield is not working).
-        current = all(ns.synced and ns.watching for ns in self._ns.values())
-        self.metrics.set_synced(Watched.PODDISRUPTIONBUDGET, current)
         self._updated.set()
         self._updated = asyncio.Event()
 
@@ -233,9 +225,13 @@ class Shield:
         Cancelling leaves the budgets in place: they guard the pods while the agent is away,
         and the garbage collector removes them with their pods.
         """
+        # One drain_guard_synced{resource="poddisruptionbudget"} for the namespaces' watches:
+        # 0 while one has not listed or is not watched, including one the agent may not read
+        # (an alert: the shield is not working).
+        watches = WatchGroup(self.kube.counters, len(self._ns))
         tasks = [
-            asyncio.create_task(self._watch(ns), name=f"shield-pdbs-{ns.name}")
-            for ns in self._ns.values()
+            asyncio.create_task(self._watch(ns, watches.member(i)), name=f"shield-pdbs-{ns.name}")
+            for i, ns in enumerate(self._ns.values())
         ]
         retry = Backoff()
         outage = Outage(f"shield of {self.nodes}", log, lambda: self.metrics.count_retry("shield"))
@@ -273,7 +269,7 @@ class Shield:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _watch(self, ns: _Namespace) -> None:
+    async def _watch(self, ns: _Namespace, member: Counters) -> None:
         await ListWatch(
             resource=Watched.PODDISRUPTIONBUDGET,
             list_fn=functools.partial(
@@ -282,7 +278,7 @@ class Shield:
             field_selector="",
             replace=self._replace_budgets(ns),
             apply=self._apply_budget(ns),
-            counters=_NamespaceCounters(self, ns),
+            counters=_NamespaceCounters(self, ns, member),
             name=f"poddisruptionbudgets in {ns.name}",
             watch_timeout=self.watch_timeout,
         ).run()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard.health import Health
+from drain_guard.health import Health, WatchStatus
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import WatchCache
@@ -67,8 +67,8 @@ class RecordingMetrics(NullCounters):
     def count_retry(self, part: str) -> None:
         self.retries.append(part)
 
-    def set_synced(self, resource: str, synced: bool) -> None:
-        self.synced[resource] = synced
+    def watch_state(self, resource: str, state: WatchStatus) -> None:
+        self.synced[resource] = state.synced
 
     # kube.Counters: the Kube's, which the shield's calls and watches and the agent's pod
     # watch share.
@@ -281,7 +281,7 @@ async def test_the_agent_deletes_the_budget_when_the_build_pod_finishes(
     async with asyncio.timeout(WAIT):
         await running.shield.wait_status(lambda s: len(s.held) == 1)
     assert running.metrics.budgets[-1] == 1
-    assert running.metrics.synced == {"poddisruptionbudget": True}
+    assert running.metrics.synced["poddisruptionbudget"] is True
     status = running.shield.status().to_json()
     assert status["budgets"] == [
         {
@@ -378,7 +378,7 @@ async def test_a_namespace_without_rights_is_reported_and_left_alone(
     assert list(status["forbidden"]) == [MCO_NAMESPACE]
     assert status["synced"] == {MCO_NAMESPACE: False}
     assert "poddisruptionbudget_list" in running.metrics.api_errors
-    assert running.metrics.synced == {"poddisruptionbudget": False}
+    assert running.metrics.synced["poddisruptionbudget"] is False
     assert our_budgets(api) == []  # nothing created without seeing the namespace's budgets
 
 
