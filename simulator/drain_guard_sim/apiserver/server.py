@@ -246,25 +246,23 @@ class SimApiServer:
         self, name: str, token: str | None = None, extra: Mapping[str, Any] | None = None
     ) -> str:
         """Register a user (or replace its token); returns the bearer token."""
-        old = self._users.get(name)
-        if old is not None:
-            self._users_by_token.pop(old.token, None)
-        user = User(name, token or secrets.token_urlsafe(24), dict(extra or {}))
-        self._users[name] = user
-        self._users_by_token[user.token] = user
-        return user.token
+        return self._register(User(name, token or secrets.token_urlsafe(24), dict(extra or {})))
 
     def add_node_user(self, node: str) -> str:
         """Register node ``node``'s identity (``system:node:<node>``, group ``system:nodes``,
         as the kubelet's client certificate carries); returns its bearer token. Its requests
         go through the Node authorizer and NodeRestriction (``nodeauth``)."""
+        groups = (nodeauth.NODES_GROUP, "system:authenticated")
         name = nodeauth.NODE_USER_PREFIX + node
-        old = self._users.get(name)
+        return self._register(User(name, secrets.token_urlsafe(24), {}, groups))
+
+    def _register(self, user: User) -> str:
+        """Know ``user`` by its name and its token (the name's former token no longer
+        authenticates); returns the token."""
+        old = self._users.get(user.name)
         if old is not None:
             self._users_by_token.pop(old.token, None)
-        groups = (nodeauth.NODES_GROUP, "system:authenticated")
-        user = User(name, secrets.token_urlsafe(24), {}, groups)
-        self._users[name] = user
+        self._users[user.name] = user
         self._users_by_token[user.token] = user
         return user.token
 
