@@ -191,6 +191,23 @@ def test_agent_scope(api: SimApiServer) -> None:
     assert rules(run(api)) == ["scope"] * 4
 
 
+def test_agent_events_about_its_node_or_related_to_it_on_a_pool(api: SimApiServer) -> None:
+    def event(involved: dict[str, str], related: str | None = None) -> None:
+        body: dict[str, object] = {"metadata": {"generateName": "e."}, "involvedObject": involved}
+        if related is not None:
+            body["related"] = {"apiVersion": "v1", "kind": "Node", "name": related}
+        api.create("events", body, "default", user=AGENT)
+
+    pool = {"kind": "MachineConfigPool", "name": "worker"}
+    event({"kind": "Node", "name": "worker-0"})
+    event(pool, related="worker-0")
+    assert rules(run(api)) == []
+    event({"kind": "Node", "name": "worker-1"})
+    event(pool, related="worker-1")
+    event(pool)
+    assert rules(run(api)) == ["scope"] * 3
+
+
 def test_a_hold_past_max_hold_while_the_agent_is_up(api: SimApiServer) -> None:
     ann(api, MCD, {DD: X})
     hold(api, X, at=1.0)  # t=4, since t=1: expires at t=6 (max-hold 5); released at t=10
