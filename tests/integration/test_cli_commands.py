@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -159,6 +160,25 @@ async def test_release_goes_ahead_without_the_releaser_when_the_api_server_does_
     ann = node_annotations(api)
     assert ann[protocol.RELEASED] == DRAIN_B
     assert protocol.RELEASED_BY not in ann
+
+
+async def test_withdrawing_a_hold_request_asks_no_one_who_they_are(
+    api: SimApiServer, tmp_path: Path
+) -> None:
+    """Nothing held: nothing is released, no releaser recorded or asked for."""
+    request = guards.format_hold_request(datetime(2099, 1, 1, tzinfo=UTC), "db failover")
+    api.patch(
+        "nodes",
+        NODE,
+        {"metadata": {"annotations": {protocol.HOLD_REQUEST: request}}},
+        patch_type="merge",
+    )
+    api.faults.error(403, message="forbidden", resource="selfsubjectreviews")
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert (code, err) == (0, "")
+    assert "withdrew the hold request" in out
+    assert api.request_count(resource="selfsubjectreviews") == 0
 
 
 async def test_release_all_with_nothing_held_is_not_an_error(

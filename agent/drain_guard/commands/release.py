@@ -40,11 +40,11 @@ async def run_release(args: argparse.Namespace) -> int:
             if not nodes:
                 print("nothing to release: no node has a hold or stale keys")
                 return EXIT_OK
-            by = await releaser(kube)
-            results = [await release_node(kube, n.name, by) for n in nodes]
+            who = Releaser(kube)
+            results = [await release_node(kube, n.name, who) for n in nodes]
             return EXIT_OK if all(results) else EXIT_FAILURE
-        by = await releaser(kube)
-        return EXIT_OK if await release_node(kube, args.node_name, by) else EXIT_FAILURE
+        released = await release_node(kube, args.node_name, Releaser(kube))
+        return EXIT_OK if released else EXIT_FAILURE
     except KubeError as exc:
         print(f"drain-guard release: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -55,34 +55,49 @@ async def run_release(args: argparse.Namespace) -> int:
 RELEASE_ATTEMPTS = 5
 
 
-async def releaser(kube: Kube) -> str | None:
+class Releaser:
     """Who releases: the API server's name for the caller (a SelfSubjectReview), recorded in
-    ``drain-guard.io/released-by``; None, said in one line, when it cannot be learnt or
-    recorded: the release goes ahead without it (a hold must never wait for a record)."""
-    from drain_guard.kube.call import KubeError
+    ``drain-guard.io/released-by``. Asked once, when the first hold is released (withdrawing a
+    hold request or removing stale keys records no one)."""
 
-    try:
-        name = await kube.user_name()
-    except KubeError as exc:
-        why = f"the API server did not say who you are (SelfSubjectReview: {exc})"
-    else:
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self._asked = False
+        self._name: str | None = None
+
+    async def name(self) -> str | None:
+        """The name; None, said in one line, when it cannot be learnt or recorded: the
+        release goes ahead without it (a hold must never wait for its record)."""
+        if not self._asked:
+            self._asked = True
+            self._name = await self._ask()
+        return self._name
+
+    async def _ask(self) -> str | None:
+        from drain_guard.kube.call import KubeError
+
         try:
-            return protocol.check_released_by(name)
-        except protocol.ProtocolError as exc:
-            why = f"your user name {printable(repr(name[:80]))} cannot be recorded: {exc}"
-    print(
-        f"drain-guard release: warning: {why}; releasing without {protocol.RELEASED_BY}",
-        file=sys.stderr,
-    )
-    return None
+            name = await self.kube.user_name()
+        except KubeError as exc:
+            why = f"the API server did not say who you are (SelfSubjectReview: {exc})"
+        else:
+            try:
+                return protocol.check_released_by(name)
+            except protocol.ProtocolError as exc:
+                why = f"your user name {printable(repr(name[:80]))} cannot be recorded: {exc}"
+        print(
+            f"drain-guard release: warning: {why}; releasing without {protocol.RELEASED_BY}",
+            file=sys.stderr,
+        )
+        return None
 
 
-async def release_node(kube: Kube, name: str, by: str | None) -> bool:
+async def release_node(kube: Kube, name: str, who: Releaser) -> bool:
     """Release ``name``'s hold by compare-and-swap, re-reading on conflict; True on success.
 
     The patch also records the request in ``drain-guard.io/released``: the agent does not
-    hold that request again, and counts the release as ``manual``; and ``by``, who released
-    it, in ``drain-guard.io/released-by``.
+    hold that request again, and counts the release as ``manual``; and who released it
+    (``who``) in ``drain-guard.io/released-by``.
     """
     from drain_guard.kube.client import Applied
 
@@ -94,6 +109,8 @@ async def release_node(kube: Kube, name: str, by: str | None) -> bool:
         # A hold request would hold the next drain request: release withdraws it too.
         request = node.annotations.get(protocol.HOLD_REQUEST)
         withdraw = [] if request is None else _withdraw_ops(request)
+        held = protocol.parse_drain_request(node.annotations.get(protocol.DESIRED_DRAIN))
+        by = await who.name() if held.verb is protocol.Verb.HOLD else None
         try:
             release = force_release(
                 node.annotations, node.resource_version, protocol.Outcome.MANUAL, by
