@@ -44,19 +44,28 @@ def pytest_xdist_auto_num_workers() -> int:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test on the real control plane ``controlplane`` (``-m controlplane``)."""
     for item in items:
-        if {"control_plane", "control_plane_1_31"} & set(getattr(item, "fixturenames", ())):
+        if {"control_plane", "control_plane_1_31", "control_plane_quiet"} & set(
+            getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.controlplane)
 
 
 def _control_plane(
-    tmp_path_factory: pytest.TempPathFactory, emulated_version: str | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    emulated_version: str | None = None,
+    progress_notify_interval: str = "5s",
 ) -> Iterator[ControlPlane]:
     bin_dir = default_bin_dir()
     missing = missing_binaries(bin_dir)
     if missing:
         require_or_skip(f"{', '.join(missing)} not built in {bin_dir} (make control-plane)")
     workdir = tmp_path_factory.mktemp(f"control-plane-{emulated_version or 'current'}")
-    with ControlPlane.start(bin_dir, workdir, emulated_version=emulated_version) as plane:
+    with ControlPlane.start(
+        bin_dir,
+        workdir,
+        emulated_version=emulated_version,
+        progress_notify_interval=progress_notify_interval,
+    ) as plane:
         yield plane
 
 
@@ -74,6 +83,14 @@ def control_plane_1_31(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
     Node authorizer without AuthorizeNodeWithSelectors (alpha, off, in 1.31), for the rights
     that differ. Started only by the tests that ask for it."""
     yield from _control_plane(tmp_path_factory, "1.31")
+
+
+@pytest.fixture
+def control_plane_quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of its own whose etcd keeps its default progress-notify interval
+    (10 minutes, not kubeadm's 5 s): an idle resource's watch cache stays where it is, and a
+    watch of it gets no bookmark. Its own so that no other test's writes move it on."""
+    yield from _control_plane(tmp_path_factory, progress_notify_interval="10m")
 
 
 @pytest.fixture

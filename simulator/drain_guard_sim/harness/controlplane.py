@@ -162,12 +162,15 @@ class ControlPlane:
         emulated_version: str | None = None,
         feature_gates: Mapping[str, bool] | None = None,
         audit: bool = False,
+        progress_notify_interval: str = "5s",
     ) -> ControlPlane:
         """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
         return once the API server is ready and the controllers have made the ``default``
         namespace's service account. ``emulated_version`` (1.31 at the lowest for a 1.34
         binary) and ``feature_gates`` go to the API server as its flags; ``audit`` makes it
-        log every Node and Pod write with the objects (``audit_log``)."""
+        log every Node and Pod write with the objects (``audit_log``).
+        ``progress_notify_interval`` is etcd's ``--watch-progress-notify-interval``: 5 s as
+        kubeadm sets it, "10m" for etcd's default (a cluster whose etcd does not set it)."""
         missing = missing_binaries(bin_dir)
         if missing:
             raise ControlPlaneError(
@@ -208,10 +211,10 @@ class ControlPlane:
                 f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
                 f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
                 "--unsafe-no-fsync",  # tmpfs, and a test run: durability is not the subject
-                # As kubeadm's etcd (etcd's default is 10m): kube-apiserver's watch cache
-                # then moves on with etcd's revision every 5 s even when its resource is
-                # idle, and an idle watch gets its bookmark about once a minute.
-                "--watch-progress-notify-interval=5s",
+                # 5 s as kubeadm's etcd (etcd's default is 10m): kube-apiserver's watch
+                # cache then moves on with etcd's revision every 5 s even when its resource
+                # is idle, and an idle watch gets its bookmark about once a minute.
+                f"--watch-progress-notify-interval={progress_notify_interval}",
                 "--log-level=warn",
             )
             plane._wait("etcd", lambda: _http_ok(f"{plane.etcd_url}/health"))
