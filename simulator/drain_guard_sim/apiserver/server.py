@@ -26,10 +26,10 @@ server-side apply. client-go (kubectl) sends no credentials to an ``http://`` se
 requests without credentials are ``system:anonymous`` and may only read.
 
 Its parts, one concern each: ``requestinfo`` (what a request's path, method, query and body
-ask), ``authn`` (users, client certificates, who-am-I), ``discovery``, ``subresources``
-(eviction, TokenRequest, a CSR's requester), ``watchstream`` (a watch's events and bookmarks),
-``store`` (objects, resourceVersions, the write log, watchers); this module serves HTTP over
-them: authentication, authorization, faults and the verbs.
+ask), ``authn`` (users, client certificates, who-am-I), ``authz`` (the Node, a test's and RBAC
+authorizers), ``discovery``, ``subresources`` (eviction, TokenRequest, a CSR's requester),
+``watchstream`` (a watch's events and bookmarks), ``store`` (objects, resourceVersions, the
+write log, watchers); this module serves HTTP over them: authentication, faults and the verbs.
 
 Use::
 
@@ -70,7 +70,6 @@ from drain_guard_sim.apiserver import (
     eviction,
     labels,
     nodeauth,
-    rbac,
     requestinfo,
     watchstream,
 )
@@ -82,6 +81,7 @@ from drain_guard_sim.apiserver.authn import (
     peer_certificate,
     self_subject_review,
 )
+from drain_guard_sim.apiserver.authz import Rbac, authorized
 from drain_guard_sim.apiserver.discovery import discovery
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.faults import FaultKind, Faults
@@ -120,10 +120,6 @@ JsonObj = dict[str, Any]
 _DER = serialization.Encoding.DER
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-
-#: An RBAC check: (API group, resource or resource/subresource, verb, namespace or None for a
-#: cluster-wide request, object name or None) -> allowed.
-Rbac = Callable[[str, str, str, str | None, str | None], bool]
 
 
 class SimApiServer:
@@ -581,7 +577,8 @@ class SimApiServer:
                     target.namespace,
                     target.subresource,
                 )
-            if target is not None and not self._authorized(user, target, verb):
+            roles = self.store if self.rbac else None
+            if target is not None and not authorized(user, target, verb, self._rbac, roles):
                 raise errors.rbac_forbidden(
                     target.rt,
                     target.name or "",
@@ -620,32 +617,6 @@ class SimApiServer:
             return self._error(errors.internal_error(f"{type(err).__name__}: {err}"))
         finally:
             self.request_log.append((started, user_name, verb, resource, path, status))
-
-    def _authorized(self, user: User, target: Target, verb: str) -> bool:
-        """The authorizers in order: the Node authorizer for node identities, a ``restrict``
-        check, then (``rbac=True``) the stored Roles for everyone else but the admins."""
-        node = nodeauth.node_name_of(user.name, user.groups)
-        if node is not None:
-            return nodeauth.authorized(target.group, target.rt.plural, target.subresource, verb)
-        check = self._rbac.get(user.name)
-        if check is not None:
-            resource = target.rt.plural
-            if target.subresource:
-                resource = f"{resource}/{target.subresource}"
-            return check(target.group, resource, verb, target.namespace, target.name)
-        if not self.rbac or user.name == ADMIN or "system:masters" in user.groups:
-            return True
-        return rbac.allows(
-            self.store,
-            user.name,
-            user.groups,
-            api_group=target.group,
-            resource=target.rt.plural,
-            subresource=target.subresource,
-            verb=verb,
-            namespace=target.namespace,
-            name=target.name,
-        )
 
     # --- resources ---
 
