@@ -54,6 +54,8 @@ class HoldReport:
     start or change has a ``PoolRolloutHeld`` on the pool beside it, and its end a
     ``PoolRolloutReleased`` (the pool's Events would otherwise say "waiting" for the Event TTL
     after the rollout went on). Found (a restart) posts neither, as it posts no ``DrainHeld``.
+    The release goes to the pool the hold was posted on, should the node have moved to another
+    pool meanwhile (its new pool's request supersedes the hold).
     """
 
     def __init__(
@@ -63,6 +65,8 @@ class HoldReport:
         self.events = events
         self.max_hold = max_hold
         self.observe_only = observe_only
+        #: The pool this agent last posted a PoolRolloutHeld on, until the hold ends.
+        self._held_pool: str | None = None
 
     def tell(
         self, transitions: Iterable[holds.Transition], node: str, pool: str | None = None
@@ -81,6 +85,7 @@ class HoldReport:
                 if pool is not None and not self.observe_only:
                     expires = t.since + self.max_hold
                     self.events.pool_held(pool, t.request, t.reasons, t.detail, t.since, expires)
+                    self._held_pool = pool
             elif isinstance(t, holds.Found):
                 self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
                 log.info(
@@ -107,8 +112,10 @@ class HoldReport:
             self.events.drain_released(
                 record.held_drain, outcome, ended.held_for, ended.released_by
             )
-            if pool is not None:
-                self.events.pool_released(pool, record.held_drain, outcome, ended.held_for)
+            held_on = self._held_pool or pool
+            if held_on is not None:
+                self.events.pool_released(held_on, record.held_drain, outcome, ended.held_for)
+        self._held_pool = None
         fields = {
             "node": node,
             "request": record.held_drain,

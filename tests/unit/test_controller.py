@@ -278,6 +278,20 @@ async def test_the_mcds_newer_request_supersedes_the_hold_and_is_held_anew(env: 
     ]
 
 
+async def test_a_node_moved_to_another_pool_releases_on_the_pool_it_held(env: Env) -> None:
+    """Relabelled into pool infra while held on worker: infra's request supersedes the hold.
+    The release goes on worker's stream (where "waiting" was said), the new hold on infra's."""
+    await _hold_b(env)
+    infra = "rendered-infra-" + "c" * 32
+    env.kube.write({protocol.DESIRED_CONFIG: infra, protocol.DESIRED_DRAIN: f"drain-{infra}"})
+    await env.step()
+    assert [(e[0], e[1]) for e in env.events.pool] == [
+        ("PoolRolloutHeld", "worker"),
+        ("PoolRolloutReleased", "worker"),
+        ("PoolRolloutHeld", "infra"),
+    ]
+
+
 async def test_the_mcd_writing_the_held_request_again_resumes_the_same_hold(env: Env) -> None:
     await _hold_b(env)
     since = env.annotations()[protocol.HELD_SINCE]
