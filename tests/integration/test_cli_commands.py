@@ -162,6 +162,28 @@ async def test_release_goes_ahead_without_the_releaser_when_the_api_server_does_
     assert protocol.RELEASED_BY not in ann
 
 
+async def test_a_release_whose_record_admission_refuses_goes_ahead_without_it(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """Should drain-guard-released-by refuse the name (the API server sees the writer as
+    someone else than it said), the record goes, not the release."""
+    await _hold(api, start_agent)
+    denial = (
+        "nodes \"worker-0\" is forbidden: ValidatingAdmissionPolicy 'drain-guard-released-by'"
+        " with binding 'drain-guard-released-by' denied request"
+    )
+    api.faults.error(403, message=denial, user=OPERATOR, verb="patch", resource="nodes", times=1)
+    kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
+    code, out, err = await run_cli("release", "--node-name", NODE, "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    assert err.count("\n") == 1
+    assert err.startswith(f"drain-guard release: warning: admission refused {protocol.RELEASED_BY}")
+    assert f"released {DRAIN_B} (outcome manual)\n" in out
+    ann = node_annotations(api)
+    assert ann[protocol.RELEASED] == DRAIN_B
+    assert protocol.RELEASED_BY not in ann
+
+
 async def test_withdrawing_a_hold_request_asks_no_one_who_they_are(
     api: SimApiServer, tmp_path: Path
 ) -> None:

@@ -53,6 +53,8 @@ async def run_release(args: argparse.Namespace) -> int:
 
 
 RELEASE_ATTEMPTS = 5
+#: The admission policy that checks ``released-by`` (daemonset/base/released-by-policy.yaml).
+RELEASED_BY_POLICY = "drain-guard-released-by"
 
 
 class Releaser:
@@ -73,6 +75,18 @@ class Releaser:
             self._name = await self._ask()
         return self._name
 
+    def refused(self, exc: Exception) -> None:
+        """Admission refused the name (it is not the writer's own, as the API server sees
+        the write): said in one line, and the releases go on without it."""
+        self._name = None
+        self._warn(f"admission refused {protocol.RELEASED_BY} ({exc})")
+
+    def _warn(self, why: str) -> None:
+        print(
+            f"drain-guard release: warning: {why}; releasing without {protocol.RELEASED_BY}",
+            file=sys.stderr,
+        )
+
     async def _ask(self) -> str | None:
         from drain_guard.kube.call import KubeError
 
@@ -85,10 +99,7 @@ class Releaser:
                 return protocol.check_released_by(name)
             except protocol.ProtocolError as exc:
                 why = f"your user name {printable(repr(name[:80]))} cannot be recorded: {exc}"
-        print(
-            f"drain-guard release: warning: {why}; releasing without {protocol.RELEASED_BY}",
-            file=sys.stderr,
-        )
+        self._warn(why)
         return None
 
 
@@ -99,6 +110,7 @@ async def release_node(kube: Kube, name: str, who: Releaser) -> bool:
     hold that request again, and counts the release as ``manual``; and who released it
     (``who``) in ``drain-guard.io/released-by``.
     """
+    from drain_guard.kube.call import KubeError
     from drain_guard.kube.client import Applied
 
     for _ in range(RELEASE_ATTEMPTS):
@@ -133,7 +145,13 @@ async def release_node(kube: Kube, name: str, who: Releaser) -> bool:
         except protocol.ProtocolError as exc:
             print(f"drain-guard release: error: node {name}: {exc}", file=sys.stderr)
             return False
-        result = await kube.patch_node_json(name, [*release.patch, *withdraw])
+        try:
+            result = await kube.patch_node_json(name, [*release.patch, *withdraw])
+        except KubeError as exc:
+            if by is None or exc.status != 403 or RELEASED_BY_POLICY not in exc.reason:
+                raise
+            who.refused(exc)  # the record, not the release, was refused: release without it
+            continue
         if isinstance(result, Applied):
             as_who = "" if by is None else f", released by {printable(by)}"
             print(f"node {name}: released {release.original} (outcome manual{as_who})")
