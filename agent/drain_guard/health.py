@@ -43,8 +43,9 @@ class WatchStatus:
     watching: bool = False
     failing_since: datetime | None = None
     error: str | None = None
-    #: The open stream has gone silent (no event, no bookmark) past 1.5 bookmark periods: a
-    #: half-open connection, likely; renewed at 2.
+    #: The stream went quiet (no event, no bookmark) and a read found changes it had not
+    #: delivered: frozen (a half-open connection), until its renewal is answered. A quiet
+    #: stream that the read finds current is merely idle, and not silent.
     silent: bool = False
 
     @property

@@ -220,8 +220,9 @@ async def _interruptible(coro: Coroutine[Any, Any, int]) -> int:
         return EXIT_OK
 
 
-#: Below this, a healthy idle watch (a bookmark about once a minute from kube-apiserver) can
-#: look stale between two bookmarks, and ``/readyz`` flaps.
+#: Below this, a healthy idle watch can look stale between two answers, and ``/readyz``
+#: flaps: it hears from the API at least every 1.5 bookmark periods (a bookmark, at most one
+#: a minute from kube-apiserver, or else the read that checks a quiet watch).
 MIN_API_STALE_AFTER = timedelta(seconds=2 * BOOKMARK_PERIOD)
 
 
@@ -232,8 +233,8 @@ def warn_short_api_stale_after(api_stale_after: timedelta) -> None:
     simulator's tests) a few seconds is meaningful."""
     if api_stale_after < MIN_API_STALE_AFTER:
         log.warning(
-            "--api-stale-after %s is below %s: kube-apiserver sends a bookmark on an idle"
-            " watch about once a minute, so /readyz may fail while the API is healthy",
+            "--api-stale-after %s is below %s: an idle watch hears from kube-apiserver about"
+            " every 90 s (a bookmark, or a read), so /readyz may fail while the API is healthy",
             format_duration(api_stale_after),
             format_duration(MIN_API_STALE_AFTER),
         )

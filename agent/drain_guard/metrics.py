@@ -85,7 +85,7 @@ SHIELD_WATCH_RESOURCES: tuple[Watched, ...] = (Watched.POD, Watched.PODDISRUPTIO
 #: node proxy).
 IDENTITIES: tuple[str, ...] = ("agent", "node")
 #: Why a watch was restarted: 410 Gone (re-list), the server closed it, or an error.
-WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error")
+WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error", "frozen")
 #: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
 #: hold request, an image reference, a host file (kernel cmdline, ostree origin, rpm-ostree).
 INVALID_INPUT_KINDS: tuple[str, ...] = ("annotation", "hold_request", "image_ref", "host_file")

@@ -4,7 +4,11 @@ interval is 10 minutes; kubeadm sets 5 s, and the ``control_plane`` fixture does
 kube-apiserver's watch cache sends a watch a bookmark only once the cache's resourceVersion
 is past the watch's start (tests/conformance/test_bookmarks.py): an event of the resource
 anywhere in the cluster, or an etcd progress notification, moves it. Here nothing moves it:
-the agent's Node and pod watches get no event and no bookmark, however long they run.
+the agent's Node and pod watches get no event and no bookmark, however long they run. The
+agent took that silence for a frozen stream and failed ``/readyz``; it now checks a quiet
+watch by one LIST of what it watches, finds it current, and stays ready with the same watch
+(its requests read in kube-apiserver's audit log, as tests/controlplane/test_watch_renewal.py
+does).
 
 The agent assumes a bookmark about once a bookmark period (``BOOKMARK_PERIOD``, kube-
 apiserver's one minute). Its real value would make this test wait minutes, so the agent
@@ -15,14 +19,16 @@ since a real API server's frequency is not the operator's to choose.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
-from drain_guard_sim.harness.controlplane import ControlPlane
+from drain_guard_sim.harness.controlplane import AUDITED_GROUP, ControlPlane
 from tests.controlplane.helpers import api_client
 from tests.controlplane.nodes import add_build_pod, create_worker, shared_namespace, until
+from tests.controlplane.test_watch_renewal import Request, agent_requests
 from tests.helpers import IMAGE_A, MCO_NS, WAIT, reap
 
 #: Seconds: the bookmark period the agent assumes here (silent at 1.5, renewed at 2).
@@ -37,7 +43,11 @@ SHORT_PERIOD_AGENT = (
 )
 
 
-async def test_an_idle_agent_on_a_quiet_cluster_goes_unready_with_a_silent_watch(
+#: Checks of each quiet watch to see before the test ends: each one 1.5 periods of silence.
+CHECKS = 3
+
+
+async def test_an_idle_agent_on_a_quiet_cluster_stays_ready_on_the_same_watches(
     control_plane_quiet: ControlPlane, tmp_path: Path
 ) -> None:
     async with api_client(control_plane_quiet.admin_kubeconfig) as admin:
@@ -45,21 +55,40 @@ async def test_an_idle_agent_on_a_quiet_cluster_goes_unready_with_a_silent_watch
         node = await create_worker(admin)
         await add_build_pod(admin, node)
         kubeconfig = control_plane_quiet.user_kubeconfig(
-            "quiet-agent", ["system:masters"], tmp_path / "agent.kubeconfig"
+            "quiet-agent", ["system:masters", AUDITED_GROUP], tmp_path / "agent.kubeconfig"
         )
+        selectors = {"nodes": f"metadata.name={node}", "pods": f"spec.nodeName={node}"}
+
+        def requests(resource: str, verb: str) -> list[Request]:
+            return [
+                r
+                for r in agent_requests(control_plane_quiet.audit_log, "quiet-agent")
+                if r.resource == resource
+                and r.field_selector == selectors[resource]
+                and r.verb == verb
+            ]
+
         agents: list[AgentProcess] = []
+        answers: list[tuple[int, str]] = []
         try:
             host = HostFS(tmp_path / "host", IMAGE_A)
             agent = await spawn_agent(node, kubeconfig, host, program=SHORT_PERIOD_AGENT)
             agents.append(agent)
             await agent.wait_synced(WAIT)
 
-            async def unready() -> str | None:
-                status, body = await agent.http("/readyz")
-                return body if status == 503 else None
+            async def checked() -> bool:
+                # /readyz all along, a few times a quiet period, until it fails or enough
+                # checks were made (the first LIST of each watch is its start).
+                answers.append(await agent.http("/readyz"))
+                await asyncio.sleep(PERIOD / 8)
+                unready = any(status != 200 for status, _ in answers)
+                return unready or all(len(requests(r, "list")) > CHECKS for r in selectors)
 
-            why = await until(unready)
-            assert "watch silent since" in why, why
-            assert f"no event or bookmark for {1.5 * PERIOD:g}s" in why, why
+            await until(checked)
         finally:
             await reap(agents)
+    assert [why for status, why in answers if status != 200] == []
+    for resource in selectors:
+        # One watch each, never renewed: the checks found it current every time.
+        assert len(requests(resource, "watch")) == 1, requests(resource, "watch")
+        assert {r.code for r in requests(resource, "list")} == {200}

@@ -16,7 +16,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -47,10 +47,31 @@ WATCH_TIMEOUT = 600
 #: Items per page of a list (``limit``/``continue``), as client-go's reflector pages: the API
 #: server answers a large list in bounded pieces, and none is one response of the whole set.
 LIST_PAGE = 500
-#: How often kube-apiserver sends a bookmark on an idle watch (its watch cache's bookmark
-#: frequency: a minute). A stream silent for 1.5 periods is reported silent (``/readyz``
-#: fails, ``/status`` says so); at 2 periods it is taken for a half-open connection and renewed.
+#: How often kube-apiserver's watch cache sends an idle watch a bookmark (a minute) while
+#: the cache moves on: only past the watch's start, which on a quiet cluster whose etcd sends
+#: no progress notifications (etcd's default interval is 10 minutes) can take many minutes.
+#: So silence alone proves nothing: a stream quiet for ``QUIET_PERIODS`` is checked by one
+#: read of what it watches (:func:`stream_is_current`); only a stream the read finds behind
+#: is taken for frozen (a half-open connection), reported silent and renewed.
 BOOKMARK_PERIOD = 60.0
+QUIET_PERIODS = 1.5
+
+
+def _key_and_version(obj: JsonObj) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    key = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+    return key, str(metadata.get("resourceVersion", ""))
+
+
+def delivered_versions(items: Sequence[JsonObj]) -> dict[str, str]:
+    """``namespace/name`` to resourceVersion of each object: what a list or a stream gave."""
+    return dict(_key_and_version(item) for item in items)
+
+
+def stream_is_current(delivered: Mapping[str, str], listed: Sequence[JsonObj]) -> bool:
+    """Whether a quiet stream is merely idle: a list read now has the objects, each at the
+    version, that the list and the stream delivered. Else the stream missed an event."""
+    return delivered_versions(listed) == delivered
 
 
 @dataclass
@@ -113,6 +134,10 @@ class _GoneError(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 
 
+class _FrozenError(Exception):
+    """A quiet stream missed what a read found (a half-open connection): renew it."""
+
+
 @dataclass
 class ListWatch:
     """List, then watch from the list's resourceVersion, forever (until cancelled)."""
@@ -132,8 +157,11 @@ class ListWatch:
     backoff: Backoff = field(default_factory=Backoff)
     _phase: str = "list"
     _listed: bool = False
-    #: Since when (wall clock) the open stream has been silent past 1.5 bookmark periods.
+    #: Since when (wall clock) the stream a read found behind had been quiet, until the
+    #: renewed watch is answered.
     _silent_since: datetime | None = None
+    #: ``namespace/name`` to resourceVersion of what the list and the stream delivered.
+    _delivered: dict[str, str] = field(default_factory=dict)
     outage: Outage = field(init=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +182,10 @@ class ListWatch:
                 await self._watch_once()
                 # The server ended the watch (timeoutSeconds): renew from where we are.
                 self.counters.watch_restart(self.resource, "closed")
+            except _FrozenError as exc:
+                log.warning("watch of %s: %s", self.name or self.resource, exc)
+                self.counters.watch_restart(self.resource, "frozen")
+                self._report_state()
             except _GoneError:
                 log.info("watch of %s expired (410), listing again", self.name or self.resource)
                 self.counters.watch_restart(self.resource, "expired")
@@ -180,7 +212,8 @@ class ListWatch:
         backoff starts over. A quiet watch (the pods of an idle node) delivers no event to
         reset it: its attempts would add up over separate outages, each cut stream waiting
         longer, up to the 30 s cap, blind to the pods meanwhile."""
-        failing = self.outage.since is not None
+        failing = self.outage.since is not None or self._silent_since is not None
+        self._silent_since = None
         self.outage.ended()
         self.backoff.reset()
         if failing or not self._listed:
@@ -195,34 +228,35 @@ class ListWatch:
                 listed=self._listed,
                 watching=self._listed and self.outage.since is None and not silent,
                 failing_since=self.outage.since or self._silent_since,
-                error=self.outage.error or (self._silence(1.5) if silent else None),
+                error=self.outage.error or (self._frozen() if silent else None),
                 silent=silent,
             ),
         )
 
     @staticmethod
-    def _silence(periods: float) -> str:
-        return f"no event or bookmark for {periods * BOOKMARK_PERIOD:g}s"
+    def _frozen() -> str:
+        quiet = QUIET_PERIODS * BOOKMARK_PERIOD
+        return f"no event or bookmark for {quiet:g}s, and a read found changes it missed"
 
     async def _read(self, resp: aiohttp.ClientResponse) -> bytes:
-        """The stream's next bytes (b"" at its end). Silent for 1.5 bookmark periods, the
-        watch is reported silent; for 2, TimeoutError: the stream is renewed."""
-        try:
-            async with asyncio.timeout(1.5 * BOOKMARK_PERIOD):
-                return await resp.content.readany()
-        except TimeoutError:
-            pass
-        self._silent_since = datetime.now(UTC) - timedelta(seconds=1.5 * BOOKMARK_PERIOD)
-        self._report_state()
-        try:
-            async with asyncio.timeout(0.5 * BOOKMARK_PERIOD):
-                chunk = await resp.content.readany()
-        except TimeoutError:
-            raise TimeoutError(f"{self._silence(2)}: a frozen stream, renewed") from None
-        finally:
-            self._silent_since = None
-        self._report_state()
-        return chunk
+        """The stream's next bytes (b"" at its end). Quiet for ``QUIET_PERIODS``, the stream
+        is checked by a read: idle (the read matches what it delivered), it is kept and waited
+        on again; behind, it is frozen: reported silent, and _FrozenError renews it. A read
+        that fails is a failed watch (the outage path)."""
+        while True:
+            try:
+                async with asyncio.timeout(QUIET_PERIODS * BOOKMARK_PERIOD):
+                    return await resp.content.readany()
+            except TimeoutError:
+                pass
+            quiet_since = datetime.now(UTC) - timedelta(seconds=QUIET_PERIODS * BOOKMARK_PERIOD)
+            self._phase = "list"
+            items, _ = await self._list_all()
+            self._phase = "watch"
+            if not stream_is_current(self._delivered, items):
+                self._silent_since = quiet_since
+                raise _FrozenError(f"{self._frozen()}: a frozen stream, renewed")
+            log.debug("watch of %s: quiet, and current by a read", self.name or self.resource)
 
     def _selectors(self) -> dict[str, str]:
         selectors = {"field_selector": self.field_selector}
@@ -231,9 +265,20 @@ class ListWatch:
         return selectors
 
     async def _list(self) -> None:
-        """List in pages of LIST_PAGE (one consistent snapshot: every page is read at the
-        first one's resourceVersion); an expired ``continue`` (410) is a failed list, retried
-        from the first page."""
+        """List, and replace the cache with what the list has; the watch starts from it."""
+        items, resource_version = await self._list_all()
+        try:
+            self.replace(items)
+        except (AttributeError, TypeError) as exc:
+            raise ValueError(f"malformed {self.resource} in list: {exc}") from None
+        self._delivered = delivered_versions(items)
+        self.resource_version = resource_version
+        self._answered()
+
+    async def _list_all(self) -> tuple[list[JsonObj], str]:
+        """The objects and the list's resourceVersion, in pages of LIST_PAGE (one consistent
+        snapshot: every page is read at the first one's resourceVersion); an expired
+        ``continue`` (410) is a failed list, retried from the first page."""
         items: list[JsonObj] = []
         page: dict[str, str] = {}
         while True:
@@ -247,12 +292,9 @@ class ListWatch:
             if not metadata.get("continue"):
                 break
             page = {"_continue": str(metadata["continue"])}
-        try:
-            self.replace(items)
-        except (AttributeError, TypeError) as exc:
-            raise ValueError(f"malformed {self.resource} in list: {exc}") from None
-        self.resource_version = str(metadata.get("resourceVersion", ""))
-        self._answered()
+        if not all(isinstance(item, dict) for item in items):
+            raise ValueError(f"malformed {self.resource} list: an item is not an object")
+        return items, str(metadata.get("resourceVersion", ""))
 
     async def _watch_once(self) -> None:
         # Jitter the server-side timeout so that a fleet of agents does not renew in lockstep.
@@ -264,7 +306,7 @@ class ListWatch:
             resource_version=self.resource_version,
             timeout_seconds=server_timeout,
             _preload_content=False,
-            # A silent stream is renewed by _read, after two bookmark periods.
+            # A frozen stream is renewed by _read (a quiet one found behind by a read).
             _request_timeout=aiohttp.ClientTimeout(
                 total=server_timeout + 30, sock_connect=REQUEST_TIMEOUT
             ),
@@ -302,7 +344,7 @@ class ListWatch:
             if code == 410:
                 raise _GoneError()
             raise StreamError(code, str(status.get("message", "")))
-        # Events and bookmarks (about one a minute from a real server) show the API alive.
+        # Events and bookmarks (at most one a minute from a real server) show the API alive.
         self.counters.api_contact()
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         log.debug("watch of %s: %s at resourceVersion %s", self.name or self.resource, kind, rv)
@@ -318,5 +360,10 @@ class ListWatch:
         except (AttributeError, TypeError) as exc:
             self.resource_version = None
             raise ValueError(f"malformed {self.resource} in watch event: {exc}") from None
+        key, version = _key_and_version(obj)
+        if kind == "DELETED":
+            self._delivered.pop(key, None)
+        else:
+            self._delivered[key] = version
         if rv:
             self.resource_version = str(rv)
