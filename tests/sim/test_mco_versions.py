@@ -251,11 +251,12 @@ async def test_targets_during_the_build(
     no node is drained for the image it runs."""
     # 0.05: each end of the lost race is 2 MCO seconds (0.1 s) away from the node controller.
     # The race won needs the build controller's four writes (two ConfigMaps, the Build, the
-    # pool's BuildPending) before the node controller's sync, 5 MCO seconds (0.25 s) after the
-    # render: on a loaded machine (four test workers) that was once too short, so the won case
-    # gives the node controller 20 (1 s).
-    timings = Timings() if lose_build_race else Timings(node_controller_delay=20.0)
-    async with SimCluster(tmp_path, time_factor=0.05, timings=timings, version=version) as cluster:
+    # pool's BuildPending) before the node controller's sync, 5 MCO seconds after the render:
+    # win_build_races has the node controller wait for the BuildPending (a loaded machine once
+    # took longer than 1 s for the four writes).
+    async with SimCluster(tmp_path, time_factor=0.05, version=version) as cluster:
+        if not lose_build_race:
+            cluster.win_build_races()
         api = cluster.api
         rv = api.resource_version
         rendered = await cluster.create_machine_config(

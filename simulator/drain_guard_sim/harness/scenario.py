@@ -46,6 +46,7 @@ from drain_guard_sim.actors.mco import (
     McoVersion,
     Timings,
     annotations_of,
+    condition_true,
     read_json,
 )
 from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
@@ -417,6 +418,7 @@ class Scenario(abc.ABC):
         self.initial_image = INITIAL_IMAGE
         self.drain: DrainController | None = None
         self.builder: MachineOSBuilder | None = None
+        self.node_controller: NodeController | None = None
         self._racing = False
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -447,7 +449,8 @@ class Scenario(abc.ABC):
             *await self._server_actors(),
         ]
         if self.with_node_controller:
-            self.actors.append(NodeController(mcc, tl, t, pool=self.pool, version=v))
+            self.node_controller = NodeController(mcc, tl, t, pool=self.pool, version=v)
+            self.actors.append(self.node_controller)
         for actor in self.actors:
             await actor.start()
         for name in self.node_names:
@@ -624,6 +627,27 @@ class Scenario(abc.ABC):
         if not self.version.gates_on_build:
             self.builder.pending_after = self._until_targeted
         self._label_after_each_machine_config(margin)
+
+    def win_build_races(self) -> None:
+        """Arrange the order of a race won for every MachineConfig created from now on.
+
+        MCO 4.15's node controller syncs 5 s after the render, the build controller marks the
+        build pending after four writes begun in its handler of the render: here the node
+        controller skips each sync in which its pool still says BuildSuccess of an earlier
+        build, and syncs on the BuildPending write's event instead, however long the four
+        writes take on a loaded machine.
+        """
+        assert self.node_controller is not None, "start the cluster (with its node controller)"
+        self.node_controller.may_sync = self._build_of_target_marked
+
+    def _build_of_target_marked(self, pool: JsonObj) -> bool:
+        """Whether ``pool`` is past its target's BuildPending: building, failed, or built
+        (its last finished build is the target's), or at its initial config."""
+        target = ((pool.get("spec") or {}).get("configuration") or {}).get("name")
+        if target == self.initial_config or not condition_true(pool, "BuildSuccess"):
+            return True
+        result = self.build_result()
+        return result is not None and result.name == f"build-{target}"
 
     @abc.abstractmethod
     def _label_after_each_machine_config(self, margin: float) -> None:
