@@ -42,6 +42,9 @@ class FaultPlayer:
         self.fired: Counter[str] = Counter()
         self.impaired: dict[str, list[Interval]] = {}
         self.rollouts = 0
+        #: The agents' writes to their own Node that a refusal burst refused: each a decision
+        #: (hold, release, clean-up) the agent made, which the write log does not show.
+        self.refused_decisions = 0
         #: When the scheduled actions are over (monotonic): a burst not armed by then is not.
         self.schedule_end = 0.0
 
@@ -193,13 +196,15 @@ class FaultPlayer:
             await api.wait_for(lambda: rule.fired, max(0.0, self.schedule_end - armed))
         await self._lift([rule], self.max_hold + 2.0 if rule.fired else 0.0, action)
         refused = [
-            started
-            for started, user, verb, resource, _, answer in api.request_log
+            (started, path)
+            for started, user, verb, resource, path, answer in api.request_log
             if started >= armed
             and (user, verb, resource, answer) == (agent, "patch", "nodes", status)
         ]
+        # Not its self-check's dry-run write to another Node (an agent restarted in the burst).
+        self.refused_decisions += sum(path == f"/api/v1/nodes/{node}" for _, path in refused)
         if refused:
-            self.impair([node], min(refused), max(refused))
+            self.impair([node], min(refused)[0], max(refused)[0])
 
     async def _lift(self, rules: list[Any], seconds: float, action: Action) -> None:
         await asyncio.sleep(seconds)

@@ -45,6 +45,8 @@ class ChaosReport:
     timelines: dict[str, str] = field(default_factory=dict)
     #: Requests the fault rules of each kind hit (a rule may never fire: no write came).
     fired: Counter[str] = field(default_factory=Counter)
+    #: The agents' writes to their own Node that refusal bursts refused (decisions made).
+    refused_decisions: int = 0
 
     @property
     def ok(self) -> bool:
@@ -144,6 +146,7 @@ class _Run:
             checked=checked,
             faults=self.player.faults,
             fired=self.player.fired,
+            refused_decisions=self.player.refused_decisions,
             events=self.events,
             settled=settled,
             crashes=self.fleet.crashes(),
