@@ -164,5 +164,13 @@ async def test_a_frozen_watch_whose_node_does_not_change_is_idle_and_kept(
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
     assert not [s for s, _ in counters.node_states if s.silent or not s.synced][1:]
+    confirmed = [s.idle_confirmed_at for s, _ in counters.node_states if s.idle_confirmed_at]
+    assert len(confirmed) >= 3, counters.node_states
+    assert confirmed == sorted(confirmed)
+    assert (
+        counters.watch(Watched.NODE)
+        .to_text(datetime.now(UTC))
+        .startswith("synced (idle, confirmed by a read at ")
+    )
     assert counters.restarts == []
     assert _ready(counters) == (True, "")

@@ -137,6 +137,7 @@ def test_json_keys_and_times() -> None:
         "failingSince": None,
         "error": None,
         "silent": False,
+        "idleConfirmedAt": None,
     }
     for key in ("since", "expiresAt", "lastApiContact", "startedAt", "generatedAt"):
         assert RFC3339.fullmatch(doc[key]), key
@@ -253,6 +254,7 @@ def test_an_outage_is_not_synced_with_a_stale_contact_time() -> None:
         "failingSince": "2026-03-01T11:57:55Z",
         "error": "503 unavailable",
         "silent": False,
+        "idleConfirmedAt": None,
     }
     assert doc["lastApiContact"] == "2026-03-01T11:57:00Z"
     assert (

@@ -57,3 +57,18 @@ def test_a_group_of_one_reports_its_watch_as_it_is() -> None:
     health, group = _group(1)
     group.member(0).watch_state(Watched.POD, FAILING)
     assert health.watch(Watched.POD) == FAILING
+
+
+def test_a_group_is_idle_confirmed_only_when_each_member_is() -> None:
+    """Since the earliest confirmation; a member that delivers again makes the group not idle."""
+    early, late = datetime(2026, 3, 1, 12, tzinfo=UTC), datetime(2026, 3, 1, 12, 1, tzinfo=UTC)
+    idle = [
+        WatchStatus(listed=True, watching=True, idle_confirmed_at=early),
+        WatchStatus(listed=True, watching=True, idle_confirmed_at=late),
+    ]
+    assert WatchStatus.of_all(idle).idle_confirmed_at == early
+    assert WatchStatus.of_all([*idle, WatchStatus(listed=True, watching=True)]).synced
+    assert WatchStatus.of_all([*idle, WatchStatus(listed=True, watching=True)]) == WatchStatus(
+        listed=True, watching=True
+    )
+    assert WatchStatus.from_json(WatchStatus.of_all(idle).to_json()).idle_confirmed_at == early

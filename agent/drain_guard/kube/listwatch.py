@@ -160,6 +160,8 @@ class ListWatch:
     #: Since when (wall clock) the stream a read found behind had been quiet, until the
     #: renewed watch is answered.
     _silent_since: datetime | None = None
+    #: When a read last found the quiet stream current; None once it delivers again.
+    _idle_confirmed_at: datetime | None = None
     #: ``namespace/name`` to resourceVersion of what the list and the stream delivered.
     _delivered: dict[str, str] = field(default_factory=dict)
     outage: Outage = field(init=False)
@@ -212,11 +214,16 @@ class ListWatch:
         backoff starts over. A quiet watch (the pods of an idle node) delivers no event to
         reset it: its attempts would add up over separate outages, each cut stream waiting
         longer, up to the 30 s cap, blind to the pods meanwhile."""
-        failing = self.outage.since is not None or self._silent_since is not None
+        was_current = (
+            self.outage.since is None
+            and self._silent_since is None
+            and self._idle_confirmed_at is None
+        )
         self._silent_since = None
+        self._idle_confirmed_at = None
         self.outage.ended()
         self.backoff.reset()
-        if failing or not self._listed:
+        if not was_current or not self._listed:
             self._listed = True
             self._report_state()
 
@@ -230,6 +237,7 @@ class ListWatch:
                 failing_since=self.outage.since or self._silent_since,
                 error=self.outage.error or (self._frozen() if silent else None),
                 silent=silent,
+                idle_confirmed_at=self._idle_confirmed_at,
             ),
         )
 
@@ -246,9 +254,14 @@ class ListWatch:
         while True:
             try:
                 async with asyncio.timeout(QUIET_PERIODS * BOOKMARK_PERIOD):
-                    return await resp.content.readany()
+                    chunk = await resp.content.readany()
             except TimeoutError:
                 pass
+            else:
+                if self._idle_confirmed_at is not None:
+                    self._idle_confirmed_at = None
+                    self._report_state()
+                return chunk
             quiet_since = datetime.now(UTC) - timedelta(seconds=QUIET_PERIODS * BOOKMARK_PERIOD)
             self._phase = "list"
             items, _ = await self._list_all()
@@ -257,6 +270,8 @@ class ListWatch:
                 self._silent_since = quiet_since
                 raise _FrozenError(f"{self._frozen()}: a frozen stream, renewed")
             log.debug("watch of %s: quiet, and current by a read", self.name or self.resource)
+            self._idle_confirmed_at = datetime.now(UTC)
+            self._report_state()
 
     def _selectors(self) -> dict[str, str]:
         selectors = {"field_selector": self.field_selector}
