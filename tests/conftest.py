@@ -85,11 +85,12 @@ def control_plane_1_31(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Con
     yield from _control_plane(tmp_path_factory, "1.31")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def control_plane_quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """A control plane of its own whose etcd keeps its default progress-notify interval
-    (10 minutes, not kubeadm's 5 s): an idle resource's watch cache stays where it is, and a
-    watch of it gets no bookmark. Its own so that no other test's writes move it on."""
+    """A control plane whose etcd keeps its default progress-notify interval (10 minutes, not
+    kubeadm's 5 s): an idle resource's watch cache stays where it is, and a watch of it gets
+    no bookmark. Apart from ``control_plane``, whose tests' writes would move it on; only
+    tests/controlplane/test_quiet_watch.py uses it, each test watching from its own list."""
     yield from _control_plane(tmp_path_factory, progress_notify_interval="10m")
 
 

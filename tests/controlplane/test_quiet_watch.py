@@ -26,7 +26,8 @@ from pathlib import Path
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
 from drain_guard_sim.harness.controlplane import AUDITED_GROUP, ControlPlane
-from tests.controlplane.helpers import api_client
+from tests.conformance.client import Client, JsonObj
+from tests.controlplane.helpers import api_client, unique
 from tests.controlplane.nodes import add_build_pod, create_worker, shared_namespace, until
 from tests.controlplane.test_watch_renewal import Request, agent_requests
 from tests.helpers import IMAGE_A, MCO_NS, WAIT, reap
@@ -41,6 +42,41 @@ SHORT_PERIOD_AGENT = (
     f" lw.BOOKMARK_PERIOD = {PERIOD};"
     " runpy.run_module('drain_guard', run_name='__main__', alter_sys=True)",
 )
+
+
+#: Seconds a bookmark watch runs: its bookmark is due 2 s before the end, past etcd's 5 s.
+WATCH_SECONDS = "12"
+
+
+async def _watch_after_a_write_elsewhere(plane: ControlPlane) -> list[JsonObj]:
+    """Every event of a watch of a node's pods (none: the node has none) from their list's
+    resourceVersion, while a ConfigMap written after the list moves etcd's revision on but
+    not the pods' watch cache: only an etcd progress notification brings it there."""
+    async with Client(plane.admin_kubeconfig) as admin:
+        selector = f"spec.nodeName={unique('podless')}"
+        listed = await admin.ok("GET", "/api/v1/pods", params={"fieldSelector": selector})
+        config_map = {"metadata": {"name": unique("elsewhere")}}
+        await admin.ok("POST", "/api/v1/namespaces/default/configmaps", config_map)
+        watch = admin.watch(
+            "/api/v1/pods",
+            fieldSelector=selector,
+            resourceVersion=str(listed["metadata"]["resourceVersion"]),
+            allowWatchBookmarks="true",
+            timeoutSeconds=WATCH_SECONDS,
+        )
+        return [event async for event in watch]
+
+
+async def test_without_progress_notifications_an_idle_watch_gets_no_bookmark(
+    control_plane: ControlPlane, control_plane_quiet: ControlPlane
+) -> None:
+    """The premise: on the kubeadm-like plane (5 s) the bookmark before the deadline comes;
+    on the quiet plane (etcd's default, 10 minutes) the same watch ends without one."""
+    with_notifications = await _watch_after_a_write_elsewhere(control_plane)
+    # One or two: the cache schedules it in one-second buckets (tests/conformance).
+    assert with_notifications, "no bookmark with etcd's progress notifications"
+    assert {e["type"] for e in with_notifications} == {"BOOKMARK"}
+    assert await _watch_after_a_write_elsewhere(control_plane_quiet) == []
 
 
 #: Checks of each quiet watch to see before the test ends: each one 1.5 periods of silence.
