@@ -7,6 +7,7 @@ timeline, not from the actors' own bookkeeping.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from drain_guard_sim.actors.mco import (
@@ -117,6 +118,13 @@ async def test_seed_drain_evicts_build_pod_and_fails_build(tmp_path: Path) -> No
             ),
             timeout=10,
         )
+
+        # The build controller logs the failure after its status write returns, which the
+        # wait for the build above already saw: on a loaded machine the line comes later.
+        async with asyncio.timeout(10):
+            await cluster.timeline.wait_for(
+                lambda e: e.actor == "build-controller" and "Error (BuildPodDeleted)" in e.message
+            )
 
         # The seed's log lines, in the seed's order.
         wanted = [
