@@ -25,6 +25,9 @@ async def test_chaos(chaos_seed: int, tmp_path: Path) -> None:
     config = ChaosConfig(seed=chaos_seed)
     report = await run_chaos(config, tmp_path)
     _judge(report)
+    # Settled means every node reached the last rollout's config, not the one before it.
+    if report.settled:
+        assert set(report.current_configs.values()) == {report.final_config}, report.events[-3:]
     # The run did what it is for: requests came, and agents decided on them. On 4.15 they
     # held some, or wrote to their Node and were refused: a refusal burst is armed at a drain
     # request, and on a loaded machine it may outlast every request a seed's agents would

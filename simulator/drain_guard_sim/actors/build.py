@@ -83,6 +83,12 @@ def build_digest(build_name: str) -> str:
     return "sha256:" + hashlib.sha256(f"ocb:{build_name}".encode()).hexdigest()
 
 
+def built_image(config: str) -> str:
+    """The image a successful build of ``config`` has its pool name: whoever waits for a
+    rollout of ``config`` knows the image its nodes must end on before the build is done."""
+    return f"{OCB_IMAGE_REPO}@{build_digest(f'build-{config}')}"
+
+
 def _conditions(**status: bool) -> list[JsonObj]:
     reasons = {
         "BuildPending": "BuildPending",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, TypedDict, TypeVar
 
-from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController
+from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController, built_image
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.actors.mcd import NodeMachine, UpdateRecord
@@ -673,12 +673,18 @@ class Scenario(abc.ABC):
         assert result is not None
         return result
 
-    def rollout_done(self) -> bool:
+    def rollout_done(self, config: str | None = None) -> bool:
+        """Whether every worker runs the pool's target and image, Done and uncordoned: with
+        ``config``, that target and its build's image. Without it, any target but the
+        initial one does, which after a second rollout may be the one before it (the pool
+        names a new MachineConfig's render a moment after the MachineConfig is created)."""
         pool = self._pool()
         if pool is None:
             return False
         target = pool["spec"]["configuration"]["name"]
         image = annotations_of(pool).get(POOL_IMAGE)
+        if config is not None and (target != config or image != built_image(config)):
+            return False
         if target == self.initial_config or image == self.initial_image:
             return False
         nodes = {n["metadata"]["name"]: n for n in self._nodes()}
@@ -693,9 +699,14 @@ class Scenario(abc.ABC):
                 return False
         return True
 
-    async def wait_rollout_done(self, timeout: float) -> None:  # noqa: ASYNC109
-        """Wait until every worker runs the new config and image, Done and uncordoned."""
-        await self.wait_for(self.rollout_done, timeout)
+    async def wait_rollout_done(
+        self,
+        timeout: float,  # noqa: ASYNC109
+        config: str | None = None,
+    ) -> None:
+        """Wait until every worker runs the new config (``config``) and image, Done and
+        uncordoned."""
+        await self.wait_for(lambda: self.rollout_done(config), timeout)
 
     @abc.abstractmethod
     def _nodes(self) -> list[JsonObj]:

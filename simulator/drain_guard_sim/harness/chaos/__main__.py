@@ -27,6 +27,7 @@ def _summary(reports: Sequence[ChaosReport]) -> dict[str, Any]:
         "seeds": len(reports),
         "failed_seeds": [r.seed for r in reports if not r.ok],
         "stalled_seeds": [r.seed for r in reports if r.stalled],
+        "stalled_by_mco": {r.seed: r.stalled_by_mco for r in reports if r.stalled_by_mco},
         "violations": sum(len(r.checked.violations) for r in reports),
         "actions_by_kind": dict(sorted(faults.items())),
         "requests_hit_by_kind": dict(

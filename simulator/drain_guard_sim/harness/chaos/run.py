@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard_sim.actors.mco import (
+    CURRENT_CONFIG,
     DESIRED_DRAIN,
     LAST_APPLIED_DRAIN,
     STATE,
@@ -23,7 +24,7 @@ from drain_guard_sim.actors.mco import (
 from drain_guard_sim.harness.chaos.agents import AgentFleet
 from drain_guard_sim.harness.chaos.faults import FaultPlayer
 from drain_guard_sim.harness.chaos.schedule import Action, ChaosConfig, make_schedule
-from drain_guard_sim.harness.chaos.verdict import check_run, node_timeline, pool_state
+from drain_guard_sim.harness.chaos.verdict import check_run, mco_stall, node_timeline, pool_state
 from drain_guard_sim.harness.checker import Checked
 from drain_guard_sim.harness.cluster import SimCluster
 
@@ -47,12 +48,18 @@ class ChaosReport:
     fired: Counter[str] = field(default_factory=Counter)
     #: The agents' writes to their own Node that refusal bursts refused (decisions made).
     refused_decisions: int = 0
+    #: Why MCO itself stopped the last rollout (``verdict.mco_stall``): no failure then.
+    stalled_by_mco: str | None = None
+    #: The config the last rollout renders, and each node's current config at the end.
+    final_config: str = ""
+    current_configs: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """No violation, no crash, and the last rollout completed (every request got
-        through in the end). A run that did not come to rest says so first in its text."""
-        return self.checked.ok and not self.crashes and self.settled
+        through in the end) or MCO itself stopped it. A run that did not come to rest says
+        so first in its text."""
+        return self.checked.ok and not self.crashes and (self.settled or bool(self.stalled_by_mco))
 
     @property
     def stalled(self) -> bool:
@@ -63,7 +70,9 @@ class ChaosReport:
         state = "stalled" if self.checked.ok and not self.crashes else "FAILED"
         rerun = f"pytest tests/chaos --chaos-seed={self.seed}"
         out = [f"chaos seed {self.seed} {state} (rerun: {rerun})"]
-        if not self.settled:
+        if self.stalled_by_mco:
+            out.append(f"MCO stopped the last rollout, not the agents: {self.stalled_by_mco}")
+        elif not self.settled:
             out.append("the cluster did not come to rest after the faults stopped")
         out.extend(f"agent crashed: {c}" for c in self.crashes)
         out.extend(f"violation: {v}" for v in self.checked.violations)
@@ -91,6 +100,8 @@ class _Run:
             seed=config.seed,
         )
         self.events: list[tuple[float, str | None, str]] = []
+        self.stalled_by_mco: str | None = None
+        self.final_config = ""
         self.tasks: set[asyncio.Task[Any]] = set()
         faults: Counter[str] = Counter()
         self.fleet = AgentFleet(self.cluster, workdir, config, faults, self.note, self.spawn)
@@ -130,6 +141,10 @@ class _Run:
                 await self.player.act(action)
             settled = await self.settle()
             end = time.monotonic()
+            current_configs = {
+                n: annotations_of(cluster.api.get("nodes", n)).get(CURRENT_CONFIG)
+                for n in self.nodes
+            }
             checked = check_run(
                 cluster, self.config, self.fleet.history, self.player.impaired, end, settled
             )
@@ -149,6 +164,9 @@ class _Run:
             refused_decisions=self.player.refused_decisions,
             events=self.events,
             settled=settled,
+            stalled_by_mco=self.stalled_by_mco,
+            final_config=self.final_config,
+            current_configs=current_configs,
             crashes=self.fleet.crashes(),
             agent_starts=len(self.fleet.history),
             writes=len(cluster.api.write_log),
@@ -165,7 +183,10 @@ class _Run:
         return report
 
     async def settle(self) -> bool:
-        """Faults off, every agent up, tasks done; then one last rollout must complete."""
+        """Faults off, every agent up, tasks done; then one last rollout must complete: the
+        pool's target must be the config it renders, and every node on it and its build's
+        image (the pool names the render a moment after the MachineConfig is created, so
+        its target before then is the previous rollout's, which every node may have)."""
         self.cluster.api.faults.clear()
         self.cluster.reboot_hooks.remove(self.fleet.on_reboot)  # no more agent restarts either
         if self.cluster.drain is not None:
@@ -182,12 +203,14 @@ class _Run:
         # drained, which a real scheduler would not.
         with contextlib.suppress(TimeoutError):
             await self.cluster.api.wait_for(self._quiet, 30.0)
-        config = await self.player.rollout()
+        config = self.final_config = await self.player.rollout()
         self.note(None, f"final rollout: MachineConfig renders {config}")
         try:
-            await self.cluster.wait_rollout_done(self.config.settle_timeout)
+            await self.cluster.wait_rollout_done(self.config.settle_timeout, config)
         except TimeoutError:
-            self.note(None, "the final rollout did not complete")
+            self.stalled_by_mco = mco_stall(self.cluster.api, self.nodes, config)
+            why = self.stalled_by_mco or "nothing MCO does explains it"
+            self.note(None, f"the final rollout did not complete: {why}")
             return False
         self.note(None, "final rollout complete")
         return True

@@ -14,7 +14,9 @@ from drain_guard_sim.actors.mco import (
     MCD_USER,
     MCO_NAMESPACE,
     annotations_of,
+    condition_true,
 )
+from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess, agent_user
 from drain_guard_sim.harness.chaos.faults import RECOVERY
 from drain_guard_sim.harness.chaos.schedule import ChaosConfig
@@ -90,6 +92,27 @@ def pool_state(cluster: SimCluster) -> str:
         f"pool spec {pool['spec']['configuration']['name'][-12:]} "
         f"status {(status.get('configuration') or {}).get('name', '')[-12:]} "
         f"conditions {conditions} builds {builds}"
+    )
+
+
+def mco_stall(api: SimApiServer, nodes: Sequence[str], config: str) -> str | None:
+    """Why MCO itself ends the final rollout of ``config`` short, as evidence; None when
+    nothing MCO does explains the stall. The one such cause is a failed build of ``config``:
+    the node controller rolls no node out to it, and MCO 4.15 to 4.18 start no new build by
+    themselves (docs/mco-versions.md, "What ends a noop-image hold"). It is MCO's only when
+    no node's drain request is pending or held: nothing the agents do could move it then."""
+    pool = api.get("machineconfigpools", "worker")
+    if pool["spec"]["configuration"]["name"] != config or not condition_true(pool, "BuildFailed"):
+        return None
+    drains = {}
+    for node in nodes:
+        ann = annotations_of(api.get("nodes", node))
+        if ann.get(DESIRED_DRAIN) != ann.get(LAST_APPLIED_DRAIN):
+            return None
+        drains[node] = ann.get(DESIRED_DRAIN)
+    return (
+        f"the pool's target {config} has BuildFailed (MCO starts no new build by itself) "
+        f"and every drain request is answered: {drains}"
     )
 
 
