@@ -1,0 +1,150 @@
+"""What every guard shares (pure: no I/O): what it looks at (``NodeView``), what it says (a
+``Verdict``: ``Block``, ``Unknown`` or ``Clear``, with its evidence) and the ``Guard`` protocol.
+
+``drain_guard.decide`` turns the verdicts and the Node's annotations into a ``Decision``
+(``drain_guard.decisions``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, TypeVar
+
+from drain_guard.alerts import AlertsSeen
+from drain_guard.pods import Pod
+from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
+
+# --- what the guards look at --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BootedImage:
+    """The image the host booted; ``digest`` None means unknown, ``error`` says why."""
+
+    digest: str | None
+    reference: str | None
+    source: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """Everything ``decide()`` needs, as read by the controller at one moment."""
+
+    name: str
+    annotations: Mapping[str, str]
+    #: None: the pod watch has not synced yet.
+    pods: tuple[Pod, ...] | None
+    booted: BootedImage
+    now: datetime
+    #: The Node's ``metadata.resourceVersion``: pinned by a patch when ``lastAppliedDrain``
+    #: is absent (JSON Patch cannot test that a key is absent).
+    resource_version: str
+    #: The alert query's latest answer (None: alert gating is off).
+    alerts: AlertsSeen | None = None
+    #: The Node's labels (``drain-guard.io/block-drains``).
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: The node's pods in the blocking-pod namespaces that the pod watch does not cover (a
+    #: watch of their own in each); None: one of those watches has not listed yet.
+    blocking_pods: tuple[Pod, ...] | None = ()
+    #: The hold this agent knows on the Node (its memory): when the Node's ``held-since``
+    #: turns unreadable, the hold keeps the age it had rather than starting again.
+    known_hold: HoldRecord | None = None
+    #: The Node's ``spec.unschedulable`` (cordoned): MCO's node controller gives a cordoned
+    #: node no new target, so a ``noop-image`` hold there could not save its drain.
+    unschedulable: bool = False
+
+
+# --- verdicts -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuildPodsSeen:
+    """The build-pod guard's evidence: the build pods running on the node."""
+
+    pods: tuple[Pod, ...]
+
+
+@dataclass(frozen=True)
+class ImageCompared:
+    """The no-op guard's evidence: desiredImage's digest (None: no image, no digest, or
+    unreadable) and whether it is the booted one (None: the guard cannot know)."""
+
+    desired_digest: str | None
+    equal: bool | None
+
+
+#: What a guard saw, for ``/status`` and the metrics; the decision reads only the verdict, and
+#: two verdicts that say the same are equal whatever their evidence.
+Evidence = BuildPodsSeen | ImageCompared
+
+
+#: How much of a malformed value ``InvalidInput`` repeats (logs and /status stay small).
+MAX_INVALID_BYTES = 256
+
+
+@dataclass(frozen=True)
+class InvalidInput:
+    """Malformed input, ignored: ``kind`` as ``drain_guard_invalid_input_total`` counts it,
+    ``what`` names the annotation and its value, ``why`` says what is wrong with it."""
+
+    kind: str
+    what: str
+    why: str
+
+    @classmethod
+    def of(cls, kind: str, key: str, value: str, why: str) -> InvalidInput:
+        what = f"{key}={truncate_utf8(repr(value), MAX_INVALID_BYTES)}"
+        return cls(kind, what, truncate_utf8(" ".join(why.split()), MAX_INVALID_BYTES))
+
+
+@dataclass(frozen=True)
+class Block:
+    """The guard blocks the drain."""
+
+    reason: Reason
+    detail: str
+    evidence: Evidence | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The guard cannot decide yet (its data is not there): do not let a held drain go."""
+
+    reason: Reason
+    detail: str
+    evidence: Evidence | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Clear:
+    """The guard does not block; ``detail`` says why, for the status."""
+
+    reason: Reason
+    detail: str
+    #: The guard could not compare and abstained (never hold on a guess).
+    abstained: bool = False
+    #: The guard's input was malformed: reported and counted, never held on.
+    invalid: InvalidInput | None = None
+    evidence: Evidence | None = field(default=None, compare=False)
+
+
+Verdict = Block | Unknown | Clear
+
+_E = TypeVar("_E", BuildPodsSeen, ImageCompared)
+
+
+def evidence(verdicts: Sequence[Verdict], kind: type[_E]) -> _E | None:
+    """The first evidence of ``kind`` among the verdicts, if a guard gave one."""
+    return next((v.evidence for v in verdicts if isinstance(v.evidence, kind)), None)
+
+
+class Guard(Protocol):
+    """A small object that says whether a drain of this node should wait."""
+
+    @property
+    def reason(self) -> Reason: ...
+
+    def check(self, view: NodeView) -> Verdict: ...

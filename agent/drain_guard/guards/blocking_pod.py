@@ -1,0 +1,35 @@
+"""The blocking-pod guard: a pod the operator declared blocking runs on the node (pure: no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from drain_guard.guards.base import Block, Clear, NodeView, Unknown, Verdict
+from drain_guard.pods import running_blocking_pods
+from drain_guard.protocol import Reason
+from drain_guard.selectors import BuildPodSelector
+
+
+class BlockingPodGuard:
+    """Blocks while a pod the operator declared blocking (``--blocking-pod-selector``) runs on
+    the node, in a namespace opted in with ``--blocking-pod-namespace``: a drain would evict
+    it. Separate from the build-pod guard: no shield budget follows these pods (a budget
+    the agent keeps on any pod an opted-in tenant labels would outlive the agent's bounds)."""
+
+    reason = Reason.BLOCKING_POD
+
+    def __init__(self, selectors: Sequence[BuildPodSelector], namespaces: Iterable[str]) -> None:
+        if not selectors:
+            raise ValueError("the blocking-pod guard needs at least one selector")
+        self.selectors = tuple(selectors)
+        self.namespaces = frozenset(namespaces)
+
+    def check(self, view: NodeView) -> Verdict:
+        if view.pods is None or view.blocking_pods is None:
+            return Unknown(self.reason, "pods on the node are not synced yet")
+        pods = {p.key: p for p in (*view.pods, *view.blocking_pods)}.values()
+        found = running_blocking_pods(pods, self.selectors, self.namespaces)
+        if not found:
+            return Clear(self.reason, "no blocking pod runs on the node")
+        names = ", ".join(sorted(p.key for p in found))
+        return Block(self.reason, f"blocking pod{'s' if len(found) > 1 else ''} {names}")

@@ -1,0 +1,19 @@
+"""The node-label guard: the Node carries ``drain-guard.io/block-drains`` (pure: no I/O)."""
+
+from __future__ import annotations
+
+from drain_guard.guards.base import Block, Clear, NodeView, Verdict
+from drain_guard.protocol import BLOCK_DRAINS_LABEL, Reason
+
+
+class NodeLabelGuard:
+    """Blocks while the Node carries the label ``drain-guard.io/block-drains`` (any value: an
+    operator's note), set with ``oc label node``; the agent only reads it."""
+
+    reason = Reason.NODE_LABEL
+
+    def check(self, view: NodeView) -> Verdict:
+        value = view.labels.get(BLOCK_DRAINS_LABEL)
+        if value is None:
+            return Clear(self.reason, f"no {BLOCK_DRAINS_LABEL} label")
+        return Block(self.reason, f"node label {BLOCK_DRAINS_LABEL}={value}")

@@ -1,0 +1,53 @@
+"""The noop-image guard: a drain for the image the node already booted is pointless (pure:
+no I/O)."""
+
+from __future__ import annotations
+
+from drain_guard.guards.base import Block, Clear, ImageCompared, InvalidInput, NodeView, Verdict
+from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.protocol import DESIRED_IMAGE, Reason
+
+
+class NoopImageGuard:
+    """Blocks a drain for a layered update to the image the node already booted, while the
+    node is schedulable: only then can the node controller send it the newer image."""
+
+    reason = Reason.NOOP_IMAGE
+
+    def check(self, view: NodeView) -> Verdict:
+        desired = view.annotations.get(DESIRED_IMAGE)
+        if not desired:
+            return Clear(
+                self.reason,
+                "node is not layered (no desiredImage)",
+                evidence=ImageCompared(None, False),
+            )
+        unknown = ImageCompared(None, None)
+        try:
+            digest = digest_of(desired)
+        except ImageRefError as err:
+            why = f"desiredImage unreadable: {err}"
+            bad = InvalidInput.of("image_ref", DESIRED_IMAGE, desired, str(err))
+            return Clear(self.reason, why, abstained=True, invalid=bad, evidence=unknown)
+        if digest is None:
+            why = f"desiredImage {desired} has no digest"
+            return Clear(self.reason, why, abstained=True, evidence=unknown)
+        if view.booted.digest is None:
+            why = f"booted image unknown ({view.booted.source}: {view.booted.error or 'no digest'})"
+            return Clear(self.reason, why, abstained=True, evidence=ImageCompared(digest, None))
+        if digest == view.booted.digest:
+            why = f"desiredImage is the booted image {_short(digest)}"
+            if view.unschedulable:
+                # MCO's node controller skips unschedulable nodes when it picks whom to give a
+                # new target (every version, docs/mco-versions.md): no newer image can reach
+                # this node while it is cordoned, so a hold would only delay the same drain
+                # until max-hold, with the node cordoned and its pool waiting.
+                why += "; not held: the node is cordoned, and a cordoned node gets no new image"
+                return Clear(self.reason, why, evidence=ImageCompared(digest, True))
+            return Block(self.reason, why, ImageCompared(digest, True))
+        why = f"desiredImage {_short(digest)} differs from booted {_short(view.booted.digest)}"
+        return Clear(self.reason, why, evidence=ImageCompared(digest, False))
+
+
+def _short(digest: str) -> str:
+    return digest[: len("sha256:") + 12]
