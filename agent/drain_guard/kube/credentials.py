@@ -87,6 +87,23 @@ async def _auth_headers(cfg: k8s.Configuration) -> dict[str, str]:
     return {a["key"]: a["value"] for a in settings.values() if a["in"] == "header" and a["value"]}
 
 
+def _ignore_environment(rest_client: Any) -> None:
+    """Give the library's REST client a session that does not read the environment.
+
+    The library builds its session with ``trust_env=True``: aiohttp then reads ``~/.netrc`` in
+    a thread and looks the proxy variables up in another, on every request (two thread hops,
+    about a quarter of a hold, docs/benchmarks.md). The agent takes its proxy, if it needs
+    one, from its kubeconfig (``proxy-url``, which the library passes on each request), never
+    from ``HTTPS_PROXY``: what the agent talks to is what its credentials say. The new session
+    takes over the library's connector (its pool and TLS context) as it is.
+    """
+    built = rest_client.pool_manager
+    rest_client.pool_manager = aiohttp.ClientSession(
+        connector=built.connector, trust_env=False, read_bufsize=2**21
+    )
+    built.detach()
+
+
 class ApiClient(k8s.ApiClient):
     """The library's ApiClient, reading its credentials again when the API server answers 401.
 
@@ -109,6 +126,7 @@ class ApiClient(k8s.ApiClient):
         counters: Counters,
     ) -> None:
         super().__init__(configuration=cfg)
+        _ignore_environment(self.rest_client)
         self.user_agent = f"drain-guard/{__version__}"
         self.kubeconfig = kubeconfig
         self.source = source
@@ -182,6 +200,7 @@ class ApiClient(k8s.ApiClient):
             if self._retired is not None:
                 asyncio.get_running_loop().create_task(self._retired.close())
             self._retired, self.rest_client = self.rest_client, type(self.rest_client)(cfg)
+            _ignore_environment(self.rest_client)
             self._tls = tls
         self._generation += 1
 
