@@ -113,5 +113,6 @@ async def test_a_proxy_url_in_the_kubeconfig_is_used(
         node = await kube.get_node(NODE)
     finally:
         await kube.close()
-    assert node is not None and node.name == NODE
+    assert node is not None
+    assert node.name == NODE
     assert proxy.forwarded == [f"GET {api.url}/api/v1/nodes/{NODE}"]
