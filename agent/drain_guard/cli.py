@@ -42,12 +42,14 @@ KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line on stderr (exit 2), no usage dump.
+    """argparse that reports a usage error as one line on stderr (exit 2), no usage dump, and
+    takes no abbreviation of a flag (``--node`` is not ``--node-name``: a typo is an error).
 
     The agent's log is what an operator sees of a bad manifest; one line reads best there.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         # A negative duration (--max-hold -5m) is a value, refused as such, not a missing one.
         self._negative_number_matcher = re.compile(r"^-\d[\w.]*$")
@@ -56,13 +58,27 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class SubcommandParser(OneLineParser):
+    """A subcommand's parser: it refuses a flag it does not know itself, so the error names
+    the subcommand (``drain-guard run: error: ...``); argparse would hand the flag up to the
+    top parser, whose error names ``drain-guard`` alone."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="drain-guard",
         description="Hold OpenShift MCO drain requests while a drain would be harmful or useless.",
     )
     parser.add_argument("--version", action="version", version=f"drain-guard {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=SubcommandParser)
 
     run = sub.add_parser("run", help="run the agent for one node")
     add_run_arguments(run)
@@ -272,7 +288,8 @@ def _demo(argv: Sequence[str]) -> int:
         )
         return EXIT_USAGE
     # The demo's agents hold as long as the agent's default, scaled like every MCO duration:
-    # passed in (before the user's flags, which win), so there is no second copy of it.
+    # passed in as the default of the demo's --agent-max-hold, so there is no second copy of
+    # it; the simulator's demo then names itself drain-guard demo in its help and errors.
     max_hold = f"{default_max_hold().total_seconds():g}"
-    demo = [sys.executable, "-m", "drain_guard_sim", "demo", "--agent-max-hold", max_hold]
+    demo = [sys.executable, "-m", "drain_guard_sim", "--as-drain-guard-demo", max_hold]
     os.execv(sys.executable, [*demo, *argv])

@@ -18,6 +18,7 @@ from drain_guard.config.agent import settings_from
 from drain_guard.config.values import SettingsError
 from drain_guard.decide import stale_keys
 from drain_guard.nodes import NodeObj
+from drain_guard_sim.__main__ import build_drain_guard_demo_parser
 
 HELD = {
     protocol.DESIRED_DRAIN: "hold-drain-rendered-worker-1",
@@ -142,7 +143,8 @@ def test_demo_hands_the_agents_own_max_hold_default_to_the_simulator(
     monkeypatch: pytest.MonkeyPatch, no_env: None
 ) -> None:
     """One place for the default: the demo's agents get it from ``drain-guard run``'s own
-    table, passed before the user's flags (which win), never a copy in the simulator."""
+    table, handed over as the default of the demo's --agent-max-hold (a user's flag wins),
+    never a copy in the simulator."""
     handed: list[str] = []
 
     def execv(path: str, argv: list[str]) -> None:
@@ -151,15 +153,11 @@ def test_demo_hands_the_agents_own_max_hold_default_to_the_simulator(
     monkeypatch.setattr("os.execv", execv)
     main(["demo", "--nodes", "2"])
     run = settings_from(build_parser().parse_args(["run", "--node-name", "n"]), {})
-    assert handed[1:] == [
-        "-m",
-        "drain_guard_sim",
-        "demo",
-        "--agent-max-hold",
-        f"{run.max_hold.total_seconds():g}",
-        "--nodes",
-        "2",
-    ]
+    assert handed[1:4] == ["-m", "drain_guard_sim", "--as-drain-guard-demo"]
+    assert handed[5:] == ["--nodes", "2"]
+    demo_parser = build_drain_guard_demo_parser(float(handed[4]))
+    assert demo_parser.parse_args(handed[5:]).agent_max_hold == run.max_hold.total_seconds()
+    assert demo_parser.parse_args(["--agent-max-hold", "5"]).agent_max_hold == 5
 
 
 def test_the_simulators_demo_without_the_agents_max_hold_is_a_usage_error() -> None:

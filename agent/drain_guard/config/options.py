@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...]) 
     for opt in options:
         dest = opt.flag.removeprefix("--").replace("-", "_")
         default_text = f" (default: {opt.default})" if opt.default is not None else ""
-        helptext = f"{opt.help}{default_text} [env {opt.env}]"
+        # The tables hold plain text: a "%" (as in "±10 %") is not argparse's format.
+        helptext = f"{opt.help}{default_text} [env {opt.env}]".replace("%", "%%")
         if opt.boolean and opt.default is None:  # a switch: present means true
             parser.add_argument(
                 opt.flag, dest=dest, action="store_true", default=None, help=helptext

@@ -60,7 +60,9 @@ KEY_LINES = (
 )
 
 
-def configure_parser(parser: argparse.ArgumentParser) -> None:
+def configure_parser(parser: argparse.ArgumentParser, agent_max_hold: float | None = None) -> None:
+    """The demo's flags; ``agent_max_hold``, when the caller knows it (``drain-guard demo``
+    does: the agent's own default), is the default of ``--agent-max-hold``, else required."""
     parser.add_argument("--nodes", type=int, default=3, help="worker nodes (default: 3)")
     parser.add_argument(
         "--api",
@@ -90,15 +92,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "before PR 4484), 4.16 (4.16 from then, 4.17), 4.18-early (4.18 before the "
         "on-cluster-layering backport), 4.18 (its latest z-stream, 4.19); docs/mco-versions.md",
     )
-    parser.add_argument(
-        "--agent-max-hold",
-        type=float,
-        required=True,
-        metavar="SECONDS",
-        help="the agents' --max-hold in MCO seconds, scaled by --time-factor like every MCO"
-        " duration; drain-guard demo passes the agent's own default (the simulator does not"
-        " import the agent, so it keeps no copy of it)",
+    max_hold_help = (
+        "the agents' --max-hold in MCO seconds, scaled by --time-factor like every MCO duration"
     )
+    if agent_max_hold is None:
+        parser.add_argument(
+            "--agent-max-hold",
+            type=float,
+            required=True,
+            metavar="SECONDS",
+            help=f"{max_hold_help}; drain-guard demo passes the agent's own default (the"
+            " simulator does not import the agent, so it keeps no copy of it)",
+        )
+    else:
+        parser.add_argument(
+            "--agent-max-hold",
+            type=float,
+            default=agent_max_hold,
+            metavar="SECONDS",
+            help=f"{max_hold_help} (default: the agent's own, %(default)g)",
+        )
     parser.add_argument("--workdir", type=Path, help="keep host trees and logs here")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="give up after this many seconds per run"
