@@ -36,7 +36,12 @@ from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import shield_namespaces
 from drain_guard.snapshot import decided, nothing_decided
-from drain_guard.status import AgentStatus, AlertsStatus, WouldHoldStatus
+from drain_guard.status import (
+    AgentStatus,
+    AlertsStatus,
+    ReleaseFailingStatus,
+    WouldHoldStatus,
+)
 
 log = logging.getLogger("drain_guard.controller")
 
@@ -150,6 +155,10 @@ class Controller:
         self._written: tuple[str, NodeObj] | None = None
         # --observe-only: the last request that would have been held (counted once).
         self._would_hold: str | None = None
+        # The release this pass is writing, and the one that has failed since (escalated in
+        # /status, a metric and an alert: a hold must not outlive max-hold for want of it).
+        self._releasing: decisions.Release | None = None
+        self._release_failing: ReleaseFailingStatus | None = None
 
     # StatusSource -------------------------------------------------------------------------
 
@@ -159,6 +168,7 @@ class Controller:
             generated_at=self.clock.now(),
             watches={r: self.counters.watch(r) for r in (Watched.NODE, Watched.POD)},
             last_api_contact=self.counters.last_contact,
+            release_failing=self._release_failing,
             shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
@@ -218,11 +228,14 @@ class Controller:
                 if not self.cache.synced:
                     continue  # invariant 7: no decision before both watches listed
                 self._pass_started = self.clock.monotonic()
+                self._releasing = None
                 try:
                     recheck = await self.step()
                     retry.reset()
                     outage.ended()
+                    self._release_landed()
                 except Exception as exc:  # one failed pass never ends the loop
+                    self._release_failed(exc)
                     # An API error, refused writes, or ours (an OSError out of descriptors):
                     # logged once per run, counted, and retried on a timer of its own, so that
                     # every timer (retry, max-hold, hold-request expiry) outlives the failure.
@@ -245,6 +258,48 @@ class Controller:
                     self._pass_started = None
         finally:
             self._running = False
+
+    def _release_failed(self, exc: Exception) -> None:
+        """The pass failed while writing a release: it is retried with the pass, and from the
+        first failure on, /status and ``drain_guard_release_failing_since_timestamp_seconds``
+        say so (``DrainGuardReleaseFailing`` fires after 2 minutes)."""
+        release = self._releasing
+        if release is None:
+            return
+        failing = self._release_failing
+        if failing is None or failing.request != release.original:
+            failing = ReleaseFailingStatus(
+                release.original, release.outcome.value, self.clock.now(), 0, ""
+            )
+            self.metrics.set_release_failing(failing.since)
+            log.warning(
+                "release of %s (%s) failed; retried until it lands: %s",
+                release.original,
+                release.outcome.value,
+                exc,
+                extra={"fields": {"node": self.settings.node_name, "request": release.original}},
+            )
+        self._release_failing = replace(
+            failing,
+            outcome=release.outcome.value,
+            attempts=failing.attempts + 1,
+            error=str(exc) or type(exc).__name__,
+        )
+
+    def _release_landed(self) -> None:
+        """A pass succeeded: the failing release landed, or is no longer needed."""
+        failing = self._release_failing
+        if failing is None:
+            return
+        self._release_failing = None
+        self.metrics.set_release_failing(None)
+        log.warning(
+            "release of %s no longer failing after %d failed attempts since %s",
+            failing.request,
+            failing.attempts,
+            protocol.format_rfc3339(failing.since),
+            extra={"fields": {"node": self.settings.node_name, "request": failing.request}},
+        )
 
     def _report_synced(self) -> None:
         for resource, synced in (("node", self.cache.node_synced), ("pod", self.cache.pods_synced)):
@@ -306,6 +361,7 @@ class Controller:
                 # The one place that chooses between writing and reporting a decision.
                 self._report(decision, node, view)
                 return decision.recheck_at
+            self._releasing = decision if isinstance(decision, decisions.Release) else None
             result = await self.kube.patch_node_json(node.name, decision.patch)
             if isinstance(result, Applied):
                 self._written = (node.resource_version, result.node)

@@ -284,6 +284,12 @@ class Metrics(BaseMetrics):
             "Unix time the current hold began (held-since on the Node); 0 when no hold.",
             registry=r,
         )
+        self.release_failing_since_timestamp_seconds = Gauge(
+            PREFIX + "release_failing_since_timestamp_seconds",
+            "Unix time the agent's first failed attempt to release the current hold was made"
+            " (the release is retried until it lands); 0 while no release is failing.",
+            registry=r,
+        )
         self.pool_rollout_held = Gauge(
             PREFIX + "pool_rollout_held",
             "1 while this node holds a drain of its MachineConfigPool's rollout (the pool waits"
@@ -455,6 +461,10 @@ class Metrics(BaseMetrics):
         for reason in REASONS:
             self.hold_active.labels(reason=reason).set(0)
         self.hold_started_timestamp_seconds.set(0)
+
+    def set_release_failing(self, since: datetime | None) -> None:
+        """A release the agent decided has failed since ``since`` (None: none is failing)."""
+        self.release_failing_since_timestamp_seconds.set(0 if since is None else since.timestamp())
 
     def set_pool_held(self, pool: str | None, held: bool) -> None:
         """Whether this node's hold stalls ``pool``'s rollout; the node's series moves with its

@@ -154,6 +154,44 @@ class BootedImageStatus:
 
 
 @dataclass(frozen=True)
+class ReleaseFailingStatus:
+    """A release the agent decided and could not write yet: retried until it lands, and
+    alerted on (``DrainGuardReleaseFailing``) long before the MCD's one-hour drain timeout."""
+
+    request: str
+    outcome: str
+    since: datetime
+    attempts: int
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "request": self.request,
+            "outcome": self.outcome,
+            "since": format_rfc3339(self.since),
+            "attempts": self.attempts,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReleaseFailingStatus:
+        return cls(
+            str(data["request"]),
+            str(data["outcome"]),
+            _required(data["since"]),
+            int(data["attempts"]),
+            str(data["error"]),
+        )
+
+    def text(self, now: datetime) -> str:
+        return (
+            f"{printable(self.request)} ({self.outcome}) failing since"
+            f" {format_rfc3339(self.since)} ({format_duration(now - self.since)},"
+            f" {self.attempts} attempts): {printable(self.error)}"
+        )
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     """A snapshot of one agent's view and decision."""
 
@@ -196,6 +234,8 @@ class AgentStatus:
     pool: str | None = None  # the MachineConfigPool whose rollout the node is in (pool_of)
     #: Who released the drain request in desiredDrain by hand (drain-guard.io/released-by).
     released_by: str | None = None
+    #: A release decided and not written yet (its writes fail); None when none is pending.
+    release_failing: ReleaseFailingStatus | None = None
 
     def __post_init__(self) -> None:
         if self.decision not in DECISIONS:
@@ -269,6 +309,9 @@ class AgentStatus:
             else self.last_would_hold.to_json(),
             "pool": self.pool,
             "releasedBy": self.released_by,
+            "releaseFailing": None
+            if self.release_failing is None
+            else self.release_failing.to_json(),
             "version": self.version,
             "startedAt": format_rfc3339_or_none(self.started_at),
             "generatedAt": format_rfc3339_or_none(self.generated_at),
@@ -329,6 +372,9 @@ class AgentStatus:
             else WouldHoldStatus.from_json(data["lastWouldHold"]),
             pool=data.get("pool"),
             released_by=data.get("releasedBy"),
+            release_failing=None
+            if data.get("releaseFailing") is None
+            else ReleaseFailingStatus.from_json(data["releaseFailing"]),
             version=data["version"],
             started_at=_required(data["startedAt"]),
             generated_at=_required(data["generatedAt"]),
@@ -352,6 +398,8 @@ class AgentStatus:
                 )
         elif self.desired_drain is not None:
             lines.append(f"  desiredDrain:  {printable(self.desired_drain)}")
+        if self.release_failing is not None:
+            lines.append(f"  RELEASE FAILING: {self.release_failing.text(now)}")
         for reason in self.hold_reasons:
             lines.append(f"  reason:        {reason.reason}: {printable(reason.detail)}")
         for condition in self.releases_when:

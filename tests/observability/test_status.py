@@ -34,6 +34,7 @@ from drain_guard.status import (
     HoldReasonStatus,
     InvalidInputStatus,
     PodStatus,
+    ReleaseFailingStatus,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -114,6 +115,7 @@ def test_json_keys_and_times() -> None:
         "lastWouldHold",
         "pool",
         "releasedBy",
+        "releaseFailing",
         "version",
         "startedAt",
         "generatedAt",
@@ -569,3 +571,29 @@ def test_the_pool_is_read_from_the_rendered_configs_name(
 ) -> None:
     assert protocol.pool_of(annotations) == pool
     assert _status(annotations, ()).pool == pool
+
+
+def test_a_failing_release_is_shown_read_back_and_printed() -> None:
+    """Issue 35: a release the agent cannot write is escalated, not only retried."""
+    failing = ReleaseFailingStatus(
+        "drain-rendered-worker-5620",
+        "expired",
+        datetime(2026, 3, 1, 12, 30, tzinfo=UTC),
+        7,
+        "500 failed calling webhook",
+    )
+    status = replace(held(), release_failing=failing)
+    doc = status.to_json()
+    assert doc["releaseFailing"] == {
+        "request": "drain-rendered-worker-5620",
+        "outcome": "expired",
+        "since": "2026-03-01T12:30:00Z",
+        "attempts": 7,
+        "error": "500 failed calling webhook",
+    }
+    assert AgentStatus.from_json(doc) == status
+    assert held().to_json()["releaseFailing"] is None
+    assert (
+        "  RELEASE FAILING: drain-rendered-worker-5620 (expired) failing since"
+        " 2026-03-01T12:30:00Z (" in status.to_text()
+    )

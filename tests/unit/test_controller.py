@@ -25,6 +25,7 @@ from drain_guard import host, protocol
 from drain_guard.config.agent import add_run_arguments, settings_from
 from drain_guard.controller import Controller
 from drain_guard.health import Health
+from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import Metrics
@@ -646,3 +647,41 @@ async def test_a_hold_past_max_hold_is_released_after_refused_writes_with_no_eve
     assert env.kube.refused == 7
     assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
     assert env.value("drain_guard_releases_total", outcome="expired") == 1
+
+
+async def test_a_release_that_cannot_be_written_is_retried_and_escalated_until_it_lands(
+    env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a release the API server does not commit (a webhook refusing it, etcd
+    down) was only retried: nothing told an operator before the MCD's hour ran out. Now the
+    first failure sets /status's releaseFailing and its metric, each retry counts an attempt,
+    and the release landing clears both."""
+    await _hold_b(env)
+    env.kube.landed.clear()
+    env.clock.advance(MAX_HOLD.total_seconds())
+    real_patch = env.kube.patch_node_json
+    seen: list[tuple[int, float]] = []
+
+    async def patch(name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
+        failing = env.controller.status().release_failing
+        gauge = env.value("drain_guard_release_failing_since_timestamp_seconds")
+        seen.append((0 if failing is None else failing.attempts, gauge))
+        if len(seen) <= 3:
+            raise KubeError(500, 'failed calling webhook "release.drain-guard.io": timeout')
+        return await real_patch(name, ops)
+
+    monkeypatch.setattr(env.kube, "patch_node_json", patch)
+    failed_at = env.clock.now().timestamp()
+    await _run_until_landed(env)
+    assert seen == [(0, 0.0), (1, failed_at), (2, failed_at), (3, failed_at)]
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="expired") == 1
+    assert env.controller.status().release_failing is None
+    assert env.value("drain_guard_release_failing_since_timestamp_seconds") == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "drain_guard.controller"]
+    assert [line for line in lines if line.startswith("release of ")] == [
+        f"release of {DRAIN_B} (expired) failed; retried until it lands: 500 failed calling"
+        ' webhook "release.drain-guard.io": timeout',
+        f"release of {DRAIN_B} no longer failing after 3 failed attempts since"
+        f" {protocol.format_rfc3339(env.clock.now())}",
+    ]

@@ -67,3 +67,32 @@ def test_a_new_kind_of_failure_and_a_lasting_one_are_logged(
     assert "; still: watch failed: " in warnings[2]
     assert warnings[3].startswith("watch of node: API reachable again after ")
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 3
+
+
+def test_a_failing_or_refusing_admission_webhook_is_named_not_the_api(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 35: behind a slow webhook the log said "API unreachable"; the API server was
+    answering, and said which webhook failed."""
+    timed_out = KubeError(
+        500,
+        'Internal error occurred: failed calling webhook "agents.drain-guard.io": failed to'
+        ' call webhook: Post "https://127.0.0.1:1/validate": context deadline exceeded',
+    )
+    denied = KubeError(403, 'admission webhook "agents.drain-guard.io" denied the request: no')
+    for error, words in (
+        (timed_out, ("failing", "answering again")),
+        (denied, ("refusing it", "accepting it again")),
+    ):
+        caplog.clear()
+        outage = Outage("decisions on node w", logging.getLogger("test.outage"), clock=Clock())
+        with caplog.at_level(logging.WARNING, "test.outage"):
+            outage.failed("node write", error, 1.0)
+            outage.ended()
+        began, ended = _warnings(caplog)
+        assert began.startswith(
+            f"decisions on node w: admission webhook agents.drain-guard.io {words[0]} since "
+        ), began
+        assert ended.startswith(
+            f"decisions on node w: admission webhook agents.drain-guard.io {words[1]} after "
+        ), ended

@@ -22,10 +22,17 @@ from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.nodes import NodeObj
 
-#: A Node write hung this long is given up and retried on a fresh connection (the loop's
-#: backoff: 0.25-0.5 s), all within 3 s: the drain controller acts 2-5 s after a request. The
-#: retry is safe: the write's ``test`` operations refuse it if the first one landed meanwhile.
-NODE_WRITE_TIMEOUT = 2.0
+#: The longest an admission webhook may take on a Node write of the agent: the
+#: ``timeoutSeconds`` of the openshift-4.15 overlay's entries (a test holds them to it).
+ADMISSION_TIMEOUT = 5.0
+#: A Node write unanswered this long is given up and retried on a fresh connection (the
+#: loop's backoff). It must outlast every admission hop: kube-apiserver cancels a request
+#: its client abandoned, webhook call and all, so a client that gave up before the webhook's
+#: own timeout would never see the ``failurePolicy`` apply (a release behind a hung webhook
+#: never landed with 2 s, issue 35). 3 s more than the webhook's bound cover the server's own
+#: work around it (etcd's write, the webhook's connection). The retry is safe: the write's
+#: ``test`` operations refuse it if the first one landed meanwhile.
+NODE_WRITE_TIMEOUT = ADMISSION_TIMEOUT + 3.0
 JSON_PATCH = "application/json-patch+json"
 #: MCO's MachineConfigPools: group, version, plural.
 POOLS = ("machineconfiguration.openshift.io", "v1", "machineconfigpools")

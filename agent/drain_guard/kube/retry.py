@@ -38,6 +38,14 @@ class Backoff:
 #: While a run of failures lasts, a WARNING says so again this often (seconds).
 OUTAGE_REMINDER = 300.0
 _ERROR_TYPE = re.compile(r"\b(\w*(?:Error|Exception|Timeout)\w*):")
+#: How kube-apiserver names an admission webhook that failed or denied a request.
+_WEBHOOK = re.compile(r'(?:failed calling|admission) webhook \\?"([^"\\]+)\\?"')
+
+
+def webhook_of(why: str) -> str | None:
+    """The admission webhook the API server blames for a failed request, if it names one."""
+    found = _WEBHOOK.search(why)
+    return found.group(1) if found else None
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -99,8 +107,16 @@ class Outage:
         if self.count is not None:
             self.count()
         kind, at = failure_kind(exc), self.clock()
+        webhook = webhook_of(why)
         if ours:
             words = ("failing", "working again")
+        elif webhook is not None:
+            # Admission is what fails, not the API server: say which webhook (issue 35).
+            named = f"admission webhook {webhook}"
+            if 400 <= status < 500:
+                words = (f"{named} refusing it", f"{named} accepting it again")
+            else:
+                words = (f"{named} failing", f"{named} answering again")
         elif status == 0 or status >= 500:
             words = ("API unreachable", "API reachable again")
         else:

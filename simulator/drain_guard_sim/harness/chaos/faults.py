@@ -133,14 +133,16 @@ class FaultPlayer:
             self.spawn(self._refuse_from_next_request(action))
         elif action.kind == "hang-write":
             # Only the node's agent's Node writes, as a webhook's outage. Given up by the
-            # agent after its 2 s write timeout, and retried.
+            # agent after its 8 s write timeout (drain_guard.kube.client.NODE_WRITE_TIMEOUT:
+            # the simulator does not import the agent), and retried.
             assert node is not None
             rule = api.faults.latency(
                 30.0, user=agent_user(node), verb="patch", resource="nodes", times=1
             )
-            self.impair([node], now, now + 3.0)
+            hung_for = 9.0
+            self.impair([node], now, now + hung_for)
             self.note(node, f"fault on: {action}")
-            self.spawn(self._lift([rule], 3.0, action))
+            self.spawn(self._lift([rule], hung_for, action))
         elif action.kind == "edge-date":
             assert node is not None
             value = str(action.param("value"))
