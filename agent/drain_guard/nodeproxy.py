@@ -23,6 +23,7 @@ import pwd
 import socket
 import struct
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 
 from aiohttp import ClientError, web
@@ -44,10 +45,20 @@ MAX_BODY = 64 * 1024
 #: Events created through the proxy, remembered for their aggregation (drain_guard.events
 #: keeps 64 keys).
 EVENTS_REMEMBERED = 256
-#: A watch stays open up to its timeoutSeconds (about 5 minutes) plus the agent's slack.
-WATCH_TIMEOUT = 15 * 60
+#: A watch stays open up to its timeoutSeconds (the agent's: 15 minutes ±10 %) plus this slack;
+#: one that gives none, or more than an hour, up to the hour kube-apiserver gives it at most.
+WATCH_SLACK = 60
+LONGEST_WATCH = 3600
 PASSED_HEADERS = ("Accept", "Content-Type")
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def _watch_timeout(query: Mapping[str, str]) -> int:
+    """How long a watch's upstream request may stay open: its own ``timeoutSeconds`` and some
+    slack, at most an hour and the slack."""
+    asked = query.get("timeoutSeconds", "")
+    seconds = int(asked) if asked.isdigit() else LONGEST_WATCH
+    return min(seconds, LONGEST_WATCH) + WATCH_SLACK
 
 
 def _uid(user: str) -> int:
@@ -129,7 +140,7 @@ class NodeProxy:
                 headers=headers,
                 body=document,
                 _preload_content=False,
-                _request_timeout=WATCH_TIMEOUT if watch else REQUEST_TIMEOUT,
+                _request_timeout=_watch_timeout(request.query) if watch else REQUEST_TIMEOUT,
             )
         except (ClientError, TimeoutError) as exc:
             why = describe(exc, REQUEST_TIMEOUT)

@@ -10,10 +10,12 @@
 - The agent must be confined to its own Node: a server-side dry-run write to another Node
   (authorization and admission run, nothing is stored) must be denied, and so must a dry-run
   TokenRequest for another service account (``default/default``): an identity that may mint
-  tokens for other accounts (a node's may, for its pods') can become them. Checked at start
-  and again every ``CONFINEMENT_INTERVAL`` (a role granted later, an admission policy or
-  webhook removed, is seen). The result is the metric ``drain_guard_confined`` and
-  ``confinement`` in ``/status``.
+  tokens for other accounts (a node's may, for its pods') can become them. Checked at start,
+  again whenever the client takes up other credentials (they may be another identity's), and
+  every ``--confinement-check-interval`` (an hour: a role granted later, an admission policy
+  or webhook removed, is seen within it; more often would double the agent's requests at
+  rest). The Node written to is listed once and written to again while it exists. The
+  result is the metric ``drain_guard_confined`` and ``confinement`` in ``/status``.
 
 Transient API failures (transport, 429, 5xx) are retried with backoff; nothing else is.
 """
@@ -21,6 +23,7 @@ Transient API failures (transport, 429, 5xx) are retried with backoff; nothing e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -180,34 +183,46 @@ def combined(node: Confinement, token: Confinement) -> Confinement:
     return Confinement(confined, f"{node.detail}; {token.detail}")
 
 
-async def check_confinement(kube: Kube, node_name: str) -> Confinement:
+async def check_confinement(
+    kube: Kube, node_name: str, probed: str | None = None
+) -> tuple[Confinement, str | None]:
     """Dry-run a write to another Node with the credentials Node writes use; expect 403. With
-    the node's own credentials, dry-run it with the agent's own account as well: 403 again."""
+    the node's own credentials, dry-run it with the agent's own account as well: 403 again.
+
+    ``probed`` is the Node the last check wrote to: written to again without listing, unless
+    it is gone (404). Returns the result and the Node written to, for the next check."""
     what = "confinement self-check"
-    try:
-        other = await _answered(what, lambda: kube.other_node(node_name))
-    except KubeError as exc:
-        if exc.status != 403:
-            return Confinement(None, f"cannot list Nodes to pick one to test against: {exc}")
-        # Through the systemd install's node proxy on Kubernetes 1.32+, the node identity
-        # reads its own Node only (AuthorizeNodeWithSelectors): probe a name that is not it.
-        other = f"{node_name}-{PROBE_SUFFIX}"
+    other = probed
     if other is None:
-        return Confinement(None, "no other Node to test against (a single-node cluster)")
+        try:
+            other = await _answered(what, lambda: kube.other_node(node_name))
+        except KubeError as exc:
+            if exc.status != 403:
+                return Confinement(
+                    None, f"cannot list Nodes to pick one to test against: {exc}"
+                ), None
+            # Through the systemd install's node proxy on Kubernetes 1.32+, the node identity
+            # reads its own Node only (AuthorizeNodeWithSelectors): probe a name that is not it.
+            other = f"{node_name}-{PROBE_SUFFIX}"
+    if other is None:
+        return Confinement(None, "no other Node to test against (a single-node cluster)"), None
+    target = other
     probe = {"metadata": {"annotations": {PROBE_ANNOTATION: node_name}}}
     try:
-        await _answered(what, lambda: kube.dry_run_patch_node(other, probe))
+        await _answered(what, lambda: kube.dry_run_patch_node(target, probe))
     except KubeError as exc:
+        if exc.status == 404 and probed is not None:  # gone since: pick another
+            return await check_confinement(kube, node_name)
         if exc.status != 403:
-            return Confinement(None, f"the dry-run write to Node {other} failed: {exc}")
-        denied = f"a dry-run write to Node {other} was denied: {exc.reason}"
+            return Confinement(None, f"the dry-run write to Node {target} failed: {exc}"), None
+        denied = f"a dry-run write to Node {target} was denied: {exc.reason}"
     else:
         return Confinement(
             False,
-            f"a dry-run write to Node {other} was allowed: this agent can write every Node"
+            f"a dry-run write to Node {target} was allowed: this agent can write every Node"
             " (docs/install.md, Confinement)",
-        )
-    return Confinement(True, denied)
+        ), target
+    return Confinement(True, denied), target
 
 
 async def report_confinement(
@@ -217,11 +232,14 @@ async def report_confinement(
     record: Callable[[Confinement], None],
     interval: float,
 ) -> None:
-    """Run the confinement checks, at start and every ``interval``, and report each result:
+    """Run the confinement checks at start, again when the client has taken up other
+    credentials (``kube.renewed``) or ``interval`` has passed, and report each result:
     ``record`` (for /status) and the metric always, the log line when it changes."""
     last: Confinement | None = None
+    probed: str | None = None
     while True:
-        result = combined(await check_confinement(kube, node_name), await check_token_request(kube))
+        node, probed = await check_confinement(kube, node_name, probed)
+        result = combined(node, await check_token_request(kube))
         record(result)
         metrics.set_confined(result.confined)
         if result != last:
@@ -231,4 +249,7 @@ async def report_confinement(
             else:
                 log.warning("confinement self-check: %s", result.detail, extra={"fields": fields})
         last = result
-        await asyncio.sleep(interval)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(interval):
+                await kube.renewed.wait()
+        kube.renewed.clear()

@@ -206,3 +206,29 @@ async def test_in_a_pod_the_renewed_service_account_token_is_read_again_on_every
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
             await kube.close()
+
+
+async def test_other_credentials_are_checked_for_confinement_at_once(
+    api: SimApiServer, host: HostFS, tmp_path: Path, agents: list[AgentProcess]
+) -> None:
+    """Issue 36: the confinement self-check runs once an hour, and again as soon as the agent
+    takes up other credentials (another token may be another identity's rights)."""
+    api.create("nodes", worker_node("worker-1", CONFIG_A, IMAGE_A))
+    kubeconfig, token_file = _kubeconfig(api, tmp_path, "token-file")
+    agent = await spawn(NODE, kubeconfig, host, started=agents)
+    first = await agent.wait_log(lambda r: "confinement self-check" in str(r["message"]))
+    assert first["confined"] is False  # the simulator authorizes everything
+
+    def own_node_only(
+        group: str, resource: str, verb: str, namespace: str | None, name: str | None
+    ) -> bool:
+        if resource == "serviceaccounts/token":
+            return False
+        return not (resource == "nodes" and verb == "patch" and name != NODE)
+
+    api.restrict(AGENT_USER, own_node_only)  # granted to the new token: no check sees it yet
+    _renew(api, kubeconfig, token_file)
+    api.cut_watches(user=AGENT_USER)  # 401, read again: renewed
+    checked = await agent.wait_log(lambda r: r.get("confined") is True)
+    assert "a dry-run write to Node worker-1 was denied" in checked["message"]
+    assert await metric(agent, "drain_guard_confined") == 1

@@ -15,6 +15,7 @@ from tests.helpers import (
     AGENT_POD,
     AGENT_USER,
     NODE,
+    WAIT,
     StartAgent,
     add_own_daemonset,
     confinement,
@@ -144,6 +145,41 @@ async def test_the_confinement_check_runs_again_and_sees_a_change(
     assert status == 200
     assert json.loads(body)["confinement"]["confined"] is True
     assert await metric(agent, "drain_guard_confined") == 1
+
+
+def _agent_requests(api: SimApiServer, verb: str, path: str) -> list[int]:
+    """The statuses of the agent's ``verb`` requests to ``path``, in order."""
+    return [
+        status
+        for _, user, seen_verb, _, seen_path, status in api.request_log
+        if user == AGENT_USER and seen_verb == verb and seen_path == path
+    ]
+
+
+async def _until_requests(api: SimApiServer, verb: str, path: str, count: int) -> None:
+    """Until the agent has sent ``count`` ``verb`` requests to ``path``."""
+    await api.wait_for(lambda: len(_agent_requests(api, verb, path)) >= count, timeout=WAIT)
+
+
+async def test_the_confinement_check_lists_nodes_again_only_when_its_node_is_gone(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Issue 36: each check listed Nodes to find one to write to, a third of its requests.
+    The Node listed first is written to again while it exists; once deleted (404), another
+    is listed and written to."""
+    api.create("nodes", {"metadata": {"name": "worker-1"}})
+    agent = await start_agent("--confinement-check-interval", "50ms")
+    await _until_requests(api, "patch", "/api/v1/nodes/worker-1", 1)
+    lists = len(_agent_requests(api, "list", "/api/v1/nodes"))
+    await _until_requests(api, "patch", "/api/v1/nodes/worker-1", 5)
+    assert len(_agent_requests(api, "list", "/api/v1/nodes")) == lists
+
+    api.delete("nodes", "worker-1")
+    api.create("nodes", {"metadata": {"name": "worker-2"}})
+    await _until_requests(api, "patch", "/api/v1/nodes/worker-2", 5)
+    assert _agent_requests(api, "patch", "/api/v1/nodes/worker-1")[-1] == 404
+    assert len(_agent_requests(api, "list", "/api/v1/nodes")) == lists + 1
+    assert (await confinement(agent))["confined"] is False
 
 
 def _unreachable_kubeconfig(api: SimApiServer, path: Path) -> Path:

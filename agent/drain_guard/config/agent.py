@@ -68,8 +68,8 @@ class Settings:
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
-    watch_timeout: timedelta = timedelta(minutes=10)
-    confinement_check_interval: timedelta = timedelta(minutes=10)
+    watch_timeout: timedelta = timedelta(minutes=15)
+    confinement_check_interval: timedelta = timedelta(hours=1)
     observe_only: bool = False
     pod_name: str | None = None
     api_socket: str | None = None

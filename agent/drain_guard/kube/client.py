@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -17,7 +18,7 @@ from drain_guard.kube.call import (
     call_api_within,
 )
 from drain_guard.kube.counters import Counters, NullCounters
-from drain_guard.kube.credentials import load_api_client, load_socket_client
+from drain_guard.kube.credentials import ApiClient, load_api_client, load_socket_client
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.nodes import NodeObj
@@ -72,6 +73,8 @@ class Kube:
         self.policy = k8s.PolicyV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
         self.counters: Counters = counters or NullCounters()
+        #: Set when the client takes up other credentials (a 401 read them again).
+        self.renewed = api.renewed if isinstance(api, ApiClient) else asyncio.Event()
 
     @classmethod
     async def connect(

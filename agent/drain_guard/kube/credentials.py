@@ -134,6 +134,8 @@ class ApiClient(k8s.ApiClient):
         self.counters = counters
         self._tls = _tls_material(cfg)
         self._generation = 0  # one more each time other credentials are taken up
+        #: Set each time other credentials are taken up (the confinement self-check runs again).
+        self.renewed = asyncio.Event()
         self._reading = asyncio.Lock()
         self._refused = False
         # The connection pool before the last certificate change: closed at the next one, when
@@ -203,6 +205,7 @@ class ApiClient(k8s.ApiClient):
             _ignore_environment(self.rest_client)
             self._tls = tls
         self._generation += 1
+        self.renewed.set()
 
     def _answered(self, refused: bool) -> None:
         """Log, and show, the change between refused and accepted credentials, once each."""

@@ -617,6 +617,7 @@ class SimApiServer:
             return self._error(errors.internal_error(f"{type(err).__name__}: {err}"))
         finally:
             self.request_log.append((started, user_name, verb, resource, path, status))
+            self.store.notify()
 
     # --- resources ---
 

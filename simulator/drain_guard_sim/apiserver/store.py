@@ -325,10 +325,11 @@ class Store:
             after=copy.deepcopy(after),
         )
         self.write_log.append(record)
-        self._notify()
+        self.notify()
         return record
 
-    def _notify(self) -> None:
+    def notify(self) -> None:
+        """Wake every :meth:`wait_for` to look again (a write, or a request the server logged)."""
         waiters, self._waiters = self._waiters, []
         for fut in waiters:
             if not fut.done():
@@ -820,7 +821,8 @@ class Store:
         predicate: Callable[[], T],
         timeout: float = 10.0,  # noqa: ASYNC109
     ) -> T:
-        """Wait until ``predicate()`` is truthy, re-checking after every write (no polling)."""
+        """Wait until ``predicate()`` is truthy, re-checking after every write and every logged
+        request (no polling)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
