@@ -153,8 +153,10 @@ class Controller:
         # (the watch's resourceVersion then, the Node as the API returned it), used until
         # the watch delivers something newer.
         self._written: tuple[str, NodeObj] | None = None
-        # --observe-only: the last request that would have been held (counted once).
+        # --observe-only: the last request that would have been held, and the reasons it was
+        # counted under (each once, one it gained later too).
         self._would_hold: str | None = None
+        self._would_counted: frozenset[str] = frozenset()
         # The release this pass is writing, and the one that has failed since (escalated in
         # /status, a metric and an alert: a hold must not outlive max-hold for want of it).
         self._releasing: decisions.Release | None = None
@@ -418,14 +420,18 @@ class Controller:
         """--observe-only: what would have been written, in the log, /status and metrics.
 
         Nothing is written, so the Node keeps the request and every pass decides the same
-        hold again: a request is counted once, the first time it would have been held.
+        hold again: a request is counted once under each of its reasons, the first time it
+        would have been held for it.
         """
         written = decision.hold_written
         hold = written if written is not None and written.starts else None
         reasons = () if hold is None else tuple(b.reason.value for b in hold.blocks)
-        if hold is not None and hold.request != self._would_hold:
-            self._would_hold = hold.request
-            self.metrics.count_would_hold(reasons)
+        if hold is not None:
+            if hold.request != self._would_hold:
+                self._would_hold, self._would_counted = hold.request, frozenset()
+            gained = [r for r in reasons if r not in self._would_counted]
+            self._would_counted |= set(gained)
+            self.metrics.count_would_hold(gained)
         self._settle(decision, node, view)
         last = self._status.last_would_hold
         if hold is not None and (last is None or last.request != hold.request):

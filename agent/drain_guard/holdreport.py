@@ -80,6 +80,7 @@ class HoldReport:
                 if isinstance(t, holds.Began):
                     self.metrics.hold_committed(t.reasons, t.since, t.reaction_seconds)
                 else:
+                    self.metrics.count_hold_reasons(t.gained)
                     self.metrics.set_hold(t.reasons, t.since)
                 self.events.drain_held(t.request, t.reasons, t.detail)
                 if pool is not None and not self.observe_only:

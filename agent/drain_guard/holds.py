@@ -62,6 +62,9 @@ class Memory:
     request_seen_at: float = 0.0
     #: False until the first Node was seen: the request found at start is not new to anyone.
     observed: bool = False
+    #: The reasons the current hold was counted under (``drain_guard_holds_total``): a hold
+    #: counts once under each of its reasons, a reason gained later too, none twice.
+    counted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -98,12 +101,18 @@ class Found:
 @dataclass(frozen=True)
 class Resumed(_Holding):
     """The MCD wrote the held request again (it restarted) and the agent held it again: the
-    same hold, with its age; not a new hold and not an end."""
+    same hold, with its age; not a new hold and not an end. ``gained``: its reasons it was
+    not counted under before."""
+
+    gained: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Updated(_Holding):
-    """The reasons or the detail of the hold changed."""
+    """The reasons or the detail of the hold changed; ``gained``: its reasons it was not
+    counted under before (a build pod started on a node held for its image, say)."""
+
+    gained: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,7 +167,7 @@ def _end(
     released_by: str | None = None,
 ) -> Change:
     ended = Ended(record, outcome, desired, now - record.since, released_by)
-    return Change(replace(memory, hold=None, last_ended=record), (ended,))
+    return Change(replace(memory, hold=None, last_ended=record, counted=frozenset()), (ended,))
 
 
 def observe(
@@ -206,7 +215,8 @@ def observe(
         memory = change.memory
         transitions.extend(change.transitions)
     if memory.hold is None and on_node is not None:
-        memory = replace(memory, hold=on_node)
+        # Counted under its reasons when it began, by the agent that wrote it.
+        memory = replace(memory, hold=on_node, counted=frozenset(r.value for r in on_node.reasons))
         transitions.append(Found(on_node))
     return Change(memory, tuple(transitions))
 
@@ -239,14 +249,16 @@ def applied(
         reasons = tuple(b.reason.value for b in written.blocks)
         detail = decisions.hold_detail(written.blocks)
         since = record.since if record is not None else written.since
+        counted = frozenset() if written.how is HoldWrite.BEGIN else memory.counted
+        gained = tuple(r for r in reasons if r not in counted)
         if written.how is HoldWrite.BEGIN:
             reaction = monotonic - memory.request_seen_at
             transitions.append(Began(written.request, reasons, detail, since, reaction))
         elif written.how is HoldWrite.RESUME:
-            transitions.append(Resumed(written.request, reasons, detail, since))
+            transitions.append(Resumed(written.request, reasons, detail, since, gained))
         else:
-            transitions.append(Updated(written.request, reasons, detail, since))
+            transitions.append(Updated(written.request, reasons, detail, since, gained))
         if cordoned and written.starts:
             transitions.append(RaceLost(written.request))
-        memory = replace(memory, hold=record)
+        memory = replace(memory, hold=record, counted=counted | set(gained))
     return Change(memory, tuple(transitions))

@@ -16,6 +16,7 @@ API (used by ``controller``, ``events`` and ``server``)::
     m.registry                                      # CollectorRegistry served at /metrics
     m.count_drain_request(verb)                     # VERBS
     m.hold_committed(reasons, since, reaction_seconds)  # a new hold written; None if unknown
+    m.count_hold_reasons(reasons)                   # reasons a hold gained (each once)
     m.race_lost()                                   # the node was cordoned before the hold
     m.set_hold(reasons, since)                      # gauges: resumed hold or changed reasons
     m.hold_released(outcome, held_for_seconds)      # OUTCOMES; also clears the hold gauges
@@ -112,8 +113,12 @@ def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
+def _known_reasons(reasons: Iterable[str]) -> frozenset[str]:
+    return frozenset(_check(reason, REASONS, "reason") for reason in reasons)
+
+
 def _reasons(reasons: Iterable[str]) -> frozenset[str]:
-    checked = frozenset(_check(reason, REASONS, "reason") for reason in reasons)
+    checked = _known_reasons(reasons)
     if not checked:
         raise ValueError("a hold needs at least one reason")
     return checked
@@ -420,19 +425,25 @@ class Metrics(BaseMetrics):
         so that start-up does not pollute the reaction histogram.
         """
         checked = _reasons(reasons)  # validate all before changing anything
-        for reason in checked:
-            self.holds_total.labels(reason=reason).inc()
+        self.count_hold_reasons(checked)
         if reaction_seconds is not None:
             self.reaction_seconds.observe(reaction_seconds)
         self.set_hold(checked, since)
+
+    def count_hold_reasons(self, reasons: Iterable[str]) -> None:
+        """The hold is now held for these reasons too: once in each (a hold gains a reason
+        when, say, a build pod starts on a node held for its image); none is no change."""
+        for reason in _known_reasons(reasons):
+            self.holds_total.labels(reason=reason).inc()
 
     def set_observe_only(self, on: bool) -> None:
         """Whether the agent reports instead of writing."""
         self.observe_only.set(int(on))
 
     def count_would_hold(self, reasons: Iterable[str]) -> None:
-        """An --observe-only agent would have held a new request for these reasons."""
-        for reason in _reasons(reasons):
+        """An --observe-only agent would have held a request for these reasons (each reason
+        of a request once, a reason it gained later too); none is no change."""
+        for reason in _known_reasons(reasons):
             self.would_holds_total.labels(reason=reason).inc()
 
     def race_lost(self) -> None:

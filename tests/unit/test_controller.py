@@ -504,6 +504,64 @@ async def test_observe_only_writes_nothing_and_counts_a_would_be_hold_once(
     assert "(30s ago) for build-pod: build-pod: build pod" in status.to_text()
 
 
+# --- a hold counts once under each of its reasons (issue 37, docs/metrics.md) ---------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "counter", "other"),
+    [
+        ((), "drain_guard_holds_total", "drain_guard_would_holds_total"),
+        (("--observe-only",), "drain_guard_would_holds_total", "drain_guard_holds_total"),
+    ],
+    ids=["enforcing", "observe-only"],
+)
+async def test_a_request_with_two_reasons_counts_once_under_each(
+    tmp_path: Path, flags: tuple[str, ...], counter: str, other: str
+) -> None:
+    """A build pod runs and the request is for the booted image: build-pod and noop-image at
+    once. Each counts once, however often the request is decided again."""
+    env = make_env(tmp_path, *flags)
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_A})
+    for _ in range(3):
+        await env.step()
+        env.clock.advance(10)
+    assert env.value(counter, reason="build-pod") == 1
+    assert env.value(counter, reason="noop-image") == 1
+    assert env.value(other, reason="build-pod") == 0
+    assert env.value(other, reason="noop-image") == 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "counter"),
+    [((), "drain_guard_holds_total"), (("--observe-only",), "drain_guard_would_holds_total")],
+    ids=["enforcing", "observe-only"],
+)
+async def test_a_reason_gained_while_held_counts_once_and_a_new_request_again(
+    tmp_path: Path, flags: tuple[str, ...], counter: str
+) -> None:
+    """The issue's drain: held for its image, then a build pod starts (the drain would have
+    evicted it). build-pod counts when gained, not again when it goes and comes back; a new
+    request counts anew under each of its reasons."""
+    env = make_env(tmp_path, *flags)
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_A})
+    await env.step()
+    assert env.value(counter, reason="noop-image") == 1
+    assert env.value(counter, reason="build-pod") == 0
+    for running in (True, False, True):
+        env.build_pod(running=running)
+        env.clock.advance(10)
+        await env.step()
+    assert env.value(counter, reason="build-pod") == 1
+    assert env.value(counter, reason="noop-image") == 1
+
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_C, protocol.DESIRED_IMAGE: IMAGE_A})
+    env.clock.advance(10)
+    await env.step()
+    assert env.value(counter, reason="build-pod") == 2
+    assert env.value(counter, reason="noop-image") == 2
+
+
 async def test_status_and_gauges_come_from_the_decision_with_no_request_pending(env: Env) -> None:
     env.build_pod()
     await env.step()
