@@ -5,12 +5,13 @@ them (docs/mco-versions.md): one test per difference, read from the write log an
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from drain_guard_sim.actors.build import is_build_pod
+from drain_guard_sim.actors.build import built_image, is_build_pod
 from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     DESIRED_CONFIG,
@@ -20,10 +21,13 @@ from drain_guard_sim.actors.mco import (
     MCC_USER,
     MCD_USER,
     MCO_NAMESPACE,
+    POOL_IMAGE,
+    REASON,
     STATE,
     McoVersion,
     Timings,
     annotations_of,
+    condition_true,
 )
 from drain_guard_sim.actors.nodecontroller import rollout_targets
 from drain_guard_sim.apiserver.server import WriteRecord
@@ -333,3 +337,144 @@ async def test_4_18_retries_an_evicted_build_pod(tmp_path: Path) -> None:
         pods = {r.name for r in api.writes("pods", verb="create") if is_build_pod(r.after or {})}
         assert len(pods) == 2
         assert not [r for r in api.writes("nodes", user=MCD_USER) if cordoned(r)]
+
+
+def _desired(cluster: SimCluster) -> dict[str, tuple[str | None, str | None]]:
+    return {
+        n: (ann(cluster, n).get(DESIRED_CONFIG), ann(cluster, n).get(DESIRED_IMAGE))
+        for n in cluster.node_names
+    }
+
+
+def _builds_created(cluster: SimCluster, since: int) -> list[str]:
+    return [r.name for r in cluster.api.writes("builds", verb="create", since=since)]
+
+
+@pytest.mark.parametrize(
+    "version", [McoVersion.V4_16_EARLY, McoVersion.V4_16, McoVersion.V4_18_EARLY, McoVersion.V4_18]
+)
+async def test_a_revert_to_a_built_config(tmp_path: Path, version: McoVersion) -> None:
+    """D1: deleting the MachineConfig of the last rollout sends the pool back to a rendered
+    config whose MachineOSBuild exists. 4.16/4.17 start no build (canPoolBuild) and the node
+    controller goes on with that old build and the image the pool has: every node is
+    targeted old config + the image it runs (X→X), drained and rebooted for it, and nothing
+    retargets it. 4.18 reuses the build: the pool's image is the old build's, a real update."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, version=version) as cluster:
+        api = cluster.api
+        first = await cluster.create_machine_config("99-worker-first")
+        await cluster.wait_rollout_done(timeout=60, config=first)
+        second = await cluster.create_machine_config("99-worker-second")
+        await cluster.wait_rollout_done(timeout=60, config=second)
+        rv = api.resource_version
+        t0 = cluster.timeline.since_start(time.monotonic())
+        api.delete("machineconfigs", "99-worker-second")
+
+        def back_on_first() -> bool:
+            return all(
+                ann(cluster, n).get(CURRENT_CONFIG) == first and ann(cluster, n)[STATE] == "Done"
+                for n in cluster.node_names
+            )
+
+        await cluster.wait_for(back_on_first, timeout=60)
+        assert _builds_created(cluster, rv) == []
+        reverts = [c for c in cluster.cordons() if c.t >= t0]
+        assert {c.desired_drain for c in reverts} == {f"drain-{first}"}
+        assert sorted(c.node for c in reverts) == cluster.node_names
+        if version.job_builds:
+            reverted = (first, built_image(first))
+            assert _desired(cluster) == dict.fromkeys(cluster.node_names, reverted)
+            assert not [c for c in reverts if c.unchanged_image]
+        else:
+            assert _desired(cluster) == {
+                n: (first, built_image(second)) for n in cluster.node_names
+            }
+            assert all(c.unchanged_image for c in reverts)
+            assert all(cluster.machines[n].reboots == 3 for n in cluster.node_names)
+
+
+async def test_4_15_a_machine_config_created_during_a_build_leaves_the_pool_building(
+    tmp_path: Path,
+) -> None:
+    """D6: 4.15's canPoolBuild starts no build while one is pending or running, and when the
+    running one completes, FinalPullspec looks for the build of the pool's newer config,
+    which does not exist: the pool stays Building, its image the old one, for good."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01) as cluster:
+        cluster.win_build_races()
+        api = cluster.api
+        await cluster.create_machine_config("99-worker-first")
+        await api.wait_for(lambda: cluster.build_pods(), timeout=30)
+        second = await cluster.create_machine_config("99-worker-second")
+        await api.wait_for(
+            lambda: (
+                api.get("machineconfigpools", "worker")["spec"]["configuration"]["name"] == second
+            ),
+            timeout=30,
+        )
+        build = await cluster.wait_build_done(timeout=60)
+        assert build.succeeded
+        async with asyncio.timeout(30):
+            await cluster.timeline.wait_for(
+                lambda e: "could not get final image pullspec" in e.message
+            )
+        pool = api.get("machineconfigpools", "worker")
+        assert condition_true(pool, "Building")
+        assert annotations_of(pool)[POOL_IMAGE] == cluster.initial_image
+        assert [r.name for r in api.writes("builds", verb="create")] == [build.name]
+        assert cluster.timeline.select(
+            actor="machine-os-builder",
+            contains=f"No build for MachineConfigPool worker, config {second}",
+        )
+
+
+@pytest.mark.parametrize("version", list(McoVersion))
+async def test_a_degraded_pool_starts_no_build(tmp_path: Path, version: McoVersion) -> None:
+    """D4: a node Degraded (the daemon's drain timeout, say) makes the pool NodeDegraded and
+    Degraded (calculateStatus), and no version starts a build while the pool is degraded."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, version=version) as cluster:
+        api = cluster.api
+        degraded = {STATE: "Degraded", REASON: "failed to drain node: timed out"}
+        api.patch("nodes", "worker-1", {"metadata": {"annotations": degraded}})
+        await api.wait_for(
+            lambda: condition_true(api.get("machineconfigpools", "worker"), "Degraded"), 30
+        )
+        pool = api.get("machineconfigpools", "worker")
+        assert condition_true(pool, "NodeDegraded")
+        rv = api.resource_version
+        rendered = await cluster.create_machine_config("99-worker-files")
+        async with asyncio.timeout(30):
+            await cluster.timeline.wait_for(
+                lambda e: f"No build for MachineConfigPool worker, config {rendered}" in e.message
+            )
+        assert _builds_created(cluster, rv) == []
+        assert (
+            "the pool is degraded"
+            in cluster.timeline.select(actor="machine-os-builder", contains="No build")[0].message
+        )
+
+
+async def test_4_15_a_failed_build_degrades_the_pool(tmp_path: Path) -> None:
+    """D4: 4.15's markBuildFailed sets Degraded beside BuildFailed; the next MachineConfig
+    gets no build (BuildFailed)."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01) as cluster:
+        cluster.win_build_races()
+        api = cluster.api
+        rv = api.resource_version
+        await cluster.create_machine_config("99-worker-first")
+        [pod] = await api.wait_for(lambda: cluster.build_pods(), timeout=30)
+        api.delete("pods", pod["metadata"]["name"], MCO_NAMESPACE)  # as an eviction would
+        build = await cluster.wait_build_done(timeout=30)
+        assert build.reason == "BuildPodDeleted"
+        degraded = await api.wait_for_write(
+            lambda r: (
+                r.resource == "machineconfigpools" and condition_true(r.after or {}, "Degraded")
+            ),
+            since=rv,
+            timeout=30,
+        )
+        assert condition_true(degraded.after or {}, "BuildFailed")
+        second = await cluster.create_machine_config("99-worker-second")
+        async with asyncio.timeout(30):
+            await cluster.timeline.wait_for(
+                lambda e: f"config {second}: the" in e.message and "No build" in e.message
+            )
+        assert len(_builds_created(cluster, rv)) == 1

@@ -54,6 +54,7 @@ from drain_guard_sim.actors.mco import (
     JsonObj,
     McoVersion,
     Timings,
+    condition_true,
     labels_of,
     read_json,
 )
@@ -165,17 +166,73 @@ class MachineOSBuilder(Actor):
 
     def _on_pool(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         """updateMachineConfigPool: a layered pool's new rendered config starts its build here,
-        in the event handler (shouldWeDoABuild), not 5 s later from the work queue. (Its
-        canPoolBuild, no build while one is pending, running or failed, is not modelled:
-        docs/mco-versions.md.)"""
+        in the event handler (shouldWeDoABuild), not 5 s later from the work queue, unless
+        canPoolBuild refuses it (:meth:`_refusal`); 4.18 reuses the build of a config built
+        before (:meth:`_reuse`)."""
         if etype != "MODIFIED" or old is None or LAYERING_LABEL not in labels_of(obj):
             return
         new_config = ((obj.get("spec") or {}).get("configuration") or {}).get("name")
         old_config = ((old.get("spec") or {}).get("configuration") or {}).get("name")
-        if new_config and new_config != old_config:
-            self.spawn(
-                self._start_build(obj["metadata"]["name"], new_config), f"build-{new_config}"
-            )
+        if not new_config or new_config == old_config:
+            return
+        pool = obj["metadata"]["name"]
+        refusal = self._refusal(obj, new_config)
+        if refusal is not None:
+            self.log(None, f"No build for MachineConfigPool {pool}, config {new_config}: {refusal}")
+            return
+        existing = self._build_of(new_config)
+        if existing is not None:
+            self.spawn(self._reuse(pool, existing), f"reuse-{new_config}")
+            return
+        self.spawn(self._start_build(pool, new_config), f"build-{new_config}")
+
+    def _build_of(self, config: str) -> JsonObj | None:
+        """The Build (4.16+: standing for the MachineOSBuild) of ``config``, if it exists."""
+        assert self.builds is not None
+        return self.builds.cache.get(f"{MCO_NAMESPACE}/build-{config}")
+
+    def _refusal(self, pool: JsonObj, config: str) -> str | None:
+        """canPoolBuild: why no build starts for ``config`` (None: one may).
+
+        Every version refuses while the pool is degraded (4.15's ``IsAnyDegraded``, 4.16+'s
+        ``IsPoolAnyDegraded``: Degraded, NodeDegraded or RenderDegraded). 4.15 also refuses
+        while its conditions say a build is pending, running or failed: a MachineConfig
+        created during a build gets none (OCPBUGS-18344). 4.16 and 4.17 refuse when the
+        MachineOSBuild of ``config`` exists, whatever its state: a revert to a config built
+        before starts nothing, and the node controller goes on with that old build and the
+        MachineOSConfig's current image (docs/mco-versions.md, D1).
+        """
+        if any(condition_true(pool, c) for c in ("Degraded", "NodeDegraded", "RenderDegraded")):
+            return "the pool is degraded"
+        if self.version is McoVersion.V4_15:
+            for ctype, why in (
+                ("BuildPending", "a build is pending"),
+                ("Building", "a build is running"),
+                ("BuildFailed", "the last build failed"),
+            ):
+                if condition_true(pool, ctype):
+                    return why
+            return None
+        if not self.version.job_builds and self._build_of(config) is not None:
+            return f"its MachineOSBuild build-{config} exists"
+        return None
+
+    async def _reuse(self, pool: str, build: JsonObj) -> None:
+        """4.18's reuseExistingMachineOSBuildIfPossible: a succeeded build's image is the
+        MachineOSConfig's again (here the pool's), so a revert rolls the old image out; a
+        build still running is assigned as it is; a failed one is left alone."""
+        name = build["metadata"]["name"]
+        status = build.get("status") or {}
+        phase = status.get("phase")
+        if phase == "Complete":
+            digest = (status.get("output") or {}).get("to", {}).get("imageDigest")
+            image = f"{OCB_IMAGE_REPO}@{digest}"
+            self.log(None, f"Existing MachineOSBuild {name} found, reusing image {image}")
+            await self._set_pool(pool, image=image)
+        elif phase in ("Failed", "Error", "Cancelled"):
+            self.log(None, f"Existing MachineOSBuild {name} is {phase}: neither reused nor built")
+        else:
+            self.log(None, f"Existing MachineOSBuild {name} found ({phase or 'New'}), reused")
 
     async def _start_build(self, pool: str, config: str) -> None:
         """startBuildForMachineConfigPool: the build's ConfigMaps, the Build, then BuildPending.
@@ -260,6 +317,18 @@ class MachineOSBuilder(Actor):
                 ),
             )
         elif phase == "Complete":
+            config = labels_of(build).get(DESIRED_CONFIG_LABEL)
+            target = self._target(pool)
+            if self.version is McoVersion.V4_15 and config != target:
+                # FinalPullspec reads the build named after the pool's *current* config: one
+                # created during this build (which canPoolBuild refused to build) has none,
+                # and the pool stays Building, its image the old one (OCPBUGS-18344).
+                self.log(
+                    None,
+                    f"could not get final image pullspec for pool {pool}: "
+                    f"could not get build build-{target} for pool {pool}: not found",
+                )
+                return
             digest = (
                 ((build.get("status") or {}).get("output") or {}).get("to", {}).get("imageDigest")
             )
@@ -285,12 +354,26 @@ class MachineOSBuilder(Actor):
                     )
                 self.log(None, f"Deleted build object {name}")
         elif phase in ("Failed", "Error", "Cancelled"):
+            # 4.15's markBuildFailed degrades the pool too (the node controller's next status
+            # sync recomputes Degraded from the nodes); BuildFailed alone stops new builds.
+            degraded = {"Degraded": True} if self.version is McoVersion.V4_15 else {}
             await self._set_pool(
                 pool,
                 conditions=_conditions(
-                    BuildFailed=True, BuildSuccess=False, Building=False, BuildPending=False
+                    BuildFailed=True,
+                    BuildSuccess=False,
+                    Building=False,
+                    BuildPending=False,
+                    **degraded,
                 ),
             )
+
+    def _target(self, pool: str) -> str | None:
+        """The pool's rendered config, as this controller's cache has it."""
+        assert self.pools is not None
+        obj = self.pools.cache.get(pool) or {}
+        name = ((obj.get("spec") or {}).get("configuration") or {}).get("name")
+        return str(name) if name else None
 
     async def _set_pool(
         self, pool: str, *, image: str | None = None, conditions: list[JsonObj] | None = None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -68,6 +69,7 @@ from drain_guard_sim.actors.mco import (
     read_json,
 )
 from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.timestamps import rfc3339
 
 __all__ = ["NodeController", "rendered_name", "rollout_targets"]
 
@@ -421,5 +423,33 @@ class NodeController(Actor):
         if count == len(nodes):
             status["configuration"] = {"name": target}
         old = pool.get("status") or {}
+        conditions = _degraded_conditions(pool, status["degradedMachineCount"] > 0)
+        body: JsonObj = {"status": status}
+        if conditions is not None:
+            # Against the pool's resourceVersion: the build controller writes conditions too,
+            # and a stale list would drop its (a conflict requeues the sync).
+            status["conditions"] = conditions
+            body["metadata"] = {"resourceVersion": pool["metadata"]["resourceVersion"]}
         if any(old.get(k) != v for k, v in status.items()):
-            await self._patch_pool({"status": status}, status=True)
+            await self._patch_pool(body, status=True)
+
+
+def _degraded_conditions(pool: JsonObj, node_degraded: bool) -> list[JsonObj] | None:
+    """calculateStatus: NodeDegraded while a node reports Degraded, and Degraded = NodeDegraded
+    or RenderDegraded (so the 4.15 build controller's Degraded goes at the next sync); the
+    pool's new condition list, or None when they are as they should be. A degraded pool gets
+    no new build in any version (``MachineOSBuilder``)."""
+    wanted = {
+        "NodeDegraded": node_degraded,
+        "Degraded": node_degraded or condition_true(pool, "RenderDegraded"),
+    }
+    current = (pool.get("status") or {}).get("conditions") or []
+    have = {c.get("type"): c.get("status") == "True" for c in current}
+    if all(have.get(t, False) == v for t, v in wanted.items()):
+        return None
+    now = rfc3339(datetime.now(UTC))
+    kept = [c for c in current if c.get("type") not in wanted]
+    return kept + [
+        {"type": t, "status": "True" if v else "False", "lastTransitionTime": now}
+        for t, v in wanted.items()
+    ]
