@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chaos bench system-deps control-plane clean
+.PHONY: demo test lint chaos bench system-deps control-plane image clean
 
 $(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,12 +21,23 @@ system-deps:
 control-plane:
 	tools/control-plane/build.sh
 
+# The agent's image, built on this machine from Debian's packages with debootstrap and buildah,
+# no registry (scripts/build-image.sh, docs/image.md): build/image/drain-guard.oci.tar holds
+# one image, localhost/drain-guard:VERSION (pyproject.toml's version), for
+# `ctr -n k8s.io images import` or `podman load`. Rebuilt when what it installs changes.
+IMAGE_ARCHIVE := build/image/drain-guard.oci.tar
+image: $(IMAGE_ARCHIVE)
+
+$(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pyproject.toml README.md $(shell find agent -name '*.py')
+	scripts/system-deps.sh
+	scripts/build-image.sh
+
 demo: $(STAMP)
 	$(BIN)/drain-guard demo $${MCO:+--mco-version $$MCO}
 
 # On two workers per CPU (tests/conftest.py): the suite waits far more than it computes.
 # worksteal: a worker that runs out takes tests from another's queue (the slow tests vary).
-test: $(STAMP) system-deps control-plane
+test: $(STAMP) system-deps control-plane image
 	$(BIN)/pytest -n auto --dist worksteal
 
 lint: $(STAMP)
@@ -43,4 +54,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin build/image

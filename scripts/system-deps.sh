@@ -1,18 +1,21 @@
 #!/bin/sh
 # Install the system tools the tests drive: promtool and a Prometheus server (Debian's
-# `prometheus` package) and an Alertmanager (`prometheus-alertmanager`). Idempotent; needs
+# `prometheus` package) and an Alertmanager (`prometheus-alertmanager`), and those that build
+# the agent's image (`make image`: debootstrap and buildah). Idempotent; needs
 # root (or sudo) only when something is missing.
 set -eu
 required=""
 command -v promtool >/dev/null 2>&1 || required="$required prometheus"
 command -v prometheus-alertmanager >/dev/null 2>&1 || required="$required prometheus-alertmanager"
+command -v debootstrap >/dev/null 2>&1 || required="$required debootstrap"
+command -v buildah >/dev/null 2>&1 || required="$required buildah"
 kubectl=""
 command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || kubectl="kubectl"
 [ -z "$required$kubectl" ] && exit 0
 if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
 echo "system-deps: installing$required${kubectl:+ $kubectl}" >&2
 $SUDO apt-get update -qq
-# prometheus and prometheus-alertmanager are required, kubectl best effort (the manifest
+# prometheus, prometheus-alertmanager, debootstrap and buildah are required, kubectl best effort (the manifest
 # tests fall back to the kustomize renderer shipped in the venv). The tests start their own
 # servers on free ports, whatever services the packages start.
 if [ -n "$required" ]; then

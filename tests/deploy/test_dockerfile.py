@@ -1,7 +1,8 @@
-"""The Dockerfile: hadolint-clean, two stages, installs this project, runs it unprivileged.
+"""The Dockerfile: hadolint-clean, two stages on one Debian base, installs this project, runs
+it unprivileged.
 
-No container engine runs on these machines, so the image is not built here; the checks read
-the Dockerfile (and .dockerignore) against pyproject.toml, the source of what gets installed.
+The checks read the Dockerfile (and .dockerignore) against pyproject.toml, the source of what
+gets installed; tests/image runs the image ``make image`` builds from it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def parse_dockerfile(text: str) -> list[Stage]:
         instruction, _, args = line.partition(" ")
         instruction = instruction.upper()
         args = args.strip()
+        if instruction == "ARG" and not stages:
+            continue  # a global build argument: global_args()
         if instruction == "FROM":
             words = args.split()
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
@@ -64,9 +67,30 @@ def parse_dockerfile(text: str) -> list[Stage]:
     return stages
 
 
+def global_args(text: str) -> dict[str, str]:
+    """The build arguments declared before the first FROM, with their defaults."""
+    args = {}
+    for line in text.splitlines():
+        if line.upper().startswith("FROM "):
+            break
+        if line.upper().startswith("ARG "):
+            name, _, default = line[4:].strip().partition("=")
+            args[name] = default
+    return args
+
+
 @pytest.fixture(scope="module")
 def stages() -> list[Stage]:
-    return parse_dockerfile(DOCKERFILE.read_text())
+    """The builder and the runtime stage (the ``wheels`` stage before them is empty)."""
+    wheels, *rest = parse_dockerfile(DOCKERFILE.read_text())
+    assert (wheels.base, wheels.name, wheels.instructions) == ("scratch", "wheels", [])
+    return rest
+
+
+def _debian_packages(run: str) -> list[str]:
+    """The packages an ``apt-get install`` RUN installs."""
+    (install,) = [c for c in run.split("&&") if "apt-get install" in c]
+    return [w for w in shlex.split(install)[3:] if not w.startswith("-")]
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +123,24 @@ def test_hadolint_has_teeth(tmp_path: Path) -> None:
     assert proc.returncode != 0
 
 
-def test_two_stages_on_the_projects_python(stages: list[Stage], project: dict[str, Any]) -> None:
+def test_two_stages_on_one_debian_base_with_debians_python(
+    stages: list[Stage], project: dict[str, Any]
+) -> None:
+    """Both stages are BASE (a registry's debian:bookworm-slim, or make image's debootstrap of
+    the same), so the venv's interpreter, Debian's python3.11, is at one path in both; the
+    runtime gets the builder's Debian packages less the venv module (pip's wheels)."""
     assert len(stages) == 2
     builder, final = stages
     assert builder.name == "builder"
-    assert final.base == builder.base, "the venv's interpreter path must exist in both stages"
+    assert builder.base == final.base == "${BASE}"
+    assert global_args(DOCKERFILE.read_text()) == {"BASE": "debian:bookworm-slim"}
     minimum = project["project"]["requires-python"].removeprefix(">=")
-    assert final.base.startswith(f"python:{minimum}-slim")
+    (builder_apt,) = [r for r in builder.all("RUN") if "apt-get install" in r]
+    (final_apt,) = final.all("RUN")
+    builder_packages = _debian_packages(builder_apt)
+    assert f"python{minimum}" in builder_packages
+    assert set(_debian_packages(final_apt)) == set(builder_packages) - {f"python{minimum}-venv"}
+    assert {"python3-psutil", "python3-yaml"} <= set(_debian_packages(final_apt))
 
 
 def test_builder_installs_this_project(stages: list[Stage], project: dict[str, Any]) -> None:
@@ -117,12 +152,17 @@ def test_builder_installs_this_project(stages: list[Stage], project: dict[str, A
     for root in source_roots:
         assert root in copied, f"source root {root} is not copied"
     (workdir,) = builder.all("WORKDIR")
-    (run,) = builder.all("RUN")
+    (run,) = [r for r in builder.all("RUN") if "pip" in r]
     install = [c for c in run.split("&&") if " install " in c]
     assert len(install) == 1
     words = shlex.split(install[0])
     # Installs the directory holding the copied pyproject.toml: this project, nothing else.
-    targets = [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
+    arguments = words[words.index("install") + 1 :]
+    targets = [
+        w
+        for i, w in enumerate(arguments)
+        if not w.startswith("-") and arguments[i - 1] != "--find-links"
+    ]
     assert targets == ["."]
     assert all(
         dest in {"./", "./agent"} for dest in (shlex.split(a)[-1] for a in builder.all("COPY"))
@@ -145,8 +185,9 @@ def test_final_stage_runs_the_console_script_unprivileged(
     assert uid.isdigit()
     assert int(uid) > 0
     assert not gid or gid.isdigit()
-    # Nothing is built or installed in the final stage: it only copies the builder's venv.
-    assert not final.all("RUN")
+    # Nothing is built in the final stage: it installs Debian's packages and copies the venv.
+    (run,) = final.all("RUN")
+    assert "pip" not in run
     assert not final.all("ADD")
     (copy,) = final.all("COPY")
     assert copy.startswith("--from=builder ")
@@ -154,7 +195,7 @@ def test_final_stage_runs_the_console_script_unprivileged(
 
 def test_image_user_matches_the_daemonset() -> None:
     daemonset = (REPO / "daemonset" / "base" / "daemonset.yaml").read_text()
-    (user,) = parse_dockerfile(DOCKERFILE.read_text())[1].all("USER")
+    (user,) = parse_dockerfile(DOCKERFILE.read_text())[-1].all("USER")
     assert f"runAsUser: {user.partition(':')[0]}" in daemonset
 
 
@@ -218,12 +259,14 @@ def test_runs_optimised_from_bytecode_compiled_at_build(stages: list[Stage]) -> 
     assert env["PYTHONOPTIMIZE"] == "2"
     prefix = env["PYTHONPYCACHEPREFIX"]
     assert prefix.startswith("/opt/drain-guard/"), "the only tree copied from the builder"
-    (run,) = builder.all("RUN")
+    (run,) = [r for r in builder.all("RUN") if "compileall" in r]
     (compile_step,) = [c for c in run.split("&&") if "compileall" in c]
     words = shlex.split(compile_step)
     assert words[0] == f"PYTHONPYCACHEPREFIX={prefix}"
     assert words[words.index("-o") + 1] == "2"
-    assert {"/opt/drain-guard/lib", "/usr/local/lib/python3.11"} <= set(words)
+    assert {"/opt/drain-guard/lib", "/usr/lib/python3.11", "/usr/lib/python3/dist-packages"} <= set(
+        words
+    )
     assert "--no-compile" in next(c for c in run.split("&&") if " install " in c)
 
 
@@ -237,7 +280,7 @@ def test_the_systemd_unit_runs_optimised_as_the_image() -> None:
     unit = (REPO / "systemd" / "drain-guard.service").read_text()
     (line,) = [x for x in unit.splitlines() if x.startswith("Environment=PYTHON")]
     settings = dict(w.split("=", 1) for w in shlex.split(line.removeprefix("Environment=")))
-    final = _env(parse_dockerfile(DOCKERFILE.read_text())[1])
+    final = _env(parse_dockerfile(DOCKERFILE.read_text())[-1])
     kept = ("PYTHONOPTIMIZE", "PYTHONPYCACHEPREFIX", "MALLOC_MMAP_THRESHOLD_")
     assert settings == {k: final[k] for k in kept}
 
@@ -245,7 +288,7 @@ def test_the_systemd_unit_runs_optimised_as_the_image() -> None:
 def test_glibcs_mmap_threshold_is_fixed_so_the_heap_does_not_grow_with_holds() -> None:
     """Set, glibc stops raising the threshold on each freed large buffer (mallopt(3)); the
     soak (benchmarks/soak.py) showed the heap growing by each hold without it."""
-    final = _env(parse_dockerfile(DOCKERFILE.read_text())[1])
+    final = _env(parse_dockerfile(DOCKERFILE.read_text())[-1])
     assert final["MALLOC_MMAP_THRESHOLD_"] == "131072"
 
 
