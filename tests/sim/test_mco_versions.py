@@ -478,3 +478,28 @@ async def test_4_15_a_failed_build_degrades_the_pool(tmp_path: Path) -> None:
                 lambda e: f"config {second}: the" in e.message and "No build" in e.message
             )
         assert len(_builds_created(cluster, rv)) == 1
+
+
+@pytest.mark.parametrize("skips_unready", [True, False])
+async def test_a_cordoned_node_gets_a_target_only_before_the_cordon_skip(
+    tmp_path: Path, skips_unready: bool
+) -> None:
+    """D3: "a cordoned node gets no new target" came with PR 4495 (release-4.15) and PR 4483
+    (release-4.16); a z-stream built before them (the seed's 4.15) targets a cordoned node
+    like any other. An admin's cordon of worker-0 before the MachineConfig: with the skip,
+    worker-1 is targeted first; without it, worker-0, the oldest node."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, version=McoVersion.V4_16) as cluster:
+        assert cluster.node_controller is not None
+        cluster.node_controller.skips_unready = skips_unready
+        api = cluster.api
+        api.patch("nodes", "worker-0", {"spec": {"unschedulable": True}})
+        rendered = await cluster.create_machine_config("99-worker-files")
+        first = await api.wait_for_write(
+            lambda r: (
+                r.resource == "nodes"
+                and r.user == MCC_USER
+                and annotations_of(r.after or {}).get(DESIRED_CONFIG) == rendered
+            ),
+            timeout=60,
+        )
+        assert first.name == ("worker-1" if skips_unready else "worker-0")

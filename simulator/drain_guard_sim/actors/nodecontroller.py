@@ -93,9 +93,18 @@ def _failing(node: JsonObj) -> bool:
 
 
 def rollout_targets(
-    nodes: list[JsonObj], target: str, image: str, max_unavailable: int
+    nodes: list[JsonObj],
+    target: str,
+    image: str,
+    max_unavailable: int,
+    *,
+    skips_unready: bool = True,
 ) -> list[JsonObj]:
-    """getAllCandidateMachines, capped by the capacity: the nodes to give the pool's target."""
+    """getAllCandidateMachines, capped by the capacity: the nodes to give the pool's target.
+
+    ``skips_unready``: a node that is not ready or is cordoned is no candidate, as from
+    release-4.15's PR 4495 (2024-07-31) and release-4.16's PR 4483 (2024-07-27) on
+    (OCPBUGS-33397/37629); z-streams built before them give a cordoned node a new target."""
 
     def desired_equal(n: JsonObj) -> bool:
         ann = annotations_of(n)
@@ -114,7 +123,9 @@ def rollout_targets(
     capacity -= sum(1 for n in nodes if desired_equal(n) and _failing(n))
     if capacity <= 0:
         return []
-    return [n for n in nodes if not desired_equal(n) and _node_ready(n)][:capacity]
+    return [n for n in nodes if not desired_equal(n) and (_node_ready(n) or not skips_unready)][
+        :capacity
+    ]
 
 
 _WATCHED_ANNOTATIONS = (CURRENT_CONFIG, DESIRED_CONFIG, STATE, REASON, CURRENT_IMAGE, DESIRED_IMAGE)
@@ -182,6 +193,9 @@ class NodeController(Actor):
         #: after the build controller's BuildPending by that event, however loaded the
         #: machine (``SimCluster.win_build_races``); None: every sync runs.
         self.may_sync: Callable[[JsonObj], bool] | None = None
+        #: The z-stream switch of ``rollout_targets``: False plays a build from before the
+        #: cordon skip (the seed's 4.15 build, 4.16 before 2024-07-27).
+        self.skips_unready = True
 
     async def started(self) -> None:
         c = self.custom
@@ -342,7 +356,10 @@ class NodeController(Actor):
                 await self._sync_status(pool, self._nodes(pool), target, image)
                 return
         nodes = self._nodes(pool)
-        for node in rollout_targets(nodes, target, image, self.max_unavailable):
+        chosen = rollout_targets(
+            nodes, target, image, self.max_unavailable, skips_unready=self.skips_unready
+        )
+        for node in chosen:
             await self._set_desired(node["metadata"]["name"], target, image)
         await self._sync_status(pool, nodes, target, image)
 
