@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 
@@ -12,7 +13,13 @@ from drain_guard import protocol
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import DECISION
-from drain_guard_sim.harness.demo import AgentDecision, RunResult, held_reasons, verdict
+from drain_guard_sim.harness.demo import (
+    AgentDecision,
+    RunResult,
+    held_reasons,
+    times_note,
+    verdict,
+)
 from drain_guard_sim.harness.scenario import BuildResult, Cordon, Outcome
 from tests.helpers import (
     CONFIG_B,
@@ -95,7 +102,20 @@ async def run_demo(*args: str) -> tuple[int, str]:
     )
     out, _ = await proc.communicate()
     assert proc.returncode is not None
-    return proc.returncode, out.decode()
+    text = out.decode()
+    assert_no_noise(text)
+    return proc.returncode, text
+
+
+#: What a demo must never print (issue 37, first contact): a task left pending at exit (asyncio's
+#: dump when it is garbage-collected), a traceback, an exception ignored in a destructor, a
+#: warning.
+NOISE = ("Task was destroyed", "Traceback", "Exception ignored", "Warning:", "never awaited")
+
+
+def assert_no_noise(text: str) -> None:
+    found = [line for line in text.splitlines() if any(n in line for n in NOISE)]
+    assert not found, text
 
 
 @pytest.mark.timeout(240)
@@ -109,6 +129,10 @@ async def test_demo_passes_and_explains() -> None:
     assert "PASS: no drain during the build" in text
     assert "Image pullspecs equal, skipping rpm-ostree rebase" in text
     assert "drain is already completed on this node" in text
+    assert "Times are MCO seconds: every MCO duration is played 20x faster" in text
+    # The drain for the same image after the release is listed, and said why it is fine.
+    assert re.search(r"- worker-0 at \d+s; the MCD's update: .* \(same image\)", text)
+    assert "is the one drain the\n  node needed" in text
 
 
 @pytest.mark.timeout(180)
@@ -132,3 +156,11 @@ async def test_demo_on_the_real_api_without_its_binaries_says_so_in_one_line(
         f"drain-guard demo: --api real needs etcd, kube-apiserver, kube-controller-manager in "
         f"{tmp_path} (make control-plane builds them)"
     ]
+
+
+def test_the_times_on_the_real_api_say_they_are_scaled() -> None:
+    """On the real API server the timelines' seconds include its own delays, scaled up."""
+    note = " ".join(times_note("real", 0.1).split())
+    assert note.startswith("Times are MCO seconds: every MCO duration is played 10x faster")
+    assert "the real API server's own delays show 10x longer than they took" in note
+    assert "API server" not in times_note("sim", 0.05)

@@ -494,8 +494,14 @@ class NodeMachine:
                 assert daemon.reboot_requested is not None
                 restart: asyncio.Future[object] = asyncio.ensure_future(self._restart.wait())
                 reboot: asyncio.Future[object] = daemon.reboot_requested  # type: ignore[assignment]
-                done, _ = await asyncio.wait({reboot, restart}, return_when=asyncio.FIRST_COMPLETED)
-                restart.cancel()
+                try:
+                    done, _ = await asyncio.wait(
+                        {reboot, restart}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    # Also when this node is stopped mid-wait: a waiter left pending is
+                    # destroyed with it ("Task was destroyed but it is pending!").
+                    restart.cancel()
             finally:
                 await daemon.stop()
                 self.daemon = None

@@ -17,6 +17,7 @@ import contextlib
 import re
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,11 +461,16 @@ def verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str, str, 
 
 EXPLAINED_4_15 = (
     "  MCO 4.15's daemon fixes its target image when an update starts. The update begun\n"
-    "  during the build (same image) was held by drain-guard; once the new image existed the\n"
-    '  hold was released, the node drained once, rebooted without a rebase ("Image pullspecs\n'
-    '  equal"), then started the real update, whose drain was already done ("drain is\n'
-    '  already completed on this node"), rebased and rebooted into the new image. The other\n'
-    "  nodes then updated one at a time, each with one drain for a real image change.\n"
+    "  during the build (same image) was held by drain-guard while its drain was harmful\n"
+    "  (the build pod ran) and pointless (no new image existed). Its drain once released\n"
+    "  (the same image, listed above) is fine: the build was over, so it evicted no build,\n"
+    "  and the node's desired image was the new one by then, so it is the one drain the\n"
+    '  node needed for it. The daemon rebooted without a rebase ("Image pullspecs equal"),\n'
+    '  then started the real update, whose drain was already done ("drain is already\n'
+    '  completed on this node"), and rebased into the new image: one drain for the node, as\n'
+    "  for every other. Holding longer would only have delayed that same drain: the daemon\n"
+    "  keeps the target it fixed until the update ends. The other nodes then updated one\n"
+    "  at a time, each with one drain for a real image change.\n"
 )
 EXPLAINED_LATER = (
     "  MCO {v} targets no node before the build of the new config has succeeded (4.15\n"
@@ -509,6 +515,19 @@ def print_verdict(
     return ok
 
 
+def times_note(api: str, time_factor: float) -> str:
+    """What the timelines' seconds are: MCO's, the run's scaled back up; on the real API
+    server its own delays are scaled up with them, which a reader would not guess."""
+    speed = f"{1 / time_factor:g}"
+    note = (
+        f"Times are MCO seconds: every MCO duration is played {speed}x faster (--time-factor"
+        f" {time_factor:g}), and the timelines scale the run's clock back up"
+    )
+    if api == "real":
+        note += f", so the real API server's own delays show {speed}x longer than they took"
+    return textwrap.fill(note + ".", width=86) + "\n"
+
+
 async def _demo(args: argparse.Namespace, out: TextIO) -> int:
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
@@ -540,6 +559,7 @@ async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
             f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
             f"worker-0; MCO {version.value} waits for it before it targets any node.\n"
         )
+    out.write(times_note(args.api, args.time_factor))
     out.write("\n-- run 1: without drain-guard --\n")
     out.flush()
     without = await _run_once(args, base / "without", with_agents=False)
