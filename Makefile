@@ -1,6 +1,7 @@
 # Every target sets up what it needs on a fresh machine: a .venv with the project and,
-# for the tests, the system tools they drive (promtool and prometheus from Debian) and the
-# real control plane (kube-apiserver, kube-controller-manager, etcd) built from source with Go.
+# for the tests, the system tools they drive (promtool and prometheus, containerd, runc and the
+# CNI plugins from Debian) and the real control plane (kube-apiserver, kube-controller-manager,
+# etcd) and node (kubelet, kube-scheduler, kube-proxy) built from source with Go.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -37,8 +38,11 @@ demo: $(STAMP)
 
 # On two workers per CPU (tests/conftest.py): the suite waits far more than it computes.
 # worksteal: a worker that runs out takes tests from another's queue (the slow tests vary).
+# The node tests (tests/node) run after, in one process of their own: one node per machine
+# (its bridge, sysctls and iptables guard are host-wide), shared by all of them.
 test: $(STAMP) system-deps control-plane image
-	$(BIN)/pytest -n auto --dist worksteal
+	status=0; $(BIN)/pytest -n auto --dist worksteal -m 'not node' || status=$$?; \
+	$(BIN)/pytest -p no:xdist -m node tests/node || status=$$?; exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,14 +1,19 @@
 #!/bin/sh
 # Install the system tools the tests drive: promtool and a Prometheus server (Debian's
-# `prometheus` package) and an Alertmanager (`prometheus-alertmanager`), and those that build
-# the agent's image (`make image`: debootstrap and buildah). Idempotent; needs
-# root (or sudo) only when something is missing.
+# `prometheus` package), an Alertmanager (`prometheus-alertmanager`), those that build
+# the agent's image (`make image`: debootstrap and buildah), and the node's container runtime
+# and network (containerd, runc, containernetworking-plugins, iptables; the node fixture
+# starts containerd itself). Idempotent; needs root (or sudo) only when something is missing.
 set -eu
 required=""
 command -v promtool >/dev/null 2>&1 || required="$required prometheus"
 command -v prometheus-alertmanager >/dev/null 2>&1 || required="$required prometheus-alertmanager"
 command -v debootstrap >/dev/null 2>&1 || required="$required debootstrap"
 command -v buildah >/dev/null 2>&1 || required="$required buildah"
+command -v containerd >/dev/null 2>&1 || required="$required containerd"
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || required="$required runc"
+[ -x /usr/lib/cni/bridge ] || required="$required containernetworking-plugins"
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || required="$required iptables"
 kubectl=""
 command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || kubectl="kubectl"
 [ -z "$required$kubectl" ] && exit 0

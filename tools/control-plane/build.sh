@@ -1,14 +1,18 @@
 #!/bin/bash
 # Builds kube-apiserver, kube-controller-manager and etcd from the Go module proxy into
-# tools/control-plane/bin, at the versions go.mod pins; does nothing when they are current
-# (bin/.stamp holds the go.sum they were built from).
+# tools/control-plane/bin, at the versions go.mod pins, and the node's kubelet, kube-scheduler
+# and kube-proxy from the same k8s.io/kubernetes module, with its static pause binary
+# (cmd/pause); does nothing when they are current (bin/.stamp holds the go.sum they were
+# built from).
 set -euo pipefail
 cd "$(dirname "$0")"
 out=bin
 stamp="$out/.stamp"
 key="$(sha256sum go.mod go.sum build.sh | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ] \
-    && [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd" ]; then
+    && [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd" ] \
+    && [ -x "$out/kubelet" ] && [ -x "$out/kube-scheduler" ] && [ -x "$out/kube-proxy" ] \
+    && [ -x "$out/pause" ]; then
     exit 0
 fi
 need="$(sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod)"
@@ -28,8 +32,11 @@ base=k8s.io/component-base/version
 ldflags="-s -w -X $base.gitVersion=$kube_version -X $base.gitMajor=$kube_major -X $base.gitMinor=$kube_minor"
 ldflags="$ldflags -X $base.gitTreeState=clean -X $base.buildDate=1970-01-01T00:00:00Z"
 mkdir -p "$out"
-echo "control-plane: building kube-apiserver and kube-controller-manager $kube_version, etcd $etcd_version (a first build takes minutes)" >&2
+echo "control-plane: building kube-apiserver, kube-controller-manager, kubelet, kube-scheduler and kube-proxy $kube_version, etcd $etcd_version (a first build takes minutes)" >&2
 CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-proxy
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/pause" ./cmd/pause
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
 echo "$key" >"$stamp"

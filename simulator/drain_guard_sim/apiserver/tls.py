@@ -32,7 +32,7 @@ VALIDITY = datetime.timedelta(days=1)
 @dataclass(frozen=True)
 class ServingCert:
     """PEM files of a CA (and its key, to sign client certificates) and of a server
-    certificate it signed for 127.0.0.1 and localhost."""
+    certificate it signed for 127.0.0.1 and localhost (and the addresses asked for)."""
 
     ca_file: Path
     cert_file: Path
@@ -40,8 +40,10 @@ class ServingCert:
     ca_key_file: Path
 
     @classmethod
-    def generate(cls, directory: Path) -> ServingCert:
-        """Make a CA and a serving certificate in ``directory`` (the key files mode 0600)."""
+    def generate(cls, directory: Path, addresses: Sequence[str] = ()) -> ServingCert:
+        """Make a CA and a serving certificate in ``directory`` (the key files mode 0600),
+        for loopback and ``addresses`` (a real API server's: its advertised address and the
+        ``kubernetes`` Service's, which pods connect to)."""
         directory.mkdir(parents=True, exist_ok=True)
         now = datetime.datetime.now(datetime.UTC)
         start, end = now - datetime.timedelta(minutes=5), now + VALIDITY
@@ -87,6 +89,7 @@ class ServingCert:
                     [
                         x509.DNSName("localhost"),
                         x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
+                        *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses),
                     ]
                 ),
                 critical=False,

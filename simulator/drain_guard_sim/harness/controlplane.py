@@ -18,6 +18,7 @@ command line can both start it. etcd keeps its data on tmpfs when there is one.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import shutil
@@ -40,7 +41,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from drain_guard_sim.apiserver.tls import ServingCert
 
-__all__ = ["BINARIES", "ControlPlane", "ControlPlaneError", "default_bin_dir"]
+__all__ = [
+    "BINARIES",
+    "ControlPlane",
+    "ControlPlaneError",
+    "ManagedProcess",
+    "default_bin_dir",
+    "free_port",
+    "spawn",
+    "wait_ready",
+]
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -104,7 +114,7 @@ def missing_binaries(bin_dir: Path) -> list[str]:
     return [name for name in BINARIES if not os.access(bin_dir / name, os.X_OK)]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -112,7 +122,7 @@ def _free_port() -> int:
 
 
 @dataclass
-class _Process:
+class ManagedProcess:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
@@ -135,6 +145,40 @@ class _Process:
             self.popen.wait()
 
 
+def spawn(
+    name: str, argv: Sequence[str], logdir: Path, env: Mapping[str, str] | None = None
+) -> ManagedProcess:
+    """Start ``argv`` in a session of its own, its output in ``logdir/name.log``."""
+    log = logdir / f"{name}.log"
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
+            env=None if env is None else {**os.environ, **env},
+        )
+    return ManagedProcess(name, popen, log)
+
+
+def wait_ready(
+    process: ManagedProcess, ready: Callable[[], bool], timeout: float = START_TIMEOUT
+) -> None:
+    """Return once ``ready()``; raise with the log's tail if the process exits first or
+    ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.popen.poll() is not None:
+            raise ControlPlaneError(
+                f"{process.name} exited with {process.popen.returncode}:\n{process.tail()}"
+            )
+        if ready():
+            return
+        time.sleep(0.2)
+    raise ControlPlaneError(f"{process.name} not ready after {timeout:.0f} s:\n{process.tail()}")
+
+
 @dataclass
 class ControlPlane:
     """A running control plane: where it answers and how to be someone there."""
@@ -149,8 +193,11 @@ class ControlPlane:
     feature_gates: Mapping[str, bool]
     #: kube-apiserver writes an audit log of every Node and Pod write (``audit_log``).
     audit: bool
+    #: Where the API server listens and what it advertises when a node runs beside it (a
+    #: host address on the node's bridge, ``drain_guard_sim.harness.node``); loopback else.
+    address: str
     _certs: ServingCert
-    _processes: list[_Process] = field(default_factory=list)
+    _processes: list[ManagedProcess] = field(default_factory=list)
     _etcd_data: Path | None = None
 
     @classmethod
@@ -163,6 +210,8 @@ class ControlPlane:
         feature_gates: Mapping[str, bool] | None = None,
         audit: bool = False,
         progress_notify_interval: str = "5s",
+        node_address: str | None = None,
+        extra_controllers: Sequence[str] = (),
     ) -> ControlPlane:
         """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
         return once the API server is ready and the controllers have made the ``default``
@@ -170,23 +219,30 @@ class ControlPlane:
         binary) and ``feature_gates`` go to the API server as its flags; ``audit`` makes it
         log every Node and Pod write with the objects (``audit_log``).
         ``progress_notify_interval`` is etcd's ``--watch-progress-notify-interval``: 5 s as
-        kubeadm sets it, "10m" for etcd's default (a cluster whose etcd does not set it)."""
+        kubeadm sets it, "10m" for etcd's default (a cluster whose etcd does not set it).
+        ``node_address``: for a plane with a kubelet (``harness.node``), the API server
+        listens on that host address, not loopback, and advertises it as the ``kubernetes``
+        Service's endpoint, so pods reach it through the Service as in a cluster;
+        ``extra_controllers`` are the workload controllers such a plane runs."""
         missing = missing_binaries(bin_dir)
         if missing:
             raise ControlPlaneError(
                 f"{', '.join(missing)} not built in {bin_dir} (make control-plane builds them)"
             )
         workdir.mkdir(parents=True, exist_ok=True)
-        certs = ServingCert.generate(workdir / "pki")
+        address = node_address or "127.0.0.1"
+        # The kubernetes Service's address (the first of the range) is what pods connect to.
+        service_ip = str(next(ipaddress.ip_network(SERVICE_CIDR).hosts()))
+        certs = ServingCert.generate(workdir / "pki", [address, service_ip] if node_address else [])
         signing_key = workdir / "pki" / "service-account.key"
         _write_signing_key(signing_key)
         shm = Path("/dev/shm")
         etcd_data = Path(
             tempfile.mkdtemp(prefix="drain-guard-etcd-", dir=shm if shm.is_dir() else None)
         )
-        etcd_port, peer_port, api_port, kcm_port = (_free_port() for _ in range(4))
+        etcd_port, peer_port, api_port, kcm_port = (free_port() for _ in range(4))
         plane = cls(
-            url=f"https://127.0.0.1:{api_port}",
+            url=f"https://{address}:{api_port}",
             bin_dir=bin_dir,
             ca_file=certs.ca_file,
             admin_kubeconfig=workdir / "admin.kubeconfig",
@@ -195,6 +251,7 @@ class ControlPlane:
             emulated_version=emulated_version,
             feature_gates=dict(feature_gates or {}),
             audit=audit,
+            address=address,
             _certs=certs,
             _etcd_data=etcd_data,
         )
@@ -217,7 +274,7 @@ class ControlPlane:
                 f"--watch-progress-notify-interval={progress_notify_interval}",
                 "--log-level=warn",
             )
-            plane._wait("etcd", lambda: _http_ok(f"{plane.etcd_url}/health"))
+            plane._wait(lambda: _http_ok(f"{plane.etcd_url}/health"))
             plane._start_apiserver()
             kcm_kubeconfig = plane.user_kubeconfig(
                 "system:kube-controller-manager", (), workdir / "kube-controller-manager.kubeconfig"
@@ -233,14 +290,13 @@ class ControlPlane:
                 f"--cert-dir={workdir / 'kcm-certs'}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=true",
-                f"--controllers={','.join(CONTROLLERS)}",
+                f"--controllers={','.join((*CONTROLLERS, *extra_controllers))}",
                 f"--service-account-private-key-file={signing_key}",
                 f"--root-ca-file={certs.ca_file}",
                 # The garbage collector and the disruption controller react within a second.
                 "--concurrent-gc-syncs=5",
             )
             plane._wait(
-                "kube-controller-manager",
                 lambda: plane._get_ok("/api/v1/namespaces/default/serviceaccounts/default"),
             )
         except BaseException:
@@ -250,7 +306,7 @@ class ControlPlane:
 
     def _start_apiserver(self) -> None:
         self._spawn("kube-apiserver", self.bin_dir / "kube-apiserver", *self._apiserver_flags())
-        self._wait("kube-apiserver", lambda: self._get_ok("/readyz"))
+        self._wait(lambda: self._get_ok("/readyz"))
 
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver and start it again on the same port and etcd, as an upgrade or
@@ -267,8 +323,8 @@ class ControlPlane:
         pki = self.workdir / "pki"
         flags = [
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={self.url.rsplit(':', 1)[1]}",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={self._certs.cert_file}",
@@ -283,10 +339,20 @@ class ControlPlane:
             # NodeRestriction is not.
             "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
-            # Loopback is no address for the kubernetes Service's endpoints.
-            "--endpoint-reconciler-type=none",
             "--profiling=false",
         ]
+        if self.address == "127.0.0.1":
+            # Loopback is no address for the kubernetes Service's endpoints.
+            flags.append("--endpoint-reconciler-type=none")
+        else:
+            # The node's kubelet by its InternalIP (no name lookup), as the API server's
+            # kubelet client, for logs and exec.
+            pem = self.client_pem("kube-apiserver-kubelet-client", ["system:masters"])
+            flags += [
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={pem}",
+                f"--kubelet-client-key={pem}",
+            ]
         if self.emulated_version:
             flags.append(f"--emulated-version={self.emulated_version}")
         policy = self.workdir / "audit-policy.yaml"
@@ -309,29 +375,10 @@ class ControlPlane:
         return self.workdir / "audit.log"
 
     def _spawn(self, name: str, binary: Path, *args: str) -> None:
-        log = self.workdir / f"{name}.log"
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                [str(binary), *args],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
-            )
-        self._processes.append(_Process(name, popen, log))
+        self._processes.append(spawn(name, [str(binary), *args], self.workdir))
 
-    def _wait(self, name: str, ready: Callable[[], bool]) -> None:
-        process = self._processes[-1]
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if process.popen.poll() is not None:
-                raise ControlPlaneError(
-                    f"{name} exited with {process.popen.returncode}:\n{process.tail()}"
-                )
-            if ready():
-                return
-            time.sleep(0.2)
-        raise ControlPlaneError(f"{name} not ready after {START_TIMEOUT:.0f} s:\n{process.tail()}")
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        wait_ready(self._processes[-1], ready)
 
     def _ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cafile=str(self.ca_file))
@@ -362,15 +409,20 @@ class ControlPlane:
         """A kubeconfig for a client-certificate user (CN ``user``, O ``groups``) signed by the
         run's CA, as kube-apiserver's x509 authenticator reads it: ``system:node:NAME`` in
         ``system:nodes`` is a node identity. The pair is a file beside the run's CA."""
-        safe = user.replace(":", "_")
-        pem = self.workdir / "pki" / f"{safe}.pem"
-        if not pem.exists():
-            pem.touch(mode=0o600)
-            pem.write_bytes(self._certs.client_certificate(user, groups))
-        target = path or self.workdir / "kubeconfigs" / f"{safe}.kubeconfig"
+        pem = self.client_pem(user, groups)
+        target = path or self.workdir / "kubeconfigs" / f"{pem.stem}.kubeconfig"
         return self._write_kubeconfig(
             target, user, {"client-certificate": str(pem), "client-key": str(pem)}
         )
+
+    def client_pem(self, user: str, groups: Sequence[str] = ()) -> Path:
+        """The client certificate and key (one PEM, mode 0600) of ``user`` in ``groups``,
+        made once per run beside the CA."""
+        pem = self.workdir / "pki" / f"{user.replace(':', '_')}.pem"
+        if not pem.exists():
+            pem.touch(mode=0o600)
+            pem.write_bytes(self._certs.client_certificate(user, groups))
+        return pem
 
     def token_kubeconfig(self, token: str, path: Path, name: str = "token-user") -> Path:
         """A kubeconfig that authenticates with a bearer token (a service account's)."""
