@@ -38,7 +38,13 @@ class Poller:
         self.cmdline_file = cmdline_file
         self.interval = interval
         self.holds = 0
-        self._guards = guards.default_guards(default_build_pod_selectors())
+        # The guards of an agent with default settings (``guards.registry``).
+        self._guards: tuple[guards.Guard, ...] = (
+            guards.BuildPodGuard(default_build_pod_selectors()),
+            guards.NoopImageGuard(),
+            guards.ManualGuard(),
+            guards.NodeLabelGuard(),
+        )
         self._task: asyncio.Task[None] | None = None
         self._kube: Kube | None = None
 

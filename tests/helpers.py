@@ -6,6 +6,7 @@ Fixtures stay in ``conftest.py``; everything a test imports is here.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -18,6 +19,8 @@ from typing import Any, NoReturn
 import pytest
 
 from drain_guard import protocol
+from drain_guard.config.agent import add_run_arguments, settings_from
+from drain_guard.guards import Guard
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.store import WriteRecord
@@ -35,6 +38,13 @@ CONFIG_B = "rendered-worker-" + "b" * 32
 # for a loaded machine running the suite on several workers (an agent's first log line took
 # over 15 s there).
 WAIT = 60.0
+
+
+def agent_guards(*flags: str) -> tuple[Guard, ...]:
+    """The guards ``drain-guard run`` with ``flags`` checks, built as the agent builds them."""
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return settings_from(parser.parse_args(["--node-name", NODE, *flags]), {}).guards
 
 
 def require_tool(name: str) -> str:

@@ -114,13 +114,7 @@ class Controller:
         self.hold_report = HoldReport(metrics, events, settings.max_hold, settings.observe_only)
         self.cache = cache
         self.booted = host.BootedImageReader(settings, metrics)
-        self.guards = guards.default_guards(
-            settings.build_pod_selectors,
-            settings.build_pod_scope,
-            None if settings.alerts is None else settings.alerts.on_unreachable,
-            settings.blocking_pod_selectors,
-            settings.blocking_pod_namespaces,
-        )
+        self.guards = settings.guards
         #: The node's pods in each blocking-pod namespace the pod watch does not cover, each
         #: from a watch of its own (``runner``) that wakes the loop as the pod watch does.
         self.blocking_caches = {

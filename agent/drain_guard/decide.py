@@ -56,6 +56,7 @@ from drain_guard.protocol import (
     read_hold,
     read_released_by,
     release_patch,
+    repair_since_patch,
     update_hold_patch,
 )
 
@@ -275,14 +276,18 @@ def _decide_held(
     repair = repaired is not None
     if blocks:
         blocks = _capped(blocks, annotations, record.since, max_hold)
-        same = _reasons(blocks) == ",".join(record.reasons) and hold_detail(blocks) == record.detail
+        same = (
+            _reasons(blocks) == ",".join(record.reasons)
+            and not record.unknown_reasons
+            and hold_detail(blocks) == record.detail
+        )
         if same and not repair:
             return Keep(record, blocks, verdicts)
         reasons, detail = (b.reason for b in blocks), hold_detail(blocks)
         patch = update_hold_patch(record, reasons, detail, repair_since=repair)
         return UpdateHold(record, blocks, tuple(patch), verdicts, since_repaired=repaired)
     if unknowns:
-        patch = update_hold_patch(record, record.reasons, record.detail, repair_since=True)
+        patch = repair_since_patch(record)
         return Wait(unknowns, record, original, verdicts, tuple(patch if repair else ()), repaired)
     return release(Outcome.SAFE, "no guard blocks")
 

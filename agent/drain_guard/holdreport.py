@@ -88,7 +88,8 @@ class HoldReport:
                     self.events.pool_held(pool, t.request, t.reasons, t.detail, t.since, expires)
                     self._held_pool = pool
             elif isinstance(t, holds.Found):
-                self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
+                if t.record.reasons:  # else only reasons this agent does not know: no series
+                    self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
                 log.info(
                     "resuming hold found on the node",
                     extra={"fields": hold_fields(node, t.record, self.max_hold)},
@@ -120,7 +121,7 @@ class HoldReport:
         fields = {
             "node": node,
             "request": record.held_drain,
-            "reasons": [r.value for r in record.reasons],
+            "reasons": list(record.reason_names),
             "outcome": ended.outcome.value,
             "desiredDrain": ended.desired or "",
             "heldSeconds": round(ended.held_for.total_seconds(), 3),

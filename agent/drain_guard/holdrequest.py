@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from drain_guard import guards
+from drain_guard.guards import registry
 from drain_guard.health import format_duration
 from drain_guard.protocol import (
-    BLOCK_DRAINS_LABEL,
     HOLD_REQUEST,
     Reason,
     format_rfc3339,
@@ -121,35 +121,12 @@ def releases_when(
     reasons: Sequence[tuple[str, str]], request: HoldRequestStatus | None
 ) -> tuple[str, ...]:
     """What clears each reason of a hold, given as (reason, detail): the hold is released once
-    every one has cleared (or at its expiry, or by ``drain-guard release``)."""
-    found: list[str] = []
-    for reason, detail in reasons:
-        if reason == Reason.BUILD_POD:
-            pods = detail or "the build pod"
-            found.append(
-                f"{reason}: when {pods} {'end' if pods.startswith('build pods') else 'ends'}"
-            )
-        elif reason == Reason.NOOP_IMAGE:
-            found.append(
-                f"{reason}: when desiredImage changes to an image the node does not run"
-                " (the build's new image), or the node is cordoned (no new image comes then)"
-            )
-        elif reason == Reason.MANUAL:
-            until = request.until if request is not None else None
-            when = f"expires at {format_rfc3339_or_none(until)}" if until is not None else "expires"
-            found.append(f"{reason}: when the hold request {when} or is removed")
-        elif reason == Reason.ALERT:
-            if detail.startswith("alert query unanswered"):
-                found.append(f"{reason}: when the alert query is answered, no matching alert fired")
-            else:
-                found.append(f"{reason}: when the matching alerts resolve (or are silenced)")
-        elif reason == Reason.BLOCKING_POD:
-            pods = detail or "the blocking pod"
-            ends = "stop" if pods.startswith("blocking pods") else "stops"
-            found.append(f"{reason}: when {pods} {ends} running (completes, fails or is deleted)")
-        elif reason == Reason.NODE_LABEL:
-            found.append(f"{reason}: when the label {BLOCK_DRAINS_LABEL} is removed from the node")
-    return tuple(printable(line) for line in found)
+    every one has cleared (or at its expiry, or by ``drain-guard release``); each guard says
+    its own (``guards.registry``)."""
+    until = request.until if request is not None else None
+    return tuple(
+        printable(registry.releases_when(reason, detail, until)) for reason, detail in reasons
+    )
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")

@@ -94,7 +94,7 @@ def hold_fields(node: str, record: protocol.HoldRecord, max_hold: timedelta) -> 
     return {
         "node": node,
         "request": record.held_drain,
-        "reasons": [r.value for r in record.reasons],
+        "reasons": list(record.reason_names),
         "heldSince": protocol.format_rfc3339(record.since),
         "expiresAt": protocol.format_rfc3339(protocol.later(record.since, max_hold)),
     }

@@ -62,6 +62,7 @@ __all__ = [
     "read_released_by",
     "release_patch",
     "releaser_of",
+    "repair_since_patch",
     "truncate_utf8",
     "update_hold_patch",
 ]
@@ -121,17 +122,24 @@ class UnreadableSince(MalformedHold):
     its age is unknown (``decide()`` keeps the hold and restarts its clock)."""
 
     def __init__(
-        self, why: str, value: str, held_drain: str, reasons: tuple[Reason, ...], detail: str
+        self,
+        why: str,
+        value: str,
+        held_drain: str,
+        reasons: tuple[Reason, ...],
+        detail: str,
+        unknown_reasons: tuple[str, ...] = (),
     ) -> None:
         super().__init__(why)
         self.value = value
         self.held_drain = held_drain
         self.reasons = reasons
         self.detail = detail
+        self.unknown_reasons = unknown_reasons
 
     def record(self, since: datetime) -> HoldRecord:
         """The hold record with its age counted from ``since``."""
-        return HoldRecord(self.held_drain, self.reasons, since, self.detail)
+        return HoldRecord(self.held_drain, self.reasons, since, self.detail, self.unknown_reasons)
 
 
 class Verb(StrEnum):
@@ -318,31 +326,48 @@ class HoldRecord:
     """What the agent wrote on the Node when it held a drain."""
 
     held_drain: str
+    #: The reasons this agent knows (its guards'), in the record's order.
     reasons: tuple[Reason, ...]
     since: datetime
     detail: str
+    #: The record's reasons this agent does not know (a newer agent's guards): kept and shown,
+    #: never held on (docs/protocol.md, "Reasons an agent does not know").
+    unknown_reasons: tuple[str, ...] = ()
+
+    @property
+    def reason_names(self) -> tuple[str, ...]:
+        """Every reason of the record, known or not, as ``/status`` and the CLI show them."""
+        return (*(r.value for r in self.reasons), *self.unknown_reasons)
 
     def age(self, now: datetime) -> timedelta:
         """How long the hold has lasted (negative if ``since`` is in the future)."""
         return now - self.since
 
 
-def _parse_reasons(text: str) -> tuple[Reason, ...]:
+#: A reason's name as ``hold-reasons`` carries it: what this agent's reasons look like, and
+#: the only shape a reason it does not know may take (docs/protocol.md, "Reasons an agent
+#: does not know").
+_REASON_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _parse_reasons(text: str) -> tuple[tuple[Reason, ...], tuple[str, ...]]:
+    """The reasons this agent knows, and the well-formed names it does not (a newer agent's)."""
     names = [part.strip() for part in text.split(",")]
     if not text.strip() or not all(names):
         raise MalformedHold(f"{HOLD_REASONS}={text!r}: expected comma-separated reasons")
-    reasons: list[Reason] = []
+    known: dict[Reason, None] = {}
+    unknown: dict[str, None] = {}
     for name in names:
-        try:
-            reason = Reason(name)
-        except ValueError:
-            known = ", ".join(r.value for r in Reason)
+        if name in Reason.__members__.values():
+            known[Reason(name)] = None
+        elif _REASON_NAME.fullmatch(name):
+            unknown[name] = None
+        else:
             raise MalformedHold(
-                f"{HOLD_REASONS}={text!r}: unknown reason {name!r} (known: {known})"
-            ) from None
-        if reason not in reasons:
-            reasons.append(reason)
-    return tuple(reasons)
+                f"{HOLD_REASONS}={text!r}: {name!r} is not a reason's name (lower-case letters,"
+                " digits and '-', at most 63)"
+            )
+    return tuple(known), tuple(unknown)
 
 
 def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
@@ -361,14 +386,16 @@ def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
     held = annotations[HELD_DRAIN]
     if not held:
         raise MalformedHold(f"{HELD_DRAIN} is empty")
-    reasons = _parse_reasons(annotations[HOLD_REASONS])
+    reasons, unknown = _parse_reasons(annotations[HOLD_REASONS])
     detail = annotations.get(HOLD_DETAIL, "")
     try:
         since = parse_rfc3339(annotations[HELD_SINCE])
     except ValueError as err:
         why = f"{HELD_SINCE}: {err}"
-        raise UnreadableSince(why, annotations[HELD_SINCE], held, reasons, detail) from None
-    return HoldRecord(held, reasons, since, detail)
+        raise UnreadableSince(
+            why, annotations[HELD_SINCE], held, reasons, detail, unknown
+        ) from None
+    return HoldRecord(held, reasons, since, detail, unknown)
 
 
 def check_released_by(value: str) -> str:
@@ -491,6 +518,16 @@ def update_hold_patch(
     if repair_since:
         ops.append(_set(HELD_SINCE, format_rfc3339(record.since)))
     return ops
+
+
+def repair_since_patch(record: HoldRecord) -> list[JsonPatchOp]:
+    """Rewrite ``held-since`` to ``record.since`` (it was unreadable or in the future) and leave
+    the rest of the record as it is (a reason this agent does not know included)."""
+    return [
+        _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
+        _test(HELD_DRAIN, record.held_drain),
+        _set(HELD_SINCE, format_rfc3339(record.since)),
+    ]
 
 
 def release_patch(

@@ -24,7 +24,6 @@ from drain_guard.holdrequest import (
 )
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
-from drain_guard.selectors import default_build_pod_selectors
 from drain_guard.shieldplan import Conflict, Held, NodeScope, Role, ShieldStatus
 from drain_guard.snapshot import decided, nothing_decided
 from drain_guard.status import (
@@ -36,6 +35,7 @@ from drain_guard.status import (
     PodStatus,
     ReleaseFailingStatus,
 )
+from tests.helpers import agent_guards
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 DIGEST = "sha256:" + "a" * 64
@@ -391,8 +391,7 @@ def _status(
 ) -> AgentStatus:
     """The snapshot of what decide() says about a Node with these annotations and pods."""
     view = guards.NodeView("worker-0", annotations, pods, BOOTED, T0, "7")
-    selectors = default_build_pod_selectors()
-    decision = decide(view, guards.default_guards(selectors), MAX_HOLD)
+    decision = decide(view, agent_guards(), MAX_HOLD)
     return decided(
         base, decision, annotations=annotations, hold=hold, booted=BOOTED, max_hold=MAX_HOLD, now=T0
     )

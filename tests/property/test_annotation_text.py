@@ -30,7 +30,6 @@ from drain_guard.decisions import (
 from drain_guard.guards import (
     BootedImage,
     NodeView,
-    default_guards,
     parse_hold_request,
 )
 from drain_guard.imageref import ImageRefError, digest_of
@@ -48,13 +47,13 @@ from drain_guard.protocol import (
     parse_rfc3339,
     read_hold,
 )
-from drain_guard.selectors import default_build_pod_selectors
 from drain_guard.snapshot import decided
 from drain_guard.status import AgentStatus
+from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MAX_HOLD = timedelta(minutes=45)
-GUARDS = default_guards(default_build_pod_selectors())
+GUARDS = agent_guards()
 REQUEST = "drain-rendered-worker-aaa"
 BUILD_POD = Pod(
     "openshift-machine-config-operator",

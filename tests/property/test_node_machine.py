@@ -26,7 +26,6 @@ from drain_guard.decide import (
 from drain_guard.guards import (
     BootedImage,
     NodeView,
-    default_guards,
 )
 from drain_guard.pods import Pod
 from drain_guard.protocol import (
@@ -40,7 +39,7 @@ from drain_guard.protocol import (
     Outcome,
     format_rfc3339,
 )
-from drain_guard.selectors import default_build_pod_selectors
+from tests.helpers import agent_guards
 
 MAX_HOLD = timedelta(minutes=45)
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -48,7 +47,7 @@ REPO = "image-registry.openshift-image-registry.svc:5000/openshift-machine-confi
 BOOTED = "sha256:" + "1" * 64
 OTHER = "sha256:" + "2" * 64
 IMAGES = (f"{REPO}@{BOOTED}", f"{REPO}@{OTHER}", f"{REPO}:latest", "")
-GUARDS = default_guards(default_build_pod_selectors())
+GUARDS = agent_guards()
 BUILD_POD = Pod(
     "openshift-machine-config-operator",
     "build-rendered-worker-x-build",

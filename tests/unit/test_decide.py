@@ -34,7 +34,6 @@ from drain_guard.guards import (
     BootedImage,
     Guard,
     NodeView,
-    default_guards,
 )
 from drain_guard.pods import Pod
 from drain_guard.protocol import (
@@ -61,8 +60,8 @@ from drain_guard.protocol import (
     parse_drain_request,
     read_hold,
 )
-from drain_guard.selectors import default_build_pod_selectors
 from drain_guard.status import DECISIONS
+from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MAX_HOLD = timedelta(minutes=45)
@@ -75,7 +74,7 @@ B = "drain-rendered-worker-bbb"
 PREV = "uncordon-rendered-worker-000"
 BUILD = Pod(MCO_NS, "build-x-build", "Running", {"openshift.io/build.name": "build-x"})
 BOOTED = BootedImage(D1, f"ostree-unverified-registry:{IMAGE}@{D1}", "ostree")
-GUARDS: tuple[Guard, ...] = default_guards(default_build_pod_selectors())
+GUARDS: tuple[Guard, ...] = agent_guards()
 
 
 def view(
@@ -450,7 +449,7 @@ def test_race_lost_restores_the_completed_request() -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [(HOLD_REASONS, "build-pod,gremlins"), (HOLD_REASONS, "")],
+    [(HOLD_REASONS, "build-pod,Gremlins!"), (HOLD_REASONS, "")],
 )
 def test_malformed_record_is_released_as_invalid(key: str, value: str) -> None:
     before = held(extra={key: value})
@@ -460,6 +459,35 @@ def test_malformed_record_is_released_as_invalid(key: str, value: str) -> None:
     after = apply(before, decision)
     assert after[DESIRED_DRAIN] == A
     assert after[RELEASED] == A
+
+
+#: A reason a newer agent holds for and this one does not know (docs/protocol.md, "Reasons an
+#: agent does not know").
+NEWER = "disruption-budget"
+NEWER_DETAIL = f"{NEWER}: budget db/quorum allows no disruption"
+
+
+def test_a_hold_for_a_reason_this_agent_does_not_know_is_a_hold_not_malformed() -> None:
+    """Its own guards clear: the hold ends as safe (never invalid, no released marker)."""
+    before = held(extra={HOLD_REASONS: NEWER, HOLD_DETAIL: NEWER_DETAIL})
+    decision = run(before, pods=())
+    assert isinstance(decision, Release)
+    assert decision.outcome is Outcome.SAFE
+    after = apply(before, decision)
+    assert after[DESIRED_DRAIN] == A
+    assert RELEASED not in after
+
+
+def test_a_hold_for_an_unknown_and_a_known_reason_is_rewritten_to_this_agents_own() -> None:
+    """One of its own guards blocks: the hold is kept, with this agent's reasons only."""
+    extra = {HOLD_REASONS: f"build-pod,{NEWER}", HOLD_DETAIL: NEWER_DETAIL}
+    before = held(extra=extra)
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, UpdateHold)
+    after = apply(before, decision)
+    assert after[DESIRED_DRAIN] == "hold-" + A
+    assert after[HOLD_REASONS] == "build-pod"
+    assert after[HELD_SINCE] == before[HELD_SINCE]
 
 
 def test_held_uncordon_is_restored_not_kept() -> None:

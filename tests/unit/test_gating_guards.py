@@ -31,11 +31,11 @@ from drain_guard.guards import (
     Clear,
     NodeView,
     Unknown,
-    default_guards,
 )
 from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
-from drain_guard.selectors import default_build_pod_selectors, parse_build_pod_selector
+from drain_guard.selectors import parse_build_pod_selector
+from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ANY = AlertFilter.parse("^(DrainGate|EtcdDown)$")
@@ -209,7 +209,9 @@ def test_every_new_reason_ends_at_max_hold(reason: Reason, seen: dict[str, Any])
         protocol.HOLD_DETAIL: "x",
     }
     node = replace(view(None), annotations=annotations, **seen)
-    guards = default_guards(default_build_pod_selectors(), on_unreachable=OnUnreachable.HOLD)
+    guards = agent_guards(
+        "--alert-url=https://q:9091", "--alert-filter=X", "--alert-unreachable=hold"
+    )
     assert any(isinstance(v, Block) for v in (g.check(node) for g in guards))
     decision = decide(node, guards, timedelta(minutes=45))
     assert isinstance(decision, Release)

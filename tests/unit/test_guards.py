@@ -18,7 +18,6 @@ from drain_guard.guards import (
     NodeView,
     NoopImageGuard,
     Unknown,
-    default_guards,
     parse_hold_request,
 )
 from drain_guard.pods import Pod, PodScope
@@ -254,8 +253,3 @@ def test_manual_malformed_is_reported_not_held() -> None:
 
 def test_manual_absent() -> None:
     assert ManualGuard().check(view({})) == Clear(Reason.MANUAL, "no hold-request")
-
-
-def test_default_guards_order() -> None:
-    reasons = [g.reason for g in default_guards(default_build_pod_selectors())]
-    assert reasons == [Reason.BUILD_POD, Reason.NOOP_IMAGE, Reason.MANUAL, Reason.NODE_LABEL]

@@ -279,7 +279,7 @@ def test_an_uninstall_release_ends_the_hold_as_uninstall() -> None:
 
 
 def test_an_unreadable_record_released_as_invalid_ends_the_hold_the_agent_knew() -> None:
-    node = {**holding(B), HOLD_REASONS: "sunspots"}
+    node = {**holding(B), HOLD_REASONS: "sun_spots"}
     change = apply(_knowing(B), node)
     assert change.transitions == (Ended(record(B), Outcome.INVALID, B, timedelta(minutes=5)),)
     # Without a record anywhere there is no hold to end.

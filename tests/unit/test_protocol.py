@@ -228,6 +228,16 @@ def test_read_hold_detail_is_optional_and_reasons_deduplicated() -> None:
     assert (record.reasons, record.detail) == ((Reason.MANUAL,), "")
 
 
+def test_read_hold_keeps_a_reason_it_does_not_know_apart() -> None:
+    """A newer agent's reason is read, not refused (docs/protocol.md, "Reasons an agent does
+    not know"): the known ones as ``Reason``, the rest as the names they are."""
+    record = read_hold(record_annotations(**{HOLD_REASONS: "disk-pressure,manual,disk-pressure"}))
+    assert record is not None
+    assert record.reasons == (Reason.MANUAL,)
+    assert record.unknown_reasons == ("disk-pressure",)
+    assert record.reason_names == ("manual", "disk-pressure")
+
+
 def test_read_hold_keeps_a_future_since_for_decide_to_judge() -> None:
     record = read_hold(record_annotations(**{HELD_SINCE: "2099-01-01T00:00:00Z"}))
     assert record is not None
@@ -238,7 +248,7 @@ def test_read_hold_keeps_a_future_since_for_decide_to_judge() -> None:
     ("overrides", "drop", "fragment"),
     [
         ({HELD_SINCE: "soon"}, None, "held-since"),
-        ({HOLD_REASONS: "build-pod,tea-time"}, None, "unknown reason 'tea-time'"),
+        ({HOLD_REASONS: "build-pod,tea time"}, None, "'tea time' is not a reason's name"),
         ({HOLD_REASONS: ""}, None, "expected comma-separated reasons"),
         ({HOLD_REASONS: "build-pod,,manual"}, None, "expected comma-separated reasons"),
         ({HELD_DRAIN: ""}, None, "held-drain is empty"),

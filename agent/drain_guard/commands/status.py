@@ -83,9 +83,9 @@ def node_state(
     if record is not None:
         ends_by = record.since + max_hold
         details = split_hold_detail(record.detail)
-        reasons = [(str(r), details.get(str(r), "")) for r in record.reasons]
+        reasons = [(r, details.get(r, "")) for r in record.reason_names]
         state.update(
-            reasons=[str(r) for r in record.reasons],
+            reasons=list(record.reason_names),
             heldSince=protocol.format_rfc3339(record.since),
             endsBy=protocol.format_rfc3339(ends_by),
             detail=record.detail,

@@ -7,7 +7,7 @@ import argparse
 import enum
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from drain_guard.config.alerts import ALERT_OPTIONS, AlertSettings, alert_settings
@@ -28,6 +28,7 @@ from drain_guard.config.values import (
     parse_scope,
     parse_workload,
 )
+from drain_guard.guards import Guard, registry
 from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
 from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 
@@ -78,6 +79,8 @@ class Settings:
     #: with a Role there).
     blocking_pod_selectors: tuple[BuildPodSelector, ...] = ()
     blocking_pod_namespaces: tuple[str, ...] = ()
+    #: The guards these settings turn on, in the registry's order (``guards.registry``).
+    guards: tuple[Guard, ...] = ()
 
     def effective(self) -> dict[str, object]:
         """The settings in force, for the agent's start-up line (durations as flags take them)."""
@@ -103,6 +106,7 @@ class Settings:
             "alerts": None if self.alerts is None else self.alerts.effective(),
             "blockingPodSelectors": [str(s) for s in self.blocking_pod_selectors],
             "blockingPodNamespaces": list(self.blocking_pod_namespaces),
+            "guards": [guard.reason.value for guard in self.guards],
             "logLevel": self.log_level,
         }
 
@@ -245,6 +249,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         boolean=True,
     ),
     *ALERT_OPTIONS,
+    *registry.options(),
     Option(
         "--log-format",
         env_name("--log-format"),
@@ -351,7 +356,7 @@ def _settings(raw: dict[str, object]) -> Settings:
             "--api-socket excludes --kubeconfig: through the node proxy the agent holds no"
             " credential"
         )
-    return Settings(
+    settings = Settings(
         node_name=node_name,
         kubeconfig=None if kubeconfig is None else str(kubeconfig),
         host_root=str(raw["host_root"]),
@@ -377,6 +382,7 @@ def _settings(raw: dict[str, object]) -> Settings:
         alerts=alert_settings(raw),
         **blocking_pod_settings(raw),
     )
+    return replace(settings, guards=registry.build(settings, raw))
 
 
 def _split_command(text: str) -> tuple[str, ...]:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 from drain_guard.alerts import OnUnreachable
-from drain_guard.guards.base import Block, Clear, NodeView, Unknown, Verdict
+from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, Unknown, Verdict
 from drain_guard.protocol import Reason, format_rfc3339
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 
 class AlertGuard:
@@ -29,3 +36,17 @@ class AlertGuard:
         if seen.firing:
             return Block(self.reason, f"firing: {seen.named()}")
         return Clear(self.reason, "no matching alert fires")
+
+
+def _releases_when(detail: str, _until: datetime | None) -> str:
+    if detail.startswith("alert query unanswered"):
+        return f"{Reason.ALERT}: when the alert query is answered, no matching alert fired"
+    return f"{Reason.ALERT}: when the matching alerts resolve (or are silenced)"
+
+
+def _build(settings: Settings, _raw: Mapping[str, object]) -> Guard | None:
+    """On with alert gating (``--alert-url``)."""
+    return None if settings.alerts is None else AlertGuard(settings.alerts.on_unreachable)
+
+
+KIND = GuardKind(Reason.ALERT, _releases_when, _build)

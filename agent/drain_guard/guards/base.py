@@ -7,14 +7,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from drain_guard.alerts import AlertsSeen
+from drain_guard.config.options import Option
 from drain_guard.pods import Pod
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 # --- what the guards look at --------------------------------------------------------------
 
@@ -148,3 +152,25 @@ class Guard(Protocol):
     def reason(self) -> Reason: ...
 
     def check(self, view: NodeView) -> Verdict: ...
+
+
+#: What clears one reason of a hold, as one line of ``/status``, ``drain-guard status`` and the
+#: hold's Event: given the reason's part of ``hold-detail`` and, for a hold request, its expiry.
+ReleasesWhen = Callable[[str, datetime | None], str]
+#: The guard the agent's settings ask for (None: off), from its validated settings and the
+#: raw values of the guard's own ``options`` (by their ``dest``); ``SettingsError`` if bad.
+Build = Callable[["Settings", Mapping[str, object]], "Guard | None"]
+
+
+@dataclass(frozen=True)
+class GuardKind:
+    """What one guard module declares, so that a guard is one module and one line of the
+    registry (``guards.registry``): its reason, what releases a hold it made, its flags and
+    how it is built from the agent's settings."""
+
+    reason: Reason
+    releases_when: ReleasesWhen
+    build: Build
+    #: The flags only this guard reads (``drain-guard run`` lists them); a flag other parts
+    #: read too (the build-pod selectors the shield shares) stays in ``config``.
+    options: tuple[Option, ...] = ()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, Clear, NodeView, Unknown, Verdict
+from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, Unknown, Verdict
 from drain_guard.pods import running_blocking_pods
 from drain_guard.protocol import Reason
 from drain_guard.selectors import BuildPodSelector
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 
 class BlockingPodGuard:
@@ -33,3 +38,19 @@ class BlockingPodGuard:
             return Clear(self.reason, "no blocking pod runs on the node")
         names = ", ".join(sorted(p.key for p in found))
         return Block(self.reason, f"blocking pod{'s' if len(found) > 1 else ''} {names}")
+
+
+def _releases_when(detail: str, _until: datetime | None) -> str:
+    pods = detail or "the blocking pod"
+    ends = "stop" if pods.startswith("blocking pods") else "stops"
+    return f"{Reason.BLOCKING_POD}: when {pods} {ends} running (completes, fails or is deleted)"
+
+
+def _build(settings: Settings, _raw: Mapping[str, object]) -> Guard | None:
+    """On with ``--blocking-pod-selector``."""
+    if not settings.blocking_pod_selectors:
+        return None
+    return BlockingPodGuard(settings.blocking_pod_selectors, settings.blocking_pod_namespaces)
+
+
+KIND = GuardKind(Reason.BLOCKING_POD, _releases_when, _build)

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, BuildPodsSeen, Clear, NodeView, Unknown, Verdict
+from drain_guard.guards.base import (
+    Block,
+    BuildPodsSeen,
+    Clear,
+    Guard,
+    GuardKind,
+    NodeView,
+    Unknown,
+    Verdict,
+)
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
 from drain_guard.protocol import Reason
 from drain_guard.selectors import BuildPodSelector
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 
 class BuildPodGuard:
@@ -36,3 +50,15 @@ class BuildPodGuard:
             return Clear(self.reason, "no build pod on the node", evidence=seen)
         names = ", ".join(sorted(f"{p.namespace}/{p.name}" for p in found))
         return Block(self.reason, f"build pod{'s' if len(found) > 1 else ''} {names}", seen)
+
+
+def _releases_when(detail: str, _until: datetime | None) -> str:
+    pods = detail or "the build pod"
+    return f"{Reason.BUILD_POD}: when {pods} {'end' if pods.startswith('build pods') else 'ends'}"
+
+
+def _build(settings: Settings, _raw: Mapping[str, object]) -> Guard:
+    return BuildPodGuard(settings.build_pod_selectors, settings.build_pod_scope)
+
+
+KIND = GuardKind(Reason.BUILD_POD, _releases_when, _build)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, Clear, InvalidInput, NodeView, Verdict
+from drain_guard.guards.base import Block, Clear, Guard, GuardKind, InvalidInput, NodeView, Verdict
 from drain_guard.protocol import HOLD_REQUEST, Reason, format_rfc3339, parse_rfc3339
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 #: A hold request's reason: one line for `oc describe node` and `drain-guard status`.
 MAX_HOLD_REASON_BYTES = 256
@@ -49,3 +54,15 @@ class ManualGuard:
             return Clear(self.reason, f"hold-request expired at {format_rfc3339(expiry)}")
         detail = f"hold-request until {format_rfc3339(expiry)}"
         return Block(self.reason, f"{detail}: {why}" if why else detail)
+
+
+def _releases_when(_detail: str, until: datetime | None) -> str:
+    when = f"expires at {format_rfc3339(until)}" if until is not None else "expires"
+    return f"{Reason.MANUAL}: when the hold request {when} or is removed"
+
+
+def _build(_settings: Settings, _raw: Mapping[str, object]) -> Guard:
+    return ManualGuard()
+
+
+KIND = GuardKind(Reason.MANUAL, _releases_when, _build)

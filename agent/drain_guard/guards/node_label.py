@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from drain_guard.guards.base import Block, Clear, NodeView, Verdict
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, Verdict
 from drain_guard.protocol import BLOCK_DRAINS_LABEL, Reason
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 
 class NodeLabelGuard:
@@ -17,3 +24,14 @@ class NodeLabelGuard:
         if value is None:
             return Clear(self.reason, f"no {BLOCK_DRAINS_LABEL} label")
         return Block(self.reason, f"node label {BLOCK_DRAINS_LABEL}={value}")
+
+
+def _releases_when(_detail: str, _until: datetime | None) -> str:
+    return f"{Reason.NODE_LABEL}: when the label {BLOCK_DRAINS_LABEL} is removed from the node"
+
+
+def _build(_settings: Settings, _raw: Mapping[str, object]) -> Guard:
+    return NodeLabelGuard()
+
+
+KIND = GuardKind(Reason.NODE_LABEL, _releases_when, _build)

@@ -3,9 +3,25 @@ no I/O)."""
 
 from __future__ import annotations
 
-from drain_guard.guards.base import Block, Clear, ImageCompared, InvalidInput, NodeView, Verdict
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from drain_guard.guards.base import (
+    Block,
+    Clear,
+    Guard,
+    GuardKind,
+    ImageCompared,
+    InvalidInput,
+    NodeView,
+    Verdict,
+)
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.protocol import DESIRED_IMAGE, Reason
+
+if TYPE_CHECKING:
+    from drain_guard.config.agent import Settings
 
 
 class NoopImageGuard:
@@ -51,3 +67,17 @@ class NoopImageGuard:
 
 def _short(digest: str) -> str:
     return digest[: len("sha256:") + 12]
+
+
+def _releases_when(_detail: str, _until: datetime | None) -> str:
+    return (
+        f"{Reason.NOOP_IMAGE}: when desiredImage changes to an image the node does not run"
+        " (the build's new image), or the node is cordoned (no new image comes then)"
+    )
+
+
+def _build(_settings: Settings, _raw: Mapping[str, object]) -> Guard:
+    return NoopImageGuard()
+
+
+KIND = GuardKind(Reason.NOOP_IMAGE, _releases_when, _build)
