@@ -225,7 +225,7 @@ async def test_a_hold_request_until_the_year_9999_is_held_for_max_hold_and_says_
     assert agent.proc.returncode is None
 
 
-@pytest.mark.parametrize("reasons", ["", "build-pod,,manual", "gremlins", "build-pod;manual"])
+@pytest.mark.parametrize("reasons", ["", "build-pod,,manual", "Gremlins", "build-pod;manual"])
 async def test_hold_reasons_unreadable_release_as_invalid(
     api: SimApiServer, agent: AgentProcess, reasons: str
 ) -> None:
@@ -235,6 +235,29 @@ async def test_hold_reasons_unreadable_release_as_invalid(
     _admin(api, {protocol.HOLD_REASONS: reasons})
     await agent.wait_log(lambda r: r.get("outcome") == "release:invalid", start)
     assert await metric(agent, "drain_guard_invalid_input_total", kind="annotation") == 1
+
+
+@pytest.mark.parametrize("reasons", ["disk-pressure", "build-pod,disk-pressure"])
+async def test_a_hold_reason_the_agent_does_not_know_is_a_hold_it_keeps_for_its_own(
+    api: SimApiServer, agent: AgentProcess, reasons: str
+) -> None:
+    """A newer agent's reason (docs/protocol.md, "Reasons an agent does not know"): the
+    build pod still runs, so the agent keeps the hold and writes its own reasons back (the
+    detail too); the
+    record is not malformed (no invalid release, nothing counted)."""
+    mcd_request(api, DRAIN_B)
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    held = node_annotations(api)
+    _admin(api, {protocol.HOLD_REASONS: reasons, protocol.HOLD_DETAIL: "disk-pressure: full"})
+    own = held[protocol.HOLD_REASONS]
+    assert own.startswith("build-pod")
+    await wait_annotation(api, protocol.HOLD_REASONS, lambda v: v == own)
+    after = node_annotations(api)
+    assert after[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert after[protocol.HELD_SINCE] == held[protocol.HELD_SINCE]
+    assert after[protocol.HOLD_DETAIL] == held[protocol.HOLD_DETAIL]
+    assert protocol.RELEASED not in after
+    assert await metric(agent, "drain_guard_invalid_input_total", kind="annotation") == 0
 
 
 @pytest.mark.parametrize(

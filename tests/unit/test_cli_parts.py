@@ -54,10 +54,10 @@ def test_node_state_without_a_hold() -> None:
 
 def test_node_state_reports_a_malformed_hold_as_held() -> None:
     # release can release it (the hold- value is drain-guard's), so status says HELD.
-    bad = {**HELD, protocol.HOLD_REASONS: "sunspots"}
+    bad = {**HELD, protocol.HOLD_REASONS: "sun spots"}
     state = node_state(_node(bad))
     assert state["held"] is True
-    assert "sunspots" in state["error"]
+    assert "sun spots" in state["error"]
     text = render_text(state)
     assert "malformed" in text
     assert "HELD: drain-rendered-worker-1" in text
