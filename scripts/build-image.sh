@@ -11,12 +11,19 @@
 #      named localhost/drain-guard:VERSION (VERSION from pyproject.toml), for
 #      `ctr -n k8s.io images import` or `podman load`.
 #
-# buildah runs with its own storage under build/image, chroot isolation (no container runtime,
-# no systemd) and the host's network: the build's apt and pip reach Debian's packages and PyPI
-# as the host's do. buildah's default network would make a bridge and turn on ip_forward; the
+# buildah runs with its own storage under build/image, in a mount namespace of its own, with
+# chroot isolation (no container runtime, no systemd) and so the host's network: the build's
+# apt reaches Debian's packages as the host's does (pip reaches no index: step 2 of
+# docs/image.md). buildah's default network would make a bridge and turn on ip_forward; the
 # host's creates nothing. Needs root. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# In a mount namespace of its own: every mount buildah makes (its storage's, each layer's, the
+# build's) goes with this process, however it ends; the host's mount table is left as it was.
+if [ -z "${DRAIN_GUARD_IMAGE_NAMESPACE:-}" ]; then
+    exec unshare --mount --propagation private env DRAIN_GUARD_IMAGE_NAMESPACE=1 "$0" "$@"
+fi
 
 OUT=build/image
 BASE_TAR="$OUT/base-bookworm.tar"
@@ -26,21 +33,19 @@ IMAGE="localhost/drain-guard:$VERSION"
 ARCHIVE="$OUT/drain-guard.oci.tar"
 PYTHON=${PYTHON:-.venv/bin/python}
 
-buildah() {
-    command buildah --root "$PWD/$OUT/storage" --runroot "$PWD/$OUT/run" \
-        --storage-driver overlay "$@"
-}
-
 mkdir -p "$OUT"
+# buildah's run-time state (mount counts, locks) lives as long as the namespace above.
+runroot=$(mktemp -d "$PWD/$OUT/run.XXXXXX")
+trap 'rm -rf "$runroot"' EXIT
+buildah() {
+    command buildah --root "$PWD/$OUT/storage" --runroot "$runroot" --storage-driver overlay "$@"
+}
 
 if [ ! -s "$BASE_TAR" ]; then
     echo "image: debootstrap --variant=minbase bookworm (once; cached in $BASE_TAR)" >&2
     work=$(mktemp -d "$PWD/$OUT/debootstrap.XXXXXX")
-    trap 'rm -rf "$work"' EXIT
-    # In a mount namespace of its own: the /proc and /sys debootstrap mounts in the new root
-    # go with it, even when it is interrupted.
-    unshare --mount --propagation private \
-        debootstrap --variant=minbase bookworm "$work/root" >"$work/debootstrap.log" 2>&1 ||
+    trap 'rm -rf "$work" "$runroot"' EXIT
+    debootstrap --variant=minbase bookworm "$work/root" >"$work/debootstrap.log" 2>&1 ||
         { tail -20 "$work/debootstrap.log" >&2; exit 1; }
     # The security and updates suites too, as the registry's image has them: from the mirror
     # debootstrap used.
@@ -54,7 +59,6 @@ EOF
     tar --numeric-owner -C "$work/root" -cf "$BASE_TAR.part" .
     mv "$BASE_TAR.part" "$BASE_TAR"
     rm -rf "$work"
-    trap - EXIT
 fi
 
 if ! buildah inspect --type image "$BASE_IMAGE" >/dev/null 2>&1; then
