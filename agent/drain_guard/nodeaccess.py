@@ -14,12 +14,18 @@ service-account tokens; through the proxy the agent can do no more than:
 - create Events about its own Node as drain-guard, and about a MachineConfigPool with the
   pool reasons and its own Node as ``related``; aggregate (patch) the Events it created.
 
-Everything else is answered 403 here, before anything is sent.
+Everything else is answered 403 here, before anything is sent. The decision is made on the
+path as the agent sent it, undecoded: a segment is a fixed word or a name (a DNS label or
+subdomain), never anything with ``%``, ``#`` or ``?`` in it, so the API server cannot read it
+otherwise than here (``NS%252Fsecrets%252Fx%23`` as a namespace once did). The proxy sends the
+path and query this module rebuilt from what it checked (:attr:`Verdict.path`,
+:attr:`Verdict.query`), never the agent's own bytes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +40,7 @@ __all__ = [
     "Verdict",
     "check_node_patch",
     "decide",
+    "is_node_name",
 ]
 
 JSON_PATCH = "application/json-patch+json"
@@ -57,30 +64,45 @@ TESTABLE = frozenset(
 ) | {"/metadata/resourceVersion"}
 MAX_OPS = 32
 MAX_VALUE_BYTES = protocol.MAX_DETAIL_BYTES
-#: The query parameters of the agent's reads (a list, a watch and its renewals).
-READ_PARAMS = frozenset(
-    (
-        "fieldSelector",
-        "resourceVersion",
-        "resourceVersionMatch",
-        "watch",
-        "timeoutSeconds",
-        "allowWatchBookmarks",
-        "limit",
-        "continue",
-    )
-)
+_DIGITS = re.compile(r"[0-9]{1,20}")
+#: As the API server parses it (Go's ParseBool, the spellings a client sends).
+_BOOLEAN = re.compile(r"[Tt]rue|[Ff]alse|1|0")
+#: The query parameters of the agent's reads (a list, a watch and its renewals) and the values
+#: each may take once decoded; ``fieldSelector`` is compared whole with the one a read needs.
+READ_PARAMS: Mapping[str, re.Pattern[str]] = {
+    "fieldSelector": re.compile(r"[A-Za-z.]+!?=[a-z0-9.-]{1,253}"),
+    "resourceVersion": _DIGITS,
+    "resourceVersionMatch": re.compile(r"NotOlderThan|Exact"),
+    "watch": _BOOLEAN,
+    "timeoutSeconds": _DIGITS,
+    "allowWatchBookmarks": _BOOLEAN,
+    "limit": _DIGITS,
+    # The API server's continue token: base64 of its own JSON.
+    "continue": re.compile(r"[A-Za-z0-9_=+/-]{1,4096}"),
+}
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_NAME = 253
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a request may be passed on; ``message`` says why not (for the 403)."""
+    """Whether a request may be passed on; ``message`` says why not (for the 403). An allowed
+    request is sent as ``path`` and ``query``, rebuilt from the parts that were checked."""
 
     allowed: bool
     message: str = ""
+    path: str = ""
+    query: tuple[tuple[str, str], ...] = ()
 
 
-ALLOW = Verdict(True)
+def is_node_name(text: str) -> bool:
+    """A Node's (or an Event's) name: a DNS subdomain."""
+    return len(text) <= MAX_NAME and _DNS_SUBDOMAIN.fullmatch(text) is not None
+
+
+def _is_namespace(text: str) -> bool:
+    return _DNS_LABEL.fullmatch(text) is not None
 
 
 def _deny(message: str) -> Verdict:
@@ -143,34 +165,55 @@ def check_node_patch(ops: Any) -> None:
             raise protocol.ProtocolError(f"{kind} {path}: an agent may not write that")
 
 
-def _split(path: str) -> list[str]:
-    return [p for p in path.split("/") if p]
+def _split(path: str) -> list[str] | None:
+    """The segments of an undecoded ``/a/b/c``, each a name (a DNS subdomain, which no
+    ``%``, ``#``, ``?``, ``.`` or ``..`` is); None for anything else."""
+    if not path.startswith("/"):
+        return None
+    parts = path[1:].split("/")
+    return parts if all(is_node_name(p) for p in parts) else None
 
 
-def _query_ok(query: Mapping[str, Sequence[str]], selector: str) -> bool:
-    return (
-        set(query) <= READ_PARAMS
-        and all(len(v) == 1 for v in query.values())
-        and list(query.get("fieldSelector", ())) == [selector]
-    )
+def _query(pairs: Sequence[tuple[str, str]]) -> dict[str, str] | None:
+    """The read's parameters, each once and of its shape; None for anything else."""
+    query = dict(pairs)
+    if len(query) != len(pairs):
+        return None
+    for key, value in query.items():
+        shape = READ_PARAMS.get(key)
+        if shape is None or shape.fullmatch(value) is None:
+            return None
+    return query
 
 
-def _read(parts: list[str], query: Mapping[str, Sequence[str]], node: str) -> Verdict:
+def _allow(parts: Sequence[str], query: Mapping[str, str] | None = None) -> Verdict:
+    return Verdict(True, path="/" + "/".join(parts), query=tuple((query or {}).items()))
+
+
+def _read(parts: list[str], pairs: Sequence[tuple[str, str]], node: str) -> Verdict:
+    query = _query(pairs)
+    if query is None:
+        allowed = ", ".join(READ_PARAMS)
+        return _deny(f"an agent's read has at most one each of {allowed}, of their shapes")
+    selector = query.get("fieldSelector")
     if parts == ["api", "v1", "nodes", node] and not query:
-        return ALLOW
+        return _allow(parts)
     if parts == ["api", "v1", "nodes"]:
-        if _query_ok(query, f"metadata.name={node}"):
-            return ALLOW
+        if selector == f"metadata.name={node}":
+            return _allow(parts, query)
         # The confinement self-check's pick of another Node (Kube.other_node).
-        if _query_ok(query, f"metadata.name!={node}") and list(query.get("limit", ())) == ["1"]:
-            return ALLOW
+        if selector == f"metadata.name!={node}" and query.get("limit") == "1":
+            return _allow(parts, query)
         return _deny(f"an agent lists only its own Node ({node})")
     pods = parts == ["api", "v1", "pods"] or (
-        len(parts) == 5 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods"
+        len(parts) == 5
+        and parts[:3] == ["api", "v1", "namespaces"]
+        and _is_namespace(parts[3])
+        and parts[4] == "pods"
     )
     if pods:
-        if _query_ok(query, f"spec.nodeName={node}"):
-            return ALLOW
+        if selector == f"spec.nodeName={node}":
+            return _allow(parts, query)
         return _deny(f"an agent lists only the pods bound to its own Node ({node})")
     return _deny(f"an agent may not read /{'/'.join(parts)}")
 
@@ -179,7 +222,7 @@ def _without_uid(ref: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ref.items() if k != "uid"}
 
 
-def _event(body: Any, node: str) -> Verdict:
+def _event(parts: Sequence[str], body: Any, node: str) -> Verdict:
     if not isinstance(body, dict):
         return _deny("an Event is a JSON object")
     involved = body.get("involvedObject")
@@ -220,31 +263,32 @@ def _event(body: Any, node: str) -> Verdict:
         return _deny(f"an agent's Event reason is one of {', '.join(sorted(reasons))}")
     if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
         return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
-    return ALLOW
+    return _allow(parts)
 
 
-def _event_patch(body: Any) -> Verdict:
+def _event_patch(parts: Sequence[str], body: Any) -> Verdict:
     if not isinstance(body, dict) or not set(body) <= {"count", "lastTimestamp", "message"}:
         return _deny("an agent's Event patch changes count, lastTimestamp and message only")
     if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
         return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
-    return ALLOW
+    return _allow(parts)
 
 
 def decide(
     method: str,
     path: str,
-    query: Mapping[str, Sequence[str]],
+    query: Sequence[tuple[str, str]],
     content_type: str,
     body: bytes,
     node: str,
     created_events: Container[str],
 ) -> Verdict:
-    """Whether the proxy passes on a request of the agent of ``node``. ``created_events`` are
-    the names of the Events it created through the proxy (the ones it may aggregate)."""
+    """Whether the proxy passes on a request of the agent of ``node``: ``path`` as it was
+    sent (undecoded), ``query`` its parameters decoded once. ``created_events`` are the names
+    of the Events it created through the proxy (the ones it may aggregate)."""
     parts = _split(path)
-    if any(p in (".", "..") for p in parts):
-        return _deny("a path with . or .. segments")
+    if parts is None:
+        return _deny("a path segment that is not a name (a DNS subdomain: no %, #, ?, . or ..)")
     if method == "GET":
         return _read(parts, query, node)
     try:
@@ -260,14 +304,14 @@ def decide(
             check_node_patch(document)
         except protocol.ProtocolError as exc:
             return _deny(str(exc))
-        return ALLOW
+        return _allow(parts)
     events = ["api", "v1", "namespaces", EVENT_NAMESPACE, "events"]
     if method == "POST" and parts == events and not query:
-        return _event(document, node)
-    if method == "PATCH" and parts[:-1] == events and len(parts) == 6 and not query:
+        return _event(parts, document, node)
+    if method == "PATCH" and parts[:-1] == events and not query:
         if parts[5] not in created_events:
             return _deny(f"an agent aggregates only the Events it created ({parts[5]} is not)")
         if content_type != MERGE_PATCH:
             return _deny(f"an Event patch is a merge patch ({MERGE_PATCH})")
-        return _event_patch(document)
+        return _event_patch(parts, document)
     return _deny(f"an agent may not {method} /{'/'.join(parts)}")

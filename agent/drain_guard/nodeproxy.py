@@ -25,6 +25,7 @@ import struct
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from aiohttp import ClientError, web
 
@@ -114,29 +115,40 @@ class NodeProxy:
             log.warning("refused a request from UID %s (serving UID %s only)", uid, self.agent_uid)
             return _status(403, "Forbidden", f"drain-guard node-proxy: UID {uid} is not served")
         body = await request.read()
-        query = {k: request.query.getall(k) for k in request.query}
-        content_type = request.headers.get("Content-Type", "").partition(";")[0].strip()
-        verdict = nodeaccess.decide(
-            request.method, request.path, query, content_type, body, self.node, self.created_events
-        )
+        # Decided on the path as sent, not aiohttp's decoding of it (nodeaccess: the API server
+        # decodes it again); the query decoded once, as the API server does.
+        path, _, raw_query = request.raw_path.partition("?")
+        try:
+            query = parse_qsl(raw_query, keep_blank_values=True, strict_parsing=True)
+        except ValueError:
+            verdict = nodeaccess.Verdict(False, "drain-guard node-proxy: a malformed query")
+        else:
+            content_type = request.headers.get("Content-Type", "").partition(";")[0].strip()
+            verdict = nodeaccess.decide(
+                request.method, path, query, content_type, body, self.node, self.created_events
+            )
         if not verdict.allowed:
-            log.warning("denied %s %s: %s", request.method, request.path_qs, verdict.message)
+            log.warning("denied %s %r: %s", request.method, request.raw_path, verdict.message)
             return _status(403, "Forbidden", verdict.message)
-        return await self._forward(request, body)
+        return await self._forward(request, verdict, body)
 
-    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
+    async def _forward(
+        self, request: web.Request, verdict: nodeaccess.Verdict, body: bytes
+    ) -> web.StreamResponse:
+        """Send the request as ``verdict`` rebuilt it (path and query), with the checked body
+        and only the headers the API needs."""
         headers = {h: request.headers[h] for h in PASSED_HEADERS if h in request.headers}
         settings = await self.api.configuration.auth_settings()
         headers.update(
             {a["key"]: a["value"] for a in settings.values() if a["in"] == "header" and a["value"]}
         )
         document = json.loads(body) if body else None
-        watch = request.query.get("watch") in ("true", "1")
+        watch = dict(verdict.query).get("watch", "").lower() in ("true", "1")
         try:
             upstream = await self.api.request(
                 request.method,
-                f"{self.api.configuration.host}{request.path}",
-                query_params=list(request.query.items()),
+                f"{self.api.configuration.host}{verdict.path}",
+                query_params=list(verdict.query),
                 headers=headers,
                 body=document,
                 _preload_content=False,
@@ -145,7 +157,7 @@ class NodeProxy:
         except (ClientError, TimeoutError) as exc:
             why = describe(exc, REQUEST_TIMEOUT)
             log.warning(
-                "%s %s: the API server did not answer: %s", request.method, request.path, why
+                "%s %s: the API server did not answer: %s", request.method, verdict.path, why
             )
             return _status(503, "ServiceUnavailable", f"drain-guard node-proxy: {why}")
         async with upstream:
@@ -159,7 +171,7 @@ class NodeProxy:
                     await response.write(chunk)
             except (ClientError, TimeoutError) as exc:
                 log.info(
-                    "%s %s: the API server's answer ended: %s", request.method, request.path, exc
+                    "%s %s: the API server's answer ended: %s", request.method, verdict.path, exc
                 )
             await response.write_eof()
             return response
@@ -186,6 +198,9 @@ async def serve(args: argparse.Namespace) -> int:
     prog = "drain-guard node-proxy"
     if not args.node_name:
         log.error("%s: --node-name (NODE_NAME) is required", prog)
+        return EXIT_USAGE
+    if not nodeaccess.is_node_name(args.node_name):
+        log.error("%s: --node-name %r is not a Node's name (a DNS subdomain)", prog, args.node_name)
         return EXIT_USAGE
     try:
         agent_uid = _uid(args.agent_user)

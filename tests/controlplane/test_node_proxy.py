@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
+from tests.controlplane.helpers import api_client, own_namespace
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,
@@ -60,14 +62,20 @@ async def agents() -> AsyncIterator[list[AgentProcess]]:
     await reap(started)
 
 
+def node_kubeconfig(control_plane: ControlPlane, root: Path, node: str) -> Path:
+    """The kubelet's kubeconfig of ``node`` on the scratch host: a real node identity."""
+    kubeconfig = Path(under(root, "/var/lib/kubelet/kubeconfig"))
+    kubeconfig.parent.mkdir(parents=True)
+    control_plane.user_kubeconfig(f"system:node:{node}", ["system:nodes"], kubeconfig)
+    kubeconfig.chmod(0o600)
+    return kubeconfig
+
+
 async def test_the_agent_holds_and_releases_through_the_proxy_on_the_real_api_server(
     control_plane: ControlPlane, admin: client.ApiClient, root: Path, agents: list[AgentProcess]
 ) -> None:
     node, other = await create_worker(admin), await create_worker(admin)
-    kubeconfig = Path(under(root, "/var/lib/kubelet/kubeconfig"))
-    kubeconfig.parent.mkdir(parents=True)
-    control_plane.user_kubeconfig(f"system:node:{node}", ["system:nodes"], kubeconfig)
-    kubeconfig.chmod(0o600)  # noqa: ASYNC240  (once)
+    kubeconfig = node_kubeconfig(control_plane, root, node)
     assert not reads_as_agent(root, kubeconfig)  # the agent's user reads no credential
 
     async with started_proxy(root, node) as proxy:
@@ -140,3 +148,66 @@ async def test_the_agent_holds_and_releases_through_the_proxy_on_the_real_api_se
         assert status == 422, message
         assert await agent.stop() == 0
         assert proxy.returncode is None
+
+
+async def test_no_path_the_api_server_decodes_again_reads_a_secret_through_the_proxy(
+    control_plane: ControlPlane, admin: client.ApiClient, root: Path
+) -> None:
+    """Issue 34: a namespace segment the API server decodes into a Secret's path, ``/pods``
+    cut off by a ``#``, once read the Secret of a pod on the node through the proxy. The
+    node's own identity may read it (the Node authorizer: a pod bound to the node mounts it),
+    so only the proxy stands between the agent's UID and it."""
+    node = await create_worker(admin)
+    kubeconfig = node_kubeconfig(control_plane, root, node)
+    namespace = await own_namespace(admin, "tenant")
+    core = client.CoreV1Api(admin)
+    await core.create_namespaced_secret(
+        namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name="db-password"), string_data={"p": "s3"}),
+    )
+    volume = client.V1Volume(
+        name="db", secret=client.V1SecretVolumeSource(secret_name="db-password")
+    )
+    container = client.V1Container(name="app", image="registry.invalid/app")
+    await core.create_namespaced_pod(
+        namespace,
+        client.V1Pod(
+            metadata=client.V1ObjectMeta(name="app"),
+            spec=client.V1PodSpec(node_name=node, containers=[container], volumes=[volume]),
+        ),
+    )
+    async with api_client(kubeconfig) as as_node:
+
+        async def node_reads_secret() -> bool:
+            try:
+                await client.CoreV1Api(as_node).read_namespaced_secret("db-password", namespace)
+            except ApiException as error:
+                if error.status != 403:
+                    raise
+                return False
+            return True
+
+        await until(node_reads_secret)  # the Node authorizer's graph has the pod's mount
+
+    selector = f"fieldSelector=spec.nodeName%3D{node}"
+    smuggled = [
+        f"{namespace}%252Fsecrets%252Fdb-password%23",
+        f"{namespace}%2Fsecrets%2Fdb-password%23",
+        f"{namespace}%252Fsecrets%252Fdb-password%253F",
+        f"{namespace}%2Fsecrets%2Fdb-password%3F",
+        f"{namespace}/secrets/db-password#",
+    ]
+    async with started_proxy(root, node):
+        answers = await as_agent(
+            root,
+            [
+                ("GET", f"/api/v1/namespaces/{segment}/pods?{selector}", "", None)
+                for segment in smuggled
+            ]
+            + [("GET", f"/api/v1/namespaces/{namespace}/pods?{selector}", "", None)],
+        )
+    *refused, (listed, _) = answers
+    for segment, (status, message) in zip(smuggled, refused, strict=True):
+        assert status == 403, (segment, status, message)
+        assert message.startswith("drain-guard node-proxy: "), (segment, message)
+    assert listed == 200  # the pods bound to its Node, in the same namespace: passed on

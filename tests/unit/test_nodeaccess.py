@@ -34,7 +34,7 @@ DRAIN = annotation_path(DESIRED_DRAIN)
 def _patch(ops: Any, node: str = NODE) -> nodeaccess.Verdict:
     body = json.dumps(ops).encode()
     return nodeaccess.decide(
-        "PATCH", f"/api/v1/nodes/{node}", {}, nodeaccess.JSON_PATCH, body, NODE, ()
+        "PATCH", f"/api/v1/nodes/{node}", [], nodeaccess.JSON_PATCH, body, NODE, ()
     )
 
 
@@ -134,58 +134,110 @@ def test_a_protocol_patch_to_another_node_or_as_a_merge_patch_is_refused() -> No
     body = json.dumps(ops).encode()
     for content_type in (nodeaccess.MERGE_PATCH, "application/strategic-merge-patch+json"):
         verdict = nodeaccess.decide(
-            "PATCH", f"/api/v1/nodes/{NODE}", {}, content_type, body, NODE, ()
+            "PATCH", f"/api/v1/nodes/{NODE}", [], content_type, body, NODE, ()
         )
         assert not verdict.allowed
     dry_run = nodeaccess.decide(
-        "PATCH", f"/api/v1/nodes/{NODE}", {"dryRun": ["All"]}, nodeaccess.JSON_PATCH, body, NODE, ()
+        "PATCH", f"/api/v1/nodes/{NODE}", [("dryRun", "All")], nodeaccess.JSON_PATCH, body, NODE, ()
     )
     assert not dry_run.allowed
 
 
 READS_ALLOWED = [
-    (f"/api/v1/nodes/{NODE}", {}),
-    ("/api/v1/nodes", {"fieldSelector": [f"metadata.name={NODE}"]}),
+    (f"/api/v1/nodes/{NODE}", []),
+    ("/api/v1/nodes", [("fieldSelector", f"metadata.name={NODE}")]),
     (
         "/api/v1/nodes",
-        {
-            "fieldSelector": [f"metadata.name={NODE}"],
-            "watch": ["true"],
-            "allowWatchBookmarks": ["true"],
-            "resourceVersion": ["12"],
-            "timeoutSeconds": ["600"],
-        },
+        [
+            ("fieldSelector", f"metadata.name={NODE}"),
+            ("watch", "true"),
+            ("allowWatchBookmarks", "True"),
+            ("resourceVersion", "12"),
+            ("timeoutSeconds", "600"),
+        ],
     ),
-    ("/api/v1/nodes", {"fieldSelector": [f"metadata.name!={NODE}"], "limit": ["1"]}),
-    ("/api/v1/pods", {"fieldSelector": [f"spec.nodeName={NODE}"]}),
-    ("/api/v1/namespaces/ns/pods", {"fieldSelector": [f"spec.nodeName={NODE}"], "watch": ["1"]}),
+    ("/api/v1/nodes", [("fieldSelector", f"metadata.name!={NODE}"), ("limit", "1")]),
+    ("/api/v1/pods", [("fieldSelector", f"spec.nodeName={NODE}")]),
+    ("/api/v1/namespaces/ns/pods", [("fieldSelector", f"spec.nodeName={NODE}"), ("watch", "1")]),
 ]
 READS_DENIED = [
-    ("/api/v1/nodes/worker-1", {}),
-    (f"/api/v1/nodes/{NODE}/proxy/configz", {}),
-    ("/api/v1/nodes", {}),
-    ("/api/v1/nodes", {"fieldSelector": [f"metadata.name!={NODE}"]}),
-    ("/api/v1/nodes", {"fieldSelector": [f"metadata.name={NODE}", "metadata.name=worker-1"]}),
-    ("/api/v1/pods", {}),
-    ("/api/v1/pods", {"fieldSelector": ["spec.nodeName=worker-1"]}),
-    ("/api/v1/pods", {"fieldSelector": [f"spec.nodeName={NODE}"], "labelSelector": ["a"]}),
-    ("/api/v1/namespaces/ns/secrets", {}),
-    ("/api/v1/namespaces/ns/configmaps", {}),
-    ("/api/v1/namespaces/ns/pods/p", {}),
-    ("/api/v1/namespaces/ns/pods/p/log", {}),
-    (f"/api/v1/nodes/{NODE}/../worker-1", {}),
-    ("/apis/certificates.k8s.io/v1/certificatesigningrequests", {}),
+    ("/api/v1/nodes/worker-1", []),
+    (f"/api/v1/nodes/{NODE}/proxy/configz", []),
+    ("/api/v1/nodes", []),
+    ("/api/v1/nodes", [("fieldSelector", f"metadata.name!={NODE}")]),
+    (
+        "/api/v1/nodes",
+        [("fieldSelector", f"metadata.name={NODE}"), ("fieldSelector", "metadata.name=worker-1")],
+    ),
+    ("/api/v1/pods", []),
+    ("/api/v1/pods", [("fieldSelector", "spec.nodeName=worker-1")]),
+    ("/api/v1/pods", [("fieldSelector", f"spec.nodeName={NODE}"), ("labelSelector", "a")]),
+    ("/api/v1/namespaces/ns/secrets", []),
+    ("/api/v1/namespaces/ns/configmaps", []),
+    ("/api/v1/namespaces/ns/pods/p", []),
+    ("/api/v1/namespaces/ns/pods/p/log", []),
+    (f"/api/v1/nodes/{NODE}/../worker-1", []),
+    ("/apis/certificates.k8s.io/v1/certificatesigningrequests", []),
+    # A namespace the API server would decode into a Secret's path, the query cut off by `#`
+    # (issue 34): as sent, and as aiohttp's single decoding made it.
+    (
+        "/api/v1/namespaces/ns%252Fsecrets%252Fdb-password%23/pods",
+        [("fieldSelector", f"spec.nodeName={NODE}")],
+    ),
+    (
+        "/api/v1/namespaces/ns%2Fsecrets%2Fdb-password#/pods",
+        [("fieldSelector", f"spec.nodeName={NODE}")],
+    ),
+    ("/api/v1/namespaces/ns?/pods", [("fieldSelector", f"spec.nodeName={NODE}")]),
+    (f"/api/v1/nodes/{NODE}%2F..%2Fworker-1", []),
+    (f"/api/v1/nodes/{NODE}/", []),
+    (f"/api//v1/nodes/{NODE}", []),
+    (f"api/v1/nodes/{NODE}", []),
+    (f"http://x/api/v1/nodes/{NODE}", []),
+    ("/api/v1/namespaces/a.b/pods", [("fieldSelector", f"spec.nodeName={NODE}")]),
+    ("/api/v1/pods", [("fieldSelector", f"spec.nodeName={NODE}"), ("watch", "true#")]),
+    ("/api/v1/pods", [("fieldSelector", f"spec.nodeName={NODE}"), ("continue", "a%2Fb")]),
+    ("/api/v1/pods", [("fieldSelector", f"spec.nodeName={NODE}"), ("resourceVersion", "1&x=y")]),
 ]
 
 
 @pytest.mark.parametrize(("path", "query"), READS_ALLOWED)
-def test_the_agents_reads_pass(path: str, query: dict[str, list[str]]) -> None:
-    assert nodeaccess.decide("GET", path, query, "", b"", NODE, ()).allowed
+def test_the_agents_reads_pass(path: str, query: list[tuple[str, str]]) -> None:
+    verdict = nodeaccess.decide("GET", path, query, "", b"", NODE, ())
+    assert verdict.allowed
+    assert (verdict.path, verdict.query) == (path, tuple(query))
 
 
 @pytest.mark.parametrize(("path", "query"), READS_DENIED)
-def test_other_reads_are_refused(path: str, query: dict[str, list[str]]) -> None:
+def test_other_reads_are_refused(path: str, query: list[tuple[str, str]]) -> None:
     assert not nodeaccess.decide("GET", path, query, "", b"", NODE, ()).allowed
+
+
+#: The characters of a hostile path: the separators and escapes a server decodes, and others.
+HOSTILE = st.sampled_from([*"%#?/.;\\ :@&=+", "%2F", "%252F", "%23", "%3F", "%2e", "\x00", "A"])
+SEGMENT = st.text(alphabet=st.sampled_from([*"abz09-.", "x"]), min_size=1, max_size=8)
+
+
+@given(
+    method=st.sampled_from(["GET", "PATCH", "POST"]),
+    parts=st.lists(st.one_of(SEGMENT, HOSTILE, st.text(max_size=6)), min_size=1, max_size=7),
+    at=st.integers(min_value=0, max_value=6),
+    hostile=HOSTILE,
+)
+def test_no_hostile_path_is_passed_on(method: str, parts: list[str], at: int, hostile: str) -> None:
+    """Whatever the path, an allowed request is sent as a path of names only, equal to what
+    was sent: none with a character the API server would read otherwise than the proxy."""
+    parts = [*parts]
+    parts.insert(at % (len(parts) + 1), hostile)
+    path = "/" + "/".join(parts)
+    body = b"{}" if method != "GET" else b""
+    query = [("fieldSelector", f"spec.nodeName={NODE}")] if method == "GET" else []
+    for candidate in (path, "/api/v1/namespaces/" + "/".join(parts) + "/pods"):
+        verdict = nodeaccess.decide(method, candidate, query, "", body, NODE, ())
+        assert not verdict.allowed or verdict.path == candidate, (candidate, verdict)
+        segments = verdict.path.split("/")[1:]
+        assert all(nodeaccess.is_node_name(s) for s in segments if verdict.allowed), verdict
+        assert not (verdict.allowed and any(c in candidate for c in "%#?\\ ")), candidate
 
 
 def _event(**changes: Any) -> dict[str, Any]:
@@ -209,7 +261,7 @@ def _event(**changes: Any) -> dict[str, Any]:
 def _post(event: Any, namespace: str = "default") -> nodeaccess.Verdict:
     path = f"/api/v1/namespaces/{namespace}/events"
     body = json.dumps(event).encode()
-    return nodeaccess.decide("POST", path, {}, "application/json", body, NODE, ())
+    return nodeaccess.decide("POST", path, [], "application/json", body, NODE, ())
 
 
 def test_the_agents_events_pass_and_no_other() -> None:
@@ -253,7 +305,7 @@ def test_only_events_it_created_are_aggregated() -> None:
 
     def patch(created: tuple[str, ...], content: bytes = body) -> bool:
         verdict = nodeaccess.decide(
-            "PATCH", path, {}, nodeaccess.MERGE_PATCH, content, NODE, created
+            "PATCH", path, [], nodeaccess.MERGE_PATCH, content, NODE, created
         )
         return verdict.allowed
 
@@ -273,9 +325,9 @@ def test_nothing_else_passes() -> None:
         ("POST", "/apis/policy/v1/namespaces/ns/poddisruptionbudgets"),
         ("DELETE", "/api/v1/namespaces/default/events/x"),
     ):
-        verdict = nodeaccess.decide(method, path, {}, "application/json", b"{}", NODE, ())
+        verdict = nodeaccess.decide(method, path, [], "application/json", b"{}", NODE, ())
         assert not verdict.allowed, (method, path)
     bad_json = nodeaccess.decide(
-        "POST", "/api/v1/namespaces/default/events", {}, "", b"{", NODE, ()
+        "POST", "/api/v1/namespaces/default/events", [], "", b"{", NODE, ()
     )
     assert bad_json.message == "drain-guard node-proxy: the request body is not JSON"
