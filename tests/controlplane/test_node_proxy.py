@@ -198,14 +198,11 @@ async def test_no_path_the_api_server_decodes_again_reads_a_secret_through_the_p
         f"{namespace}/secrets/db-password#",
     ]
     async with started_proxy(root, node):
-        answers = await as_agent(
-            root,
-            [
-                ("GET", f"/api/v1/namespaces/{segment}/pods?{selector}", "", None)
-                for segment in smuggled
-            ]
-            + [("GET", f"/api/v1/namespaces/{namespace}/pods?{selector}", "", None)],
-        )
+        reads: list[tuple[str, str, str, object]] = [
+            ("GET", f"/api/v1/namespaces/{segment}/pods?{selector}", "", None)
+            for segment in [*smuggled, namespace]
+        ]
+        answers = await as_agent(root, reads)
     *refused, (listed, _) = answers
     for segment, (status, message) in zip(smuggled, refused, strict=True):
         assert status == 403, (segment, status, message)
