@@ -33,12 +33,23 @@ class Alertmanager:
             assert resp.status == 200, f"{method} {path}: {resp.status} {await resp.text()}"
             return await resp.json() if resp.content_type == "application/json" else None
 
-    async def post(self, name: str, *, resolved: bool = False) -> None:
+    async def post(
+        self,
+        name: str,
+        *,
+        resolved: bool = False,
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         """Post the alert ``name`` firing, or ``resolved`` (ended now), as Prometheus does:
-        the same start each time."""
+        the same start each time; ``labels`` besides its name (a rule's and the series')."""
         now = datetime.now(UTC)
         start = self._started.setdefault(name, now - timedelta(seconds=1))
-        alert: dict[str, Any] = {"labels": {"alertname": name}, "startsAt": _rfc3339(start)}
+        alert: dict[str, Any] = {
+            "labels": {"alertname": name, **(labels or {})},
+            "annotations": annotations or {},
+            "startsAt": _rfc3339(start),
+        }
         if resolved:
             alert["endsAt"] = _rfc3339(now)
             del self._started[name]
@@ -60,6 +71,11 @@ class Alertmanager:
     async def expire(self, silence: str) -> None:
         await self._call("DELETE", f"silence/{silence}")
 
+    async def receivers(self) -> dict[str, list[str]]:
+        """The receivers Alertmanager routed each active alert to, by alert name."""
+        alerts = await self._call("GET", "alerts")
+        return {a["labels"]["alertname"]: [r["name"] for r in a["receivers"]] for a in alerts}
+
     async def states(self) -> dict[str, str]:
         """Each active alert's state by name (``active``, ``suppressed``, ``unprocessed``)."""
         alerts = await self._call("GET", "alerts")
@@ -78,7 +94,8 @@ def _rfc3339(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
-def _config(inhibitor: str, target: str) -> str:
+def inhibiting(inhibitor: str, target: str) -> str:
+    """A configuration that notifies no one, where a firing ``inhibitor`` inhibits ``target``."""
     return yaml.safe_dump(
         {
             "route": {"receiver": "nobody"},
@@ -94,10 +111,10 @@ def _config(inhibitor: str, target: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def alertmanager(tmp: Path, *, inhibitor: str, target: str) -> AsyncIterator[Alertmanager]:
-    """Start Alertmanager, where a firing ``inhibitor`` inhibits ``target``; stop it on exit."""
+async def alertmanager(tmp: Path, config_text: str) -> AsyncIterator[Alertmanager]:
+    """Start Alertmanager with the configuration ``config_text``; stop it on exit."""
     config = tmp / "alertmanager.yml"
-    config.write_text(_config(inhibitor, target))
+    config.write_text(config_text)
 
     def args(port: int, attempt: int) -> list[str]:
         return [

@@ -27,7 +27,7 @@ from tests.helpers import (
     mcd_request,
     wait_annotation,
 )
-from tests.observability.alertmanager import Alertmanager, alertmanager
+from tests.observability.alertmanager import Alertmanager, alertmanager, inhibiting
 
 DRAIN_B = f"drain-{CONFIG_B}"
 HELD = "hold-" + DRAIN_B
@@ -49,7 +49,7 @@ def gating(am: Alertmanager) -> tuple[str, ...]:
 async def test_an_alert_posted_to_alertmanager_holds_the_drain_until_it_resolves(
     api: SimApiServer, start_agent: StartAgent, tmp_path: Path
 ) -> None:
-    async with alertmanager(tmp_path, inhibitor=INHIBITOR, target=GATE) as am:
+    async with alertmanager(tmp_path, inhibiting(INHIBITOR, GATE)) as am:
         await am.post(GATE)
         await am.post("Watchdog")
         async with asyncio.timeout(WAIT):
@@ -76,7 +76,7 @@ async def test_a_silenced_or_inhibited_alert_does_not_hold_until_that_ends(
 ) -> None:
     """While the alert is suppressed the drain passes; once the silence expires (or the
     inhibiting alert resolves) the alert holds the next drain."""
-    async with alertmanager(tmp_path, inhibitor=INHIBITOR, target=GATE) as am:
+    async with alertmanager(tmp_path, inhibiting(INHIBITOR, GATE)) as am:
         await am.post(GATE)
         if suppressed_by == "silence":
             silence = await am.silence(GATE)
