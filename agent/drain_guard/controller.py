@@ -262,6 +262,10 @@ class Controller:
         release = self._releasing
         if release is None:
             return
+        if isinstance(exc, KubeError) and (exc.status == 0 or exc.status >= 500):
+            # No answer, or the server's own failure (an etcd freeze's 504): the release may
+            # still be committed; if the hold then ends just so, it ended by this release.
+            self._memory = holds.attempted(self._memory, release)
         failing = self._release_failing
         if failing is None or failing.request != release.original:
             failing = ReleaseFailingStatus(

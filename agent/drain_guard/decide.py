@@ -152,7 +152,7 @@ def force_release(
         last_applied,
         resource_version,
         _present(annotations),
-        mark_released=outcome is Outcome.MANUAL,
+        mark_released=outcome.marks_released,
         released_by=released_by,
         allow_completed=held == last_applied,
     )
@@ -256,7 +256,7 @@ def _decide_held(
             last_applied,
             view.resource_version,
             _present(annotations),
-            mark_released=outcome in (Outcome.EXPIRED, Outcome.INVALID),
+            mark_released=outcome.marks_released,
             allow_completed=outcome is Outcome.RACE_LOST,
         )
         return Release(original, outcome, why, tuple(patch), record, verdicts)

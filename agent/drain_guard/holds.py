@@ -23,6 +23,8 @@ from drain_guard.protocol import (
     HELD_DRAIN,
     HOLD_PREFIX,
     LAST_APPLIED_DRAIN,
+    RELEASED,
+    RELEASED_BY,
     HoldRecord,
     MalformedHold,
     Outcome,
@@ -44,6 +46,7 @@ __all__ = [
     "Transition",
     "Updated",
     "applied",
+    "attempted",
     "hold_on",
     "observe",
 ]
@@ -65,6 +68,11 @@ class Memory:
     #: The reasons the current hold was counted under (``drain_guard_holds_total``): a hold
     #: counts once under each of its reasons, a reason gained later too, none twice.
     counted: frozenset[str] = frozenset()
+    #: A release the agent sent whose fate it does not know (no answer, or a 5xx: the API
+    #: server may commit it after all): its request and outcome. Should the hold then end
+    #: just as that release would have ended it, the end is that release's, not an
+    #: operator's (issue 35 F3).
+    releasing: tuple[str, Outcome] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,7 +175,29 @@ def _end(
     released_by: str | None = None,
 ) -> Change:
     ended = Ended(record, outcome, desired, now - record.since, released_by)
-    return Change(replace(memory, hold=None, last_ended=record, counted=frozenset()), (ended,))
+    ended_memory = replace(
+        memory, hold=None, last_ended=record, counted=frozenset(), releasing=None
+    )
+    return Change(ended_memory, (ended,))
+
+
+def attempted(memory: Memory, release: decisions.Release) -> Memory:
+    """The agent sent ``release`` and does not know whether it was committed."""
+    return replace(memory, releasing=(release.original, release.outcome))
+
+
+def _own_release(memory: Memory, held: str, annotations: Mapping[str, str]) -> Outcome | None:
+    """The outcome of the agent's own unanswered release, if the Node shows what it wrote:
+    the request restored, ``released`` set exactly when that outcome sets it, and no
+    ``released-by`` (which only an operator's release writes)."""
+    if memory.releasing is None:
+        return None
+    request, outcome = memory.releasing
+    if request != held or annotations.get(DESIRED_DRAIN) != held or RELEASED_BY in annotations:
+        return None
+    if (annotations.get(RELEASED) == held) != outcome.marks_released:
+        return None
+    return outcome
 
 
 def observe(
@@ -209,8 +239,14 @@ def observe(
         # Someone else restored the request (drain-guard release, or by hand): manual.
         # A drain or uncordon other than the held one is the MCD's newer request.
         superseded = desired != known.held_drain and request.verb in (Verb.DRAIN, Verb.UNCORDON)
-        outcome = Outcome.SUPERSEDED if superseded else Outcome.MANUAL
-        by = None if superseded else releaser_of(annotations, known.held_drain)
+        own = _own_release(memory, known.held_drain, annotations)
+        if superseded:
+            outcome, by = Outcome.SUPERSEDED, None
+        elif own is not None:
+            # Our own release, answered with an error yet committed (an etcd freeze's 504).
+            outcome, by = own, None
+        else:
+            outcome, by = Outcome.MANUAL, releaser_of(annotations, known.held_drain)
         change = _end(memory, known, outcome, desired, now, by)
         memory = change.memory
         transitions.extend(change.transitions)
@@ -233,7 +269,8 @@ def applied(
     """What the agent's own write of ``decision`` did; ``cordoned``: the Node it decided on
     was already unschedulable; ``after``: the Node's annotations as the API returned them."""
     # Our own write is not a new request: remember its value, keep when the request came.
-    memory = replace(memory, request=after.get(DESIRED_DRAIN))
+    # A write of ours that landed settles any earlier unanswered release: it was not needed.
+    memory = replace(memory, request=after.get(DESIRED_DRAIN), releasing=None)
     transitions: list[Transition] = []
     end = decision.hold_ended
     if end is not None:

@@ -205,6 +205,12 @@ class Outcome(StrEnum):
     #: The hold record was unreadable; the request is restored rather than held blind.
     INVALID = "invalid"
 
+    @property
+    def marks_released(self) -> bool:
+        """Whether a release with this outcome records the request in ``released`` (it is
+        not held again): an expiry, an invalid record, an operator's release."""
+        return self in (Outcome.EXPIRED, Outcome.INVALID, Outcome.MANUAL)
+
 
 # --- time -------------------------------------------------------------------------------
 

@@ -104,6 +104,8 @@ class Events:
     posted: list[tuple[Any, ...]] = field(default_factory=list)
     #: The Events on the node's MachineConfigPool.
     pool: list[tuple[Any, ...]] = field(default_factory=list)
+    #: Set by the first DrainReleased.
+    released: asyncio.Event = field(default_factory=asyncio.Event)
 
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
         self.posted.append(("DrainHeld", held_drain, tuple(reasons)))
@@ -113,6 +115,7 @@ class Events:
     ) -> None:
         by = () if released_by is None else (released_by,)
         self.posted.append(("DrainReleased", held_drain, outcome, held_for, *by))
+        self.released.set()
 
     def pool_held(
         self,
@@ -743,3 +746,40 @@ async def test_a_release_that_cannot_be_written_is_retried_and_escalated_until_i
         f"release of {DRAIN_B} no longer failing after 3 failed attempts since"
         f" {protocol.format_rfc3339(env.clock.now())}",
     ]
+
+
+async def test_an_expiry_release_answered_504_that_committed_is_counted_as_expired(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35 F3: during an etcd freeze the release was answered 504 yet committed; the
+    next pass found the request restored and reported an operator's release (manual)."""
+    await _hold_b(env)
+    env.clock.advance(MAX_HOLD.total_seconds())
+    real_patch = env.kube.patch_node_json
+
+    answered: list[PatchResult] = []
+
+    async def committed_then_504(name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
+        answered.append(await real_patch(name, ops))
+        if len(answered) == 1:
+            raise KubeError(504, "Timeout: request did not complete within requested timeout")
+        return answered[-1]
+
+    monkeypatch.setattr(env.kube, "patch_node_json", committed_then_504)
+    env.deliver()
+    env.cache.changed.set()
+    loop = asyncio.create_task(env.controller.run())
+    try:
+        # The loop retries on the Node as the watch last showed it: its compare-and-swap
+        # fails, it reads the Node, and finds the request restored.
+        async with asyncio.timeout(30):
+            await env.events.released.wait()
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+    assert isinstance(answered[0], Applied)  # the first release committed
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="expired") == 1
+    assert env.value("drain_guard_releases_total", outcome="manual") == 0
+    assert env.events.posted[-1][:3] == ("DrainReleased", DRAIN_B, "expired")

@@ -313,3 +313,37 @@ def test_a_hold_whose_held_since_turns_unreadable_is_not_ended_but_repaired() ->
     assert updated.since == NOW  # decide()'s now in these tests
     assert change.memory.hold is not None
     assert change.memory.hold.since == NOW
+
+
+def test_an_unanswered_release_committed_later_ends_the_hold_as_its_own_outcome() -> None:
+    """Issue 35 F3: an expiry release answered 504 (an etcd freeze) committed later; the
+    agent then saw the request restored and counted an operator's release (manual), and
+    DrainGuardHoldExpired never fired. The Node shows what the agent's release writes:
+    the end is that release's. Anything else the Node shows is still someone else's."""
+    expired = {**holding(B), **held(B, NOW - MAX_HOLD - timedelta(minutes=1))}
+    release = decide(expired)
+    assert isinstance(release, decisions.Release)
+    assert release.outcome is Outcome.EXPIRED
+    memory = holds.attempted(observe(_knowing(B), expired, now=NOW, seen_at=1).memory, release)
+    landed = after(release, expired)
+    change = observe(memory, landed, now=NOW, seen_at=2)
+    [ended] = [t for t in change.transitions if isinstance(t, Ended)]
+    assert (ended.outcome, ended.released_by) == (Outcome.EXPIRED, None)
+    assert change.memory.releasing is None
+    # An operator's release names who released: theirs, even with ours unanswered.
+    by_hand = {**landed, protocol.RELEASED_BY: "alice"}
+    [ended] = [
+        t for t in observe(memory, by_hand, now=NOW, seen_at=2).transitions if isinstance(t, Ended)
+    ]
+    assert (ended.outcome, ended.released_by) == (Outcome.MANUAL, "alice")
+    # A safe release writes no released marker: a marked restore is not it.
+    safe = decide(holding(B))
+    assert isinstance(safe, decisions.Release)
+    assert safe.outcome is Outcome.SAFE
+    memory = holds.attempted(memory, safe)
+    marked = observe(memory, {DESIRED_DRAIN: B, protocol.RELEASED: B}, now=NOW, seen_at=2)
+    assert [t.outcome for t in marked.transitions if isinstance(t, Ended)] == [Outcome.MANUAL]
+    unmarked = observe(memory, after(safe, holding(B)), now=NOW, seen_at=2)
+    assert [t.outcome for t in unmarked.transitions if isinstance(t, Ended)] == [Outcome.SAFE]
+    # A write of ours that landed settles it.
+    assert apply(memory, holding(B)).memory.releasing is None
