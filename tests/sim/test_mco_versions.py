@@ -13,6 +13,7 @@ import pytest
 
 from drain_guard_sim.actors.build import built_image, is_build_pod
 from drain_guard_sim.actors.mco import (
+    BUILDER_USER,
     CURRENT_CONFIG,
     DESIRED_CONFIG,
     DESIRED_DRAIN,
@@ -503,3 +504,22 @@ async def test_a_cordoned_node_gets_a_target_only_before_the_cordon_skip(
             timeout=60,
         )
         assert first.name == ("worker-1" if skips_unready else "worker-0")
+
+
+async def test_4_16_targets_nodes_only_once_the_image_is_written(tmp_path: Path) -> None:
+    """D5: 4.16/4.17's build controller writes the MachineOSConfig's image, then marks the
+    MachineOSBuild succeeded (updateConfigAndBuild), and the node controller waits for the
+    success: however slow the image's write (here 50 MCO s, ten times the node controller's
+    delay), no node is targeted with the new config and the image it runs."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, version=McoVersion.V4_16) as cluster:
+        api = cluster.api
+        api.faults.latency(
+            0.5,
+            user=BUILDER_USER,
+            verb="patch",
+            resource="machineconfigpools.machineconfiguration.openshift.io",
+        )
+        rendered = await cluster.create_machine_config("99-worker-files")
+        await cluster.wait_rollout_done(timeout=90, config=rendered)
+        assert cluster.cordons()
+        assert not [c for c in cluster.cordons() if c.unchanged_image]

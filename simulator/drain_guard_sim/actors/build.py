@@ -61,9 +61,17 @@ from drain_guard_sim.actors.mco import (
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.timestamps import rfc3339
 
-__all__ = ["MachineOSBuilder", "OpenShiftBuildController", "build_digest", "is_build_pod"]
+__all__ = [
+    "SUCCEEDED",
+    "MachineOSBuilder",
+    "OpenShiftBuildController",
+    "build_digest",
+    "is_build_pod",
+]
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+#: The MachineOSBuild condition 4.16/4.17's build controller sets once the image is written.
+SUCCEEDED = "Succeeded"
 
 BUILD_CONTAINER = {"name": "docker-build", "image": "quay.io/openshift/origin-docker-builder"}
 POD_DELETED_MESSAGE = "The pod for this build was deleted before the build completed."
@@ -345,6 +353,10 @@ class MachineOSBuilder(Actor):
                     BuildFailed=False, BuildSuccess=True, Building=False, Degraded=False
                 ),
             )
+            if self.version.gates_on_build and not self.version.job_builds:
+                # updateConfigAndBuild: the MachineOSConfig's image first, then the
+                # MachineOSBuild's success, which 4.16/4.17's node controller waits for.
+                await self._mark_succeeded(name)
             if self.version is McoVersion.V4_15:
                 with contextlib.suppress(ApiException):
                     await read_json(
@@ -367,6 +379,22 @@ class MachineOSBuilder(Actor):
                     **degraded,
                 ),
             )
+
+    async def _mark_succeeded(self, name: str) -> None:
+        """The MachineOSBuild's ``Succeeded`` condition (here on the Build standing for it)."""
+        condition = {"type": SUCCEEDED, "status": "True", "lastTransitionTime": now_rfc3339()}
+        await read_json(
+            await self.custom.patch_namespaced_custom_object_status(
+                GROUP_BUILD,
+                "v1",
+                MCO_NAMESPACE,
+                "builds",
+                name,
+                {"status": {"conditions": [condition]}},
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
+        )
 
     def _target(self, pool: str) -> str | None:
         """The pool's rendered config, as this controller's cache has it."""

@@ -26,7 +26,8 @@ When a layered pool may roll out (``canLayeredPoolContinue``):
   label changed by another controller, say) lands in that gap: the seed's race, lost.
 - 4.16, 4.17 and 4.18 before the OCL backport (``4.18-early``): only once the build (a
   MachineOSBuild; here the Build object, kept) of the pool's current rendered config has
-  succeeded, with the image the pool has then;
+  succeeded, with the image the pool has then (4.16/4.17 write the image before they mark
+  the build succeeded, ``Succeeded`` here; 4.18-early after: its residual race);
 - 4.18 from the OCL backport (2025-05-27, with OCPBUGS-53408) and 4.19: and only once that
   build's image is the pool's (``MachineOSBuildIsCurrent``).
 """
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.actors.build import SUCCEEDED
 from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     CURRENT_IMAGE,
@@ -374,10 +376,14 @@ class NodeController(Actor):
             phase = status.get("phase")
             if phase != "Complete":
                 return f"MachineOSBuild for {target} is {phase or 'not there yet'}"
+            if not self.version.job_builds and not condition_true(build or {}, SUCCEEDED):
+                # 4.16/4.17: the build controller marks the MachineOSBuild succeeded only
+                # after it wrote the image (updateConfigAndBuild).
+                return f"MachineOSBuild for {target} is not marked succeeded yet"
             built = (status.get("output") or {}).get("to", {}).get("imageDigest", "-")
             if self.version.checks_build_is_current and not image.endswith(built):
-                # MachineOSBuildIsCurrent (OCPBUGS-53408); 4.16/4.17 and 4.18-early go on with
-                # the image the pool has: the residual race, open until the image is written.
+                # MachineOSBuildIsCurrent (OCPBUGS-53408); 4.18-early goes on with the image
+                # the pool has: its residual race, open until the image is written.
                 return f"Image built successfully, but the pool's image is not {built} yet"
             return None
         if condition_true(pool, "BuildSuccess"):

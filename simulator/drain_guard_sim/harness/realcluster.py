@@ -104,6 +104,8 @@ ACTOR_RULES: dict[str, list[JsonObj]] = {
             "resources": ["builds"],
             "verbs": ["get", "list", "watch", "create", "delete"],
         },
+        # 4.16/4.17: the MachineOSBuild's Succeeded condition, after the image.
+        {"apiGroups": ["build.openshift.io"], "resources": ["builds/status"], "verbs": ["patch"]},
     ],
     # openshift-controller-manager's build controller, 4.16+'s build pods, 4.18's Job
     # controller, and the kubelet for the build pod (its status, the end of its deletion).
