@@ -48,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-from drain_guard.health import format_duration
+from drain_guard.durations import format_duration
 from drain_guard.holdrequest import printable, releases_when, split_hold_detail
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube

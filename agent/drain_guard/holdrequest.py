@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from drain_guard import guards
+from drain_guard.durations import format_duration
 from drain_guard.guards import registry
-from drain_guard.health import format_duration
 from drain_guard.protocol import (
     HOLD_REQUEST,
     Reason,

@@ -40,13 +40,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from drain_guard.health import WatchStatus
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Counters, Relay, WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.kube.retry import Backoff, Outage
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope
 from drain_guard.selectors import BuildPodSelector
 from drain_guard.shieldplan import (

@@ -27,8 +27,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from drain_guard.alerts import AlertsSeen
-from drain_guard.health import WatchStatus, format_duration
+from drain_guard.durations import format_duration
 from drain_guard.holdrequest import HoldRequestStatus, printable, stalled
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.protocol import (
     format_rfc3339,
     format_rfc3339_or_none,

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard.health import Health, WatchStatus
+from drain_guard.health import Health
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.metrics import BaseMetrics
 from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
 from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors

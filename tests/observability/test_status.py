@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from drain_guard import decisions, guards, protocol
 from drain_guard.decide import decide
-from drain_guard.health import WatchStatus
 from drain_guard.holdrequest import (
     HoldRequestStatus,
     printable,
     releases_when,
     split_hold_detail,
 )
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.pods import Pod
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.shieldplan import Conflict, Held, NodeScope, Role, ShieldStatus

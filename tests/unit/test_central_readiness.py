@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from drain_guard.central import CentralShield
-from drain_guard.health import Health, WatchStatus
+from drain_guard.health import Health
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.kube.operations import Watched
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.metrics import BaseMetrics
 from drain_guard.shield import Shield
 from drain_guard.shieldplan import ShieldStatus

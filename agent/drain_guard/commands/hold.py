@@ -9,8 +9,8 @@ from typing import Any
 
 from drain_guard import guards, protocol
 from drain_guard.commands.base import connect
+from drain_guard.durations import format_duration
 from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from drain_guard.health import format_duration
 from drain_guard.holdrequest import printable
 
 

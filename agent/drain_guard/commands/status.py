@@ -15,8 +15,8 @@ from drain_guard import protocol
 from drain_guard.commands.base import connect
 from drain_guard.config.agent import default_max_hold
 from drain_guard.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.durations import format_duration
 from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from drain_guard.health import format_duration
 from drain_guard.holdrequest import (
     HoldRequestStatus,
     printable,

@@ -23,7 +23,6 @@ from typing import Any
 
 import aiohttp
 
-from drain_guard.health import WatchStatus
 from drain_guard.kube.call import (
     API_FAILURES,
     REQUEST_TIMEOUT,
@@ -36,6 +35,7 @@ from drain_guard.kube.call import (
 from drain_guard.kube.counters import Counters
 from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.nodes import NodeObj
 from drain_guard.pods import Pod
 
