@@ -39,6 +39,7 @@ from drain_guard.snapshot import decided, nothing_decided
 from drain_guard.status import (
     AgentStatus,
     AlertsStatus,
+    ObservedStatus,
     ReleaseFailingStatus,
     WouldHoldStatus,
 )
@@ -151,6 +152,10 @@ class Controller:
         # counted under (each once, one it gained later too).
         self._would_hold: str | None = None
         self._would_counted: frozenset[str] = frozenset()
+        # --observe-only: what it saw since it started (/status), and the build pods that
+        # ran on the node at the last pass (one gone from the cordoned node was evicted).
+        self._observed = ObservedStatus() if settings.observe_only else None
+        self._running_builds: frozenset[str] = frozenset()
         # The release this pass is writing, and the one that has failed since (escalated in
         # /status, a metric and an alert: a hold must not outlive max-hold for want of it).
         self._releasing: decisions.Release | None = None
@@ -165,6 +170,7 @@ class Controller:
             watches={r: self.counters.watch(r) for r in (Watched.NODE, Watched.POD)},
             last_api_contact=self.counters.last_contact,
             release_failing=self._release_failing,
+            observed=self._observed,
             shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
@@ -411,6 +417,10 @@ class Controller:
         """Keep the new memory; tell each transition (metrics, Events, log lines)."""
         self._memory = change.memory
         self.hold_report.tell(change.transitions, node.name, protocol.pool_of(node.annotations))
+        if self._observed is not None:
+            for t in change.transitions:
+                if isinstance(t, holds.Requested) and t.verb is protocol.Verb.DRAIN:
+                    self._observed = self._observed.requested()
 
     # Observe-only -------------------------------------------------------------------------
 
@@ -430,6 +440,8 @@ class Controller:
             gained = [r for r in reasons if r not in self._would_counted]
             self._would_counted |= set(gained)
             self.metrics.count_would_hold(gained)
+            if self._observed is not None:
+                self._observed = self._observed.would_hold(gained)
         self._settle(decision, node, view)
         last = self._status.last_would_hold
         if hold is not None and (last is None or last.request != hold.request):
@@ -437,6 +449,17 @@ class Controller:
             detail = decisions.hold_detail(hold.blocks)
             would = WouldHoldStatus(view.now, hold.request, reasons, detail)
             self._status = replace(self._status, last_would_hold=would)
+
+    def _watch_evictions(self, running: Sequence[Pod], view: guards.NodeView) -> None:
+        """--observe-only: a build pod that ran at the last pass and is gone from the node,
+        now cordoned, was evicted by a drain (one that ended is still there, Succeeded)."""
+        if self._observed is None or view.pods is None:
+            return
+        if view.unschedulable:
+            present = {f"{p.namespace}/{p.name}" for p in view.pods}
+            for gone in sorted(self._running_builds - present):
+                self._observed = self._observed.evicted(gone)
+        self._running_builds = frozenset(f"{p.namespace}/{p.name}" for p in running)
 
     # Status and the decision log ---------------------------------------------------------
 
@@ -454,6 +477,7 @@ class Controller:
         pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
         if pods is not None:
             self.metrics.set_build_pods(len(pods.pods))
+            self._watch_evictions(pods.pods, view)
         image = guards.evidence(decision.verdicts, guards.ImageCompared)
         self.metrics.set_image_match(None if image is None else image.equal)
         self.metrics.set_pool_held(self._status.pool, self._status.held_request is not None)

@@ -21,8 +21,8 @@ drain request is not let through), ``pass`` (a drain request went through: no gu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -120,6 +120,59 @@ class WouldHoldStatus:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WouldHoldStatus:
         return cls(_required(data["at"]), data["request"], tuple(data["reasons"]), data["detail"])
+
+
+@dataclass(frozen=True)
+class ObservedStatus:
+    """What an --observe-only agent saw since it started, for an admin deciding whether to
+    turn enforcing on: the drain requests, the would-be holds by reason (each reason of a
+    request once, as ``drain_guard_would_holds_total``), and the running build pods that went
+    from the node while it was cordoned: what a drain evicts, and a hold would have spared."""
+
+    requests: int = 0
+    would_holds: tuple[tuple[str, int], ...] = ()  # (reason, requests), by reason
+    build_pods_evicted: int = 0
+    last_evicted: str | None = None  # namespace/name of the latest of them
+
+    def requested(self) -> ObservedStatus:
+        return replace(self, requests=self.requests + 1)
+
+    def would_hold(self, reasons: Iterable[str]) -> ObservedStatus:
+        counts = dict(self.would_holds)
+        for reason in reasons:
+            counts[reason] = counts.get(reason, 0) + 1
+        return replace(self, would_holds=tuple(sorted(counts.items())))
+
+    def evicted(self, pod: str) -> ObservedStatus:
+        return replace(self, build_pods_evicted=self.build_pods_evicted + 1, last_evicted=pod)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "drainRequests": self.requests,
+            "wouldHolds": dict(self.would_holds),
+            "buildPodsEvicted": self.build_pods_evicted,
+            "lastEvicted": self.last_evicted,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ObservedStatus:
+        return cls(
+            int(data["drainRequests"]),
+            tuple(sorted((str(r), int(n)) for r, n in data["wouldHolds"].items())),
+            int(data["buildPodsEvicted"]),
+            data["lastEvicted"],
+        )
+
+    def text(self, since: datetime) -> str:
+        held = ", ".join(f"{r} {n}" for r, n in self.would_holds) or "none"
+        evicted = f"{self.build_pods_evicted}"
+        if self.last_evicted is not None:
+            evicted += f" (latest {printable(self.last_evicted)})"
+        return (
+            f"since {format_rfc3339(since)}: {self.requests} drain requests; would have held,"
+            f" by reason: {held}; build pods gone from the cordoned node (a drain evicts"
+            f" them): {evicted}"
+        )
 
 
 @dataclass(frozen=True)
@@ -232,6 +285,7 @@ class AgentStatus:
     releases_when: tuple[str, ...] = ()
     max_hold: timedelta | None = None
     last_would_hold: WouldHoldStatus | None = None  # --observe-only: its latest would-be hold
+    observed: ObservedStatus | None = None  # --observe-only: what it saw since it started
     pool: str | None = None  # the MachineConfigPool whose rollout the node is in (pool_of)
     #: Who released the drain request in desiredDrain by hand (drain-guard.io/released-by).
     released_by: str | None = None
@@ -308,6 +362,7 @@ class AgentStatus:
             "lastWouldHold": None
             if self.last_would_hold is None
             else self.last_would_hold.to_json(),
+            "observed": None if self.observed is None else self.observed.to_json(),
             "pool": self.pool,
             "releasedBy": self.released_by,
             "releaseFailing": None
@@ -371,6 +426,9 @@ class AgentStatus:
             last_would_hold=None
             if data.get("lastWouldHold") is None
             else WouldHoldStatus.from_json(data["lastWouldHold"]),
+            observed=None
+            if data.get("observed") is None
+            else ObservedStatus.from_json(data["observed"]),
             pool=data.get("pool"),
             released_by=data.get("releasedBy"),
             release_failing=None
@@ -419,6 +477,8 @@ class AgentStatus:
                 f" ({format_duration(now - would.at)} ago) for {', '.join(would.reasons)}:"
                 f" {printable(would.detail)}"
             )
+        if self.observed is not None:
+            lines.append(f"  observed:      {self.observed.text(self.started_at)}")
         if self.build_pods is None:
             lines.append("  build pods:    unknown (pod watch not synced)")
         elif not self.build_pods:

@@ -83,6 +83,14 @@ async def test_observe_only_reports_every_would_be_hold_and_writes_nothing(
         assert await metric(agent, "drain_guard_holds_total", reason=reason) == 0
     assert await metric(agent, "drain_guard_drain_requests_total", verb="drain") == 2
     assert await metric(agent, "drain_guard_shield_budgets") == 0
+    # What it saw over its run, in /status as the metrics count it (no cordon: no eviction).
+    _, body = await agent.http("/status")
+    assert json.loads(body)["observed"] == {
+        "drainRequests": 2,
+        "wouldHolds": {"build-pod": 1, "manual": 1, "noop-image": 1},
+        "buildPodsEvicted": 0,
+        "lastEvicted": None,
+    }
 
     # A shutdown writes nothing either (no release, no budget clean-up, no Event).
     assert await agent.stop(signal.SIGTERM) == 0

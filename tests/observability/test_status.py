@@ -113,6 +113,7 @@ def test_json_keys_and_times() -> None:
         "releasesWhen",
         "maxHoldSeconds",
         "lastWouldHold",
+        "observed",
         "pool",
         "releasedBy",
         "releaseFailing",

@@ -30,6 +30,7 @@ from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.metrics import Metrics
 from drain_guard.nodes import NodeObj
+from drain_guard.status import AgentStatus
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.scenario import worker_node
 from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, IMAGE_B, MCO_NS, NODE
@@ -563,6 +564,50 @@ async def test_a_reason_gained_while_held_counts_once_and_a_new_request_again(
     await env.step()
     assert env.value(counter, reason="build-pod") == 2
     assert env.value(counter, reason="noop-image") == 2
+
+
+async def test_observe_only_status_says_what_it_saw_over_its_run(tmp_path: Path) -> None:
+    """The admin's view before enforcing (issue 37): the drain requests, the would-be holds by
+    reason, and the build pod the drain evicted (gone from the cordoned node), in /status and
+    its text; a build pod gone from a schedulable node is not an eviction."""
+    env = make_env(tmp_path, "--observe-only")
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_A})
+    await env.step()
+    env.kube.write({}, unschedulable=True)  # the MCC cordons: nothing held it
+    env.clock.advance(5)
+    await env.step()
+    env.build_pod(running=False)  # and evicts the build pod
+    env.clock.advance(5)
+    await env.step()
+    env.kube.write({protocol.LAST_APPLIED_DRAIN: DRAIN_B}, unschedulable=False)
+    await env.step()
+
+    # A second request, while a build runs to its end on the schedulable node.
+    env.build_pod()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_C, protocol.DESIRED_IMAGE: IMAGE_B})
+    await env.step()
+    env.cache.replace_pods([])
+    await env.step()
+
+    observed = env.controller.status().observed
+    assert observed is not None
+    assert observed.requests == 2
+    assert dict(observed.would_holds) == {"build-pod": 2, "noop-image": 1}
+    assert (observed.build_pods_evicted, observed.last_evicted) == (1, f"{MCO_NS}/build-pod")
+    status = env.controller.status()
+    assert AgentStatus.from_json(status.to_json()) == status
+    assert (
+        "  observed:      since 2026-03-01T12:00:00Z: 2 drain requests; would have held, by"
+        " reason: build-pod 2, noop-image 1; build pods gone from the cordoned node (a drain"
+        f" evicts them): 1 (latest {MCO_NS}/build-pod)"
+    ) in status.to_text()
+
+
+async def test_an_enforcing_agent_shows_no_observe_only_summary(env: Env) -> None:
+    await _hold_b(env)
+    assert env.controller.status().observed is None
+    assert "observed:" not in env.controller.status().to_text()
 
 
 async def test_status_and_gauges_come_from_the_decision_with_no_request_pending(env: Env) -> None:
