@@ -451,15 +451,16 @@ class Controller:
             self._status = replace(self._status, last_would_hold=would)
 
     def _watch_evictions(self, running: Sequence[Pod], view: guards.NodeView) -> None:
-        """--observe-only: a build pod that ran at the last pass and is gone from the node,
-        now cordoned, was evicted by a drain (one that ended is still there, Succeeded)."""
+        """--observe-only: a build pod that ran at the last pass and is going (being deleted)
+        or gone from the node, now cordoned, was evicted by a drain; one that ended is still
+        there, Succeeded or Failed, and is not counted."""
         if self._observed is None or view.pods is None:
             return
         if view.unschedulable:
-            present = {f"{p.namespace}/{p.name}" for p in view.pods}
-            for gone in sorted(self._running_builds - present):
+            staying = {p.key for p in view.pods if not p.deleting}
+            for gone in sorted(self._running_builds - staying):
                 self._observed = self._observed.evicted(gone)
-        self._running_builds = frozenset(f"{p.namespace}/{p.name}" for p in running)
+        self._running_builds = frozenset(p.key for p in running)
 
     # Status and the decision log ---------------------------------------------------------
 

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,8 @@ from tests.helpers import (
     CONFIG_B,
     IMAGE_A,
     IMAGE_B,
+    MCO_NS,
+    WAIT,
     StartAgent,
     add_build_pod,
     mcd_request,
@@ -25,6 +29,20 @@ from tests.helpers import (
     reap,
     spawn,
 )
+
+WOULD_HOLDS = "drain_guard_would_holds_total"
+
+
+async def _observed_eviction(agent: AgentProcess) -> dict[str, Any]:
+    """The agent's ``/status`` ``observed`` once it counts an evicted build pod (its pass on
+    the pod's deletion follows the drain controller's eviction)."""
+    async with asyncio.timeout(WAIT):
+        while True:
+            _, body = await agent.http("/status")
+            observed: dict[str, Any] = json.loads(body)["observed"]
+            if observed["buildPodsEvicted"] >= 1:
+                return observed
+            await asyncio.sleep(0.1)
 
 
 def _would_hold(record: dict[str, object], request: str) -> bool:
@@ -138,6 +156,14 @@ async def test_seed_scenario_observe_only_writes_nothing_and_reports_each_hold(
 
                 record = await agent.wait_log(reported)
                 assert "noop-image" in record["reasons"]
+            # The build node's agent saw its build pod evicted by the drain, and counts that
+            # request under build-pod as well as noop-image (issue 37: build-pod stayed 0).
+            build_agent = agents[cluster.node_names.index(cluster.build_node)]
+            observed = await _observed_eviction(build_agent)
+            assert str(observed["lastEvicted"]).startswith(f"{MCO_NS}/")
+            for reason in ("build-pod", "noop-image"):
+                assert await metric(build_agent, WOULD_HOLDS, reason=reason) >= 1
+                assert observed["wouldHolds"][reason] >= 1
             for agent in agents:
                 assert await agent.stop() == 0
         finally:

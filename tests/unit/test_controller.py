@@ -577,7 +577,21 @@ async def test_observe_only_status_says_what_it_saw_over_its_run(tmp_path: Path)
     env.kube.write({}, unschedulable=True)  # the MCC cordons: nothing held it
     env.clock.advance(5)
     await env.step()
-    env.build_pod(running=False)  # and evicts the build pod
+    # and evicts the build pod: deleted with a grace period, then gone (counted once).
+    pod = {
+        "metadata": {
+            "name": "build-pod",
+            "namespace": MCO_NS,
+            "labels": {"openshift.io/build.name": f"build-{CONFIG_B}"},
+            "deletionTimestamp": "2026-03-01T12:00:10Z",
+        },
+        "spec": {"nodeName": NODE},
+        "status": {"phase": "Running"},
+    }
+    env.cache.replace_pods([pod])
+    env.clock.advance(5)
+    await env.step()
+    env.build_pod(running=False)
     env.clock.advance(5)
     await env.step()
     env.kube.write({protocol.LAST_APPLIED_DRAIN: DRAIN_B}, unschedulable=False)
