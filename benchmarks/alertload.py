@@ -148,7 +148,7 @@ async def _measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.alertload")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.alertload")
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--interval", type=float, default=30.0, help="--alert-interval, s")
     parser.add_argument("--alerts", type=int, default=200, help="alerts firing at once")

@@ -200,7 +200,9 @@ def _sum(counts: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.apiload", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.apiload", description=__doc__
+    )
     d = Params()
     p.add_argument("--agents", type=int, default=d.agents)
     p.add_argument("--time-scale", type=int, default=d.time_scale)

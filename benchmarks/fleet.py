@@ -377,7 +377,9 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.fleet", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.fleet", description=__doc__
+    )
     d = Params()
     p.add_argument("--sizes", type=int, nargs="+", default=list(d.sizes))
     p.add_argument("--agents", type=int, default=d.agents, help="real agent processes per size")

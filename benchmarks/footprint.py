@@ -314,7 +314,9 @@ async def measure(params: Params, workdir: Path, tree: Path | None) -> dict[str,
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.footprint", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.footprint", description=__doc__
+    )
     d = Params()
     p.add_argument("--starts", type=int, default=d.starts)
     p.add_argument("--rest-seconds", type=float, default=d.rest_seconds)

@@ -61,7 +61,9 @@ async def measure(requests: int, interval: float, report: Path, workdir: Path) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.holdprofile", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.holdprofile", description=__doc__
+    )
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--interval", type=float, default=0.0005, help="sampling interval, seconds")
     p.add_argument("--out", type=Path, default=None, help="results directory")

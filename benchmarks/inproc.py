@@ -190,7 +190,9 @@ async def start_hosts(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.inproc", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.inproc", description=__doc__
+    )
     p.add_argument("spec", type=Path)
     p.add_argument("--log-level", default="INFO")
     a = p.parse_args(argv)

@@ -130,7 +130,9 @@ def compare(samples: dict[str, list[float]], block: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.interleave", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.interleave", description=__doc__
+    )
     p.add_argument("--agent", action="append", default=None, metavar="LABEL=VARIANT[,EDIT]")
     p.add_argument("--rounds", type=int, default=25)
     p.add_argument("--block", type=int, default=20)

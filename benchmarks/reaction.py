@@ -390,7 +390,9 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.reaction", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.reaction", description=__doc__
+    )
     p.add_argument("--requests", type=int, default=Params.requests)
     p.add_argument("--runs", type=int, default=Params.runs)
     p.add_argument("--race-trials", type=int, default=Params.race_trials)

@@ -124,7 +124,7 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scrapeflood")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.scrapeflood")
     parser.add_argument("--requests", type=int, default=200, help="holds measured per phase")
     parser.add_argument("--concurrency", type=int, default=300, help="flood connections")
     parser.add_argument("--flood-seconds", type=float, default=30.0, help="flood's upper bound")

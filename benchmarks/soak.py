@@ -62,7 +62,9 @@ async def measure(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.soak", description=__doc__
+    )
     p.add_argument("--holds", type=int, default=10_000)
     p.add_argument("--samples", type=int, default=40)
     p.add_argument("--warmup-holds", type=int, default=1000)

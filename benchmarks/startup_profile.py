@@ -113,7 +113,9 @@ async def measure(top: int, how: deployed.Agent, workdir: Path) -> dict[str, Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.startup_profile", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m benchmarks.startup_profile", description=__doc__
+    )
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--variant", choices=deployed.VARIANTS, default="deployed")
     p.add_argument("--out", type=Path, default=None, help="results directory")

@@ -49,13 +49,15 @@ def _summary(reports: Sequence[ChaosReport]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m drain_guard_sim.harness.chaos")
+    parser = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m drain_guard_sim.harness.chaos"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="chaos runs; prints a JSON summary")
+    run = sub.add_parser("run", allow_abbrev=False, help="chaos runs; prints a JSON summary")
     run.add_argument("--seeds", type=int, default=1)
     run.add_argument("--first", type=int, default=1)
     run.add_argument("--seed", type=int, default=None, help="one seed, schedule printed")
-    soak = sub.add_parser("soak", help="agent RSS and fds over many events")
+    soak = sub.add_parser("soak", allow_abbrev=False, help="agent RSS and fds over many events")
     soak.add_argument("--events", type=int, default=5000)
     soak.add_argument("--samples", type=int, default=20)
     args = parser.parse_args(argv)
