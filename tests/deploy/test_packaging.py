@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 import zipfile
 from email.parser import Parser
 
@@ -50,3 +51,17 @@ def test_the_wheel_needs_no_simulator_dependency(wheel: zipfile.ZipFile) -> None
     required = [r for r in fields.get_all("Requires-Dist") or [] if "extra ==" not in r]
     names = {r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in required}
     assert names == {"aiohttp", "kubernetes_asyncio", "psutil", "prometheus_client"}
+
+
+@pytest.mark.parametrize("project", [".", "simulator"])
+def test_an_editable_install_is_a_plain_path_entry(project: str) -> None:
+    """make's ``pip install -e`` of each distribution prints no setuptools
+    BuildBackendWarning (issue 37): setuptools installs an editable project as a plain path
+    entry only when the package root ("") is mapped, by ``package-dir`` or by
+    ``packages.find.where``; otherwise it installs an import finder of its own and warns
+    that folders in the working directory may shadow the package."""
+    config = tomllib.loads((ROOT / project / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = set(config.get("package-dir", {})) | (
+        {""} if config.get("packages", {}).get("find", {}).get("where") else set()
+    )
+    assert mapped == {""}
