@@ -26,7 +26,7 @@ from drain_guard.health import Health
 from drain_guard.holdreport import EventSink, HoldReport
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
-from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.listwatch import NamedCache, WatchCache
 from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.logs import decision_fields, log_key
@@ -120,6 +120,11 @@ class Controller:
         #: from a watch of its own (``runner``) that wakes the loop as the pod watch does.
         self.blocking_caches = {
             ns: WatchCache(changed=cache.changed) for ns in blocking_watch_namespaces(settings)
+        }
+        #: The named objects the guards read (``Guard.reads``), each from a watch of its own
+        #: (``runner``) that wakes the loop as the pod watch does.
+        self.named_caches = {
+            ref: NamedCache(changed=cache.changed) for guard in self.guards for ref in guard.reads
         }
         #: The alert query's latest answer (``alertsource.AlertSource``), with alert gating on.
         self.alerts: AlertsSeen | None = None if settings.alerts is None else AlertsSeen()
@@ -358,6 +363,7 @@ class Controller:
                 blocking_pods=self._blocking_pods(),
                 known_hold=self._memory.hold,
                 unschedulable=node.unschedulable,
+                objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

@@ -23,8 +23,10 @@ from drain_guard.exitcodes import EXIT_FAILURE
 from drain_guard.health import Health
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
-from drain_guard.kube.counters import WatchGroup
+from drain_guard.kube.counters import Relay, WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
+from drain_guard.kube.operations import Watched
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.lifecycle import (
     Program,
     Running,
@@ -153,6 +155,15 @@ class _Agent:
             parts[f"pods in {namespace}"] = kube.watch_pods(
                 settings.node_name, pods, namespace, watch_timeout, pod_watches.member(i)
             )
+        for ref, named in controller.named_caches.items():
+            parts[f"{ref.resource} {ref}"] = kube.watch_named(
+                ref.resource,
+                ref.namespace,
+                ref.name,
+                named,
+                watch_timeout,
+                _GuardRead(kube.counters),
+            )
         if settings.alerts is not None:
             alerts = AlertSource(settings.alerts, controller.alerts_changed, controller.clock.now)
             parts["alerts"] = alerts.run()
@@ -187,6 +198,15 @@ class _Agent:
         # Events outlive the parts: the uninstall's release on exit still writes one.
         helpers = {"events": events.run(), "confinement": confinement}
         return Running(parts, on_exit, helpers)
+
+
+class _GuardRead(Relay):
+    """A guard's watch of one named object: its errors and restarts are counted, its state
+    is not reported as the resource's (the shield's budget watches report that); the guard
+    cannot decide until the object is listed, and says so."""
+
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
+        return None
 
 
 def run_agent(settings: Settings) -> int:

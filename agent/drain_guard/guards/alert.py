@@ -7,7 +7,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from drain_guard.alerts import OnUnreachable
-from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, Unknown, Verdict
+from drain_guard.guards.base import (
+    Block,
+    Clear,
+    Guard,
+    GuardKind,
+    NodeView,
+    ObjectRef,
+    Unknown,
+    Verdict,
+)
 from drain_guard.protocol import Reason, format_rfc3339
 
 if TYPE_CHECKING:
@@ -19,6 +28,7 @@ class AlertGuard:
     query goes unanswered, blocks or not as ``--alert-unreachable`` says, and says so."""
 
     reason = Reason.ALERT
+    reads: tuple[ObjectRef, ...] = ()
 
     def __init__(self, on_unreachable: OnUnreachable) -> None:
         self.on_unreachable = on_unreachable

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from drain_guard.alerts import AlertsSeen
 from drain_guard.config.options import Option
+from drain_guard.kube.operations import Watched
 from drain_guard.pods import Pod
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
 
@@ -31,6 +32,19 @@ class BootedImage:
     reference: str | None
     source: str
     error: str | None = None
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    """One named object a guard reads (the agent keeps it current with a watch of that name
+    alone, ``Kube.watch_named``): a guard says which in ``reads``."""
+
+    resource: Watched
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,9 @@ class NodeView:
     #: The Node's ``spec.unschedulable`` (cordoned): MCO's node controller gives a cordoned
     #: node no new target, so a ``noop-image`` hold there could not save its drain.
     unschedulable: bool = False
+    #: The objects the guards read (their ``reads``), as the API server last gave them: None
+    #: when the object does not exist; no key while its watch has not listed yet.
+    objects: Mapping[ObjectRef, Mapping[str, Any] | None] = field(default_factory=dict)
 
 
 # --- verdicts -----------------------------------------------------------------------------
@@ -150,6 +167,10 @@ class Guard(Protocol):
 
     @property
     def reason(self) -> Reason: ...
+
+    #: The named objects the guard reads from ``NodeView.objects`` (most read none).
+    @property
+    def reads(self) -> tuple[ObjectRef, ...]: ...
 
     def check(self, view: NodeView) -> Verdict: ...
 

@@ -6,7 +6,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, Unknown, Verdict
+from drain_guard.guards.base import (
+    Block,
+    Clear,
+    Guard,
+    GuardKind,
+    NodeView,
+    ObjectRef,
+    Unknown,
+    Verdict,
+)
 from drain_guard.pods import running_blocking_pods
 from drain_guard.protocol import Reason
 from drain_guard.selectors import BuildPodSelector
@@ -22,6 +31,7 @@ class BlockingPodGuard:
     the agent keeps on any pod an opted-in tenant labels would outlive the agent's bounds)."""
 
     reason = Reason.BLOCKING_POD
+    reads: tuple[ObjectRef, ...] = ()
 
     def __init__(self, selectors: Sequence[BuildPodSelector], namespaces: Iterable[str]) -> None:
         if not selectors:

@@ -13,6 +13,7 @@ from drain_guard.guards.base import (
     Guard,
     GuardKind,
     NodeView,
+    ObjectRef,
     Unknown,
     Verdict,
 )
@@ -28,6 +29,7 @@ class BuildPodGuard:
     """Blocks while a build pod of the scope runs on the node: a drain would evict it."""
 
     reason = Reason.BUILD_POD
+    reads: tuple[ObjectRef, ...] = ()
 
     def __init__(
         self, selectors: Sequence[BuildPodSelector], scope: PodScope = DEFAULT_SCOPE

@@ -6,7 +6,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, Clear, Guard, GuardKind, InvalidInput, NodeView, Verdict
+from drain_guard.guards.base import (
+    Block,
+    Clear,
+    Guard,
+    GuardKind,
+    InvalidInput,
+    NodeView,
+    ObjectRef,
+    Verdict,
+)
 from drain_guard.protocol import HOLD_REQUEST, Reason, format_rfc3339, parse_rfc3339
 
 if TYPE_CHECKING:
@@ -39,6 +48,7 @@ class ManualGuard:
     """Blocks while an operator's ``drain-guard.io/hold-request`` has not expired."""
 
     reason = Reason.MANUAL
+    reads: tuple[ObjectRef, ...] = ()
 
     def check(self, view: NodeView) -> Verdict:
         text = view.annotations.get(HOLD_REQUEST)

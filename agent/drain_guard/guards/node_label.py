@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, Verdict
+from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, ObjectRef, Verdict
 from drain_guard.protocol import BLOCK_DRAINS_LABEL, Reason
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ class NodeLabelGuard:
     operator's note), set with ``oc label node``; the agent only reads it."""
 
     reason = Reason.NODE_LABEL
+    reads: tuple[ObjectRef, ...] = ()
 
     def check(self, view: NodeView) -> Verdict:
         value = view.labels.get(BLOCK_DRAINS_LABEL)

@@ -15,6 +15,7 @@ from drain_guard.guards.base import (
     ImageCompared,
     InvalidInput,
     NodeView,
+    ObjectRef,
     Verdict,
 )
 from drain_guard.imageref import ImageRefError, digest_of
@@ -29,6 +30,7 @@ class NoopImageGuard:
     node is schedulable: only then can the node controller send it the newer image."""
 
     reason = Reason.NOOP_IMAGE
+    reads: tuple[ObjectRef, ...] = ()
 
     def check(self, view: NodeView) -> Verdict:
         desired = view.annotations.get(DESIRED_IMAGE)

@@ -19,7 +19,7 @@ from drain_guard.kube.call import (
 )
 from drain_guard.kube.counters import Counters, NullCounters
 from drain_guard.kube.credentials import ApiClient, load_api_client, load_socket_client
-from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, NamedCache, WatchCache
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.nodes import NodeObj
 
@@ -289,6 +289,32 @@ class Kube:
             apply=cache.apply_pod,
             counters=counters or self.counters,
             name=f"pods on node {node_name}{where}",
+            watch_timeout=watch_timeout,
+        ).run()
+
+    async def watch_named(
+        self,
+        resource: Watched,
+        namespace: str,
+        name: str,
+        cache: NamedCache,
+        watch_timeout: int = WATCH_TIMEOUT,
+        counters: Counters | None = None,
+    ) -> None:
+        """Keep ``cache`` (the one object ``namespace/name`` of ``resource``) current until
+        cancelled: a list and watch by ``metadata.name``, which RBAC authorizes as a request
+        for that name (a Role's ``resourceNames`` can limit it to that object)."""
+        list_fns = {
+            Watched.PODDISRUPTIONBUDGET: self.policy.list_namespaced_pod_disruption_budget,
+        }
+        await ListWatch(
+            resource=resource,
+            list_fn=functools.partial(list_fns[resource], namespace),
+            field_selector=f"metadata.name={name}",
+            replace=cache.replace,
+            apply=cache.apply,
+            counters=counters or self.counters,
+            name=f"{resource} {namespace}/{name}",
             watch_timeout=watch_timeout,
         ).run()
 

@@ -132,6 +132,25 @@ class WatchCache:
         self._notify_pods(key)
 
 
+@dataclass
+class NamedCache:
+    """One object watched by its name alone (``Kube.watch_named``): what a guard reads."""
+
+    #: The object as last delivered; None while it does not exist.
+    obj: JsonObj | None = None
+    listed: bool = False
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def replace(self, items: Sequence[JsonObj]) -> None:
+        self.obj = items[0] if items else None
+        self.listed = True
+        self.changed.set()
+
+    def apply(self, kind: str, obj: JsonObj) -> None:
+        self.obj = None if kind == "DELETED" else obj
+        self.changed.set()
+
+
 class _GoneError(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 
