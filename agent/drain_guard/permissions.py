@@ -35,6 +35,9 @@ class Scope(StrEnum):
     OWN_NAMESPACE = "own-namespace"
     MCO = "mco"
     EVENTS = "events"
+    #: A Role the operator applies in a namespace of their choosing, from a component of
+    #: ``daemonset/components/`` (``OPT_IN_PERMISSIONS``): never in an overlay.
+    OPT_IN = "opt-in"
 
 
 #: Where build pods run: MCO's namespace, the default build-pod scope. (``--build-pod-namespace``
@@ -188,6 +191,20 @@ SHIELD_PERMISSIONS: tuple[Permission, ...] = (
     Permission("authentication.k8s.io", "tokenreviews", frozenset({"create"})),
     Permission("authorization.k8s.io", "subjectaccessreviews", frozenset({"create"})),
 )
+
+
+#: What each opt-in component (``daemonset/components/NAME``) grants the agent's account, in
+#: the namespace the operator's kustomization names: its Role's rules, checked against the
+#: rendered component (tests/deploy/test_opt_in_components.py) and on the real API server.
+OPT_IN_PERMISSIONS: dict[str, tuple[Permission, ...]] = {
+    # --blocking-pod-namespace: its node's pods there (field selector spec.nodeName).
+    "blocking-pods": (Permission("", "pods", frozenset({"list", "watch"}), Scope.OPT_IN),),
+    # --disruption-budget: the budgets named, by name (resourceNames; the field selector
+    # metadata.name=NAME makes a list or watch a request for NAME).
+    "disruption-budgets": (
+        Permission("policy", "poddisruptionbudgets", frozenset({"list", "watch"}), Scope.OPT_IN),
+    ),
+}
 
 
 #: What the agent asks for expecting a refusal, never to be granted: the confinement

@@ -13,7 +13,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from drain_guard.config.options import Option
-from drain_guard.guards import alert, blocking_pod, build_pod, manual, node_label, noop_image
+from drain_guard.guards import (
+    alert,
+    blocking_pod,
+    build_pod,
+    disruption_budget,
+    manual,
+    node_label,
+    noop_image,
+)
 from drain_guard.guards.base import Guard, GuardKind
 
 if TYPE_CHECKING:
@@ -26,6 +34,7 @@ KINDS: tuple[GuardKind, ...] = (
     alert.KIND,
     blocking_pod.KIND,
     node_label.KIND,
+    disruption_budget.KIND,
 )
 
 _BY_REASON: dict[str, GuardKind] = {kind.reason.value: kind for kind in KINDS}

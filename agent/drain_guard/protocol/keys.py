@@ -93,6 +93,7 @@ class Reason(StrEnum):
     ALERT = "alert"
     BLOCKING_POD = "blocking-pod"
     NODE_LABEL = "node-label"
+    DISRUPTION_BUDGET = "disruption-budget"
 
 
 class Outcome(StrEnum):

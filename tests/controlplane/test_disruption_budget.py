@@ -1,0 +1,155 @@
+"""The disruption-budget guard on the real control plane, with the agent's own token: the named
+budget read through the component daemonset/components/disruption-budgets (docs/install.md's
+kustomization, rendered and applied as kubectl does), by name and nothing else; its status
+written by the real disruption controller; a drain held while the budget allows no disruption
+and released once it allows one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from drain_guard import protocol
+from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.harness.agentproc import AgentProcess
+from tests.controlplane.helpers import own_namespace, unique
+from tests.controlplane.nodes import DRAIN_B, mcd_request, until, wait_annotation
+from tests.controlplane.test_rights import (
+    AGENT_NS,
+    ALLOWED,
+    RBAC,
+    Installed,
+    answer,
+    installed,
+    kubectl,
+)
+from tests.deploy.tools import documented_kustomization, render_dir
+from tests.helpers import IMAGE_A, IMAGE_B, reap, spawn
+
+__all__ = ["installed"]  # the fixture, with the overlay's RBAC and the agent pod's token
+
+QUORUM = {"app": "quorum"}
+
+
+async def watch_status(policy: client.PolicyV1Api, namespace: str, selector: str) -> int:
+    """The HTTP status of a watch of the budgets ``selector`` selects (closed at once: a 200
+    is a watch the API server started)."""
+    resp: Any = await policy.list_namespaced_pod_disruption_budget(
+        namespace, field_selector=selector, watch=True, _preload_content=False
+    )
+    resp.release()
+    return int(resp.status)
+
+
+async def ready_pod(admin: client.ApiClient, namespace: str, node: str) -> None:
+    """A Ready pod the budget covers (no kubelet: its status is set here, as one would)."""
+    core = client.CoreV1Api(admin)
+    name = unique("quorum")
+    pod: Any = {
+        "metadata": {"name": name, "labels": QUORUM},
+        "spec": {"nodeName": node, "containers": [{"name": "db", "image": "db"}]},
+    }
+    await core.create_namespaced_pod(namespace, pod)
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    await core.patch_namespaced_pod_status(name, namespace, {"status": status})
+
+
+async def budget(admin: client.ApiClient, namespace: str, name: str, min_available: int) -> None:
+    body: Any = {
+        "metadata": {"name": name},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": QUORUM}},
+    }
+    await client.PolicyV1Api(admin).create_namespaced_pod_disruption_budget(namespace, body)
+
+
+async def allows(admin: client.ApiClient, namespace: str, name: str, allowed: int) -> None:
+    """Until the disruption controller says the budget (as it now is) allows ``allowed``."""
+    policy = client.PolicyV1Api(admin)
+
+    async def check() -> bool:
+        pdb = await policy.read_namespaced_pod_disruption_budget(name, namespace)
+        status = pdb.status
+        return bool(
+            status is not None
+            and status.observed_generation == pdb.metadata.generation
+            and status.disruptions_allowed == allowed
+        )
+
+    await until(check)
+
+
+@pytest.mark.parametrize("installed", ["openshift"], indirect=True)
+async def test_a_budget_that_allows_no_disruption_holds_the_drain_read_by_name_alone(
+    installed: Installed, tmp_path: Path
+) -> None:
+    admin, node = installed.admin, installed.node
+    db, elsewhere = await own_namespace(admin, "db"), await own_namespace(admin, "elsewhere")
+    directory = documented_kustomization("Disruption budgets", tmp_path / "roles", db)
+    kustomization = directory / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace("[NAME]", "[quorum]"))
+    objects = render_dir(directory)
+    manifest = tmp_path / "roles.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+    kubectl(installed.plane, "apply", "-f", str(manifest))
+    # One Ready pod on another node, a budget that wants it: the disruption controller says
+    # no disruption is allowed. Another budget beside it, and one in another namespace.
+    await ready_pod(admin, db, installed.other)
+    await budget(admin, db, "quorum", 1)
+    await budget(admin, db, "other", 0)
+    await budget(admin, elsewhere, "quorum", 0)
+    await allows(admin, db, "quorum", 0)
+
+    # The agent's own token: the named budget, listed and watched by name; nothing else.
+    policy = client.PolicyV1Api(installed.agent)
+    named = "metadata.name=quorum"
+    assert (
+        await answer(policy.list_namespaced_pod_disruption_budget(db, field_selector=named))
+        == ALLOWED
+    )
+    assert await watch_status(policy, db, named) == 200
+    assert await answer(policy.list_namespaced_pod_disruption_budget(db)) == RBAC
+    other = "metadata.name=other"
+    assert (
+        await answer(policy.list_namespaced_pod_disruption_budget(db, field_selector=other)) == RBAC
+    )
+    assert await watch_status(policy, db, other) == 403
+    assert await answer(policy.read_namespaced_pod_disruption_budget("quorum", db)) == RBAC
+    assert (
+        await answer(policy.list_namespaced_pod_disruption_budget(elsewhere, field_selector=named))
+        == RBAC
+    )
+    assert await answer(client.CoreV1Api(installed.agent).list_namespaced_pod(db)) == RBAC
+
+    started: list[AgentProcess] = []
+    try:
+        await spawn(
+            node,
+            installed.kubeconfig,
+            HostFS(tmp_path / "host", IMAGE_A),
+            "--daemonset",
+            f"{AGENT_NS}/drain-guard",
+            "--pod-name",
+            installed.pod,
+            "--disruption-budget",
+            f"{db}/quorum",
+            started=started,
+        )
+        await mcd_request(admin, node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        held = await wait_annotation(
+            admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
+        )
+        assert held[protocol.HOLD_REASONS] == "disruption-budget"
+        assert held[protocol.HOLD_DETAIL] == (
+            f"disruption-budget: budget {db}/quorum allows no disruption"
+        )
+        # The budget relaxed: the disruption controller allows one; the hold ends.
+        body = {"spec": {"minAvailable": 0}}
+        await client.PolicyV1Api(admin).patch_namespaced_pod_disruption_budget("quorum", db, body)
+        await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    finally:
+        await reap(started)
