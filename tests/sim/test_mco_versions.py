@@ -30,7 +30,7 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
     condition_true,
 )
-from drain_guard_sim.actors.nodecontroller import rollout_targets
+from drain_guard_sim.actors.nodecontroller import UPDATE_IN_PROGRESS, rollout_targets
 from drain_guard_sim.apiserver.server import WriteRecord
 from drain_guard_sim.harness.cluster import SimCluster
 from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
@@ -523,3 +523,30 @@ async def test_4_16_targets_nodes_only_once_the_image_is_written(tmp_path: Path)
         await cluster.wait_rollout_done(timeout=90, config=rendered)
         assert cluster.cordons()
         assert not [c for c in cluster.cordons() if c.unchanged_image]
+
+
+async def test_the_node_controller_taints_the_nodes_it_has_yet_to_update(tmp_path: Path) -> None:
+    """D7: MCO's node controller keeps ``UpdateInProgress`` (PreferNoSchedule) on every node
+    whose desired config or image is not the pool's and removes it once they are: Node writes
+    the agent's compare-and-swap meets too. On with the other Node writers."""
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.01, version=McoVersion.V4_16, node_writers=True
+    ) as cluster:
+        api = cluster.api
+        rv = api.resource_version
+        rendered = await cluster.create_machine_config("99-worker-files")
+        await cluster.wait_rollout_done(timeout=90, config=rendered)
+
+        def tainted(node: str) -> bool:
+            taints = api.get("nodes", node)["spec"].get("taints") or []
+            return any(t["key"] == UPDATE_IN_PROGRESS["key"] for t in taints)
+
+        await cluster.wait_for(lambda: not any(tainted(n) for n in cluster.node_names), timeout=30)
+        taint_writes = [
+            r
+            for r in api.writes("nodes", user=MCC_USER, since=rv)
+            if (r.after or {}).get("spec", {}).get("taints")
+            != (r.before or {}).get("spec", {}).get("taints")
+        ]
+        assert {r.name for r in taint_writes} == set(cluster.node_names)
+        assert len(taint_writes) == 2 * len(cluster.node_names)  # on, then off, per node

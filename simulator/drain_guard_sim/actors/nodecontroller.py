@@ -73,7 +73,12 @@ from drain_guard_sim.actors.mco import (
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.timestamps import rfc3339
 
-__all__ = ["NodeController", "rendered_name", "rollout_targets"]
+__all__ = ["UPDATE_IN_PROGRESS", "NodeController", "rendered_name", "rollout_targets"]
+
+
+#: The taint the node controller keeps on nodes it has yet to update (MCO's
+#: ``constants.NodeUpdateInProgressTaint``).
+UPDATE_IN_PROGRESS: dict[str, str] = {"key": "UpdateInProgress", "effect": "PreferNoSchedule"}
 
 
 def rendered_name(pool: str, configs: list[JsonObj]) -> str:
@@ -195,6 +200,10 @@ class NodeController(Actor):
         #: after the build controller's BuildPending by that event, however loaded the
         #: machine (``SimCluster.win_build_races``); None: every sync runs.
         self.may_sync: Callable[[JsonObj], bool] | None = None
+        #: Whether the sync taints the nodes it has yet to update (``UpdateInProgress``,
+        #: PreferNoSchedule) and untaints the others, as MCO does: one more Node writer, on
+        #: with ``SimCluster(node_writers=True)`` (the tests that time a quiet Node need none).
+        self.taints_nodes = False
         #: The z-stream switch of ``rollout_targets``: False plays a build from before the
         #: cordon skip (the seed's 4.15 build, 4.16 before 2024-07-27).
         self.skips_unready = True
@@ -358,12 +367,32 @@ class NodeController(Actor):
                 await self._sync_status(pool, self._nodes(pool), target, image)
                 return
         nodes = self._nodes(pool)
+        if self.taints_nodes:
+            for node in nodes:
+                await self._sync_taint(node, target, image)
         chosen = rollout_targets(
             nodes, target, image, self.max_unavailable, skips_unready=self.skips_unready
         )
         for node in chosen:
             await self._set_desired(node["metadata"]["name"], target, image)
         await self._sync_status(pool, nodes, target, image)
+
+    async def _sync_taint(self, node: JsonObj, target: str, image: str) -> None:
+        """The ``UpdateInProgress`` taint on a node whose desired config or image is not the
+        pool's, off a node whose are; a node event queues the pool again."""
+        ann = annotations_of(node)
+        wanted = ann.get(DESIRED_CONFIG) != target or ann.get(DESIRED_IMAGE, "") != image
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        has = any(t.get("key") == UPDATE_IN_PROGRESS["key"] for t in taints)
+        if wanted == has:
+            return
+        if wanted:
+            taints.append(dict(UPDATE_IN_PROGRESS))
+        else:
+            taints = [t for t in taints if t.get("key") != UPDATE_IN_PROGRESS["key"]]
+        name = node["metadata"]["name"]
+        self.log(name, f"{'Applying' if wanted else 'Removing'} UpdateInProgress taint on {name}")
+        await self.patch_node(name, {"spec": {"taints": taints or None}})
 
     def _cannot_continue(self, pool: JsonObj, target: str, image: str) -> str | None:
         """canLayeredPoolContinue: None to roll out, else why not."""

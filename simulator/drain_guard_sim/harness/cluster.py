@@ -93,6 +93,12 @@ class SimCluster(Scenario):
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    async def start(self) -> None:
+        await super().start()
+        if self.with_node_writers and self.node_controller is not None:
+            # The node controller's UpdateInProgress taint: a Node writer like the kubelets.
+            self.node_controller.taints_nodes = True
+
     async def _open(self) -> None:
         await self.api.start()
 
