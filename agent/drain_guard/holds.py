@@ -2,12 +2,13 @@
 
 The Node carries the hold (docs/protocol.md); what the agent keeps between passes is only
 ``Memory``: the hold it last knew on the Node, the last hold it counted as ended (an end is
-counted once, however it is seen), and the drain request it last saw (a new one is counted,
-and timed for the reaction histogram). Two functions turn that memory and the Node into what
-happened: ``observe()`` before each decision, on the Node as the watch shows it (someone
-else's writes: the MCD's newer request, an operator's release), and ``applied()`` after the
-agent's own write, on the decision and the Node before and after it. The controller applies
-the ``Transition``s they return (metrics, Events, log lines) and keeps the new memory.
+counted once, however it is seen), the reasons the hold was counted under (each once), and
+the drain request it last saw (a new one is counted, and timed for the reaction histogram).
+Two functions turn that memory and the Node into what happened: ``observe()`` before each
+decision, on the Node as the watch shows it (someone else's writes: the MCD's newer request,
+an operator's release), and ``applied()`` after the agent's own write, on the decision and
+the Node before and after it. The controller applies the ``Transition``s they return
+(metrics, Events, log lines) and keeps the new memory.
 """
 
 from __future__ import annotations

@@ -409,6 +409,28 @@ async def test_a_hold_found_at_start_is_resumed_not_counted(
     assert env.events.posted == [("DrainHeld", DRAIN_B, ("build-pod",))]
 
 
+async def test_a_hold_found_at_start_counts_only_the_reasons_it_gains(env: Env) -> None:
+    """A restarted agent: the hold it finds was counted under its reasons by the agent that
+    wrote it; a reason it gains now (a build pod starts) is counted, those are not again."""
+    env.kube.write(
+        {
+            protocol.DESIRED_DRAIN: "hold-" + DRAIN_B,
+            protocol.DESIRED_IMAGE: IMAGE_A,
+            protocol.HELD_DRAIN: DRAIN_B,
+            protocol.HOLD_REASONS: "noop-image",
+            protocol.HELD_SINCE: protocol.format_rfc3339(env.clock.wall),
+            protocol.HOLD_DETAIL: "noop-image: stale detail",
+        }
+    )
+    await env.step()
+    env.build_pod()
+    env.clock.advance(10)
+    await env.step()
+    assert env.annotations()[protocol.HOLD_REASONS] == "build-pod,noop-image"
+    assert env.value("drain_guard_holds_total", reason="build-pod") == 1
+    assert env.value("drain_guard_holds_total", reason="noop-image") == 0
+
+
 async def test_a_hold_superseded_while_no_agent_ran_ends_when_the_new_one_is_written(
     env: Env,
 ) -> None:
