@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from drain_guard.alerts import OnUnreachable
 from drain_guard.guards.base import (
+    AgentSettings,
     Block,
     Clear,
     Guard,
@@ -18,9 +18,6 @@ from drain_guard.guards.base import (
     Verdict,
 )
 from drain_guard.protocol import Reason, format_rfc3339
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 
 class AlertGuard:
@@ -54,7 +51,7 @@ def _releases_when(detail: str, _until: datetime | None) -> str:
     return f"{Reason.ALERT}: when the matching alerts resolve (or are silenced)"
 
 
-def _build(settings: Settings, _raw: Mapping[str, object]) -> Guard | None:
+def _build(settings: AgentSettings, _raw: Mapping[str, object]) -> Guard | None:
     """On with alert gating (``--alert-url``)."""
     return None if settings.alerts is None else AlertGuard(settings.alerts.on_unreachable)
 

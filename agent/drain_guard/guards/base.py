@@ -10,16 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from drain_guard.alerts import AlertsSeen
+from drain_guard.config.alerts import AlertSettings
 from drain_guard.config.options import Option
 from drain_guard.kube.operations import Watched
-from drain_guard.pods import Pod
+from drain_guard.pods import Pod, PodScope
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
+from drain_guard.selectors import BuildPodSelector
 
 # --- what the guards look at --------------------------------------------------------------
 
@@ -178,9 +177,29 @@ class Guard(Protocol):
 #: What clears one reason of a hold, as one line of ``/status``, ``drain-guard status`` and the
 #: hold's Event: given the reason's part of ``hold-detail`` and, for a hold request, its expiry.
 ReleasesWhen = Callable[[str, datetime | None], str]
+
+
+class AgentSettings(Protocol):
+    """What the guards read of ``drain-guard run``'s settings (``config.agent.Settings``, which
+    is built through the registry, so the guards name only these)."""
+
+    @property
+    def build_pod_selectors(self) -> tuple[BuildPodSelector, ...]: ...
+    @property
+    def build_pod_scope(self) -> PodScope: ...
+    @property
+    def alerts(self) -> AlertSettings | None: ...
+    @property
+    def blocking_pod_selectors(self) -> tuple[BuildPodSelector, ...]: ...
+    @property
+    def blocking_pod_namespaces(self) -> tuple[str, ...]: ...
+    @property
+    def api_socket(self) -> str | None: ...
+
+
 #: The guard the agent's settings ask for (None: off), from its validated settings and the
 #: raw values of the guard's own ``options`` (by their ``dest``); ``SettingsError`` if bad.
-Build = Callable[["Settings", Mapping[str, object]], "Guard | None"]
+Build = Callable[[AgentSettings, Mapping[str, object]], "Guard | None"]
 
 
 @dataclass(frozen=True)

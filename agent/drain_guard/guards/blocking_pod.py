@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from drain_guard.guards.base import (
+    AgentSettings,
     Block,
     Clear,
     Guard,
@@ -19,9 +19,6 @@ from drain_guard.guards.base import (
 from drain_guard.pods import running_blocking_pods
 from drain_guard.protocol import Reason
 from drain_guard.selectors import BuildPodSelector
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 
 class BlockingPodGuard:
@@ -56,7 +53,7 @@ def _releases_when(detail: str, _until: datetime | None) -> str:
     return f"{Reason.BLOCKING_POD}: when {pods} {ends} running (completes, fails or is deleted)"
 
 
-def _build(settings: Settings, _raw: Mapping[str, object]) -> Guard | None:
+def _build(settings: AgentSettings, _raw: Mapping[str, object]) -> Guard | None:
     """On with ``--blocking-pod-selector``."""
     if not settings.blocking_pod_selectors:
         return None

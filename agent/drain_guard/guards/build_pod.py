@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from drain_guard.guards.base import (
+    AgentSettings,
     Block,
     BuildPodsSeen,
     Clear,
@@ -20,9 +20,6 @@ from drain_guard.guards.base import (
 from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
 from drain_guard.protocol import Reason
 from drain_guard.selectors import BuildPodSelector
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 
 class BuildPodGuard:
@@ -59,7 +56,7 @@ def _releases_when(detail: str, _until: datetime | None) -> str:
     return f"{Reason.BUILD_POD}: when {pods} {'end' if pods.startswith('build pods') else 'ends'}"
 
 
-def _build(settings: Settings, _raw: Mapping[str, object]) -> Guard:
+def _build(settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
     return BuildPodGuard(settings.build_pod_selectors, settings.build_pod_scope)
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError
 from drain_guard.guards.base import (
+    AgentSettings,
     Block,
     Clear,
     Guard,
@@ -31,9 +32,6 @@ from drain_guard.guards.base import (
 from drain_guard.kube.operations import Watched
 from drain_guard.protocol import Reason
 from drain_guard.selectors import is_namespace_name
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 
 class DisruptionBudgetGuard:
@@ -111,7 +109,7 @@ def _budget(text: str) -> ObjectRef:
     return ObjectRef(Watched.PODDISRUPTIONBUDGET, namespace, name)
 
 
-def _build(settings: Settings, raw: Mapping[str, object]) -> Guard | None:
+def _build(settings: AgentSettings, raw: Mapping[str, object]) -> Guard | None:
     """On with ``--disruption-budget``; refused through the node proxy (no account of its own
     to read a budget with)."""
     texts = raw["disruption_budget"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from drain_guard.guards.base import (
+    AgentSettings,
     Block,
     Clear,
     Guard,
@@ -17,9 +17,6 @@ from drain_guard.guards.base import (
     Verdict,
 )
 from drain_guard.protocol import HOLD_REQUEST, Reason, format_rfc3339, parse_rfc3339
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 #: A hold request's reason: one line for `oc describe node` and `drain-guard status`.
 MAX_HOLD_REASON_BYTES = 256
@@ -71,7 +68,7 @@ def _releases_when(_detail: str, until: datetime | None) -> str:
     return f"{Reason.MANUAL}: when the hold request {when} or is removed"
 
 
-def _build(_settings: Settings, _raw: Mapping[str, object]) -> Guard:
+def _build(_settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
     return ManualGuard()
 
 

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from drain_guard.guards.base import Block, Clear, Guard, GuardKind, NodeView, ObjectRef, Verdict
+from drain_guard.guards.base import (
+    AgentSettings,
+    Block,
+    Clear,
+    Guard,
+    GuardKind,
+    NodeView,
+    ObjectRef,
+    Verdict,
+)
 from drain_guard.protocol import BLOCK_DRAINS_LABEL, Reason
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 
 class NodeLabelGuard:
@@ -31,7 +36,7 @@ def _releases_when(_detail: str, _until: datetime | None) -> str:
     return f"{Reason.NODE_LABEL}: when the label {BLOCK_DRAINS_LABEL} is removed from the node"
 
 
-def _build(_settings: Settings, _raw: Mapping[str, object]) -> Guard:
+def _build(_settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
     return NodeLabelGuard()
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from drain_guard.guards.base import (
+    AgentSettings,
     Block,
     Clear,
     Guard,
@@ -20,9 +20,6 @@ from drain_guard.guards.base import (
 )
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.protocol import DESIRED_IMAGE, Reason
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
 
 
 class NoopImageGuard:
@@ -78,7 +75,7 @@ def _releases_when(_detail: str, _until: datetime | None) -> str:
     )
 
 
-def _build(_settings: Settings, _raw: Mapping[str, object]) -> Guard:
+def _build(_settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
     return NoopImageGuard()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from drain_guard.config.options import Option
 from drain_guard.guards import (
@@ -22,10 +21,7 @@ from drain_guard.guards import (
     node_label,
     noop_image,
 )
-from drain_guard.guards.base import Guard, GuardKind
-
-if TYPE_CHECKING:
-    from drain_guard.config.agent import Settings
+from drain_guard.guards.base import AgentSettings, Guard, GuardKind
 
 KINDS: tuple[GuardKind, ...] = (
     build_pod.KIND,
@@ -45,7 +41,7 @@ def options() -> tuple[Option, ...]:
     return tuple(option for kind in KINDS for option in kind.options)
 
 
-def build(settings: Settings, raw: Mapping[str, object]) -> tuple[Guard, ...]:
+def build(settings: AgentSettings, raw: Mapping[str, object]) -> tuple[Guard, ...]:
     """The guards ``settings`` turn on; ``raw``: the merged values of the guards' options."""
     built = (kind.build(settings, raw) for kind in KINDS)
     return tuple(guard for guard in built if guard is not None)
