@@ -342,7 +342,8 @@ def _budget_shape(budget: Obj) -> Verdict | None:
 
 
 def review_event(request: Obj, node: str) -> Verdict:
-    """Events about the agent's own Node, as its recorder writes them, before and after."""
+    """Events about the agent's own Node, as its recorder writes them (a message of at most
+    ``MAX_VALUE`` bytes, as the pool Events and the node proxy's), before and after."""
     operation = request.get("operation")
     if operation not in ("CREATE", "UPDATE"):
         return _deny("an agent never deletes an Event")
@@ -365,6 +366,8 @@ def review_event(request: Obj, node: str) -> Verdict:
             or involved.get("namespace")
         ):
             return _deny(f"an agent may write Events about its own Node ({node}) only")
+        if len(str(event.get("message") or "").encode()) > MAX_VALUE:
+            return _deny(f"an agent's Event message is at most {MAX_VALUE} bytes")
         source = event.get("source") or {}
         if source.get("host", node) != node:
             return _deny("an Event's source host must be the agent's own node")

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
@@ -226,8 +227,8 @@ class _ConnectionCap:
     """At most ``limit`` open connections: a new one beyond it closes the oldest (a flood's
     idle connection, most likely; a probe's lasts milliseconds)."""
 
-    def __init__(self) -> None:
-        self.limit = MAX_CONNECTIONS
+    def __init__(self, limit: int = MAX_CONNECTIONS) -> None:
+        self.limit = limit
         self.open: dict[asyncio.BaseProtocol, asyncio.Transport] = {}  # oldest first
 
     def wrap(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
@@ -276,17 +277,24 @@ class _Counted(asyncio.Protocol):
         self.inner.resume_writing()
 
 
-class _CappedSite(web.BaseSite):
-    """aiohttp's TCP site, its connections capped (:class:`_ConnectionCap`)."""
+class CappedSite(web.BaseSite):
+    """aiohttp's TCP site, its connections capped (:class:`_ConnectionCap`); over TLS with
+    ``ssl_context`` (the 4.15/4.16 webhook's)."""
 
-    def __init__(self, runner: web.BaseRunner, listen: Listen) -> None:
-        super().__init__(runner)
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        listen: Listen,
+        limit: int = MAX_CONNECTIONS,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context)
         self.listen = listen
-        self.cap = _ConnectionCap()
+        self.cap = _ConnectionCap(limit)
 
     @property
     def name(self) -> str:
-        return f"http://{self.listen}"
+        return f"{'https' if self._ssl_context else 'http'}://{self.listen}"
 
     async def start(self) -> None:
         await super().start()
@@ -295,6 +303,7 @@ class _CappedSite(web.BaseSite):
             self.cap.wrap(self._runner.server),
             self.listen.host,
             self.listen.port,
+            ssl=self._ssl_context,
             backlog=self._backlog,
         )
 
@@ -356,7 +365,7 @@ async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, in
     if not isinstance(loop.get_exception_handler(), AcceptErrorLog):
         loop.set_exception_handler(AcceptErrorLog())
     try:
-        site = _CappedSite(runner, listen)
+        site = CappedSite(runner, listen)
         await site.start()
     except BaseException:
         await runner.cleanup()

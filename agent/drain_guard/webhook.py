@@ -35,14 +35,25 @@ from drain_guard.kube.client import Kube
 from drain_guard.kube.operations import Operation
 from drain_guard.lifecycle import Program, Running, run_program
 from drain_guard.logs import configure_logging
+from drain_guard.server import CappedSite
 
 log = logging.getLogger("drain_guard.webhook")
 
 #: How often the certificate files are checked for a renewal (the service CA re-issues them
 #: into the secret, and the kubelet updates the mounted files, well before they expire).
 CERT_CHECK_INTERVAL = 60.0
-#: An AdmissionReview is a few KiB; a Node with many annotations tens of KiB.
-MAX_BODY = 3 * 1024 * 1024
+#: An AdmissionReview of a Node carries it twice (object, oldObject): an OpenShift worker's is
+#: tens of KiB (its status's 50 images the most of it). Anything larger is refused (413)
+#: before it is parsed: the write is then decided by the entry's failurePolicy.
+MAX_BODY = 512 * 1024
+#: The API server sends a review whole at once; a body that trickles is cut off (408).
+BODY_TIMEOUT = 2.0
+#: Open connections: one more closes the oldest (drain_guard.server.CappedSite), so that a
+#: flood holds at most this many bodies in memory.
+MAX_CONNECTIONS = 64
+#: Reviews parsed and decided at once; the others wait their turn. A parse holds the
+#: interpreter (the JSON scanner does not let go of the GIL), so one at a time, in a thread.
+MAX_REVIEWS = 1
 TLS_VERSIONS = {"VersionTLS12": ssl.TLSVersion.TLSv1_2, "VersionTLS13": ssl.TLSVersion.TLSv1_3}
 
 
@@ -84,6 +95,7 @@ class PodLookupError(Exception):
 class Webhook:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
+        self.reviews = asyncio.Semaphore(MAX_REVIEWS)
 
     async def pod(self, key: admission.PodKey) -> dict[str, Any] | None:
         try:
@@ -101,12 +113,28 @@ class Webhook:
         return admission.decide(request, dict(zip(keys, found, strict=True)))
 
     async def validate(self, http: web.Request) -> web.Response:
+        """Answer one AdmissionReview. Every byte may come from any pod that reaches the port
+        (the NetworkPolicy admits the API servers only): the body is bounded in size and
+        time before it is read, and parsed off the event loop, one review at a time."""
+        if (http.content_length or 0) > MAX_BODY:
+            return _refused(413, f"a body over {MAX_BODY} bytes")
         try:
-            review = json.loads(await http.read())
-            request = review["request"]
-            uid = str(request["uid"])
-        except (ValueError, KeyError, TypeError):
-            return web.Response(status=400, text="not an AdmissionReview v1\n")
+            async with asyncio.timeout(BODY_TIMEOUT):
+                body = await http.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _refused(413, f"a body over {MAX_BODY} bytes")
+        except TimeoutError:
+            return _refused(408, f"a body not sent within {BODY_TIMEOUT:g} s")
+        async with self.reviews:
+            try:
+                review = await asyncio.to_thread(json.loads, body)
+                request = review["request"]
+                uid = str(request["uid"])
+            except (ValueError, KeyError, TypeError):
+                return web.Response(status=400, text="not an AdmissionReview v1\n")
+            return await self._answer(request, uid)
+
+    async def _answer(self, request: dict[str, Any], uid: str) -> web.Response:
         try:
             verdict = await self.review(request)
         except PodLookupError as exc:
@@ -119,6 +147,14 @@ class Webhook:
         return web.json_response(
             {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
         )
+
+
+def _refused(status: int, why: str) -> web.Response:
+    """Refuse a request before its body is read, and close its connection (the rest of the
+    body is never read)."""
+    response = web.Response(status=status, text=f"refused: {why}\n")
+    response.force_close()
+    return response
 
 
 def _describe(request: dict[str, Any]) -> str:
@@ -171,7 +207,7 @@ async def serve(args: argparse.Namespace) -> int:
         runner = web.AppRunner(make_app(Webhook(kube)), access_log=None, handle_signals=False)
         await runner.setup()
         try:
-            await web.TCPSite(runner, listen.host, listen.port, ssl_context=ctx).start()
+            await CappedSite(runner, listen, MAX_CONNECTIONS, ssl_context=ctx).start()
         except OSError:
             await runner.cleanup()
             raise

@@ -278,6 +278,23 @@ def test_two_replicas_on_two_control_plane_nodes_and_a_budget(objects: list[Obj]
         assert "runAsUser" not in ctx
 
 
+def test_only_the_host_network_reaches_its_port(objects: list[Obj]) -> None:
+    """Issue 34: no pod reaches /validate (the API servers and the kubelet's probes come from
+    the host network); the policy selects the webhook's pods and no other."""
+    deployment = one(objects, "Deployment", ACCOUNT[1])
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (port,) = container(objects, ACCOUNT[1], deployment)["ports"]
+    policy = one(objects, "NetworkPolicy", ACCOUNT[1])
+    assert policy["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert policy["spec"]["podSelector"] == {"matchLabels": dict(labels)}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    host_network = {"matchLabels": {"policy-group.network.openshift.io/host-network": ""}}
+    assert rule["from"] == [{"namespaceSelector": host_network}]
+    assert rule["ports"] == [{"protocol": "TCP", "port": port["containerPort"]}]
+    assert [o for o in objects if o["kind"] == "NetworkPolicy"] == [policy]
+
+
 # --- what its own account may do ------------------------------------------------------------
 
 

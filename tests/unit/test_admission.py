@@ -331,6 +331,10 @@ def test_events_about_anything_else_are_denied(cluster: Cluster) -> None:
     posing = recorded_event() | {"reportingComponent": "machineconfigdaemon"}
     assert denied(cluster.review("CREATE", "events", None, posing), "reporting component")
     assert denied(cluster.review("DELETE", "events", mine, None), "never deletes")
+    # Its own Node's Event, but a message of 1 MiB (issue 34): capped as the pool Events'.
+    huge = recorded_event() | {"message": "x" * (1024 * 1024)}
+    assert denied(cluster.review("CREATE", "events", None, huge), "at most 1024 bytes")
+    assert denied(cluster.review("UPDATE", "events", mine, huge), "at most 1024 bytes")
     assert denied(cluster.review("CREATE", "events", None, mine, on=None), "pod-bound")
     assert denied(cluster.review("CREATE", "events", None, mine, user=SHIELD), "budgets only")
 
