@@ -227,8 +227,8 @@ class _ConnectionCap:
     """At most ``limit`` open connections: a new one beyond it closes the oldest (a flood's
     idle connection, most likely; a probe's lasts milliseconds)."""
 
-    def __init__(self, limit: int = MAX_CONNECTIONS) -> None:
-        self.limit = limit
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = MAX_CONNECTIONS if limit is None else limit
         self.open: dict[asyncio.BaseProtocol, asyncio.Transport] = {}  # oldest first
 
     def wrap(self, server: web.Server) -> Callable[[], asyncio.Protocol]:
@@ -285,7 +285,7 @@ class CappedSite(web.BaseSite):
         self,
         runner: web.BaseRunner,
         listen: Listen,
-        limit: int = MAX_CONNECTIONS,
+        limit: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context)
