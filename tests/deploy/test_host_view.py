@@ -22,7 +22,7 @@ import pytest
 from drain_guard.host import read_booted_image_ostree
 from drain_guard_sim.actors.hostfs import HostFS
 from tests.deploy.test_daemonset import agent_settings
-from tests.deploy.tools import OVERLAYS, Obj, agent_container, pod_spec
+from tests.deploy.tools import ON_OSTREE, Obj, agent_container, pod_spec
 
 IMAGE = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:" + "ab" * 32
 #: Files MCO leaves world-readable in each deployment's /etc, and what /var holds.
@@ -60,7 +60,20 @@ def scratch(tmp_path: Path) -> HostFS:
     return host
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_kubernetes_overlay_mounts_nothing_of_the_host(
+    rendered: Callable[[str], list[Obj]],
+) -> None:
+    """A plain Kubernetes node has no /sysroot/ostree (a hostPath of type Directory would keep
+    the pod from starting): booted-origin runs with only its emptyDir, copies nothing and
+    says so, and the agent's no-op-image guard abstains (tests/node/test_daemonset.py runs
+    it on a real kubelet)."""
+    objects = rendered("kubernetes")
+    assert not [v for v in _volume_kinds(objects).values() if "hostPath" in v]
+    reader = _init(objects, "booted-origin")
+    assert [m["mountPath"] for m in reader["volumeMounts"]] == ["/booted-origin"]
+
+
+@pytest.mark.parametrize("overlay", ON_OSTREE)
 def test_the_agent_sees_the_booted_origin_and_nothing_else_of_the_host(
     rendered: Callable[[str], list[Obj]], overlay: str, scratch: HostFS, tmp_path: Path
 ) -> None:

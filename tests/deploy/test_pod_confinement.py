@@ -26,7 +26,9 @@ UID = 65532
 
 @pytest.fixture(scope="module")
 def pods(rendered: Callable[[str], list[Obj]]) -> Policy:
-    return Policy(one(rendered("kubernetes"), "ValidatingAdmissionPolicy", POD_POLICY))
+    """The base's policy, as the openshift overlay renders it: its pod mounts the host path
+    that the ways past the policy below change (the kubernetes overlay's mounts none)."""
+    return Policy(one(rendered("openshift"), "ValidatingAdmissionPolicy", POD_POLICY))
 
 
 def create(policy: Policy, pod: Obj) -> Verdict:
@@ -87,7 +89,7 @@ def test_the_policy_is_bound_and_left_out_before_kubernetes_1_30(
 def test_pods_of_the_account_are_matched_in_any_namespace(
     rendered: Callable[[str], list[Obj]], pods: Policy
 ) -> None:
-    objects = rendered("kubernetes")
+    objects = rendered("openshift")
     pod = admitted_pod(objects, namespace="other-ns")
     pod["spec"]["volumes"][0]["hostPath"]["path"] = "/"
     verdict = create(pods, pod)
@@ -98,7 +100,7 @@ def test_pods_of_the_account_are_matched_in_any_namespace(
 def test_pods_of_other_accounts_are_not_affected(
     rendered: Callable[[str], list[Obj]], pods: Policy
 ) -> None:
-    pod = admitted_pod(rendered("kubernetes"))
+    pod = admitted_pod(rendered("openshift"))
     pod["spec"]["serviceAccountName"] = "machine-config-daemon"
     pod["spec"]["hostPID"] = True
     assert not create(pods, pod).applies
@@ -257,7 +259,7 @@ DENIED: dict[str, tuple[Callable[[Obj], object], str]] = {
 @pytest.mark.parametrize("change", sorted(DENIED))
 def test_pod_is_denied(rendered: Callable[[str], list[Obj]], pods: Policy, change: str) -> None:
     mutate, reason = DENIED[change]
-    pod = admitted_pod(rendered("kubernetes"))
+    pod = admitted_pod(rendered("openshift"))
     mutate(pod)
     verdict = create(pods, pod)
     assert verdict.applies
@@ -269,7 +271,7 @@ def test_an_ephemeral_container_may_not_mount_the_host_path_writable(
 ) -> None:
     """``kubectl debug`` adds ephemeral containers by an UPDATE of pods/ephemeralcontainers,
     whose object is the whole Pod: a debug container may read the host path, not write it."""
-    before = admitted_pod(rendered("kubernetes"))
+    before = admitted_pod(rendered("openshift"))
     reader = copy.deepcopy(before)
     reader["spec"]["ephemeralContainers"] = [_debug_container(readOnly=True)]
     reader["spec"]["ephemeralContainers"][0]["securityContext"]["runAsUser"] = UID
@@ -288,7 +290,7 @@ def test_the_policy_matches_pod_creation_and_ephemeral_containers_only(
 ) -> None:
     """Pod specs are immutable but for images and ephemeral containers, so CREATE and the
     ephemeralcontainers subresource are all there is to check; nothing else is slowed down."""
-    policy = one(rendered("kubernetes"), "ValidatingAdmissionPolicy", POD_POLICY)
+    policy = one(rendered("openshift"), "ValidatingAdmissionPolicy", POD_POLICY)
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert sorted((r["resources"][0], r["operations"][0]) for r in rules) == [
         ("pods", "CREATE"),
@@ -320,7 +322,7 @@ def test_the_webhook_admits_the_daemonsets_pod(
 @pytest.mark.parametrize("change", sorted(DENIED))
 def test_the_webhook_denies_the_pod_too(rendered: Callable[[str], list[Obj]], change: str) -> None:
     mutate, reason = DENIED[change]
-    pod = admitted_pod(rendered("kubernetes"))
+    pod = admitted_pod(rendered("openshift"))
     mutate(pod)
     verdict = webhook_create(pod)
     assert not verdict.allowed
@@ -330,7 +332,7 @@ def test_the_webhook_denies_the_pod_too(rendered: Callable[[str], list[Obj]], ch
 def test_the_webhook_leaves_pods_of_other_accounts_alone(
     rendered: Callable[[str], list[Obj]],
 ) -> None:
-    pod = admitted_pod(rendered("kubernetes"))
+    pod = admitted_pod(rendered("openshift"))
     pod["spec"]["serviceAccountName"] = "machine-config-daemon"
     pod["spec"]["hostPID"] = True
     assert webhook_create(pod).allowed

@@ -24,6 +24,9 @@ OVERLAYS = ("kubernetes", "openshift", "openshift-4.15")
 # 4.17); the openshift-4.15 overlay leaves it out for OpenShift 4.15/4.16 (Kubernetes 1.28).
 MIN_KUBERNETES = {"kubernetes": "1.30.0", "openshift": "1.30.0", "openshift-4.15": "1.28.0"}
 WITH_ADMISSION_POLICY = ("kubernetes", "openshift")
+#: The overlays for ostree nodes, whose init container mounts the host's /sysroot/ostree; the
+#: kubernetes overlay mounts no host path (a plain node has no ostree).
+ON_OSTREE = ("openshift", "openshift-4.15")
 RENDER_TIMEOUT = 60.0
 #: The kinds the manifests use that have no namespace.
 CLUSTER_SCOPED = {

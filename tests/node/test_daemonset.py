@@ -1,0 +1,272 @@
+"""The DaemonSet as shipped, on the real node: ``kubectl apply -k`` of the kubernetes overlay
+(with the image set as docs/install.md says, to the one ``make image`` built), the pod
+started by the real kubelet from the image, Ready through its probes, the agent holding and
+releasing with the token the kubelet mounted, across a SIGKILL and a rolling update, and
+docs/install.md's uninstall (the DaemonSet first, then ``kubectl delete -k``) releasing.
+
+The Node is made to look as MCO's daemon keeps a worker (its role label, its config
+annotations); a build pod is a real pod on the node (the pause image under MCO's build
+label), so the agent holds for the reason it holds for on OpenShift. Each test asks for a
+drain to a config of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drain_guard_sim.harness.node import PAUSE_IMAGE, Node
+from tests.deploy.tools import REPO
+from tests.helpers import require_or_skip
+from tests.node.helpers import container_pids, get, kubectl, wait_jsonpath
+
+ARCHIVE = REPO / "build" / "image" / "drain-guard.oci.tar"
+OVERLAY = REPO / "daemonset" / "overlays" / "kubernetes"
+AGENT_NS = "drain-guard"
+MCO_NS = "openshift-machine-config-operator"
+MCO = "machineconfiguration.openshift.io"
+DESIRED_DRAIN = f"{MCO}/desiredDrain"
+HELD_DRAIN = "drain-guard.io/held-drain"
+BUILD_LABEL = "openshift.io/build.name"
+_configs = itertools.count()
+
+
+def _image_name(archive: Path) -> str:
+    """The name ``make image`` gave its image (the archive's one reference)."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        assert member is not None
+        (manifest,) = json.load(member)["manifests"]
+    name: str = manifest["annotations"]["org.opencontainers.image.ref.name"]
+    return name
+
+
+def _escaped(key: str) -> str:
+    return ".metadata.annotations." + key.replace(".", "\\.")
+
+
+@pytest.fixture(scope="module")
+def install(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The kubernetes overlay applied with ``kubectl apply -k``, its pod Ready; the
+    kustomization directory, for ``kubectl delete -k``."""
+    if not ARCHIVE.exists():
+        require_or_skip(f"{ARCHIVE.relative_to(REPO)} is not built (make image)")
+    node.import_image(ARCHIVE)
+    name, tag = _image_name(ARCHIVE).rsplit(":", 1)
+    # What docs/install.md has a user do (kustomize edit set image): the overlay as shipped.
+    directory = tmp_path_factory.mktemp("install")
+    (directory / "kustomization.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(OVERLAY, directory)],
+                "images": [{"name": "drain-guard", "newName": name, "newTag": tag}],
+            }
+        )
+    )
+    # The Node as MCO's daemon keeps a worker that finished its last update.
+    config = _config()
+    kubectl(node, "label", "--overwrite", "node", node.name, "node-role.kubernetes.io/worker=")
+    kubectl(
+        node,
+        "annotate",
+        "--overwrite",
+        "node",
+        node.name,
+        f"{MCO}/currentConfig={config}",
+        f"{MCO}/desiredConfig={config}",
+        f"{MCO}/state=Done",
+        f"{DESIRED_DRAIN}=uncordon-{config}",
+        f"{MCO}/lastAppliedDrain=uncordon-{config}",
+    )
+    kubectl(node, "apply", "-k", str(directory))
+    kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+    yield directory
+    kubectl(node, "delete", "-k", str(directory), "--ignore-not-found", "--wait=true")
+
+
+def _config() -> str:
+    return f"rendered-worker-{next(_configs):032x}"
+
+
+def _agent_pod(node: Node) -> dict[str, object]:
+    pods = get(node, "pods", AGENT_NS)["items"]
+    running = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    (pod,) = running
+    return dict(pod)
+
+
+def _build_pod(node: Node, name: str) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": MCO_NS, "labels": {BUILD_LABEL: name}},
+        "spec": {
+            "nodeName": node.name,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "build", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        },
+    }
+    kubectl(node, "apply", "-f", "-", stdin=json.dumps(pod))
+    kubectl(node, "wait", "-n", MCO_NS, "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+
+
+def _request_drain(node: Node) -> str:
+    """Ask for a drain as MCO's daemon does for a new config; the request's value."""
+    config = _config()
+    kubectl(
+        node,
+        "annotate",
+        "--overwrite",
+        "node",
+        node.name,
+        f"{MCO}/desiredConfig={config}",
+        f"{DESIRED_DRAIN}=drain-{config}",
+    )
+    return f"drain-{config}"
+
+
+def _wait_held(node: Node, request: str) -> None:
+    wait_jsonpath(node, f"node/{node.name}", _escaped(HELD_DRAIN), request)
+    wait_jsonpath(node, f"node/{node.name}", _escaped(DESIRED_DRAIN), f"hold-{request}")
+
+
+def _wait_released(node: Node, request: str) -> None:
+    wait_jsonpath(node, f"node/{node.name}", _escaped(DESIRED_DRAIN), request)
+
+
+def _still_held(node: Node, request: str) -> bool:
+    annotations = get(node, f"node/{node.name}")["metadata"]["annotations"]
+    return bool(
+        annotations.get(HELD_DRAIN) == request
+        and annotations.get(DESIRED_DRAIN) == f"hold-{request}"
+    )
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def test_the_agent_pod_is_ready_through_the_kubelets_probes(node: Node, install: Path) -> None:
+    """The real kubelet ran the init container (which found no ostree here and said so) and
+    the agent, as the pod spec says: UID 65532, read-only root, no capability; Ready means its
+    readiness probe, on the named port, passed."""
+    pod = _agent_pod(node)
+    status = pod["status"]
+    assert isinstance(status, dict)
+    (init,) = status["initContainerStatuses"]
+    assert init["state"]["terminated"]["exitCode"] == 0
+    init_log = kubectl(node, "logs", "-n", AGENT_NS, str(_name(pod)), "-c", "booted-origin")
+    assert "the booted image is unknown" in init_log
+    (agent,) = status["containerStatuses"]
+    assert agent["ready"] is True
+    (pid,) = container_pids(dict(pod), "drain-guard")
+    process = _proc_status(pid)
+    assert process["Uid"].split() == ["65532"] * 4
+    assert process["Gid"].split() == ["65532"] * 4
+    assert int(process["CapEff"], 16) == 0
+    assert process["NoNewPrivs"].strip() == "1"
+    (root,) = (
+        line.split()
+        for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+        if line.split()[4] == "/"
+    )
+    assert "ro" in root[5].split(","), root
+    log = kubectl(node, "logs", "-n", AGENT_NS, str(_name(pod)), "-c", "drain-guard")
+    settings = next(json.loads(line) for line in log.splitlines() if '"settings"' in line)
+    assert settings["apiServer"] == "https://10.0.0.1:443"  # the kubernetes Service
+
+
+def _name(pod: dict[str, object]) -> str:
+    metadata = pod["metadata"]
+    assert isinstance(metadata, dict)
+    return str(metadata["name"])
+
+
+def test_a_hold_outlives_a_sigkilled_agent_and_is_released_with_its_token(
+    node: Node, install: Path
+) -> None:
+    """A build pod on the node: the agent (its only credential the token the kubelet
+    mounted) holds MCO's drain request; SIGKILLed, the kubelet restarts it and it resumes the
+    hold; the build pod gone, it releases."""
+    _build_pod(node, "build-sigkill")
+    request = _request_drain(node)
+    _wait_held(node, request)
+    pod = _agent_pod(node)
+    restarts = pod["status"]["containerStatuses"][0]["restartCount"]  # type: ignore[index]
+    for pid in container_pids(dict(pod), "drain-guard"):
+        os.kill(pid, signal.SIGKILL)
+    wait_jsonpath(
+        node,
+        f"pod/{_name(pod)}",
+        ".status.containerStatuses[0].restartCount",
+        str(restarts + 1),
+        AGENT_NS,
+    )
+    kubectl(node, "wait", "-n", AGENT_NS, "--for=condition=Ready", f"pod/{_name(pod)}")
+    log = kubectl(node, "logs", "-n", AGENT_NS, _name(pod), "-c", "drain-guard")
+    assert "resuming hold found on the node" in log
+    assert _still_held(node, request)
+    kubectl(node, "delete", "-n", MCO_NS, "pod", "build-sigkill", "--wait=true")
+    _wait_released(node, request)
+
+
+def test_a_rolling_update_keeps_the_hold(node: Node, install: Path) -> None:
+    """``kubectl rollout restart``: the DaemonSet replaces the pod (one node, maxUnavailable
+    1), the new agent resumes the hold, and releases it when the build pod goes."""
+    _build_pod(node, "build-rollout")
+    request = _request_drain(node)
+    _wait_held(node, request)
+    before = _name(_agent_pod(node))
+    kubectl(node, "rollout", "restart", "-n", AGENT_NS, "ds/drain-guard")
+    kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+    after = _agent_pod(node)
+    assert _name(after) != before
+    log = kubectl(node, "logs", "-n", AGENT_NS, _name(after), "-c", "drain-guard")
+    assert "resuming hold found on the node" in log
+    assert _still_held(node, request)
+    kubectl(node, "delete", "-n", MCO_NS, "pod", "build-rollout", "--wait=true")
+    _wait_released(node, request)
+
+
+def test_the_documented_uninstall_releases_the_hold(node: Node, install: Path) -> None:
+    """docs/install.md's uninstall while holding (the build pod still there): the DaemonSet
+    deleted first, its pod gone, releases the drain the agent held (told to stop, it finds
+    its DaemonSet being deleted); ``kubectl delete -k`` then removes the rest."""
+    _build_pod(node, "build-uninstall")
+    request = _request_drain(node)
+    _wait_held(node, request)
+    kubectl(
+        node,
+        "delete",
+        "-n",
+        AGENT_NS,
+        "daemonset",
+        "drain-guard",
+        "--cascade=foreground",
+        "--wait=true",
+    )
+    kubectl(
+        node,
+        "wait",
+        "-n",
+        AGENT_NS,
+        "--for=delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=drain-guard",
+        "--timeout=120s",
+    )
+    _wait_released(node, request)
+    assert HELD_DRAIN not in get(node, f"node/{node.name}")["metadata"]["annotations"]
+    kubectl(node, "delete", "-k", str(install), "--ignore-not-found", "--wait=true")
+    kubectl(node, "delete", "-n", MCO_NS, "pod", "build-uninstall", "--ignore-not-found")
