@@ -633,11 +633,14 @@ async def test_observe_only_status_says_what_it_saw_over_its_run(tmp_path: Path)
     assert (observed.build_pods_evicted, observed.last_evicted) == (1, f"{MCO_NS}/build-pod")
     status = env.controller.status()
     assert AgentStatus.from_json(status.to_json()) == status
-    assert (
+    line = (
         "  observed:      since 2026-03-01T12:00:00Z: 2 drain requests; would have held, by"
         " reason: build-pod 2, noop-image 1; build pods gone from the cordoned node (a drain"
         f" evicts them): 1 (latest {MCO_NS}/build-pod)"
-    ) in status.to_text()
+    )
+    assert line in status.to_text().splitlines()
+    # docs/install.md ("First rollout") quotes this very line.
+    assert f"   {line}\n" in (Path(__file__).parents[2] / "docs" / "install.md").read_text()
 
 
 async def test_an_enforcing_agent_shows_no_observe_only_summary(env: Env) -> None:
