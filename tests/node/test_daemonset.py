@@ -2,7 +2,9 @@
 (with the image set as docs/install.md says, to the one ``make image`` built), the pod
 started by the real kubelet from the image, Ready through its probes, the agent holding and
 releasing with the token the kubelet mounted, across a SIGKILL and a rolling update, and
-docs/install.md's uninstall (the DaemonSet first, then ``kubectl delete -k``) releasing.
+docs/install.md's uninstall (the DaemonSet first, then ``kubectl delete -k``) releasing; and
+the seed: the shield's budget refusing a drain's eviction of a real build pod, which without
+drain-guard is evicted and stopped. The tests run in this order, the uninstall last but one.
 
 The Node is made to look as MCO's daemon keeps a worker (its role label, its config
 annotations); a build pod is a real pod on the node (the pause image under MCO's build
@@ -16,6 +18,7 @@ import itertools
 import json
 import os
 import signal
+import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,6 +241,49 @@ def test_a_rolling_update_keeps_the_hold(node: Node, install: Path) -> None:
     _wait_released(node, request)
 
 
+def _evict(node: Node, pod: str) -> subprocess.CompletedProcess[str]:
+    """POST the pod's eviction as a drain does (kubectl drain, MCO's drain controller)."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": MCO_NS},
+    }
+    return subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={node.plane.admin_kubeconfig}",
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{MCO_NS}/pods/{pod}/eviction",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(eviction),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_seed_the_shields_budget_refuses_the_build_pods_eviction(
+    node: Node, install: Path
+) -> None:
+    """The seed's drain, with drain-guard: the agent keeps a budget on the running build pod,
+    and the real eviction API refuses the drain's eviction of it (429); the pod runs on."""
+    _build_pod(node, "build-seed")
+    wait_jsonpath(node, "pdb/drain-guard-build-seed", ".status.disruptionsAllowed", "0", MCO_NS)
+    wait_jsonpath(node, "pdb/drain-guard-build-seed", ".status.expectedPods", "1", MCO_NS)
+    refused = _evict(node, "build-seed")
+    assert refused.returncode != 0
+    assert "TooManyRequests" in refused.stderr or "429" in refused.stderr, refused.stderr
+    assert "disruption budget" in refused.stderr, refused.stderr
+    pod = get(node, "pod/build-seed", MCO_NS)
+    assert pod["status"]["phase"] == "Running"
+    assert "deletionTimestamp" not in pod["metadata"]
+    assert container_pids(pod, "build")
+    kubectl(node, "delete", "-n", MCO_NS, "pod", "build-seed", "--wait=true")
+
+
 def test_the_documented_uninstall_releases_the_hold(node: Node, install: Path) -> None:
     """docs/install.md's uninstall while holding (the build pod still there): the DaemonSet
     deleted first, its pod gone, releases the drain the agent held (told to stop, it finds
@@ -270,3 +316,19 @@ def test_the_documented_uninstall_releases_the_hold(node: Node, install: Path) -
     assert HELD_DRAIN not in get(node, f"node/{node.name}")["metadata"]["annotations"]
     kubectl(node, "delete", "-k", str(install), "--ignore-not-found", "--wait=true")
     kubectl(node, "delete", "-n", MCO_NS, "pod", "build-uninstall", "--ignore-not-found")
+
+
+def test_the_seed_without_drain_guard_the_build_pod_is_evicted_and_terminated(
+    node: Node, install: Path
+) -> None:
+    """The same drain with drain-guard uninstalled: no budget, the eviction is accepted and
+    the kubelet stops the build pod's container (the build fails: the seed's bug)."""
+    kubectl(node, "create", "namespace", MCO_NS)
+    _build_pod(node, "build-unguarded")
+    pod = get(node, "pod/build-unguarded", MCO_NS)
+    (pid,) = container_pids(pod, "build")
+    evicted = _evict(node, "build-unguarded")
+    assert evicted.returncode == 0, evicted.stderr
+    kubectl(node, "wait", "-n", MCO_NS, "--for=delete", "pod/build-unguarded", "--timeout=120s")
+    assert not Path(f"/proc/{pid}").exists()
+    kubectl(node, "delete", "namespace", MCO_NS, "--wait=true")
