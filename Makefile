@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chaos bench system-deps control-plane image clean
+.PHONY: demo test lint chaos bench system-deps control-plane image systemd-root clean
 
 $(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ $(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pypro
 	scripts/system-deps.sh
 	scripts/build-image.sh
 
+# A Debian bookworm whose PID 1 is systemd, from make image's debootstrap'd base, for the tests
+# that boot the shipped units under it (scripts/build-systemd-root.sh).
+SYSTEMD_ROOT := build/systemd/bookworm-systemd.tar
+systemd-root: $(SYSTEMD_ROOT)
+
+$(SYSTEMD_ROOT): $(IMAGE_ARCHIVE) scripts/build-systemd-root.sh
+	scripts/build-systemd-root.sh
+
 demo: $(STAMP)
 	$(BIN)/drain-guard demo $${MCO:+--mco-version $$MCO}
 
@@ -40,7 +48,7 @@ demo: $(STAMP)
 # worksteal: a worker that runs out takes tests from another's queue (the slow tests vary).
 # The node tests (tests/node) run after, in one process of their own: one node per machine
 # (its bridge, sysctls and iptables guard are host-wide), shared by all of them.
-test: $(STAMP) system-deps control-plane image
+test: $(STAMP) system-deps control-plane image systemd-root
 	status=0; $(BIN)/pytest -n auto --dist worksteal -m 'not node' || status=$$?; \
 	$(BIN)/pytest -p no:xdist -m node tests/node || status=$$?; exit $$status
 
@@ -58,4 +66,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin build/image
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin build/image build/systemd

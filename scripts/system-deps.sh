@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install the system tools the tests drive: promtool and a Prometheus server (Debian's
 # `prometheus` package), an Alertmanager (`prometheus-alertmanager`), those that build
-# the agent's image (`make image`: debootstrap and buildah), and the node's container runtime
+# the agent's image (`make image`: debootstrap and buildah), systemd-nspawn
+# (`systemd-container`: the shipped units booted under systemd), and the node's container runtime
 # and network (containerd, runc, containernetworking-plugins, iptables; the node fixture
 # starts containerd itself). Idempotent; needs root (or sudo) only when something is missing.
 set -eu
@@ -10,6 +11,7 @@ command -v promtool >/dev/null 2>&1 || required="$required prometheus"
 command -v prometheus-alertmanager >/dev/null 2>&1 || required="$required prometheus-alertmanager"
 command -v debootstrap >/dev/null 2>&1 || required="$required debootstrap"
 command -v buildah >/dev/null 2>&1 || required="$required buildah"
+command -v systemd-nspawn >/dev/null 2>&1 || required="$required systemd-container"
 command -v containerd >/dev/null 2>&1 || required="$required containerd"
 command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || required="$required runc"
 [ -x /usr/lib/cni/bridge ] || required="$required containernetworking-plugins"
@@ -20,8 +22,8 @@ command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || ku
 if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
 echo "system-deps: installing$required${kubectl:+ $kubectl}" >&2
 $SUDO apt-get update -qq
-# prometheus, prometheus-alertmanager, debootstrap and buildah are required, kubectl best effort (the manifest
-# tests fall back to the kustomize renderer shipped in the venv). The tests start their own
+# Every package above is required, kubectl best effort (the manifest tests fall back to the
+# kustomize renderer shipped in the venv). The tests start their own
 # servers on free ports, whatever services the packages start.
 if [ -n "$required" ]; then
     # shellcheck disable=SC2086 # a list of package names
