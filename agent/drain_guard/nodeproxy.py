@@ -211,7 +211,12 @@ async def serve(args: argparse.Namespace) -> int:
 
     async def serve_socket(api: ApiClient) -> web.AppRunner:
         proxy = NodeProxy(api, args.node_name, agent_uid)
-        runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False)
+        # A request whose agent went away is cancelled, and its upstream request with it: else
+        # a watch stays open on the API server, and keeps the proxy from stopping, until the
+        # server ends it (up to the watch's timeout; systemd killed the proxy first).
+        runner = web.AppRunner(
+            proxy.app(), access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await runner.setup()
         path.unlink(missing_ok=True)  # noqa: ASYNC240  (once, at start)
         try:

@@ -316,11 +316,16 @@ async def test_the_shipped_units_hold_a_drain_under_systemd(
         assert stop.returncode == 0, stop.stderr
         await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
 
+        states: list[str] = []
+
         async def all_stopped() -> bool:
-            states = container.run("systemctl", "is-active", *UNITS).stdout.split()
+            states[:] = container.run("systemctl", "is-active", *UNITS).stdout.split()
             return states == ["inactive"] * len(UNITS)
 
-        await until(all_stopped)
+        try:
+            await until(all_stopped)
+        except TimeoutError:
+            pytest.fail(f"not stopped: {dict(zip(UNITS, states))}\n{container.journal()}")
 
     assert _mounts_under(root) == before_mounts == []
     for hierarchy in CGROUP_HIERARCHIES:
