@@ -325,7 +325,9 @@ async def test_the_shipped_units_hold_a_drain_under_systemd(
         try:
             await until(all_stopped)
         except TimeoutError:
-            pytest.fail(f"not stopped: {dict(zip(UNITS, states))}\n{container.journal()}")
+            pytest.fail(
+                f"not stopped: {dict(zip(UNITS, states, strict=False))}\n{container.journal()}"
+            )
 
     assert _mounts_under(root) == before_mounts == []
     for hierarchy in CGROUP_HIERARCHIES:
