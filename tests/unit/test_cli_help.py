@@ -140,3 +140,17 @@ def test_the_help_test_covers_every_console_script() -> None:
         section = pyproject.read_text().split("[project.scripts]", 1)[1].split("\n[", 1)[0]
         scripts |= set(re.findall(r"^([\w-]+)\s*=", section, flags=re.MULTILINE))
     assert scripts == {case[0] for case in _cases()}
+
+
+@pytest.mark.parametrize(
+    "command", [("drain-guard", "demo"), ("drain-guard-sim", "demo", "--agent-max-hold", "5")]
+)
+def test_the_demos_own_errors_name_the_command_typed(command: tuple[str, ...]) -> None:
+    proc = subprocess.run(
+        [require_tool(command[0]), *command[1:], "--nodes", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"{command[0]} demo: --nodes must be at least 2\n"

@@ -113,6 +113,8 @@ def configure_parser(parser: argparse.ArgumentParser, agent_max_hold: float | No
             metavar="SECONDS",
             help=f"{max_hold_help} (default: the agent's own, %(default)g)",
         )
+    # Its errors name the command the user typed: drain-guard demo, or drain-guard-sim demo.
+    parser.set_defaults(prog=parser.prog)
     parser.add_argument("--workdir", type=Path, help="keep host trees and logs here")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="give up after this many seconds per run"
@@ -126,24 +128,24 @@ def run(args: argparse.Namespace) -> int:
         missing = missing_binaries(default_bin_dir())
         if missing:
             print(
-                f"drain-guard demo: --api real needs {', '.join(missing)} in {default_bin_dir()}"
+                f"{args.prog}: --api real needs {', '.join(missing)} in {default_bin_dir()}"
                 " (make control-plane builds them)",
                 file=sys.stderr,
             )
             return 1
     if args.nodes < 2:
-        print("drain-guard demo: --nodes must be at least 2", file=sys.stderr)
+        print(f"{args.prog}: --nodes must be at least 2", file=sys.stderr)
         return 2
     if not 0 < args.time_factor <= 1:
-        print("drain-guard demo: --time-factor must be in (0, 1]", file=sys.stderr)
+        print(f"{args.prog}: --time-factor must be in (0, 1]", file=sys.stderr)
         return 2
     if not args.agent_max_hold > 0:
-        print("drain-guard demo: --agent-max-hold must be above 0", file=sys.stderr)
+        print(f"{args.prog}: --agent-max-hold must be above 0", file=sys.stderr)
         return 2
     try:
         return asyncio.run(_demo(args, sys.stdout))
     except RuntimeError as exc:
-        print(f"drain-guard demo: {exc}", file=sys.stderr)
+        print(f"{args.prog}: {exc}", file=sys.stderr)
         return 1
 
 
