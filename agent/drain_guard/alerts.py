@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ __all__ = [
     "AlertFilter",
     "AlertsSeen",
     "MalformedAlertsError",
+    "PLATFORM_NAMESPACES",
     "OnUnreachable",
     "firing_alerts",
 ]
@@ -57,25 +58,51 @@ class MalformedAlertsError(ValueError):
     """The answer is not what the API documents: treated as an unanswered query."""
 
 
+#: The namespaces whose alerts may hold a drain by default (``--alert-namespaces``): the
+#: platform's. OpenShift's user-workload monitoring sets every tenant alert's ``namespace``
+#: label to its PrometheusRule's namespace, which no tenant can make one of these (projects
+#: named ``openshift-*``, ``kube-*`` and ``default`` are refused to them): a tenant's rule named
+#: like a platform alert cannot hold every drain. An alert without the label (none of a
+#: tenant's) counts.
+PLATFORM_NAMESPACES = "openshift|openshift-.*|kube-.*|default"
+
+
+def _compile(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as err:
+        raise ValueError(f"invalid regular expression {text!r}: {err}") from None
+
+
 @dataclass(frozen=True)
 class AlertFilter:
     """Which alerts hold a drain: those whose ``alertname`` the regular expression matches
-    (``re.search``; anchor it with ``^…$`` for whole names)."""
+    (``re.search``; anchor it with ``^…$`` for whole names) and whose ``namespace`` label, if
+    they have one, ``namespaces`` matches whole (the platform's by default)."""
 
     pattern: re.Pattern[str]
+    namespaces: re.Pattern[str] = re.compile(PLATFORM_NAMESPACES)
 
     @classmethod
     def parse(cls, text: str) -> AlertFilter:
         """ValueError (one line) for an empty or invalid expression."""
         if not text.strip():
             raise ValueError("the alert filter is empty: name the alerts that hold drains")
-        try:
-            return cls(re.compile(text))
-        except re.error as err:
-            raise ValueError(f"invalid regular expression {text!r}: {err}") from None
+        return cls(_compile(text))
 
-    def matches(self, name: str) -> bool:
-        return self.pattern.search(name) is not None
+    def within(self, namespaces: str) -> AlertFilter:
+        """This filter for alerts of the ``namespaces`` (matched whole) or of none; ValueError
+        (one line) for an empty or invalid expression."""
+        if not namespaces.strip():
+            raise ValueError("empty: name the namespaces whose alerts hold drains")
+        return replace(self, namespaces=_compile(namespaces))
+
+    def matches(self, labels: Mapping[str, object]) -> bool:
+        """Whether an alert of these labels (its ``alertname`` a string) holds a drain."""
+        namespace = labels.get("namespace")
+        return self.pattern.search(str(labels["alertname"])) is not None and (
+            namespace is None or self.namespaces.fullmatch(str(namespace)) is not None
+        )
 
     def __str__(self) -> str:
         return self.pattern.pattern
@@ -104,7 +131,7 @@ def firing_alerts(api: AlertApi, body: Any, alert_filter: AlertFilter) -> tuple[
         if not isinstance(labels, Mapping) or not isinstance(labels.get("alertname"), str):
             raise MalformedAlertsError("an alert has no alertname label")
         name = labels["alertname"]
-        if state == wanted and alert_filter.matches(name):
+        if state == wanted and alert_filter.matches(labels):
             names.add(name)
     return tuple(sorted(names))
 

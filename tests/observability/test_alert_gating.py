@@ -124,6 +124,34 @@ async def test_a_firing_alert_holds_the_drain_until_it_resolves(
         assert released["request"] == DRAIN_B
 
 
+async def test_a_tenants_alert_named_like_the_filters_holds_no_drain(
+    api: SimApiServer, start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """Issue 34: with user-workload monitoring the Thanos querier serves tenants' alerts too,
+    each with its rule's namespace as ``namespace`` (enforced: a tenant cannot set it). A
+    tenant's ``DrainGate`` on ``vector(1)`` fires throughout; the agent with the default
+    ``--alert-namespaces`` lets the drain go on, as it would with no alert firing."""
+    require_tool("prometheus")
+    path = tmp_path / "tenant.rules.yml"
+    tenant = {"alert": "DrainGate", "expr": "vector(1)", "labels": {"namespace": "tenant-a"}}
+    path.write_text(yaml.safe_dump({"groups": [{"name": "tenant", "rules": [tenant]}]}))
+    async with prometheus(tmp_path, [], {}, [path]) as prom:
+        await scraped(
+            prom, 'ALERTS{alertname="DrainGate",namespace="tenant-a",alertstate="firing"}'
+        )
+        agent = await start_agent(
+            f"--alert-url={prom.base}", f"--alert-filter={FILTER}", "--alert-interval=1s"
+        )
+        mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        passed = await agent.wait_log(lambda r: r.get("outcome") == "pass")
+        assert passed["request"] == DRAIN_B
+        assert protocol.HELD_DRAIN not in api.get("nodes", NODE)["metadata"]["annotations"]
+        _, body = await agent.http("/status")
+        alerts = json.loads(body)["alerts"]
+        assert (alerts["state"], alerts["firing"]) == ("clear", [])
+        assert await firing(prom) == {"DrainGate"}  # it fires: the agent left it out
+
+
 @pytest.mark.parametrize("policy", ["hold", "pass"])
 async def test_an_unreachable_prometheus_follows_the_policy_and_is_reported(
     api: SimApiServer, start_agent: StartAgent, policy: str

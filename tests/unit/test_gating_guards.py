@@ -62,6 +62,24 @@ def test_alertmanager_active_alerts_count_suppressed_ones_not() -> None:
     assert firing_alerts(AlertApi.ALERTMANAGER, body, ANY) == ("EtcdDown",)
 
 
+def test_a_tenants_alert_of_a_platform_alerts_name_holds_no_drain() -> None:
+    """Issue 34: user-workload monitoring sets a tenant alert's namespace to its rule's; the
+    platform's alerts are in openshift-*, kube-*, default, or in no namespace."""
+    alerts = [
+        {"labels": {"alertname": "EtcdDown", "namespace": "tenant"}, "state": "firing"},
+        {"labels": {"alertname": "EtcdDown", "namespace": "openshift-etcdx"}, "state": "firing"},
+        {"labels": {"alertname": "DrainGate", "namespace": "xopenshift"}, "state": "firing"},
+    ]
+    body = {"status": "success", "data": {"alerts": alerts}}
+    assert firing_alerts(AlertApi.PROMETHEUS, body, ANY) == ("EtcdDown",)
+    alerts[1]["labels"]["namespace"] = "my-openshift-etcd"
+    assert firing_alerts(AlertApi.PROMETHEUS, body, ANY) == ()
+    alerts[2]["labels"] = {"alertname": "DrainGate"}  # no namespace: not a tenant's
+    assert firing_alerts(AlertApi.PROMETHEUS, body, ANY) == ("DrainGate",)
+    tenants_too = ANY.within("tenant|openshift-.*")
+    assert firing_alerts(AlertApi.PROMETHEUS, body, tenants_too) == ("DrainGate", "EtcdDown")
+
+
 @pytest.mark.parametrize(
     ("api", "body"),
     [
@@ -123,6 +141,11 @@ def test_alert_settings() -> None:
         (["--alert-url=q:9091", "--alert-filter=X"], "invalid --alert-url"),
         (["--alert-url=https://q", "--alert-filter=("], "--alert-filter: invalid regular"),
         (["--alert-url=https://q", "--alert-filter= "], "the alert filter is empty"),
+        (
+            ["--alert-url=https://q", "--alert-filter=X", "--alert-namespaces=("],
+            "--alert-namespaces: invalid regular",
+        ),
+        (["--alert-url=https://q", "--alert-filter=X", "--alert-namespaces="], "empty"),
         (
             ["--alert-url=http://q", "--alert-filter=X", "--alert-token-file=/t"],
             "clear text",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from drain_guard.alerts import AlertApi, AlertFilter, OnUnreachable
+from drain_guard.alerts import PLATFORM_NAMESPACES, AlertApi, AlertFilter, OnUnreachable
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError, format_duration, named, parse_duration
 
@@ -34,6 +34,7 @@ class AlertSettings:
             "url": self.url,
             "api": self.api.value,
             "filter": str(self.filter),
+            "namespaces": self.filter.namespaces.pattern,
             "interval": format_duration(self.interval),
             "onUnreachable": self.on_unreachable.value,
             "tokenFile": self.token_file,
@@ -72,6 +73,14 @@ ALERT_OPTIONS: tuple[Option, ...] = (
         None,
         "regular expression (Python re, searched) on the alertname of the firing alerts that"
         " hold drains; required with --alert-url (anchor it, ^(A|B)$, for whole names)",
+    ),
+    Option(
+        "--alert-namespaces",
+        env_name("--alert-namespaces"),
+        PLATFORM_NAMESPACES,
+        "regular expression (whole) on the namespace label of the alerts that hold drains;"
+        " alerts without one count. The platform's by default: a tenant's alert named like"
+        " the filter's (user-workload monitoring sets its namespace) never holds",
     ),
     Option(
         "--alert-token-file",
@@ -134,6 +143,10 @@ def alert_settings(raw: Mapping[str, object]) -> AlertSettings | None:
         alert_filter = AlertFilter.parse(str(raw["alert_filter"]))
     except ValueError as err:
         raise SettingsError(f"--alert-filter: {err}") from None
+    try:
+        alert_filter = alert_filter.within(str(raw["alert_namespaces"]))
+    except ValueError as err:
+        raise SettingsError(f"--alert-namespaces: {err}") from None
     interval = named("--alert-interval", parse_duration, str(raw["alert_interval"]))
     if interval < MIN_ALERT_INTERVAL:
         least = format_duration(MIN_ALERT_INTERVAL)
