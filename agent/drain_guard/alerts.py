@@ -19,11 +19,11 @@ from typing import Any
 
 __all__ = [
     "MAX_NAMED_ALERTS",
+    "PLATFORM_NAMESPACES",
     "AlertApi",
     "AlertFilter",
     "AlertsSeen",
     "MalformedAlertsError",
-    "PLATFORM_NAMESPACES",
     "OnUnreachable",
     "firing_alerts",
 ]
