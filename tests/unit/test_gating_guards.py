@@ -65,7 +65,7 @@ def test_alertmanager_active_alerts_count_suppressed_ones_not() -> None:
 def test_a_tenants_alert_of_a_platform_alerts_name_holds_no_drain() -> None:
     """Issue 34: user-workload monitoring sets a tenant alert's namespace to its rule's; the
     platform's alerts are in openshift-*, kube-*, default, or in no namespace."""
-    alerts = [
+    alerts: list[dict[str, Any]] = [
         {"labels": {"alertname": "EtcdDown", "namespace": "tenant"}, "state": "firing"},
         {"labels": {"alertname": "EtcdDown", "namespace": "openshift-etcdx"}, "state": "firing"},
         {"labels": {"alertname": "DrainGate", "namespace": "xopenshift"}, "state": "firing"},
