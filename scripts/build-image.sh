@@ -31,7 +31,7 @@ BASE_IMAGE=localhost/drain-guard-base:bookworm
 VERSION=$(sed -n 's/^version = "\(.*\)"$/\1/p' pyproject.toml)
 IMAGE="localhost/drain-guard:$VERSION"
 ARCHIVE="$OUT/drain-guard.oci.tar"
-PYTHON=${PYTHON:-.venv/bin/python}
+PYTHON=.venv/bin/python
 
 mkdir -p "$OUT"
 # buildah's run-time state (mount counts, locks) lives as long as the namespace above.

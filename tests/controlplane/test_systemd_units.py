@@ -309,6 +309,13 @@ async def test_the_shipped_units_hold_a_drain_under_systemd(
             admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
         )
         assert held[protocol.HOLD_REASONS] == "build-pod"
+        # Issue 34, item 7: the proxy knows its agent by the socket's peer credentials, which
+        # name it as itself (with PrivateUsers=yes on the proxy they named it nobody, 65534).
+        proxy_log = container.run(
+            "journalctl", "--boot", "--no-pager", "--unit=drain-guard-node-proxy.service"
+        ).stdout
+        assert f"serving node {node} to UID {agent_uid} " in proxy_log
+        assert "refused a request from UID" not in proxy_log
 
         # Stopped by systemd, the agent releases (--release-on-exit); the proxy and the
         # one-shot stop with it (PartOf=).

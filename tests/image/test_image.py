@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import subprocess
 import tarfile
@@ -120,7 +121,8 @@ def _run(
 def test_the_archive_names_the_image_for_a_node_to_import(image: Image) -> None:
     """``ctr -n k8s.io images import`` names the image after this annotation."""
     assert image.name == f"localhost/drain-guard:{_version()}"
-    assert image.config["architecture"] == "amd64"
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    assert image.config["architecture"] == machine
 
 
 def test_the_config_runs_the_console_script_unprivileged_optimised(image: Image) -> None:
