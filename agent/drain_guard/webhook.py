@@ -48,8 +48,8 @@ CERT_CHECK_INTERVAL = 60.0
 MAX_BODY = 512 * 1024
 #: The API server sends a review whole at once; a body that trickles is cut off (408).
 BODY_TIMEOUT = 2.0
-#: Open connections: one more closes the oldest (drain_guard.server.CappedSite), so that a
-#: flood holds at most this many bodies in memory.
+#: Open connections: beyond them the excess waits in the kernel's queue (drain_guard.server.
+#: CappedSite), so that a flood holds at most this many bodies in memory.
 MAX_CONNECTIONS = 64
 #: Reviews parsed and decided at once; the others wait their turn. A parse holds the
 #: interpreter (the JSON scanner does not let go of the GIL), so one at a time, in a thread.
