@@ -3,27 +3,21 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from drain_guard_sim.harness.controlplane import ControlPlaneError
 from drain_guard_sim.harness.node import Node
 
 NAMESPACE = "default"
 
 
 def kubectl(node: Node, *args: str, stdin: str | None = None) -> str:
-    """kubectl as the cluster's admin; raises with its error output when it fails."""
-    done = subprocess.run(
-        ["kubectl", f"--kubeconfig={node.plane.admin_kubeconfig}", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
+    """kubectl as the cluster's admin; a failure fails the test with its error output."""
+    try:
+        return node.kubectl(*args, stdin=stdin)
+    except ControlPlaneError as error:
+        raise AssertionError(str(error)) from None
 
 
 def run_pod(node: Node, name: str, container: dict[str, Any]) -> dict[str, Any]:

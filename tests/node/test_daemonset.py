@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import subprocess
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,16 +40,6 @@ BUILD_LABEL = "openshift.io/build.name"
 _configs = itertools.count()
 
 
-def _image_name(archive: Path) -> str:
-    """The name ``make image`` gave its image (the archive's one reference)."""
-    with tarfile.open(archive) as tar:
-        member = tar.extractfile("index.json")
-        assert member is not None
-        (manifest,) = json.load(member)["manifests"]
-    name: str = manifest["annotations"]["org.opencontainers.image.ref.name"]
-    return name
-
-
 def _escaped(key: str) -> str:
     return ".metadata.annotations." + key.replace(".", "\\.")
 
@@ -61,20 +50,6 @@ def install(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     kustomization directory, for ``kubectl delete -k``."""
     if not ARCHIVE.exists():
         require_or_skip(f"{ARCHIVE.relative_to(REPO)} is not built (make image)")
-    node.import_image(ARCHIVE)
-    name, tag = _image_name(ARCHIVE).rsplit(":", 1)
-    # What docs/install.md has a user do (kustomize edit set image): the overlay as shipped.
-    directory = tmp_path_factory.mktemp("install")
-    (directory / "kustomization.yaml").write_text(
-        json.dumps(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(OVERLAY, directory)],
-                "images": [{"name": "drain-guard", "newName": name, "newTag": tag}],
-            }
-        )
-    )
     # The Node as MCO's daemon keeps a worker that finished its last update.
     config = _config()
     kubectl(node, "label", "--overwrite", "node", node.name, "node-role.kubernetes.io/worker=")
@@ -90,8 +65,7 @@ def install(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
         f"{DESIRED_DRAIN}=uncordon-{config}",
         f"{MCO}/lastAppliedDrain=uncordon-{config}",
     )
-    kubectl(node, "apply", "-k", str(directory))
-    kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+    directory = node.install(OVERLAY, ARCHIVE, tmp_path_factory.mktemp("install"))
     yield directory
     kubectl(node, "delete", "-k", str(directory), "--ignore-not-found", "--wait=true")
 

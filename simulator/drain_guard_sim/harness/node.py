@@ -508,16 +508,45 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     def plane_get(self, path: str) -> dict[str, Any]:
         """GET ``path`` from the API server as its admin."""
+        result: dict[str, Any] = json.loads(self.kubectl("get", "--raw", path))
+        return result
+
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        """kubectl as the cluster's admin; its output, or ControlPlaneError with its errors."""
         done = subprocess.run(
-            ["kubectl", f"--kubeconfig={self.plane.admin_kubeconfig}", "get", "--raw", path],
+            ["kubectl", f"--kubeconfig={self.plane.admin_kubeconfig}", *args],
+            input=stdin,
             capture_output=True,
             text=True,
             check=False,
         )
         if done.returncode != 0:
-            raise ControlPlaneError(done.stderr.strip())
-        result: dict[str, Any] = json.loads(done.stdout)
-        return result
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def install(self, overlay: Path, archive: Path, directory: Path) -> Path:
+        """Import ``archive``'s image (``make image``'s OCI archive) and ``kubectl apply -k``
+        a kustomization in ``directory`` of ``overlay`` with its image set to that one, as
+        docs/install.md has a user do (``kustomize edit set image``): the overlay as shipped.
+        Returns once the DaemonSet's pod is Ready; the directory is for ``kubectl delete -k``."""
+        self.import_image(archive)
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("index.json")
+            if member is None:
+                raise NodeError(f"{archive}: no index.json")
+            (manifest,) = json.load(member)["manifests"]
+        name, tag = manifest["annotations"]["org.opencontainers.image.ref.name"].rsplit(":", 1)
+        directory.mkdir(parents=True, exist_ok=True)
+        kustomization = {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [os.path.relpath(overlay, directory)],  # kustomize: never absolute
+            "images": [{"name": "drain-guard", "newName": name, "newTag": tag}],
+        }
+        (directory / "kustomization.yaml").write_text(json.dumps(kustomization))
+        self.kubectl("apply", "-k", str(directory))
+        self.kubectl("rollout", "status", "-n", "drain-guard", "ds/drain-guard", "--timeout=180s")
+        return directory
 
     # -- stop --------------------------------------------------------------------------
 
