@@ -192,7 +192,7 @@ async def test_a_malformed_hold_record_is_restored_not_kept(
                 "annotations": {
                     protocol.DESIRED_DRAIN: "hold-" + DRAIN_B,
                     protocol.HELD_DRAIN: DRAIN_B,
-                    protocol.HOLD_REASONS: "sunspots",
+                    protocol.HOLD_REASONS: "Sunspots!",
                     protocol.HELD_SINCE: "2026-01-01T00:00:00Z",
                 }
             }

@@ -374,7 +374,15 @@ async def test_hold_writes_a_valid_request_that_release_withdraws(
     agent = await start_agent()
     kubeconfig = str(api.kubeconfig(OPERATOR, tmp_path / "operator"))
     code, out, err = await run_cli(
-        "hold", "--node", NODE, "--for", "2h", "--reason", "db failover", "--kubeconfig", kubeconfig
+        "hold",
+        "--node-name",
+        NODE,
+        "--for",
+        "2h",
+        "--reason",
+        "db failover",
+        "--kubeconfig",
+        kubeconfig,
     )
     assert (code, err) == (0, "")
     assert "drains held until " in out
