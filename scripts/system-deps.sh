@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the system tools the tests drive: promtool and a Prometheus server (Debian's
-# `prometheus` package), an Alertmanager (`prometheus-alertmanager`), those that build
-# the agent's image (`make image`: debootstrap and buildah), systemd-nspawn
+# `prometheus` package), an Alertmanager (`prometheus-alertmanager`), libfaketime, those
+# that build the agent's image (`make image`: debootstrap and buildah), systemd-nspawn
 # (`systemd-container`: the shipped units booted under systemd), and the node's container runtime
 # and network (containerd, runc, containernetworking-plugins, iptables; the node fixture
 # starts containerd itself). Idempotent; needs root (or sudo) only when something is missing.
@@ -15,6 +15,8 @@ command -v systemd-nspawn >/dev/null 2>&1 || required="$required systemd-contain
 command -v containerd >/dev/null 2>&1 || required="$required containerd"
 command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || required="$required runc"
 [ -x /usr/lib/cni/bridge ] || required="$required containernetworking-plugins"
+# libfaketime: tests/controlplane/test_clock_step.py steps the agent's wall clock with it.
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || required="$required libfaketime"
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || required="$required iptables"
 kubectl=""
 command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || kubectl="kubectl"

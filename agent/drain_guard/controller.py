@@ -361,7 +361,7 @@ class Controller:
                 alerts=self.alerts,
                 labels=node.labels,
                 blocking_pods=self._blocking_pods(),
-                known_hold=self._memory.hold,
+                known_hold=holds.known_hold(self._memory, self.clock.now(), self.clock.monotonic()),
                 unschedulable=node.unschedulable,
                 objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
             )
@@ -476,7 +476,7 @@ class Controller:
             self._status,
             decision,
             annotations=node.annotations,
-            hold=self._memory.hold,
+            hold=holds.known_hold(self._memory, self.clock.now(), self.clock.monotonic()),
             booted=view.booted,
             max_hold=self.settings.max_hold,
             now=self.clock.now(),

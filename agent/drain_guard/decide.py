@@ -198,10 +198,13 @@ def _read_record(
 ) -> tuple[HoldRecord | None, str | None, InvalidInput | None]:
     """The hold record, why it is unreadable, and its ``held-since`` if that was repaired.
 
-    A ``held-since`` that cannot be read or lies beyond the clock skew in the future is not
-    a reason to give the hold up (issue 27): it is rewritten to the time the agent knows for
-    this hold (``known``: it held or found it earlier), else to ``now``, which keeps
-    ``--max-hold`` bounding it; the value is reported.
+    The hold the agent knows (``known``: it held or found it earlier) is aged by the agent's
+    monotonic clock, its ``held-since`` put on today's wall clock: for it, that start counts,
+    not the Node's, so a step of the wall clock neither shortens nor lengthens the hold
+    (issue 35 F2). A ``held-since`` that cannot be read or lies beyond the clock skew in the
+    future is not a reason to give the hold up (issue 27): it is rewritten to the known start,
+    else to ``now`` (a hold this agent did not see begin: only its record could say when),
+    which keeps ``--max-hold`` bounding it; the value is reported.
     """
     try:
         record = read_hold(annotations)
@@ -210,20 +213,23 @@ def _read_record(
     except MalformedHold as err:
         return None, str(err), None
     else:
-        if record is None or record.age(now) >= -CLOCK_SKEW:
-            return record, None, None
+        if record is None:
+            return None, None, None
+        if record.age(now) >= -CLOCK_SKEW:
+            since = _known_since(known, record.held_drain, now)
+            return (record if since is None else replace(record, since=since)), None, None
         why = f"{HELD_SINCE} is in the future (more than {_minutes(CLOCK_SKEW)} ahead)"
         value = annotations[HELD_SINCE]
-    if (
-        known is not None
-        and known.held_drain == record.held_drain
-        and known.age(now) >= -CLOCK_SKEW
-    ):
-        since = known.since
-    else:
-        since = now
+    since = _known_since(known, record.held_drain, now) or now
     why = f"{why}; the hold is kept, its age counted from {format_rfc3339(since)}"
     return replace(record, since=since), None, InvalidInput.of("annotation", HELD_SINCE, value, why)
+
+
+def _known_since(known: HoldRecord | None, held_drain: str, now: datetime) -> datetime | None:
+    """When the hold of ``held_drain`` began, as the agent knows it (never in the future)."""
+    if known is None or known.held_drain != held_drain or known.since > now:
+        return None
+    return known.since
 
 
 def _split(verdicts: tuple[Verdict, ...]) -> tuple[tuple[Block, ...], tuple[Unknown, ...]]:

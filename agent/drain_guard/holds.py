@@ -49,6 +49,7 @@ __all__ = [
     "applied",
     "attempted",
     "hold_on",
+    "known_hold",
     "observe",
 ]
 
@@ -74,6 +75,10 @@ class Memory:
     #: just as that release would have ended it, the end is that release's, not an
     #: operator's (issue 35 F3).
     releasing: tuple[str, Outcome] | None = None
+    #: When (monotonic seconds) the agent came to know ``hold``, and the hold's age then
+    #: (seconds): its age from then on is counted by the monotonic clock, which no step of
+    #: the wall clock moves (issue 35 F2). None without a hold.
+    anchor: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,17 +172,50 @@ def hold_on(annotations: Mapping[str, str]) -> HoldRecord | None:
     return record
 
 
+def _know(memory: Memory, record: HoldRecord | None, now: datetime, monotonic: float) -> Memory:
+    """Remember ``record`` as the hold on the Node. A hold the agent already knew keeps its
+    anchor; a new one is anchored now, at the age its ``held-since`` gives (none if that is
+    in the future: what this process did not see, only the Node's record can tell)."""
+    if record is None:
+        return replace(memory, hold=None, anchor=None)
+    known = memory.hold
+    if known is not None and known.held_drain == record.held_drain and memory.anchor is not None:
+        return replace(memory, hold=record)
+    age = max(0.0, (now - record.since).total_seconds())
+    return replace(memory, hold=record, anchor=(monotonic, age))
+
+
+def known_hold(memory: Memory, now: datetime, monotonic: float) -> HoldRecord | None:
+    """The hold the agent knows, its ``held-since`` as the monotonic clock puts it on the
+    wall clock of ``now``: a step of the wall clock since neither ages nor rejuvenates it."""
+    if memory.hold is None or memory.anchor is None:
+        return memory.hold
+    return replace(memory.hold, since=now - _age(memory, memory.hold, now, monotonic))
+
+
+def _age(memory: Memory, record: HoldRecord, now: datetime, monotonic: float) -> timedelta:
+    """How long ``record`` has been held: by the monotonic clock when it is the hold the
+    agent knows, else by its ``held-since``."""
+    known = memory.hold
+    if known is not None and known.held_drain == record.held_drain and memory.anchor is not None:
+        at, age = memory.anchor
+        return timedelta(seconds=age + monotonic - at)
+    return now - record.since
+
+
 def _end(
     memory: Memory,
     record: HoldRecord,
     outcome: Outcome,
     desired: str | None,
     now: datetime,
+    monotonic: float,
     released_by: str | None = None,
 ) -> Change:
-    ended = Ended(record, outcome, desired, now - record.since, released_by)
+    held_for = _age(memory, record, now, monotonic)
+    ended = Ended(record, outcome, desired, held_for, released_by)
     ended_memory = replace(
-        memory, hold=None, last_ended=record, counted=frozenset(), releasing=None
+        memory, hold=None, anchor=None, last_ended=record, counted=frozenset(), releasing=None
     )
     return Change(ended_memory, (ended,))
 
@@ -248,12 +286,13 @@ def observe(
             outcome, by = own, None
         else:
             outcome, by = Outcome.MANUAL, releaser_of(annotations, known.held_drain)
-        change = _end(memory, known, outcome, desired, now, by)
+        change = _end(memory, known, outcome, desired, now, seen_at, by)
         memory = change.memory
         transitions.extend(change.transitions)
     if memory.hold is None and on_node is not None:
         # Counted under its reasons when it began, by the agent that wrote it.
-        memory = replace(memory, hold=on_node, counted=frozenset(r.value for r in on_node.reasons))
+        memory = _know(memory, on_node, now, seen_at)
+        memory = replace(memory, counted=frozenset(r.value for r in on_node.reasons))
         transitions.append(Found(on_node))
     return Change(memory, tuple(transitions))
 
@@ -278,9 +317,9 @@ def applied(
         # A hold the Node's record does not show (unreadable) is the one the agent knew.
         record = end.record or memory.hold
         if record is not None and record != memory.last_ended:
-            change = _end(memory, record, end.outcome, decision.request, now)
+            change = _end(memory, record, end.outcome, decision.request, now, monotonic)
             memory, transitions = change.memory, list(change.transitions)
-        memory = replace(memory, hold=None)
+        memory = replace(memory, hold=None, anchor=None)
     written = decision.hold_written
     if written is not None:
         record = hold_on(after)
@@ -298,5 +337,5 @@ def applied(
             transitions.append(Updated(written.request, reasons, detail, since, gained))
         if cordoned and written.starts:
             transitions.append(RaceLost(written.request))
-        memory = replace(memory, hold=record, counted=counted | set(gained))
+        memory = replace(_know(memory, record, now, monotonic), counted=counted | set(gained))
     return Change(memory, tuple(transitions))

@@ -867,3 +867,24 @@ async def test_an_expiry_release_answered_504_that_committed_is_counted_as_expir
     assert env.value("drain_guard_releases_total", outcome="expired") == 1
     assert env.value("drain_guard_releases_total", outcome="manual") == 0
     assert env.events.posted[-1][:3] == ("DrainReleased", DRAIN_B, "expired")
+
+
+@pytest.mark.parametrize("step", [timedelta(minutes=-4), timedelta(seconds=-90), timedelta(hours=1)])
+async def test_a_step_of_the_wall_clock_neither_lengthens_nor_shortens_a_hold(
+    env: Env, step: timedelta
+) -> None:
+    """Issue 35 F2: with the clock stepped back 4 min (or 90 s, under the 2-minute skew
+    allowance) a hold lasted max-hold plus the step: the agent's own known start was
+    discarded with the Node's, both "in the future", and the hold's clock restarted; a step
+    forward aged it at once. The hold's age is now the monotonic clock's."""
+    await _hold_b(env)
+    env.clock.wall += step  # the wall clock alone: the monotonic clock does not step
+    env.clock.advance(MAX_HOLD.total_seconds() - 1)
+    await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert env.controller.status().time_left == timedelta(seconds=1)
+    env.clock.advance(1)
+    await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="expired") == 1
+    assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "expired", MAX_HOLD)
