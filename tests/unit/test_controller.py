@@ -869,7 +869,9 @@ async def test_an_expiry_release_answered_504_that_committed_is_counted_as_expir
     assert env.events.posted[-1][:3] == ("DrainReleased", DRAIN_B, "expired")
 
 
-@pytest.mark.parametrize("step", [timedelta(minutes=-4), timedelta(seconds=-90), timedelta(hours=1)])
+@pytest.mark.parametrize(
+    "step", [timedelta(minutes=-4), timedelta(seconds=-90), timedelta(hours=1)]
+)
 async def test_a_step_of_the_wall_clock_neither_lengthens_nor_shortens_a_hold(
     env: Env, step: timedelta
 ) -> None:
