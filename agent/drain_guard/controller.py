@@ -403,7 +403,13 @@ class Controller:
         self.events.node_uid = node.uid or None
         seen_at = self.cache.node_seen_at or self.clock.monotonic()
         self._apply(
-            holds.observe(self._memory, node.annotations, now=self.clock.now(), seen_at=seen_at),
+            holds.observe(
+                self._memory,
+                node.annotations,
+                now=self.clock.now(),
+                monotonic=self.clock.monotonic(),
+                seen_at=seen_at,
+            ),
             node,
         )
 

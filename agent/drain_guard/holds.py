@@ -75,10 +75,10 @@ class Memory:
     #: just as that release would have ended it, the end is that release's, not an
     #: operator's (issue 35 F3).
     releasing: tuple[str, Outcome] | None = None
-    #: When (monotonic seconds) the agent came to know ``hold``, and the hold's age then
-    #: (seconds): its age from then on is counted by the monotonic clock, which no step of
-    #: the wall clock moves (issue 35 F2). None without a hold.
-    anchor: tuple[float, float] | None = None
+    #: When the agent came to know ``hold``, by the monotonic clock and the wall clock read
+    #: together: from then on the hold's age is counted by the monotonic clock, which no step
+    #: of the wall clock moves (issue 35 F2). None without a hold.
+    anchor: tuple[float, datetime] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,32 +174,36 @@ def hold_on(annotations: Mapping[str, str]) -> HoldRecord | None:
 
 def _know(memory: Memory, record: HoldRecord | None, now: datetime, monotonic: float) -> Memory:
     """Remember ``record`` as the hold on the Node. A hold the agent already knew keeps its
-    anchor; a new one is anchored now, at the age its ``held-since`` gives (none if that is
-    in the future: what this process did not see, only the Node's record can tell)."""
+    anchor (a rewrite of ``held-since`` after a step of the clock changes nothing); a new one
+    is anchored now."""
     if record is None:
         return replace(memory, hold=None, anchor=None)
     known = memory.hold
     if known is not None and known.held_drain == record.held_drain and memory.anchor is not None:
-        return replace(memory, hold=record)
-    age = max(0.0, (now - record.since).total_seconds())
-    return replace(memory, hold=record, anchor=(monotonic, age))
+        return replace(memory, hold=replace(record, since=known.since))
+    return replace(memory, hold=record, anchor=(monotonic, now))
 
 
 def known_hold(memory: Memory, now: datetime, monotonic: float) -> HoldRecord | None:
-    """The hold the agent knows, its ``held-since`` as the monotonic clock puts it on the
-    wall clock of ``now``: a step of the wall clock since neither ages nor rejuvenates it."""
-    if memory.hold is None or memory.anchor is None:
-        return memory.hold
-    return replace(memory.hold, since=now - _age(memory, memory.hold, now, monotonic))
+    """The hold the agent knows, its ``held-since`` on the wall clock of ``now``: as it was
+    when the agent came to know the hold (never later than then: a start in the future is
+    what this process did not see, and the Node's record cannot tell it), moved by however
+    far the wall clock has been stepped since, in whole seconds (the two clocks read a
+    moment apart differ by microseconds, never by a step)."""
+    hold, anchor = memory.hold, memory.anchor
+    if hold is None or anchor is None:
+        return hold
+    at, then = anchor
+    stepped = (now - then).total_seconds() - (monotonic - at)
+    return replace(hold, since=min(hold.since, then) + timedelta(seconds=round(stepped)))
 
 
 def _age(memory: Memory, record: HoldRecord, now: datetime, monotonic: float) -> timedelta:
     """How long ``record`` has been held: by the monotonic clock when it is the hold the
     agent knows, else by its ``held-since``."""
-    known = memory.hold
-    if known is not None and known.held_drain == record.held_drain and memory.anchor is not None:
-        at, age = memory.anchor
-        return timedelta(seconds=age + monotonic - at)
+    known = known_hold(memory, now, monotonic)
+    if known is not None and known.held_drain == record.held_drain:
+        return now - known.since
     return now - record.since
 
 
@@ -240,11 +244,17 @@ def _own_release(memory: Memory, held: str, annotations: Mapping[str, str]) -> O
 
 
 def observe(
-    memory: Memory, annotations: Mapping[str, str], *, now: datetime, seen_at: float
+    memory: Memory,
+    annotations: Mapping[str, str],
+    *,
+    now: datetime,
+    monotonic: float,
+    seen_at: float,
 ) -> Change:
     """What the Node as the watch shows it says happened since the agent last looked.
 
-    ``seen_at`` is when (monotonic) the watch delivered this Node.
+    ``now`` and ``monotonic`` are the two clocks, read together; ``seen_at`` is when
+    (monotonic) the watch delivered this Node.
     """
     transitions: list[Transition] = []
     desired = annotations.get(DESIRED_DRAIN)
@@ -286,12 +296,12 @@ def observe(
             outcome, by = own, None
         else:
             outcome, by = Outcome.MANUAL, releaser_of(annotations, known.held_drain)
-        change = _end(memory, known, outcome, desired, now, seen_at, by)
+        change = _end(memory, known, outcome, desired, now, monotonic, by)
         memory = change.memory
         transitions.extend(change.transitions)
     if memory.hold is None and on_node is not None:
         # Counted under its reasons when it began, by the agent that wrote it.
-        memory = _know(memory, on_node, now, seen_at)
+        memory = _know(memory, on_node, now, monotonic)
         memory = replace(memory, counted=frozenset(r.value for r in on_node.reasons))
         transitions.append(Found(on_node))
     return Change(memory, tuple(transitions))

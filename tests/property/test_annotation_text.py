@@ -159,7 +159,7 @@ def test_drain_request_and_image_parsers_are_total(text: str) -> None:
 
 def _agent_pass(annotations: dict[str, str], pods: tuple[Pod, ...]) -> Decision:
     """What the controller does with one Node, minus I/O: observe, decide, report, log."""
-    change = holds.observe(holds.Memory(), annotations, now=NOW, seen_at=0.0)
+    change = holds.observe(holds.Memory(), annotations, now=NOW, monotonic=0.0, seen_at=0.0)
     for t in change.transitions:
         if isinstance(t, holds.Found):
             logs.hold_fields("worker-0", t.record, MAX_HOLD)

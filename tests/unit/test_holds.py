@@ -104,30 +104,44 @@ def apply(memory: Memory, annotations: dict[str, str], *, cordoned: bool = False
 
 def test_a_request_pending_at_start_is_counted_and_an_applied_one_is_not() -> None:
     pending = observe(
-        Memory(), {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, seen_at=1
+        Memory(),
+        {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: UNCORDON_A},
+        now=NOW,
+        monotonic=1,
+        seen_at=1,
     )
     assert pending.transitions == (Requested(Verb.DRAIN),)
     assert (pending.memory.request, pending.memory.request_seen_at) == (B, 1)
-    done = observe(Memory(), {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: B}, now=NOW, seen_at=1)
+    done = observe(
+        Memory(), {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: B}, now=NOW, monotonic=1, seen_at=1
+    )
     assert done.transitions == ()
     assert done.memory.observed
 
 
 def test_a_hold_value_is_counted_only_when_someone_else_writes_it_while_the_agent_runs() -> None:
     foreign = {DESIRED_DRAIN: "hold-" + B, LAST_APPLIED_DRAIN: UNCORDON_A}  # no record
-    assert observe(Memory(), foreign, now=NOW, seen_at=1).transitions == ()
-    start = observe(Memory(), {LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, seen_at=1).memory
-    assert observe(start, foreign, now=NOW, seen_at=2).transitions == (Requested(Verb.HOLD),)
+    assert observe(Memory(), foreign, now=NOW, monotonic=1, seen_at=1).transitions == ()
+    start = observe(
+        Memory(), {LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, monotonic=1, seen_at=1
+    ).memory
+    assert observe(start, foreign, now=NOW, monotonic=2, seen_at=2).transitions == (
+        Requested(Verb.HOLD),
+    )
 
 
 def test_a_new_value_is_counted_once_whatever_its_verb() -> None:
-    start = observe(Memory(), {}, now=NOW, seen_at=1).memory
+    start = observe(Memory(), {}, now=NOW, monotonic=1, seen_at=1).memory
     assert start.observed
     later = observe(
-        start, {DESIRED_DRAIN: UNCORDON_A, LAST_APPLIED_DRAIN: UNCORDON_A}, now=NOW, seen_at=2
+        start,
+        {DESIRED_DRAIN: UNCORDON_A, LAST_APPLIED_DRAIN: UNCORDON_A},
+        now=NOW,
+        monotonic=2,
+        seen_at=2,
     )
     assert later.transitions == (Requested(Verb.UNCORDON),)
-    again = observe(later.memory, {DESIRED_DRAIN: UNCORDON_A}, now=NOW, seen_at=3)
+    again = observe(later.memory, {DESIRED_DRAIN: UNCORDON_A}, now=NOW, monotonic=3, seen_at=3)
     assert again.transitions == ()
     assert again.memory.request_seen_at == 2  # when the request came, not the last event
 
@@ -145,6 +159,7 @@ def test_the_mcds_newer_request_over_the_hold_supersedes_it() -> None:
             _knowing(B),
             {DESIRED_DRAIN: newer, **held(B)},
             now=NOW + timedelta(minutes=3),
+            monotonic=5,
             seen_at=5,
         )
         assert change.transitions == (
@@ -157,12 +172,14 @@ def test_the_mcds_newer_request_over_the_hold_supersedes_it() -> None:
 
 def test_the_held_request_restored_by_someone_else_is_a_manual_end() -> None:
     # drain-guard release: the request restored, the record removed, released marked.
-    change = observe(_knowing(B), {DESIRED_DRAIN: B, protocol.RELEASED: B}, now=NOW, seen_at=5)
+    change = observe(
+        _knowing(B), {DESIRED_DRAIN: B, protocol.RELEASED: B}, now=NOW, monotonic=5, seen_at=5
+    )
     assert change.transitions[-1] == Ended(record(B), Outcome.MANUAL, B, timedelta(0))
 
 
 def test_the_mcd_writing_the_held_request_again_is_not_an_end() -> None:
-    change = observe(_knowing(B), {DESIRED_DRAIN: B, **held(B)}, now=NOW, seen_at=5)
+    change = observe(_knowing(B), {DESIRED_DRAIN: B, **held(B)}, now=NOW, monotonic=5, seen_at=5)
     assert not [t for t in change.transitions if isinstance(t, Ended)]
     assert change.memory.hold == record(B)  # decide() holds it again: Resumed, below
 
@@ -170,21 +187,26 @@ def test_the_mcd_writing_the_held_request_again_is_not_an_end() -> None:
 def test_a_hold_on_the_node_unknown_to_the_agent_is_found_not_requested() -> None:
     """At start, a hold- value is drain-guard's own earlier write: its request was counted
     when it came, so the hold is found, not counted as a new request (docs/metrics.md)."""
-    change = observe(Memory(), holding(B), now=NOW, seen_at=1)
+    change = observe(Memory(), holding(B), now=NOW, monotonic=1, seen_at=1)
     assert change.transitions == (Found(record(B)),)
     assert change.memory.hold == record(B)
-    assert observe(change.memory, holding(B), now=NOW, seen_at=2).transitions == ()
+    assert observe(change.memory, holding(B), now=NOW, monotonic=2, seen_at=2).transitions == ()
 
 
 def test_a_hold_the_agent_knows_and_sees_changes_nothing() -> None:
-    assert observe(_knowing(B), holding(B), now=NOW, seen_at=2).transitions == ()
+    assert observe(_knowing(B), holding(B), now=NOW, monotonic=2, seen_at=2).transitions == ()
 
 
 def test_a_record_that_is_not_in_force_is_not_found() -> None:
     # The keys are there but desiredDrain is not hold-<held-drain>: not a hold in force.
     assert holds.hold_on({DESIRED_DRAIN: C, **held(B)}) is None
     assert holds.hold_on({DESIRED_DRAIN: "hold-" + B, HELD_DRAIN: B}) is None  # malformed
-    assert observe(Memory(), {DESIRED_DRAIN: C, **held(B)}, now=NOW, seen_at=1).memory.hold is None
+    assert (
+        observe(
+            Memory(), {DESIRED_DRAIN: C, **held(B)}, now=NOW, monotonic=1, seen_at=1
+        ).memory.hold
+        is None
+    )
 
 
 # --- applied: the agent's own writes ----------------------------------------------------
@@ -195,7 +217,7 @@ def _pending(**extra: str) -> dict[str, str]:
 
 
 def test_a_new_hold_begins_timed_from_the_requests_arrival() -> None:
-    seen = observe(Memory(), _pending(), now=NOW, seen_at=100.0).memory
+    seen = observe(Memory(), _pending(), now=NOW, monotonic=100.0, seen_at=100.0).memory
     change = apply(seen, _pending())
     [began] = change.transitions
     assert isinstance(began, Began)
@@ -206,14 +228,18 @@ def test_a_new_hold_begins_timed_from_the_requests_arrival() -> None:
     # Our own write is not a new request when the watch shows it.
     assert (
         observe(
-            change.memory, after(decide(_pending()), _pending()), now=NOW, seen_at=103
+            change.memory,
+            after(decide(_pending()), _pending()),
+            now=NOW,
+            monotonic=103,
+            seen_at=103,
         ).transitions
         == ()
     )
 
 
 def test_a_hold_written_after_the_cordon_is_a_lost_race() -> None:
-    seen = observe(Memory(), _pending(), now=NOW, seen_at=100.0).memory
+    seen = observe(Memory(), _pending(), now=NOW, monotonic=100.0, seen_at=100.0).memory
     change = apply(seen, _pending(), cordoned=True)
     assert [type(t) for t in change.transitions] == [Began, RaceLost]
     assert change.transitions[1] == RaceLost(B)
@@ -222,7 +248,7 @@ def test_a_hold_written_after_the_cordon_is_a_lost_race() -> None:
 def test_the_held_request_written_again_is_held_again_as_the_same_hold() -> None:
     since = NOW - timedelta(minutes=10)
     node = {**_pending(), **held(B, since)}  # the MCD wrote B over hold-B; the record stayed
-    memory = observe(Memory(hold=record(B, since)), node, now=NOW, seen_at=1).memory
+    memory = observe(Memory(hold=record(B, since)), node, now=NOW, monotonic=1, seen_at=1).memory
     change = apply(memory, node)
     [resumed] = change.transitions
     assert isinstance(resumed, Resumed)
@@ -231,7 +257,7 @@ def test_the_held_request_written_again_is_held_again_as_the_same_hold() -> None
 
 def test_a_hold_superseded_while_no_agent_ran_ends_before_the_new_one_begins() -> None:
     node = {**_pending(**{DESIRED_DRAIN: C}), **held(B)}
-    memory = observe(Memory(), node, now=NOW, seen_at=1).memory
+    memory = observe(Memory(), node, now=NOW, monotonic=1, seen_at=1).memory
     change = apply(memory, node)
     assert [type(t) for t in change.transitions] == [Ended, Began]
     assert change.transitions[0] == Ended(record(B), Outcome.SUPERSEDED, C, timedelta(minutes=5))
@@ -240,7 +266,7 @@ def test_a_hold_superseded_while_no_agent_ran_ends_before_the_new_one_begins() -
 
 def test_a_superseded_hold_seen_live_is_not_ended_twice() -> None:
     node = {**_pending(**{DESIRED_DRAIN: C}), **held(B)}
-    seen = observe(_knowing(B), node, now=NOW, seen_at=1)
+    seen = observe(_knowing(B), node, now=NOW, monotonic=1, seen_at=1)
     assert isinstance(seen.transitions[-1], Ended)
     assert [type(t) for t in apply(seen.memory, node).transitions] == [Began]
 
@@ -261,7 +287,7 @@ def test_a_release_ends_the_hold_with_its_outcome() -> None:
         Outcome.RACE_LOST: holding(B, **{LAST_APPLIED_DRAIN: B}),
     }
     for outcome, node in cases.items():
-        memory = observe(_knowing(B), node, now=NOW, seen_at=1).memory
+        memory = observe(_knowing(B), node, now=NOW, monotonic=1, seen_at=1).memory
         change = apply(memory, node)
         [ended] = change.transitions
         assert isinstance(ended, Ended)
@@ -288,23 +314,26 @@ def test_an_unreadable_record_released_as_invalid_ends_the_hold_the_agent_knew()
 
 def test_a_clean_up_of_a_hold_that_ended_while_no_agent_ran_ends_it_once() -> None:
     node = {DESIRED_DRAIN: C, LAST_APPLIED_DRAIN: UNCORDON_A, **held(B)}  # C: no guard blocks
-    change = apply(observe(Memory(), node, now=NOW, seen_at=1).memory, node)
+    change = apply(observe(Memory(), node, now=NOW, monotonic=1, seen_at=1).memory, node)
     assert change.transitions == (Ended(record(B), Outcome.SUPERSEDED, C, timedelta(minutes=5)),)
     # Seen live first (observe ended it), the clean-up counts nothing more.
-    seen = observe(_knowing(B), node, now=NOW, seen_at=1)
+    seen = observe(_knowing(B), node, now=NOW, monotonic=1, seen_at=1)
     assert apply(seen.memory, node).transitions == ()
 
 
 def test_a_clean_up_of_a_stale_released_marker_ends_nothing() -> None:
     node = {DESIRED_DRAIN: C, LAST_APPLIED_DRAIN: UNCORDON_A, protocol.RELEASED: B}
-    assert apply(observe(Memory(), node, now=NOW, seen_at=1).memory, node).transitions == ()
+    assert (
+        apply(observe(Memory(), node, now=NOW, monotonic=1, seen_at=1).memory, node).transitions
+        == ()
+    )
 
 
 def test_a_hold_whose_held_since_turns_unreadable_is_not_ended_but_repaired() -> None:
     """Issue 27: a bad held-since under a hold the agent knows is still that hold; observe()
     ends nothing, decide() rewrites held-since (to its now) and the hold is updated."""
     node = holding(B, **{HOLD_REQUEST: MANUAL, HELD_SINCE: "whenever"})
-    seen = observe(_knowing(B), node, now=NOW, seen_at=1)
+    seen = observe(_knowing(B), node, now=NOW, monotonic=1, seen_at=1)
     assert seen.transitions == ()
     assert seen.memory.hold == record(B)
     change = apply(seen.memory, node)
@@ -324,16 +353,20 @@ def test_an_unanswered_release_committed_later_ends_the_hold_as_its_own_outcome(
     release = decide(expired)
     assert isinstance(release, decisions.Release)
     assert release.outcome is Outcome.EXPIRED
-    memory = holds.attempted(observe(_knowing(B), expired, now=NOW, seen_at=1).memory, release)
+    memory = holds.attempted(
+        observe(_knowing(B), expired, now=NOW, monotonic=1, seen_at=1).memory, release
+    )
     landed = after(release, expired)
-    change = observe(memory, landed, now=NOW, seen_at=2)
+    change = observe(memory, landed, now=NOW, monotonic=2, seen_at=2)
     [ended] = [t for t in change.transitions if isinstance(t, Ended)]
     assert (ended.outcome, ended.released_by) == (Outcome.EXPIRED, None)
     assert change.memory.releasing is None
     # An operator's release names who released: theirs, even with ours unanswered.
     by_hand = {**landed, protocol.RELEASED_BY: "alice"}
     [ended] = [
-        t for t in observe(memory, by_hand, now=NOW, seen_at=2).transitions if isinstance(t, Ended)
+        t
+        for t in observe(memory, by_hand, now=NOW, monotonic=2, seen_at=2).transitions
+        if isinstance(t, Ended)
     ]
     assert (ended.outcome, ended.released_by) == (Outcome.MANUAL, "alice")
     # A safe release writes no released marker: a marked restore is not it.
@@ -341,9 +374,26 @@ def test_an_unanswered_release_committed_later_ends_the_hold_as_its_own_outcome(
     assert isinstance(safe, decisions.Release)
     assert safe.outcome is Outcome.SAFE
     memory = holds.attempted(memory, safe)
-    marked = observe(memory, {DESIRED_DRAIN: B, protocol.RELEASED: B}, now=NOW, seen_at=2)
+    marked = observe(
+        memory, {DESIRED_DRAIN: B, protocol.RELEASED: B}, now=NOW, monotonic=2, seen_at=2
+    )
     assert [t.outcome for t in marked.transitions if isinstance(t, Ended)] == [Outcome.MANUAL]
-    unmarked = observe(memory, after(safe, holding(B)), now=NOW, seen_at=2)
+    unmarked = observe(memory, after(safe, holding(B)), now=NOW, monotonic=2, seen_at=2)
     assert [t.outcome for t in unmarked.transitions if isinstance(t, Ended)] == [Outcome.SAFE]
     # A write of ours that landed settles it.
     assert apply(memory, holding(B)).memory.releasing is None
+
+
+def test_the_known_hold_is_aged_by_the_monotonic_clock_whatever_the_wall_clock_does() -> None:
+    """Issue 35 F2: the hold's start moves with a step of the wall clock (whole seconds: the
+    two clocks, read a moment apart, differ by microseconds and that moves nothing)."""
+    found = observe(Memory(), holding(B), now=NOW, monotonic=100.0, seen_at=99.0).memory
+    later = NOW + timedelta(minutes=10)
+    assert holds.known_hold(found, later, 100.0 + 600.000001) == record(B)
+    assert holds.known_hold(found, later - timedelta(minutes=4), 700.0) == record(
+        B, NOW - timedelta(minutes=4)
+    )
+    # A record from the future is known from when the agent saw it, no later.
+    ahead = {**holding(B), **held(B, NOW + timedelta(minutes=5))}
+    seen = observe(Memory(), ahead, now=NOW, monotonic=100.0, seen_at=99.0).memory
+    assert holds.known_hold(seen, later, 700.0) == record(B, NOW)
