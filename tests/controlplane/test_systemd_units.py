@@ -56,7 +56,13 @@ UNITS = (
     "drain-guard-node-proxy.service",
     "drain-guard.service",
 )
-CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
+#: Where nspawn makes its cgroups: the named systemd hierarchy and the unified one beside the
+#: v1 controllers (this machine), or the unified hierarchy alone (cgroup v2).
+CGROUP_HIERARCHIES = (
+    (Path("/sys/fs/cgroup"),)
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    else (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"))
+)
 #: nspawn's own state, hidden from the host by a tmpfs in nspawn's mount namespace.
 NSPAWN_RUN = "/run/systemd"
 
