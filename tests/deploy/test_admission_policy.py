@@ -200,12 +200,18 @@ def test_other_users_are_not_affected(policy: Policy) -> None:
     assert not policy.review("drain-guard", None, before, after).applies
 
 
-def test_the_agent_account_is_matched_in_any_namespace(policy: Policy) -> None:
-    """A renamed namespace (kustomize ``namespace:``) keeps the agent confined."""
-    user = "system:serviceaccount:platform-drain-guard:drain-guard"
+def test_the_agent_account_is_matched_exactly(policy: Policy) -> None:
+    """The install's own account and no other (issue 34): a renamed install's policies name
+    its renamed account (the renamed-namespace transformer; test_renamed_namespace.py and
+    tests/controlplane/test_renamed_confinement.py), and an account of the same name
+    elsewhere, or one that only ends like it, is not the agent."""
+    user = "system:serviceaccount:drain-guard:drain-guard"
     verdict = policy.review(user, {NODE_NAME_CLAIM: ["worker-1"]}, node(), held())
     assert verdict.applies
     assert "only the Node it runs on" in " ".join(verdict.denied)
+    for other in ("platform-drain-guard:drain-guard", "drain-guard:acme-drain-guard"):
+        user = f"system:serviceaccount:{other}"
+        assert not policy.review(user, {NODE_NAME_CLAIM: ["w"]}, node(), held()).applies
 
 
 # --- what the agent may not do is denied -----------------------------------------------------
