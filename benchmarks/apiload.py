@@ -14,6 +14,11 @@ unrelated Nodes change ``--churn`` times a second, so a watch renewed from a res
 older than a few seconds would get 410 and re-list. A LIST after start-up therefore means the
 bookmarks failed. Then a forced compaction shows the one case that must re-list (a 410).
 
+The whole process: the figures above are the agent's parts packed into one process
+(``benchmarks.inproc``), without the confinement self-check. ``whole_at_rest`` counts every
+request real ``drain-guard run`` processes send in one simulated hour at rest (the self-check
+included, its interval divided alike), at each of ``--sizes`` Nodes.
+
 The rollout (``benchmarks.rollout``) adds the agents' requests for one update of each node.
 The polling script (``benchmarks.baseline``) runs beside the agents in real time for the
 same wall-clock window; its hourly figure is that window's count x 3600 / window.
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -39,7 +45,10 @@ from benchmarks.common import (
     config_name,
     diff_counts,
     requests_by_verb,
+    seconds_to_ready,
     seed_api,
+    start_agent,
+    stop_agent,
     write_result,
 )
 from benchmarks.inproc import AGENT_WATCH_TIMEOUT, AgentSpec, start_hosts
@@ -48,6 +57,10 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from drain_guard_sim.harness.agentproc import agent_user
 
+#: The deployed agent's self-check interval (``--confinement-check-interval``).
+CONFINEMENT_INTERVAL = 3600.0
+#: The shortest ``--watch-timeout`` the agent takes (a smoke test's hour is shorter).
+MIN_WATCH_TIMEOUT = 5.0
 POLLER_NODE = "poll-0"
 POLLER_USER = "system:serviceaccount:drain-guard:poll-script"
 REAL_BOOKMARK_INTERVAL = 60.0
@@ -60,6 +73,47 @@ class Params:
     history: int = 50
     churn: float = 10.0
     poll_interval: float = 2.0
+    sizes: tuple[int, ...] = (10, 500, 2000, 5000)
+    processes: int = 3
+
+
+async def whole_at_rest(params: Params, size: int, workdir: Path) -> dict[str, Any]:
+    """Every request ``params.processes`` real ``drain-guard run`` processes send in one
+    simulated hour at rest, on a cluster of ``size`` Nodes: watch renewals and the
+    confinement self-check, its clocks divided by the time scale as the watches' are."""
+    k = params.time_scale
+    nodes = [f"worker-{i}" for i in range(size)]
+    agents = nodes[: params.processes]
+    async with SimApiServer(bookmark_interval=REAL_BOOKMARK_INTERVAL / k) as api:
+        seed_api(api, nodes)
+        flags = (
+            "--watch-timeout",
+            f"{max(MIN_WATCH_TIMEOUT, AGENT_WATCH_TIMEOUT / k):g}s",
+            "--confinement-check-interval",
+            f"{CONFINEMENT_INTERVAL / k:g}s",
+        )
+        procs = [await start_agent(api, n, workdir / f"whole-{size}", *flags) for n in agents]
+        try:
+            for proc in procs:
+                await seconds_to_ready(proc)
+            await asyncio.sleep(2.0)  # ready means listed; the watch requests follow
+            before = _counts(api, agents)
+            window = 3600.0 / k
+            began = time.monotonic()
+            await asyncio.sleep(window)
+            elapsed = time.monotonic() - began
+            after = _counts(api, agents)
+        finally:
+            for proc in procs:
+                await stop_agent(proc)
+    per_node = _per_node(after, before)
+    return {
+        "nodes": size,
+        "processes": len(agents),
+        "simulated_hour_wall_s": round(elapsed, 1),
+        "requests_per_node_per_hour": per_node,
+        "total_per_node_per_hour": round(sum(per_node.values()), 2),
+    }
 
 
 def _counts(api: SimApiServer, nodes: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -209,15 +263,25 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
     p.add_argument("--history", type=int, default=d.history)
     p.add_argument("--churn", type=float, default=d.churn)
     p.add_argument("--poll-interval", type=float, default=d.poll_interval)
+    p.add_argument("--sizes", type=int, nargs="*", default=list(d.sizes))
+    p.add_argument("--processes", type=int, default=d.processes)
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
-    return Params(a.agents, a.time_scale, a.history, a.churn, a.poll_interval), a.out
+    params = Params(
+        a.agents, a.time_scale, a.history, a.churn, a.poll_interval, tuple(a.sizes), a.processes
+    )
+    return params, a.out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     params, out = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-apiload-") as tmp:
         result = asyncio.run(measure(params, Path(tmp)))
+        result["whole_process_at_rest"] = []
+        for size in params.sizes:
+            whole = asyncio.run(whole_at_rest(params, size, Path(tmp)))
+            print(json.dumps(whole), flush=True)
+            result["whole_process_at_rest"].append(whole)
     print(f"wrote {write_result('apiload', result, out)}")
     return 0
 

@@ -113,3 +113,15 @@ def tree_for(variants: Iterable[str], workdir: Path) -> Path | None:
         return None
     print("building the deployed tree (pip install . and compileall)", flush=True)
     return build(workdir / "drain-guard")
+
+
+def baseline_tree(ref: str, workdir: Path) -> Path:
+    """The deployed tree of git revision ``ref`` (its source exported, then built alike): the
+    previous release, for same-run ratios."""
+    source = workdir / "baseline-source"
+    source.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
+    return build(workdir / "baseline", source)

@@ -11,7 +11,8 @@ with the holds an agent has made).
 
 An agent is ``LABEL=VARIANT[,-NAME][,+NAME=VALUE]...``: a ``benchmarks.deployed`` variant with
 environment variables taken away or added (the defaults compare the image's ``ENV`` item by
-item). ``python -m benchmarks.interleave [--rounds 25] [--block 20] [--agent ...]``
+item); ``--baseline REF`` adds git revision REF's deployed agent (the previous release).
+``python -m benchmarks.interleave [--rounds 25] [--block 20] [--agent ...] [--baseline REF]``
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=25)
     p.add_argument("--block", type=int, default=20)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--baseline", default=None, help="a git revision's deployed agent as well")
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
     specs = a.agent or list(DEFAULT_AGENTS)
@@ -144,9 +146,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = [spec.partition("=")[2].split(",")[0] for spec in specs]
         tree = deployed.tree_for(variants, Path(tmp))
         agents = dict(parse_agent(spec, tree) for spec in specs)
+        if a.baseline is not None:
+            base = deployed.agent("deployed", deployed.baseline_tree(a.baseline, Path(tmp)))
+            agents[f"baseline {a.baseline}"] = replace(base, variant=f"baseline {a.baseline}")
         samples = asyncio.run(measure(agents, a.rounds, a.block, a.warmup, Path(tmp)))
     result = {
-        "params": {"agents": specs, "rounds": a.rounds, "block": a.block, "warmup": a.warmup},
+        "params": {
+            "agents": specs,
+            "baseline": a.baseline,
+            "rounds": a.rounds,
+            "block": a.block,
+            "warmup": a.warmup,
+        },
         "agents": compare(samples, a.block),
     }
     for label, figures in result["agents"].items():

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -178,17 +177,6 @@ async def _one_size(
     return out
 
 
-def _baseline_tree(ref: str, workdir: Path) -> Path:
-    """The deployed tree of git revision ``ref`` (its source exported, then built alike)."""
-    source = workdir / "baseline-source"
-    source.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(deployed.ROOT), "archive", ref], check=True, capture_output=True
-    )
-    subprocess.run(["tar", "-x", "-C", str(source)], input=archive.stdout, check=True)
-    return deployed.build(workdir / "baseline", source)
-
-
 def _slope(sizes: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
     """``key`` at each size and its change per 1,000 nodes from the smallest to the largest."""
     values = [s[key] for s in sizes]
@@ -211,7 +199,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
     tree = deployed.tree_for([params.variant], workdir)
     shields = [deployed.agent(params.variant, tree)]
     if params.baseline is not None:
-        base = deployed.agent("deployed", _baseline_tree(params.baseline, workdir))
+        base = deployed.agent("deployed", deployed.baseline_tree(params.baseline, workdir))
         shields.append(
             deployed.Agent(f"baseline {params.baseline}", base.python, base.program, base.env)
         )

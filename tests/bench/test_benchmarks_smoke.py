@@ -75,8 +75,11 @@ def test_footprint(tmp_path: Path) -> None:
 def test_apiload(tmp_path: Path) -> None:
     # A very short "hour": bookmarks do not fit into 1 s watches, so only counts are checked.
     argv = ["--agents", "1", "--time-scale", "1200", "--poll-interval", "0.5"]
+    argv += ["--sizes", "3", "--processes", "1"]
     assert apiload.main([*argv, "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "apiload")
+    (whole,) = doc["whole_process_at_rest"]
+    assert (whole["nodes"], whole["processes"]) == (3, 1)
     start = doc["start_requests_per_node"]
     # One list per watch; with 1 s watches the settling time also sees a few renewals. Pods
     # are listed once: the node's pods, which the build-pod guard and the shield share.
@@ -132,6 +135,8 @@ def test_scrapeflood(tmp_path: Path) -> None:
     assert doc["idle"]["n"] == 3
     assert 1 <= doc["flood"]["n"] <= 3
     assert sum(doc["flood_answers"].values()) <= 500
+    assert doc["probes"]["sent"] >= 1
+    assert doc["agent_fds"]["peak_during_flood"] >= doc["agent_fds"]["idle"]
 
 
 def test_shieldscale(tmp_path: Path) -> None:
