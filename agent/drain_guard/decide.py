@@ -280,20 +280,24 @@ def _decide_held(
         return release(Outcome.EXPIRED, f"held for {_minutes(age)}, max-hold {_minutes(max_hold)}")
     blocks, unknowns = _split(verdicts)
     repair = repaired is not None
+    # The record says when the hold ends: an older agent's record, or one of another
+    # --max-hold, is given this agent's (which is the one that ends it).
+    expires = later(record.since, max_hold)
     if blocks:
         blocks = _capped(blocks, annotations, record.since, max_hold)
         same = (
             _reasons(blocks) == ",".join(record.reasons)
             and not record.unknown_reasons
             and hold_detail(blocks) == record.detail
+            and record.expires == expires
         )
         if same and not repair:
             return Keep(record, blocks, verdicts)
         reasons, detail = (b.reason for b in blocks), hold_detail(blocks)
-        patch = update_hold_patch(record, reasons, detail, repair_since=repair)
+        patch = update_hold_patch(record, reasons, detail, expires, repair_since=repair)
         return UpdateHold(record, blocks, tuple(patch), verdicts, since_repaired=repaired)
     if unknowns:
-        patch = repair_since_patch(record)
+        patch = repair_since_patch(record, expires)
         return Wait(unknowns, record, original, verdicts, tuple(patch if repair else ()), repaired)
     return release(Outcome.SAFE, "no guard blocks")
 
@@ -334,6 +338,7 @@ def _decide_unheld(
                 (b.reason for b in blocks),
                 since,
                 hold_detail(blocks),
+                expires=later(since, max_hold),
                 remove=stale,
             )
             superseded = record if record is not None and not same else None

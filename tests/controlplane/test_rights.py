@@ -15,7 +15,7 @@ import dataclasses
 import re
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,7 @@ def hold_ops(node_annotations: dict[str, str], detail: str = "rights test") -> l
         [protocol.Reason.BUILD_POD],
         datetime.now(UTC),
         detail,
+        expires=datetime.now(UTC) + timedelta(minutes=45),
     )
 
 

@@ -20,7 +20,7 @@ import base64
 import copy
 import re
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -376,7 +376,13 @@ async def _prove(
 
         # Another Node: its drain keys, its spec, its taints. The webhook denies each.
         hold = protocol.hold_patch(
-            REQUEST, LAST_APPLIED, "0", [Reason.BUILD_POD], datetime.now(UTC), "build pod"
+            REQUEST,
+            LAST_APPLIED,
+            "0",
+            [Reason.BUILD_POD],
+            datetime.now(UTC),
+            "build pod",
+            expires=datetime.now(UTC) + timedelta(minutes=45),
         )
         status, message = await _ask(
             answers,
@@ -542,7 +548,13 @@ async def _prove_an_outage_strands_no_hold(
         admin, plane, tmp_path / "agent-outage", namespace, account, pod
     )
     hold = protocol.hold_patch(
-        REQUEST, LAST_APPLIED, "0", [Reason.MANUAL], datetime.now(UTC), "operator"
+        REQUEST,
+        LAST_APPLIED,
+        "0",
+        [Reason.MANUAL],
+        datetime.now(UTC),
+        "operator",
+        expires=datetime.now(UTC) + timedelta(minutes=45),
     )
     async with api_client(kubeconfig) as agent:
         as_agent: Any = client.CoreV1Api(agent)
@@ -552,7 +564,9 @@ async def _prove_an_outage_strands_no_hold(
         node = await core.read_node(held)
         record = protocol.read_hold(node.metadata.annotations)
         assert record is not None
-        update = protocol.update_hold_patch(record, [Reason.BUILD_POD], "more")
+        update = protocol.update_hold_patch(
+            record, [Reason.BUILD_POD], "more", record.since + timedelta(minutes=45)
+        )
         status, message = await _ask(
             answers,
             "update its own Node's hold while the webhook is down",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import jsonpatch
@@ -100,7 +100,13 @@ def patched(obj: Obj, ops: list[protocol.JsonPatchOp]) -> Obj:
 def held() -> Obj:
     before = node()
     ops = protocol.hold_patch(
-        REQUEST, LAST_APPLIED, "100", [Reason.BUILD_POD], SINCE, "build pod openshift-mco/b-build"
+        REQUEST,
+        LAST_APPLIED,
+        "100",
+        [Reason.BUILD_POD],
+        SINCE,
+        "build pod openshift-mco/b-build",
+        expires=SINCE + timedelta(minutes=45),
     )
     return patched(before, ops)
 
@@ -123,7 +129,9 @@ def test_update_of_a_hold_is_admitted(policy: Policy) -> None:
     before = held()
     record = protocol.read_hold(before["metadata"]["annotations"])
     assert record is not None
-    ops = protocol.update_hold_patch(record, [Reason.BUILD_POD, Reason.NOOP_IMAGE], "more")
+    ops = protocol.update_hold_patch(
+        record, [Reason.BUILD_POD, Reason.NOOP_IMAGE], "more", record.since + timedelta(minutes=45)
+    )
     assert by_agent(policy, before, patched(before, ops)).admitted
 
 
@@ -151,7 +159,15 @@ def test_rehold_of_a_newer_request_is_admitted(policy: Policy) -> None:
     before = held()
     newer = "drain-rendered-worker-77dd01"
     before["metadata"]["annotations"][protocol.DESIRED_DRAIN] = newer
-    ops = protocol.hold_patch(newer, LAST_APPLIED, "103", [Reason.MANUAL], SINCE, "operator")
+    ops = protocol.hold_patch(
+        newer,
+        LAST_APPLIED,
+        "103",
+        [Reason.MANUAL],
+        SINCE,
+        "operator",
+        expires=SINCE + timedelta(minutes=45),
+    )
     assert by_agent(policy, before, patched(before, ops)).admitted
 
 
@@ -172,7 +188,14 @@ def test_removing_released_by_with_the_released_marker_is_admitted(policy: Polic
     assert by_agent(policy, before, patched(before, ops)).admitted
     newer = "drain-rendered-worker-77dd01"
     ops = protocol.hold_patch(
-        newer, LAST_APPLIED, "100", [Reason.MANUAL], SINCE, "operator", remove=list(marker)
+        newer,
+        LAST_APPLIED,
+        "100",
+        [Reason.MANUAL],
+        SINCE,
+        "operator",
+        remove=list(marker),
+        expires=SINCE + timedelta(minutes=45),
     )
     assert by_agent(policy, before, patched(before, ops)).admitted
 
@@ -296,7 +319,15 @@ def test_a_long_drain_guard_value_is_denied(policy: Policy) -> None:
 
 def test_the_longest_detail_the_agent_writes_is_admitted(policy: Policy) -> None:
     before = node()
-    ops = protocol.hold_patch(REQUEST, LAST_APPLIED, "100", [Reason.BUILD_POD], SINCE, "é" * 5000)
+    ops = protocol.hold_patch(
+        REQUEST,
+        LAST_APPLIED,
+        "100",
+        [Reason.BUILD_POD],
+        SINCE,
+        "é" * 5000,
+        expires=SINCE + timedelta(minutes=45),
+    )
     assert by_agent(policy, before, patched(before, ops)).admitted
 
 

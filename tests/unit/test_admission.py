@@ -6,6 +6,7 @@ what only the webhook can check: the token's pod, its owner and node, a budget's
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import jsonpatch
@@ -141,7 +142,9 @@ def test_the_agents_hold_update_and_release_are_allowed(cluster: Cluster) -> Non
     before = held()
     record = protocol.read_hold(before["metadata"]["annotations"])
     assert record is not None
-    ops = protocol.update_hold_patch(record, [Reason.BUILD_POD, Reason.NOOP_IMAGE], "more")
+    ops = protocol.update_hold_patch(
+        record, [Reason.BUILD_POD, Reason.NOOP_IMAGE], "more", record.since + timedelta(minutes=45)
+    )
     assert cluster.review("UPDATE", "nodes", before, patched(before, ops)).allowed
     ops = protocol.release_patch(REQUEST, LAST_APPLIED, "101", before["metadata"]["annotations"])
     assert cluster.review("UPDATE", "nodes", before, patched(before, ops)).allowed
@@ -156,7 +159,15 @@ def test_cleanup_and_the_longest_detail_are_allowed(cluster: Cluster) -> None:
     ann = before["metadata"]["annotations"]
     ops = protocol.cleanup_patch(REQUEST, ann, [protocol.HOLD_REASONS, protocol.RELEASED])
     assert cluster.review("UPDATE", "nodes", before, patched(before, ops)).allowed
-    ops = protocol.hold_patch(REQUEST, LAST_APPLIED, "1", [Reason.MANUAL], SINCE, "é" * 5000)
+    ops = protocol.hold_patch(
+        REQUEST,
+        LAST_APPLIED,
+        "1",
+        [Reason.MANUAL],
+        SINCE,
+        "é" * 5000,
+        expires=SINCE + timedelta(minutes=45),
+    )
     assert cluster.review("UPDATE", "nodes", node(), patched(node(), ops)).allowed
 
 

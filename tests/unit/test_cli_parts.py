@@ -27,6 +27,7 @@ HELD = {
     protocol.HOLD_REASONS: "build-pod,noop-image",
     protocol.HELD_SINCE: "2026-01-02T03:04:05Z",
     protocol.HOLD_DETAIL: "build-pod: build pod ns/p",
+    protocol.HOLD_EXPIRES: "2026-01-02T03:49:05Z",
 }
 
 

@@ -43,6 +43,7 @@ from drain_guard.protocol import (
     HELD_DRAIN,
     HELD_SINCE,
     HOLD_DETAIL,
+    HOLD_EXPIRES,
     HOLD_REASONS,
     HOLD_REQUEST,
     LAST_APPLIED_DRAIN,
@@ -120,6 +121,7 @@ def held(
         HOLD_REASONS: "build-pod",
         HELD_SINCE: format_rfc3339(since),
         HOLD_DETAIL: f"build-pod: build pod {MCO_NS}/build-x-build",
+        HOLD_EXPIRES: format_rfc3339(since + MAX_HOLD),
         **(extra or {}),
     }
 
@@ -359,7 +361,11 @@ def test_a_held_since_unreadable_or_in_the_future_keeps_the_hold_and_restarts_it
     decision = run(before, pods=(BUILD,))
     assert isinstance(decision, UpdateHold), decision
     after = apply(before, decision)
-    assert after == {**before, HELD_SINCE: format_rfc3339(NOW)}
+    assert after == {
+        **before,
+        HELD_SINCE: format_rfc3339(NOW),
+        HOLD_EXPIRES: format_rfc3339(NOW + MAX_HOLD),
+    }
     [bad] = invalid_inputs(decision)
     assert (bad.kind, bad.what) == ("annotation", f"{HELD_SINCE}={since_text!r}")
     assert "the hold is kept" in bad.why
@@ -394,7 +400,11 @@ def test_a_held_since_repaired_while_guards_cannot_decide_keeps_the_hold() -> No
     before = held(extra={HELD_SINCE: "whenever"})
     decision = run(before, pods=None)  # the pod list is not synced yet
     assert isinstance(decision, Wait), decision
-    assert apply(before, decision) == {**before, HELD_SINCE: format_rfc3339(NOW)}
+    assert apply(before, decision) == {
+        **before,
+        HELD_SINCE: format_rfc3339(NOW),
+        HOLD_EXPIRES: format_rfc3339(NOW + MAX_HOLD),
+    }
     assert [bad.kind for bad in invalid_inputs(decision)] == ["annotation"]
 
 
@@ -431,6 +441,26 @@ def test_a_held_since_unreadable_with_nothing_blocking_is_released_as_safe() -> 
     decision = run(held(extra={HELD_SINCE: "whenever"}), pods=())
     assert isinstance(decision, Release)
     assert decision.outcome is Outcome.SAFE
+
+
+def test_an_older_agents_record_without_an_expiry_is_given_this_agents() -> None:
+    """A record an agent before hold-expires wrote still reads as the hold it is; the next
+    pass writes its expiry (held-since plus this agent's max-hold), and nothing else."""
+    since = NOW - timedelta(minutes=10)
+    before = held(since=since)
+    del before[HOLD_EXPIRES]
+    decision = run(before, pods=(BUILD,))
+    assert isinstance(decision, UpdateHold)
+    after = apply(before, decision)
+    assert after == {**before, HOLD_EXPIRES: format_rfc3339(since + MAX_HOLD)}
+    assert isinstance(run(after, pods=(BUILD,)), Keep)
+
+
+def test_a_record_of_another_max_hold_is_given_this_agents_expiry() -> None:
+    since = NOW - timedelta(minutes=10)
+    before = held(since=since, extra={HOLD_EXPIRES: format_rfc3339(since + timedelta(hours=2))})
+    after = apply(before, run(before, pods=(BUILD,)))
+    assert after[HOLD_EXPIRES] == format_rfc3339(since + MAX_HOLD)
 
 
 def test_small_clock_skew_is_tolerated() -> None:

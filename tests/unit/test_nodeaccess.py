@@ -4,7 +4,7 @@ agent's reads and Events; nothing else."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -47,12 +47,25 @@ def test_every_patch_the_protocol_builds_passes(target: str, detail: str, last: 
     desired = "drain-" + target
     if desired == last:
         return
-    held = protocol.hold_patch(desired, last, "7", [Reason.BUILD_POD], SINCE, detail)
+    held = protocol.hold_patch(
+        desired, last, "7", [Reason.BUILD_POD], SINCE, detail, expires=SINCE + timedelta(minutes=45)
+    )
     record = protocol.HoldRecord(desired, (Reason.BUILD_POD,), SINCE, detail[:10])
     patches = [
         held,
-        protocol.hold_patch(desired, last, "7", [Reason.MANUAL], SINCE, detail, remove=[RELEASED]),
-        protocol.update_hold_patch(record, [Reason.NOOP_IMAGE], detail),
+        protocol.hold_patch(
+            desired,
+            last,
+            "7",
+            [Reason.MANUAL],
+            SINCE,
+            detail,
+            remove=[RELEASED],
+            expires=SINCE + timedelta(minutes=45),
+        ),
+        protocol.update_hold_patch(
+            record, [Reason.NOOP_IMAGE], detail, record.since + timedelta(minutes=45)
+        ),
         protocol.release_patch(desired, last, "7", OWNED_KEYS),
         protocol.release_patch(desired, last, "7", (*OWNED_KEYS, RELEASED), mark_released=True),
         protocol.cleanup_patch(
@@ -60,7 +73,16 @@ def test_every_patch_the_protocol_builds_passes(target: str, detail: str, last: 
         ),
         protocol.cleanup_patch(None, {RELEASED: desired}, [RELEASED]),
         protocol.cleanup_patch(None, {RELEASED: desired, RELEASED_BY: "a"}, RELEASED_KEYS),
-        protocol.hold_patch(desired, last, "7", [Reason.MANUAL], SINCE, "", remove=RELEASED_KEYS),
+        protocol.hold_patch(
+            desired,
+            last,
+            "7",
+            [Reason.MANUAL],
+            SINCE,
+            "",
+            remove=RELEASED_KEYS,
+            expires=SINCE + timedelta(minutes=45),
+        ),
     ]
     for ops in patches:
         nodeaccess.check_node_patch(ops)

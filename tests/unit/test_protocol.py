@@ -15,6 +15,7 @@ from drain_guard.protocol import (
     HELD_DRAIN,
     HELD_SINCE,
     HOLD_DETAIL,
+    HOLD_EXPIRES,
     HOLD_REASONS,
     LAST_APPLIED_DRAIN,
     LATEST,
@@ -283,7 +284,13 @@ def test_annotation_path_escapes_json_pointer() -> None:
 def test_hold_patch_applies_and_starts_with_tests() -> None:
     before = {DESIRED_DRAIN: REQ, LAST_APPLIED_DRAIN: "uncordon-rendered-worker-0"}
     patch = hold_patch(
-        REQ, "uncordon-rendered-worker-0", "42", [Reason.BUILD_POD], T0, "build pod b"
+        REQ,
+        "uncordon-rendered-worker-0",
+        "42",
+        [Reason.BUILD_POD],
+        T0,
+        "build pod b",
+        expires=T0 + timedelta(minutes=45),
     )
     assert [op["op"] for op in patch[:2]] == ["test", "test"]
     after = apply(node(before), patch)
@@ -294,17 +301,22 @@ def test_hold_patch_applies_and_starts_with_tests() -> None:
         HOLD_REASONS: "build-pod",
         HELD_SINCE: "2026-01-02T03:04:05Z",
         HOLD_DETAIL: "build pod b",
+        HOLD_EXPIRES: "2026-01-02T03:49:05Z",
     }
 
 
 def test_hold_patch_fails_when_the_mcd_wrote_a_newer_request() -> None:
-    patch = hold_patch(REQ, None, "42", [Reason.BUILD_POD], T0, "")
+    patch = hold_patch(
+        REQ, None, "42", [Reason.BUILD_POD], T0, "", expires=T0 + timedelta(minutes=45)
+    )
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         apply(node({DESIRED_DRAIN: "drain-rendered-worker-2"}), patch)
 
 
 def test_hold_patch_pins_resource_version_when_last_applied_is_absent() -> None:
-    patch = hold_patch(REQ, None, "42", [Reason.BUILD_POD], T0, "")
+    patch = hold_patch(
+        REQ, None, "42", [Reason.BUILD_POD], T0, "", expires=T0 + timedelta(minutes=45)
+    )
     assert {"op": "test", "path": "/metadata/resourceVersion", "value": "42"} in patch
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         apply(node({DESIRED_DRAIN: REQ}, rv="43"), patch)
@@ -312,7 +324,9 @@ def test_hold_patch_pins_resource_version_when_last_applied_is_absent() -> None:
 
 
 def test_hold_patch_fails_when_the_drain_completed_meanwhile() -> None:
-    patch = hold_patch(REQ, "uncordon-old", "42", [Reason.BUILD_POD], T0, "")
+    patch = hold_patch(
+        REQ, "uncordon-old", "42", [Reason.BUILD_POD], T0, "", expires=T0 + timedelta(minutes=45)
+    )
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
         apply(node({DESIRED_DRAIN: REQ, LAST_APPLIED_DRAIN: REQ}), patch)
 
@@ -326,7 +340,16 @@ def test_hold_patch_overwrites_stale_keys_and_removes_released() -> None:
         HOLD_DETAIL: "old",
         RELEASED: "drain-old",
     }
-    patch = hold_patch(REQ, None, "42", [Reason.NOOP_IMAGE], T0, "same image", remove=[RELEASED])
+    patch = hold_patch(
+        REQ,
+        None,
+        "42",
+        [Reason.NOOP_IMAGE],
+        T0,
+        "same image",
+        remove=[RELEASED],
+        expires=T0 + timedelta(minutes=45),
+    )
     after = apply(node(stale), patch)
     assert after[HELD_DRAIN] == REQ
     assert after[HOLD_REASONS] == "noop-image"
@@ -347,11 +370,13 @@ def test_hold_patch_refuses(
     desired: str, last: str | None, reasons: list[Reason], fragment: str
 ) -> None:
     with pytest.raises(ProtocolError, match=fragment):
-        hold_patch(desired, last, "1", reasons, T0, "")
+        hold_patch(desired, last, "1", reasons, T0, "", expires=T0 + timedelta(minutes=45))
 
 
 def test_hold_patch_truncates_detail() -> None:
-    patch = hold_patch(REQ, None, "1", [Reason.BUILD_POD], T0, "x" * 5000)
+    patch = hold_patch(
+        REQ, None, "1", [Reason.BUILD_POD], T0, "x" * 5000, expires=T0 + timedelta(minutes=45)
+    )
     detail = next(op["value"] for op in patch if op["path"] == annotation_path(HOLD_DETAIL))
     assert len(detail.encode()) == MAX_DETAIL_BYTES
 
@@ -360,13 +385,23 @@ def test_update_hold_patch_keeps_since() -> None:
     before = record_annotations()
     record = read_hold(before)
     assert record is not None
-    after = apply(node(before), update_hold_patch(record, [Reason.MANUAL], "operator"))
+    after = apply(
+        node(before),
+        update_hold_patch(
+            record, [Reason.MANUAL], "operator", record.since + timedelta(minutes=45)
+        ),
+    )
     assert after[HOLD_REASONS] == "manual"
     assert after[HOLD_DETAIL] == "operator"
     assert after[HELD_SINCE] == before[HELD_SINCE]
     superseded = {**before, DESIRED_DRAIN: "drain-new"}
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
-        apply(node(superseded), update_hold_patch(record, [Reason.MANUAL], "operator"))
+        apply(
+            node(superseded),
+            update_hold_patch(
+                record, [Reason.MANUAL], "operator", record.since + timedelta(minutes=45)
+            ),
+        )
 
 
 def test_release_patch_restores_and_removes_only_present_keys() -> None:

@@ -23,8 +23,11 @@ HELD_DRAIN = DG_PREFIX + "held-drain"
 HOLD_REASONS = DG_PREFIX + "hold-reasons"
 HELD_SINCE = DG_PREFIX + "held-since"
 HOLD_DETAIL = DG_PREFIX + "hold-detail"
+#: When the hold ends at the latest (``held-since`` plus the holding agent's ``--max-hold``),
+#: so that a reader needs no agent's setting; absent from an older agent's record.
+HOLD_EXPIRES = DG_PREFIX + "hold-expires"
 #: The hold record: written together by a hold, removed together by a release.
-OWNED_KEYS: tuple[str, ...] = (HELD_DRAIN, HOLD_REASONS, HELD_SINCE, HOLD_DETAIL)
+OWNED_KEYS: tuple[str, ...] = (HELD_DRAIN, HOLD_REASONS, HELD_SINCE, HOLD_DETAIL, HOLD_EXPIRES)
 #: The request a release let through because the hold expired, was released by an operator
 #: or was invalid: the agent does not hold that same request again (a hold must end, and an
 #: operator's release must stick). Removed once ``desiredDrain`` moves on.

@@ -11,6 +11,7 @@ from drain_guard.protocol.keys import (
     HELD_DRAIN,
     HELD_SINCE,
     HOLD_DETAIL,
+    HOLD_EXPIRES,
     HOLD_PREFIX,
     HOLD_REASONS,
     LAST_APPLIED_DRAIN,
@@ -68,9 +69,11 @@ def hold_patch(
     since: datetime,
     detail: str,
     *,
+    expires: datetime,
     remove: Iterable[str] = (),
 ) -> list[JsonPatchOp]:
-    """Rewrite ``desiredDrain`` to ``hold-<desired>`` and write the hold record, in one patch.
+    """Rewrite ``desiredDrain`` to ``hold-<desired>`` and write the hold record, in one patch
+    (``expires``: when the hold ends at the latest).
 
     Tests ``desiredDrain == desired`` and ``lastAppliedDrain`` as seen, so a newer MCD
     request or a finished drain makes the patch fail. Stale hold keys are overwritten;
@@ -89,33 +92,42 @@ def hold_patch(
         _set(HOLD_REASONS, _reasons_text(reasons)),
         _set(HELD_SINCE, format_rfc3339(since)),
         _set(HOLD_DETAIL, truncate_utf8(detail)),
+        _set(HOLD_EXPIRES, format_rfc3339(expires)),
         *(_remove(key) for key in remove),
     ]
 
 
 def update_hold_patch(
-    record: HoldRecord, reasons: Iterable[Reason], detail: str, *, repair_since: bool = False
+    record: HoldRecord,
+    reasons: Iterable[Reason],
+    detail: str,
+    expires: datetime,
+    *,
+    repair_since: bool = False,
 ) -> list[JsonPatchOp]:
-    """Change the reasons and detail of a hold in place; ``held-since`` is kept, unless
+    """Change the reasons, detail and expiry of a hold in place; ``held-since`` is kept, unless
     ``repair_since`` rewrites it to ``record.since`` (it was unreadable or in the future)."""
     ops = [
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
         _set(HOLD_REASONS, _reasons_text(reasons)),
         _set(HOLD_DETAIL, truncate_utf8(detail)),
+        _set(HOLD_EXPIRES, format_rfc3339(expires)),
     ]
     if repair_since:
         ops.append(_set(HELD_SINCE, format_rfc3339(record.since)))
     return ops
 
 
-def repair_since_patch(record: HoldRecord) -> list[JsonPatchOp]:
-    """Rewrite ``held-since`` to ``record.since`` (it was unreadable or in the future) and leave
-    the rest of the record as it is (a reason this agent does not know included)."""
+def repair_since_patch(record: HoldRecord, expires: datetime) -> list[JsonPatchOp]:
+    """Rewrite ``held-since`` to ``record.since`` (it was unreadable or in the future) and the
+    expiry that counts from it, and leave the rest of the record as it is (a reason this agent
+    does not know included)."""
     return [
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
         _set(HELD_SINCE, format_rfc3339(record.since)),
+        _set(HOLD_EXPIRES, format_rfc3339(expires)),
     ]
 
 

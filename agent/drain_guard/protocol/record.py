@@ -13,6 +13,7 @@ from drain_guard.protocol.keys import (
     HELD_DRAIN,
     HELD_SINCE,
     HOLD_DETAIL,
+    HOLD_EXPIRES,
     HOLD_REASONS,
     MAX_RELEASED_BY_BYTES,
     OWNED_KEYS,
@@ -68,6 +69,9 @@ class HoldRecord:
     #: The record's reasons this agent does not know (a newer agent's guards): kept and shown,
     #: never held on (docs/protocol.md, "Reasons an agent does not know").
     unknown_reasons: tuple[str, ...] = ()
+    #: ``hold-expires``: when the hold ends at the latest, as the holding agent wrote it; None
+    #: in an older agent's record (or an unreadable value, which the agent writes afresh).
+    expires: datetime | None = None
 
     @property
     def reason_names(self) -> tuple[str, ...]:
@@ -130,7 +134,12 @@ def read_hold(annotations: Mapping[str, str]) -> HoldRecord | None:
         raise UnreadableSince(
             why, annotations[HELD_SINCE], held, reasons, detail, unknown
         ) from None
-    return HoldRecord(held, reasons, since, detail, unknown)
+    expires = annotations.get(HOLD_EXPIRES)
+    try:
+        until = None if expires is None else parse_rfc3339(expires)
+    except ValueError:
+        until = None  # the agent holding it writes it afresh; a reader counts from since
+    return HoldRecord(held, reasons, since, detail, unknown, until)
 
 
 def check_released_by(value: str) -> str:
