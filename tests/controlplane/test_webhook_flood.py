@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import ssl
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +146,10 @@ async def test_the_webhook_answers_the_api_server_through_a_flood_of_oversized_b
             for drain in REQUESTS:
                 # The MCD asks, the agent holds; and it writes another Node: decided by the
                 # webhook, each within the entry's timeout, or failed by its failurePolicy.
+                now = datetime.now(UTC)
+                ends = now + timedelta(minutes=45)
                 hold = protocol.hold_patch(
-                    drain, LAST_APPLIED, "0", [Reason.MANUAL], datetime.now(UTC), "flood"
+                    drain, LAST_APPLIED, "0", [Reason.MANUAL], now, "flood", expires=ends
                 )
                 await core.patch_node(
                     own, {"metadata": {"annotations": {protocol.DESIRED_DRAIN: drain}}}
