@@ -114,7 +114,9 @@ class Controller:
         self.events = events
         self.hold_report = HoldReport(metrics, events, settings.max_hold, settings.observe_only)
         self.cache = cache
-        self.booted = host.BootedImageReader(settings, metrics)
+        self.booted = host.BootedImageReader(
+            settings, metrics, self.clock.now, self.clock.monotonic
+        )
         self.guards = settings.guards
         #: The node's pods in each blocking-pod namespace the pod watch does not cover, each
         #: from a watch of its own (``runner``) that wakes the loop as the pod watch does.
@@ -237,7 +239,7 @@ class Controller:
                 self._pass_started = self.clock.monotonic()
                 self._releasing = None
                 try:
-                    recheck = await self.step()
+                    recheck = self.wake_at(await self.step())
                     retry.reset()
                     outage.ended()
                     self._release_landed()
@@ -265,6 +267,15 @@ class Controller:
                     self._pass_started = None
         finally:
             self._running = False
+
+    def wake_at(self, recheck: datetime | None) -> datetime | None:
+        """The decision's own time to decide again, or the booted image's next read if that
+        comes first (a read that failed is tried again without waiting for an event)."""
+        delay = self.booted.retry_in()
+        if delay is None:
+            return recheck
+        read_at = self.clock.now() + timedelta(seconds=delay)
+        return read_at if recheck is None else min(recheck, read_at)
 
     def _release_failed(self, exc: Exception) -> None:
         """The pass failed while writing a release: it is retried with the pass, and from the

@@ -18,7 +18,9 @@ import os
 import re
 import subprocess
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -26,6 +28,7 @@ import psutil
 from drain_guard.config.agent import Settings
 from drain_guard.guards import BootedImage
 from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.kube.retry import Backoff
 from drain_guard.metrics import Metrics
 
 __all__ = [
@@ -275,18 +278,32 @@ def copy_booted_origin(host_root: Path, cmdline_file: Path, target: Path) -> str
 
 
 class BootedImageReader:
-    """The booted image, re-read only when the boot (boot time + kernel cmdline) changes.
+    """The booted image, re-read when the boot (boot time + kernel cmdline) changes, and
+    while reading it fails: again with backoff (1 s doubling to 5 min), since the failure may
+    pass (the origin file missing for a moment at boot, rpm-ostree's ``Transaction in
+    progress``); until issue 35 an error at start stood for the life of the process.
 
     The boot time is read once: a reboot ends this process. A kernel command line that cannot
     be read for want of a descriptor (EMFILE, ENFILE) is not a new boot: the last image stands.
     """
 
-    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        now: Callable[[], datetime],
+        monotonic: Callable[[], float],
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
+        self._now = now
+        self._monotonic = monotonic
         self._boot_time: float | None = None
         self._key: tuple[float, str] | None = None
         self._value: BootedImage | None = None
+        self._backoff = Backoff(base=1.0, cap=300.0)
+        #: When (monotonic) a failed read is due again; None while the image is known.
+        self._retry_at: float | None = None
 
     def _boot_key(self) -> tuple[float, str]:
         if self._boot_time is None:
@@ -313,12 +330,35 @@ class BootedImageReader:
         # drain request to its hold, where a thread hop waited for the scheduler (a loaded
         # node's p99, docs/benchmarks.md); a procfs file and /proc/stat answer from memory.
         key = self._boot_key()
-        if key != self._key or self._value is None:
-            self._value = await asyncio.to_thread(self._read)
+        due = self._retry_at is not None and self._monotonic() >= self._retry_at
+        if key != self._key or self._value is None or due:
+            self._value = self._noted(await asyncio.to_thread(self._read))
             self._key = key
-            if self._value.error:
-                self.metrics.count_invalid_input("host_file")
-                log.warning("booted image unknown: %s", self._value.error)
-            else:
-                log.info("booted image %s (from %s)", self._value.digest, self._value.source)
         return self._value
+
+    def retry_in(self) -> float | None:
+        """Seconds until a failed read is due again (the loop wakes for it), or None."""
+        if self._retry_at is None:
+            return None
+        return max(0.0, self._retry_at - self._monotonic())
+
+    def _noted(self, value: BootedImage) -> BootedImage:
+        """``value`` with since when reading fails; logged and counted once per error."""
+        last = self._value
+        if value.error is None:
+            self._retry_at = None
+            self._backoff.reset()
+            if last is None or last.error is not None or last.digest != value.digest:
+                log.info("booted image %s (from %s)", value.digest, value.source)
+            return value
+        since = self._now() if last is None or last.failing_since is None else last.failing_since
+        delay = self._backoff.next_delay()
+        self._retry_at = self._monotonic() + delay
+        if last is None or last.error != value.error:
+            self.metrics.count_invalid_input("host_file")
+            log.warning(
+                "booted image unknown: %s; read again in %.0fs, then with backoff",
+                value.error,
+                delay,
+            )
+        return replace(value, failing_since=since)

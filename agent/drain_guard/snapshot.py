@@ -89,7 +89,9 @@ def decided(
         else tuple(PodStatus(p.namespace, p.name, p.phase) for p in pods.pods),
         desired_image=annotations.get(DESIRED_IMAGE),
         desired_digest=image.desired_digest if image else None,
-        booted=BootedImageStatus(booted.digest, booted.reference, booted.source, booted.error),
+        booted=BootedImageStatus(
+            booted.digest, booted.reference, booted.source, booted.error, booted.failing_since
+        ),
         observe_only=base.observe_only,
         invalid_inputs=tuple(
             InvalidInputStatus(i.kind, i.what, i.why) for i in decisions.invalid_inputs(decision)

@@ -205,6 +205,7 @@ class BootedImageStatus:
     reference: str | None = None
     source: str | None = None
     error: str | None = None
+    error_since: datetime | None = None  #: since when the read fails (retried meanwhile)
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,7 @@ class AgentStatus:
                 "bootedReference": self.booted.reference,
                 "bootedSource": self.booted.source,
                 "bootedError": self.booted.error,
+                "bootedErrorSince": format_rfc3339_or_none(self.booted.error_since),
             },
             "watches": {r: w.to_json() for r, w in sorted(self.watches.items())},
             "lastApiContact": format_rfc3339_or_none(self.last_api_contact),
@@ -401,6 +403,7 @@ class AgentStatus:
                 reference=image["bootedReference"],
                 source=image["bootedSource"],
                 error=image["bootedError"],
+                error_since=parse_rfc3339_or_none(image.get("bootedErrorSince")),
             ),
             watches={str(r): WatchStatus.from_json(w) for r, w in data["watches"].items()},
             last_api_contact=parse_rfc3339_or_none(data["lastApiContact"]),
@@ -503,7 +506,9 @@ class AgentStatus:
         if self.booted.digest is not None:
             lines.append(f"  booted image:  {self.booted.digest} (from {self.booted.source})")
         elif self.booted.error is not None:
-            lines.append(f"  booted image:  unknown: {self.booted.error}")
+            since = self.booted.error_since
+            when = "" if since is None else f" (since {format_rfc3339(since)}, read again)"
+            lines.append(f"  booted image:  unknown{when}: {self.booted.error}")
         for bad in self.invalid_inputs:
             lines.append(f"  invalid input: {printable(bad.what)} ignored: {printable(bad.why)}")
         if self.shield is not None:

@@ -890,3 +890,38 @@ async def test_a_step_of_the_wall_clock_neither_lengthens_nor_shortens_a_hold(
     assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
     assert env.value("drain_guard_releases_total", outcome="expired") == 1
     assert env.events.posted[-1] == ("DrainReleased", DRAIN_B, "expired", MAX_HOLD)
+
+
+async def test_a_booted_image_unreadable_at_start_is_read_again_until_it_is_known(
+    tmp_path: Path,
+) -> None:
+    """Issue 35 F4: the origin file missing at start (for a moment, at boot) left the
+    noop-image guard off for the life of the process: the reader kept its error until the
+    boot changed. Now a failed read is due again with backoff, the loop wakes for it with
+    no event, /status says since when it fails, and the guard holds once it is known."""
+    env = make_env(tmp_path)
+    host_fs = HostFS(tmp_path / "host", IMAGE_A)  # the env's host tree, by its path
+    origin = host_fs.origin_file()
+    kept = origin.read_text()
+    origin.unlink()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_A})
+    await env.step()  # a drain for the booted image: held only if the image is known
+    status = env.controller.status()
+    assert status.booted.digest is None
+    assert status.booted.error is not None
+    assert status.booted.error_since == env.clock.now()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B  # let through: abstains
+    delay = env.controller.booted.retry_in()
+    assert delay is not None
+    assert 0.5 <= delay <= 1.0  # the backoff's first step
+    origin.write_text(kept)
+    env.clock.advance(delay)
+    # No Node event: the loop's timer is the reader's (the decision names none here).
+    recheck = env.controller.wake_at(None)
+    assert recheck == env.clock.now()
+    await env.controller.step()
+    status = env.controller.status()
+    assert status.booted.error is None
+    assert status.booted.error_since is None
+    assert env.controller.booted.retry_in() is None
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B  # noop-image

@@ -31,6 +31,8 @@ class BootedImage:
     reference: str | None
     source: str
     error: str | None = None
+    #: Since when reading it fails (the agent reads it again with backoff meanwhile).
+    failing_since: datetime | None = None
 
 
 @dataclass(frozen=True, order=True)
