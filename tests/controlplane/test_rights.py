@@ -461,6 +461,11 @@ async def own_event(setup: Installed) -> str:
     return await create_event(setup, event(setup.node))
 
 
+async def huge_own_event(setup: Installed) -> str:
+    """Its own Node's Event as the recorder writes it, but a message of 1 MiB (issue 34)."""
+    return await create_event(setup, event(setup.node) | {"message": "x" * (1024 * 1024)})
+
+
 async def other_nodes_event(setup: Installed) -> str:
     return await create_event(setup, event(setup.other))
 
@@ -613,6 +618,7 @@ REQUESTS: dict[str, Request] = {
     "change a budget": change_budget,
     "create a budget in default": budget_elsewhere,
     "create an Event about its own Node in default": own_event,
+    "create an Event about its own Node in default with a message of 1 MiB": huge_own_event,
     "create an Event about another Node in default": other_nodes_event,
     "create an Event about its own Node as the kubelet": event_as_kubelet,
     "create an Event in its own namespace": event_elsewhere,
