@@ -17,16 +17,19 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.node import PAUSE_IMAGE, Node
 from tests.deploy.tools import REPO
-from tests.helpers import require_or_skip
+from tests.helpers import IMAGE_A, IMAGE_B, require_or_skip
 from tests.node.helpers import container_pids, get, kubectl, wait_jsonpath
 
 ARCHIVE = REPO / "build" / "image" / "drain-guard.oci.tar"
@@ -256,6 +259,91 @@ def test_the_seed_the_shields_budget_refuses_the_build_pods_eviction(
     assert "deletionTimestamp" not in pod["metadata"]
     assert container_pids(pod, "build")
     kubectl(node, "delete", "-n", MCO_NS, "pod", "build-seed", "--wait=true")
+
+
+@pytest.fixture
+def rhcos_sysroot() -> Iterator[HostFS]:
+    """/sysroot of this host laid out as RHCOS's after an update (two deployments, the boot
+    link to the booted one), made for the test and removed after; a host that has its own
+    /sysroot (an ostree host) is left alone."""
+    sysroot = Path("/sysroot")
+    if os.path.lexists(sysroot):
+        require_or_skip("this host has a /sysroot of its own")
+    host = HostFS(sysroot, IMAGE_A)
+    try:
+        host.reboot_into(IMAGE_B)
+        yield host
+    finally:
+        shutil.rmtree(sysroot)
+
+
+def test_the_openshift_style_mount_copies_the_booted_origin(
+    node: Node, install: Path, rhcos_sysroot: HostFS, tmp_path: Path
+) -> None:
+    """The base's (the OpenShift overlays') host mount on the real kubelet: /sysroot/ostree
+    (hostPath type Directory) read-only in booted-origin, which runs as 65532 and copies the
+    booted deployment's origin, and nothing else, into the pod's in-memory emptyDir. The one
+    change to the shipped pod: this kernel has no ostree= argument, so booted-origin is given
+    the RHCOS command line as a file inside the mount (--cmdline-file)."""
+    base = yaml.safe_load((REPO / "daemonset" / "base" / "daemonset.yaml").read_text())
+    spec = base["spec"]["template"]["spec"]
+    (volume,) = (v for v in spec["volumes"] if "hostPath" in v)
+    (init,) = spec["initContainers"]
+    cmdline = rhcos_sysroot.root / "ostree" / "drain-guard-test-cmdline"
+    shutil.copy(rhcos_sysroot.cmdline_file, cmdline)
+    patch = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "drain-guard", "namespace": AGENT_NS},
+        "spec": {
+            "template": {
+                "spec": {
+                    "initContainers": [
+                        {
+                            "name": init["name"],
+                            "args": [*init["args"], "--cmdline-file=/host/ostree/" + cmdline.name],
+                            "volumeMounts": init["volumeMounts"],
+                        }
+                    ],
+                    "volumes": [volume],
+                }
+            }
+        },
+    }
+    variant = tmp_path / "variant"
+    variant.mkdir()
+    (variant / "kustomization.yaml").write_text(
+        json.dumps(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(install, variant)],
+                "patches": [{"patch": json.dumps(patch)}],
+            }
+        )
+    )
+    try:
+        kubectl(node, "apply", "-k", str(variant))
+        kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+        pod = _agent_pod(node)
+        log = kubectl(node, "logs", "-n", AGENT_NS, _name(pod), "-c", "booted-origin")
+        assert log.startswith("drain-guard copy-booted-origin: copied /ostree/boot."), log
+        uid = pod["metadata"]["uid"]  # type: ignore[index]
+        copy = node.workdir / "kubelet" / "pods" / uid / "volumes" / "kubernetes.io~empty-dir"
+        copy /= "booted-origin"
+        files = [p.relative_to(copy) for p in copy.rglob("*") if p.is_file()]
+        assert files == [rhcos_sysroot.origin_file().relative_to(rhcos_sysroot.root)]
+        assert IMAGE_B in (copy / files[0]).read_text()
+    finally:
+        kubectl(node, "apply", "-k", str(install))
+        kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+    assert not [v for v in _volumes(node) if "hostPath" in v]
+
+
+def _volumes(node: Node) -> list[dict[str, object]]:
+    daemonset = get(node, "ds/drain-guard", AGENT_NS)
+    volumes: list[dict[str, object]] = daemonset["spec"]["template"]["spec"]["volumes"]
+    return volumes
 
 
 def test_the_documented_uninstall_releases_the_hold(node: Node, install: Path) -> None:
