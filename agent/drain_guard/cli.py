@@ -139,7 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_argument(
         "--reason", required=True, help="why, one line (shown in drain-guard status and Events)"
     )
-    _add_max_hold_argument(hold)
 
     release = sub.add_parser(
         "release",
@@ -161,8 +160,10 @@ def _add_max_hold_argument(parser: argparse.ArgumentParser) -> None:
         "--max-hold",
         type=_duration,
         default=os.environ.get("DRAIN_GUARD_MAX_HOLD") or default_max_hold(),
-        help="the agents' --max-hold, to say when a hold ends (default: DRAIN_GUARD_MAX_HOLD,"
-        " as in the agent's pod, else the agent's default)",
+        help="the agents' --max-hold, only for a hold an older agent wrote without"
+        " drain-guard.io/hold-expires (which says when a hold ends), and to say how long an"
+        " unheld hold request can hold (default: DRAIN_GUARD_MAX_HOLD, as in the agent's pod,"
+        " else the agent's default)",
     )
 
 

@@ -194,6 +194,7 @@ STORAGE = {
     ),
     protocol.HOLD_REQUEST: "2099-01-01T00:00:00Z;storage migration",
     protocol.DESIRED_CONFIG: "rendered-worker-5620b8c1d2e3f4a5b6c7d8e9f0a1b2c3",
+    protocol.HOLD_EXPIRES: "2026-03-01T12:32:55Z",
 }
 
 
@@ -202,10 +203,22 @@ def _text(annotations: dict[str, str]) -> str:
     return render_text(node_state(node, NOW, MAX_HOLD))
 
 
+def test_status_reads_when_a_hold_ends_from_the_record_not_from_its_own_max_hold() -> None:
+    node = NodeObj("worker-1", "7", STORAGE, False)
+    state = node_state(node, NOW, timedelta(minutes=5))
+    assert (state["endsBy"], state["endsByFrom"]) == ("2026-03-01T12:32:55Z", "hold-expires")
+
+
+def test_status_of_an_older_agents_record_counts_the_end_from_max_hold_and_says_so() -> None:
+    older = {k: v for k, v in STORAGE.items() if k != protocol.HOLD_EXPIRES}
+    text = _text(older)
+    assert "ends by 2026-03-01T12:32:55Z (in 32m55s; --max-hold 45m00s: an older agent's" in text
+
+
 def test_status_says_since_when_until_when_and_what_releases_the_hold() -> None:
     text = _text(STORAGE)
     assert "HELD since 2026-03-01T11:47:55Z (12m05s ago) for build-pod, manual" in text
-    assert "ends by 2026-03-01T12:32:55Z (in 32m55s; --max-hold 45m00s)" in text
+    assert "ends by 2026-03-01T12:32:55Z (in 32m55s; its hold-expires)" in text
     assert f"released build-pod: when build pod {MCO}/build-x ends" in text
     assert "released manual: when the hold request expires at 2099-01-01T00:00:00Z" in text
     assert "released now by: drain-guard release --node-name worker-1" in text

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from drain_guard import guards, protocol
 from drain_guard.commands.base import connect
-from drain_guard.durations import format_duration
+from drain_guard.config.agent import MCD_DRAIN_TIMEOUT
 from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from drain_guard.holdrequest import printable
 
 
 async def run_hold(args: argparse.Namespace) -> int:
     """Write a valid ``drain-guard.io/hold-request`` (replacing any): the agent holds the
-    node's drain requests until it expires, each at most ``--max-hold``."""
+    node's drain requests until it expires, each at most its ``--max-hold`` (a hold in force
+    says when it ends: ``hold-expires``)."""
     from drain_guard.kube.call import KubeError
     from drain_guard.kube.client import Applied
 
@@ -60,10 +62,27 @@ async def run_hold(args: argparse.Namespace) -> int:
     )
     if previous is not None:
         print(f"node {name}: replaced the hold request {printable(repr(previous))}")
-    if args.duration > args.max_hold:
-        print(
-            f"node {name}: note: a held drain is released after --max-hold"
-            f" {format_duration(args.max_hold)} even so (the MCD's drain timeout is 1h)"
-        )
+    bounded = _bounded(name, node.annotations, until)
+    if bounded is not None:
+        print(bounded)
     print(f"withdraw it with: drain-guard release --node-name {name}")
     return EXIT_OK
+
+
+def _bounded(name: str, annotations: Mapping[str, str], until: datetime) -> str | None:
+    """What cuts the request short, if it outlasts it: the hold in force ends by its
+    ``hold-expires``; every hold by the agent's ``--max-hold``, which is below the MCD's 1 h
+    drain timeout (so a request of an hour or more is always cut short)."""
+    try:
+        record = protocol.read_hold(annotations)
+    except protocol.MalformedHold:
+        record = None
+    if record is not None and record.expires is not None and record.expires < until:
+        ends = protocol.format_rfc3339(record.expires)
+        return f"node {name}: note: the hold in force ends by {ends} even so (its hold-expires)"
+    if until - datetime.now(UTC) < MCD_DRAIN_TIMEOUT:
+        return None
+    return (
+        f"node {name}: note: each drain is held at most the agent's --max-hold (below 1h, the"
+        " MCD's drain timeout), however long the request"
+    )

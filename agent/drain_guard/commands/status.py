@@ -37,7 +37,8 @@ def node_state(
     node: NodeObj, now: datetime | None = None, max_hold: timedelta | None = None
 ) -> dict[str, Any]:
     """What ``status`` shows of one Node, from its annotations alone, at ``now``; a hold ends
-    by its ``held-since`` plus ``max_hold`` (the agents' ``--max-hold``).
+    by its ``hold-expires``, or, in an older agent's record without one, by its ``held-since``
+    plus ``max_hold`` (the agents' ``--max-hold``).
 
     "Held" means exactly what ``release`` can release (:func:`force_release`), so the
     two commands never disagree; a ``hold-`` value drain-guard did not write is "foreign".
@@ -81,13 +82,14 @@ def node_state(
         state["error"] = f"malformed hold annotations: {exc}"
         return state
     if record is not None:
-        ends_by = record.since + max_hold
+        ends_by = record.expires or record.since + max_hold
         details = split_hold_detail(record.detail)
         reasons = [(r, details.get(r, "")) for r in record.reason_names]
         state.update(
             reasons=list(record.reason_names),
             heldSince=protocol.format_rfc3339(record.since),
             endsBy=protocol.format_rfc3339(ends_by),
+            endsByFrom="hold-expires" if record.expires is not None else "--max-hold",
             detail=record.detail,
             releasesWhen=list(releases_when(reasons, request)),
         )
@@ -185,9 +187,13 @@ def render_text(state: Mapping[str, Any]) -> str:
                 f" for {', '.join(state['reasons'])}: {held}"
             )
             left = format_duration(ends_by - now)
+            source = (
+                "its hold-expires"
+                if state.get("endsByFrom") == "hold-expires"
+                else f"--max-hold {format_duration(max_hold)}: an older agent's record"
+            )
             lines.append(
-                f"  ends by {state['endsBy']} (in {left}; --max-hold"
-                f" {format_duration(max_hold)}) unless released earlier"
+                f"  ends by {state['endsBy']} (in {left}; {source}) unless released earlier"
             )
         else:
             lines.append(f"  HELD: {held}")
