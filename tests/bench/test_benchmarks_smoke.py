@@ -19,11 +19,13 @@ from benchmarks import (
     fleet,
     footprint,
     interleave,
+    pool,
     reaction,
     scrapeflood,
     shieldscale,
     startup_profile,
 )
+from drain_guard_sim.actors.mco import McoVersion
 from tests.helpers import require_tool
 
 
@@ -184,3 +186,26 @@ def test_interleave_refuses_an_unknown_variant_or_edit() -> None:
         interleave.parse_agent("x=nonesuch", None)
     with pytest.raises(ValueError, match="neither"):
         interleave.parse_agent("x=development,MALLOC_ARENA_MAX", None)
+
+
+def test_pool(tmp_path: Path) -> None:
+    """The 4.18 seed, MCO alone and with agents: nothing pointless, nothing evicted, finished."""
+    argv = ["--versions", "4.18", "--scenarios", "seed", "--time-factor", "0.005"]
+    assert pool.main([*argv, "--out", str(tmp_path)]) == 0
+    doc = _result(tmp_path, "pool")
+    runs = {run["agents"]: run for run in doc["runs"]}
+    assert set(runs) == {False, True}
+    for run in runs.values():
+        assert (run["version"], run["scenario"]) == ("4.18", "seed")
+        assert (run["pointless"], run["evicted"]) == (0, 0)
+        assert run["finished"] is not None
+    assert runs[True]["max_hold_ends"] == 0
+    assert "| 4.18 | seed | 0 / 0 | 0 / 0 |" in doc["table"]
+    assert runs[False]["agent_restarts"] == 0
+
+
+def test_pool_plays_each_scenario_where_its_version_has_it() -> None:
+    assert pool.applies(McoVersion.V4_15, "stuck-build")
+    assert not pool.applies(McoVersion.V4_16, "stuck-build")
+    assert not pool.applies(McoVersion.V4_15, "revert")
+    assert pool.applies(McoVersion.V4_18, "revert")
