@@ -166,6 +166,9 @@ class Controller:
         # The release this pass is writing, and the one that has failed since (escalated in
         # /status, a metric and an alert: a hold must not outlive max-hold for want of it).
         self._releasing: decisions.Release | None = None
+        # Since when, and why, the Node writes fail without an answer or with a 5xx: the API
+        # server reads (watches, the cache) but does not commit; /readyz says so.
+        self._writes_failing: tuple[datetime, str] | None = None
         self._release_failing: ReleaseFailingStatus | None = None
 
     # StatusSource -------------------------------------------------------------------------
@@ -209,14 +212,23 @@ class Controller:
         return started is None or self.clock.monotonic() - started < STUCK_AFTER
 
     def ready(self) -> tuple[bool, str]:
-        """health's rule on the Node and pod watches, and the Node found."""
-        found = self.cache.node is not None
+        """health's rule on the Node and pod watches, the Node found, and its writes
+        committed (a write that failed without an answer or with a 5xx, until a pass
+        succeeds)."""
         return self.counters.ready(
             (Watched.NODE, Watched.POD),
             self.clock.now(),
             self.settings.api_stale_after,
-            also=None if found else f"node {self.settings.node_name} not found",
+            also=self._unready(),
         )
+
+    def _unready(self) -> str | None:
+        if self.cache.node is None:
+            return f"node {self.settings.node_name} not found"
+        if self._writes_failing is not None:
+            since, why = self._writes_failing
+            return f"node writes failing since {protocol.format_rfc3339(since)} ({why})"
+        return None
 
     # The loop ---------------------------------------------------------------------------
 
@@ -242,6 +254,7 @@ class Controller:
                     recheck = self.wake_at(await self.step())
                     retry.reset()
                     outage.ended()
+                    self._writes_failing = None
                     self._release_landed()
                 except Exception as exc:  # one failed pass never ends the loop
                     self._release_failed(exc)
@@ -385,7 +398,7 @@ class Controller:
                 self._report(decision, node, view)
                 return decision.recheck_at
             self._releasing = decision if isinstance(decision, decisions.Release) else None
-            result = await self.kube.patch_node_json(node.name, decision.patch)
+            result = await self._write(node.name, decision.patch)
             if isinstance(result, Applied):
                 self._written = (node.resource_version, result.node)
                 self._applied(decision, node, result.node)
@@ -404,6 +417,19 @@ class Controller:
                 # Newer than the watch for now, like our own writes: use it until caught up.
                 self._written = (self.cache.node.resource_version, node)
         raise refused
+
+    async def _write(self, name: str, patch: Sequence[Mapping[str, Any]]) -> PatchResult:
+        """The Node write, and whether writes fail: reads alone do not make the agent ready
+        (an etcd freeze answered every read from the watch cache and no write)."""
+        try:
+            result = await self.kube.patch_node_json(name, patch)
+        except KubeError as exc:
+            if exc.status in (0, 429) or exc.status >= 500:
+                since = self._writes_failing
+                self._writes_failing = (self.clock.now() if since is None else since[0], str(exc))
+            raise
+        self._writes_failing = None
+        return result
 
     # Holds: what happened, derived by holds.py, applied here ---------------------------------
 

@@ -28,6 +28,8 @@ from drain_guard.health import Health
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.kube.operations import Watched
+from drain_guard.kube.watchstatus import WatchStatus
 from drain_guard.metrics import Metrics
 from drain_guard.nodes import NodeObj
 from drain_guard.status import AgentStatus
@@ -925,3 +927,35 @@ async def test_a_booted_image_unreadable_at_start_is_read_again_until_it_is_know
     assert status.booted.error_since is None
     assert env.controller.booted.retry_in() is None
     assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B  # noop-image
+
+
+async def test_readyz_fails_while_node_writes_fail_though_reads_answer(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: in an etcd freeze /readyz said 200 for 22 s while every write timed out: the
+    watch cache answered reads, which count as contact. A write that fails without an answer
+    or with a 5xx now makes the agent unready until a pass succeeds; a refusal (422) does not."""
+    await _hold_b(env)
+    for resource in (Watched.NODE, Watched.POD):
+        env.controller.counters.watch_state(resource, WatchStatus(listed=True, watching=True))
+    env.controller.counters.api_contact()
+    assert env.controller.ready() == (True, "")
+    env.clock.advance(MAX_HOLD.total_seconds())
+    real_patch = env.kube.patch_node_json
+
+    async def frozen(name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult:
+        raise KubeError(0, "patch_node: TimeoutError: no answer within 8s")
+
+    monkeypatch.setattr(env.kube, "patch_node_json", frozen)
+    env.controller.counters.api_contact()  # a read answered meanwhile
+    with pytest.raises(KubeError):
+        await env.step()
+    ready, why = env.controller.ready()
+    assert not ready
+    assert why == (
+        f"node writes failing since {protocol.format_rfc3339(env.clock.now())}"
+        " (no answer: patch_node: TimeoutError: no answer within 8s)"
+    )
+    monkeypatch.setattr(env.kube, "patch_node_json", real_patch)
+    await env.step()
+    assert env.controller.ready() == (True, "")
