@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import re
 import sys
@@ -10,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from drain_guard import protocol
+from drain_guard_sim.actors.mco import McoVersion
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import DECISION
 from drain_guard_sim.harness.demo import (
+    MCO_NAMES,
     AgentDecision,
     RunResult,
+    configure_parser,
     held_reasons,
     times_note,
     verdict,
@@ -164,3 +168,22 @@ def test_the_times_on_the_real_api_say_they_are_scaled() -> None:
     assert note.startswith("Times are MCO seconds: every MCO duration is played 10x faster")
     assert "the real API server's own delays show 10x longer than they took" in note
     assert "API server" not in times_note("sim", 0.05)
+
+
+@pytest.mark.parametrize(
+    ("name", "version"),
+    [("4.17", McoVersion.V4_16), ("4.19", McoVersion.V4_18), ("4.15", McoVersion.V4_15)],
+)
+def test_the_demo_takes_every_release_it_plays(name: str, version: McoVersion) -> None:
+    """4.17 is played by the 4.16 model and 4.19 by the 4.18 one (docs/mco-versions.md)."""
+    parser = argparse.ArgumentParser()
+    configure_parser(parser, agent_max_hold=2700.0)
+    assert MCO_NAMES[parser.parse_args(["--mco-version", name]).mco_version] is version
+
+
+def test_the_demo_refuses_a_release_it_does_not_play(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    configure_parser(parser, agent_max_hold=2700.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--mco-version", "4.20"])
+    assert "invalid choice: '4.20'" in capsys.readouterr().err

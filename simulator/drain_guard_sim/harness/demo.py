@@ -37,6 +37,17 @@ AGENT_ACTOR = "drain-guard"
 #: The cluster a run plays on: the simulator's, or the real control plane's (``--api real``).
 Cluster = SimCluster | RealCluster
 START_TIMEOUT = 30.0  # seconds for an agent to start and make its first decision
+#: The names ``--mco-version`` takes: each simulated version, and the releases it plays
+#: (docs/mco-versions.md: 4.17 is played by the 4.16 model, 4.19 by the 4.18 one).
+MCO_NAMES: dict[str, McoVersion] = {
+    "4.15": McoVersion.V4_15,
+    "4.16-early": McoVersion.V4_16_EARLY,
+    "4.16": McoVersion.V4_16,
+    "4.17": McoVersion.V4_16,
+    "4.18-early": McoVersion.V4_18_EARLY,
+    "4.18": McoVersion.V4_18,
+    "4.19": McoVersion.V4_18,
+}
 # Timeline lines worth showing a newcomer (actor, text); the full timeline has every step.
 KEY_LINES = (
     ("user", ""),
@@ -87,11 +98,12 @@ def configure_parser(parser: argparse.ArgumentParser, agent_max_hold: float | No
     )
     parser.add_argument(
         "--mco-version",
-        choices=[v.value for v in McoVersion],
+        choices=list(MCO_NAMES),
         default=McoVersion.V4_15.value,
         help="the MCO the simulated cluster plays: 4.15 (the seed's, default), 4.16-early (4.16 "
-        "before PR 4484), 4.16 (4.16 from then, 4.17), 4.18-early (4.18 before the "
-        "on-cluster-layering backport), 4.18 (its latest z-stream, 4.19); docs/mco-versions.md",
+        "before PR 4484), 4.16 or 4.17 (4.16 from then, 4.17), 4.18-early (4.18 before the "
+        "on-cluster-layering backport), 4.18 or 4.19 (4.18's latest z-stream, 4.19); "
+        "docs/mco-versions.md",
     )
     max_hold_help = (
         "the agents' --max-hold in MCO seconds, scaled by --time-factor like every MCO duration"
@@ -287,7 +299,7 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
     # A node reboots in 20 s here (a real one takes a minute or two): it shortens the demo
     # without changing the story. Every other duration is MCO's own.
     timings = Timings(reboot=20.0)
-    version = McoVersion(args.mco_version)
+    version = MCO_NAMES[args.mco_version]
     async with contextlib.AsyncExitStack() as stack:
         cluster: Cluster
         if args.api == "real":
@@ -539,7 +551,7 @@ async def _demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
-    version = McoVersion(args.mco_version)
+    version = MCO_NAMES[args.mco_version]
     if args.api == "real":
         out.write(
             "drain-guard demo --api real: the cluster's API server is a real kube-apiserver\n"
@@ -557,10 +569,12 @@ async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
         )
     else:
         out.write(
-            f"drain-guard demo: the seed report's steps on MCO {version.value} in a simulated\n"
+            f"drain-guard demo: the seed report's steps on MCO {args.mco_version} in a simulated\n"
             f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
-            f"worker-0; MCO {version.value} waits for it before it targets any node.\n"
+            f"worker-0; MCO {args.mco_version} waits for it before it targets any node.\n"
         )
+        if args.mco_version != version.value:
+            out.write(f"(MCO {args.mco_version} is played by the simulator's {version.value}.)\n")
     out.write(times_note(args.api, args.time_factor))
     out.write("\n-- run 1: without drain-guard --\n")
     out.flush()
