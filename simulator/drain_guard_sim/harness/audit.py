@@ -6,8 +6,13 @@ checker (``checker.py``) judges runs on either server.
 its user, verb, resource and subresource from the event, ``after`` from the response,
 ``before`` from the previous write of the same object (every write of those kinds is
 logged, so the chain is whole; an eviction's response is a Status, so its ``after`` is None
-and its ``before`` the pod as last written). Records are ordered by the time the server
-completed them, and numbered in that order (an eviction has no resourceVersion of its own).
+and its ``before`` the pod as last written). Records are ordered as etcd committed them: by
+the resourceVersion of the object each write returned (a global counter of the one etcd),
+and a write that returns none (an eviction) right after the committed write logged before it;
+then numbered in that order. The time the server completed a write is no such order: two
+writers of one Node every 50 ms had their completions logged out of commit order, and the
+chain of ``before`` objects then made three correct writes look like scope violations
+(issue 35).
 """
 
 from __future__ import annotations
@@ -33,6 +38,31 @@ def _events(path: Path) -> Iterable[JsonObj]:
                 yield json.loads(line)
 
 
+def _resource_version(event: JsonObj) -> int | None:
+    response = event.get("responseObject") or {}
+    if response.get("kind") in (None, "Status"):
+        return None
+    value = (response.get("metadata") or {}).get("resourceVersion")
+    return int(value) if isinstance(value, str) and value.isdigit() else None
+
+
+def _in_commit_order(events: list[JsonObj]) -> list[JsonObj]:
+    """``events`` by the resourceVersion each write committed; one without (an eviction's
+    Status) right after the write completed last before it."""
+    by_time = sorted(events, key=lambda e: e["stageTimestamp"])
+    keyed: list[tuple[int, int, int, JsonObj]] = []
+    last = 0
+    for i, event in enumerate(by_time):
+        rv = _resource_version(event)
+        if rv is None:
+            keyed.append((last, 1, i, event))
+        else:
+            last = max(last, rv)
+            keyed.append((rv, 0, i, event))
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
+
+
 def write_log(path: Path, since: datetime, clock_offset: float) -> list[WriteRecord]:
     """The successful Node and Pod writes of the audit log at ``path`` completed from
     ``since`` on; ``clock_offset`` is ``time.monotonic() - time.time()`` of this process, so
@@ -45,7 +75,7 @@ def write_log(path: Path, since: datetime, clock_offset: float) -> list[WriteRec
         and 200 <= (e.get("responseStatus") or {}).get("code", 0) <= 299
         and "dryRun=" not in e.get("requestURI", "")  # stored nothing (the simulator's log
     ]  # has no dry runs either)
-    events.sort(key=lambda e: e["stageTimestamp"])
+    events = _in_commit_order(events)
     last: dict[tuple[str, str, str], JsonObj] = {}
     records: list[WriteRecord] = []
     for e in events:
