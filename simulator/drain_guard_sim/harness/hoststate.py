@@ -60,7 +60,14 @@ CREATED_PATHS = (
 #: Where the node's mounts are, besides its own directories (the network namespaces'
 #: mount points, the shims' state): nothing else on the host is touched or compared, so
 #: another program's mounts (a build's) are left alone.
-MOUNT_SCOPES = ("/run/netns/", "/run/containerd/", "/var/lib/kubelet/", "/var/lib/containerd/")
+MOUNT_SCOPES = (
+    "/run/netns/cni-",  # containerd's names for pods' network namespaces; no one else's
+    "/run/containerd/",
+    "/var/lib/kubelet/",
+    "/var/lib/containerd/",
+)
+#: Where other programs keep things too: removed only if empty.
+SHARED_PATHS = (Path("/run/netns"),)
 #: The kubelet's cgroups (cgroupfs driver): kubepods and everything under it.
 CGROUP_NAME = "kubepods"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -271,7 +278,12 @@ class HostState:
 
     def _remove_paths(self) -> None:
         for path in CREATED_PATHS:
-            if path not in self.paths and os.path.lexists(path):
+            if path in self.paths or not os.path.lexists(path):
+                continue
+            if path in SHARED_PATHS:
+                with contextlib.suppress(OSError):  # another program's namespace is there
+                    path.rmdir()
+            else:
                 subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
 
 
