@@ -1,14 +1,14 @@
 """``drain-guard run | shield | webhook | node-proxy | copy-booted-origin | status | hold | release
-| demo``.
+| preflight | demo``.
 
 ``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
 keep no budgets; ``webhook`` the admission webhook that confines the agents on OpenShift
 4.15/4.16 (drain_guard.webhook); ``node-proxy`` holds the node's credential for a systemd agent
 and passes on only that agent's requests about its own Node (drain_guard.nodeproxy).
-``status``, ``hold`` and ``release`` are operator tools that talk to the API with the caller's
-own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides who may hold
-or release (drain_guard.commands). ``demo`` is imported lazily: the agent never loads the
-simulator.
+``status``, ``hold``, ``release`` and ``preflight`` are operator tools that talk to the API
+with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC
+decides who may hold or release (drain_guard.commands). ``demo`` is imported lazily: the
+agent never loads the simulator.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 from drain_guard import __version__
 from drain_guard.commands.hold import run_hold
+from drain_guard.commands.preflight import DEFAULT_RIGHTS, run_preflight
 from drain_guard.commands.release import run_release
 from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.agent import add_run_arguments, default_max_hold, settings_from
@@ -149,6 +150,33 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--node-name", help="node whose hold to release")
     target.add_argument("--all", action="store_true", help="release every node's hold")
 
+    preflight = sub.add_parser(
+        "preflight",
+        help="say which install fits this cluster, and prove the installed confinement"
+        " (docs/rights.md's rows, as the agent, dry run)",
+    )
+    _add_client_arguments(preflight)
+    preflight.add_argument(
+        "--namespace", default="drain-guard", help="the agent's namespace (default: %(default)s)"
+    )
+    preflight.add_argument(
+        "--service-account",
+        default="drain-guard",
+        help="the agent's ServiceAccount (default: %(default)s)",
+    )
+    preflight.add_argument(
+        "--node-name", help="the node whose agent to impersonate (default: the first agent pod's)"
+    )
+    preflight.add_argument(
+        "--install",
+        help="the overlay whose rows to prove (default: the one that fits the cluster)",
+    )
+    preflight.add_argument(
+        "--rights",
+        default=str(DEFAULT_RIGHTS),
+        help="the rights table (default: this checkout's docs/rights.md)",
+    )
+
     # Listed for --help only: main() hands ``demo ...`` to the demo's own parser, so that
     # building this parser, as ``run`` does, never imports the simulator.
     sub.add_parser("demo", help="run the seed scenario in a simulated cluster (see demo --help)")
@@ -249,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run_status(args))
     if args.command == "hold":
         return asyncio.run(run_hold(args))
+    if args.command == "preflight":
+        return run_preflight(args)
     assert args.command == "release", args.command  # "demo" never reaches the parser
     return asyncio.run(run_release(args))
 

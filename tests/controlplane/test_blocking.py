@@ -15,14 +15,13 @@ import yaml
 from kubernetes_asyncio import client
 
 from drain_guard import protocol
+from drain_guard.rights import ALLOWED, RBAC
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.controlplane.helpers import own_namespace, unique
 from tests.controlplane.nodes import DRAIN_B, mcd_request, wait_annotation
 from tests.controlplane.test_rights import (
     AGENT_NS,
-    ALLOWED,
-    RBAC,
     Installed,
     answer,
     installed,

@@ -14,7 +14,7 @@ import asyncio
 import dataclasses
 import re
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from drain_guard import protocol
 from drain_guard.decide import stale_keys
 from drain_guard.pods import Pod
+from drain_guard.rights import ALLOWED, RBAC, expected
 from drain_guard.shieldplan import Role, Want
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
@@ -69,8 +70,6 @@ INSTALLS = {
 }
 AGENT_NS = "drain-guard"
 ACCOUNT = "drain-guard"
-ALLOWED = "allowed"
-RBAC = "denied: RBAC"
 #: The agent's writes (drain_guard.metrics.API_OPERATIONS): none may have failed.
 WRITES = ("node_patch", "event_create", "event_patch", "poddisruptionbudget_create")
 POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
@@ -645,17 +644,9 @@ REQUESTS: dict[str, Request] = {
 }
 
 
-def table_rows(text: str) -> Iterator[tuple[str, str, str]]:
-    """(install, request, answer) of each row of the rights table."""
-    for line in text.splitlines():
-        cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
-        header = cells[0] == "install" or set(cells[0]) <= {"-", ":"}
-        if line.startswith("|") and len(cells) == 3 and not header:
-            yield cells[0], cells[1], cells[2]
-
-
 def documented(install: str) -> dict[str, str]:
-    return {r: a for i, r, a in table_rows(RIGHTS.read_text()) if i == install}
+    """The table's rows for ``install``, read as ``drain-guard preflight`` reads them."""
+    return expected(RIGHTS.read_text(), install)
 
 
 async def test_the_rights_table_is_what_the_real_api_server_answers(installed: Installed) -> None:

@@ -22,6 +22,7 @@ DOCUMENTED_COMMANDS = (
     "copy-booted-origin",
     "status",
     "release",
+    "preflight",
 )
 
 

@@ -1,0 +1,36 @@
+"""drain-guard preflight makes every row of docs/rights.md (or says why it cannot), and picks
+the overlay by the Kubernetes the cluster runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drain_guard.commands.preflight import REQUESTS, UNMADE
+from drain_guard.rights import fitting_overlay, table_rows
+
+RIGHTS = Path(__file__).resolve().parents[2] / "docs" / "rights.md"
+
+
+def test_every_row_of_the_rights_table_is_made_or_says_why_not() -> None:
+    requests = {row.request for row in table_rows(RIGHTS.read_text())}
+    assert len(requests) > 40
+    assert requests - set(REQUESTS) == set(UNMADE)
+    assert not set(REQUESTS) - requests, "requests no row names"
+
+
+@pytest.mark.parametrize(
+    ("minor", "openshift", "overlay"),
+    [
+        (28, "4.15.3", "openshift-4.15"),
+        (29, "4.16.0", "openshift-4.15"),
+        (30, "4.17.1", "openshift"),
+        (31, "4.18.0", "openshift"),
+        (30, None, "kubernetes"),
+        (34, None, "kubernetes"),
+        (29, None, None),
+    ],
+)
+def test_the_overlay_that_fits(minor: int, openshift: str | None, overlay: str | None) -> None:
+    assert fitting_overlay(minor, openshift)[0] == overlay
