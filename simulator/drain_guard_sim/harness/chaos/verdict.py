@@ -97,23 +97,39 @@ def pool_state(cluster: SimCluster) -> str:
 
 def mco_stall(api: SimApiServer, nodes: Sequence[str], config: str) -> str | None:
     """Why MCO itself ends the final rollout of ``config`` short, as evidence; None when
-    nothing MCO does explains the stall. The one such cause is a failed build of ``config``:
-    the node controller rolls no node out to it, and MCO 4.15 to 4.18 start no new build by
-    themselves (docs/mco-versions.md, "What ends a noop-image hold"). It is MCO's only when
-    no node's drain request is pending or held: nothing the agents do could move it then."""
+    nothing MCO does explains the stall. MCO rolls no node out to a config without a
+    succeeded build, and starts none by itself (docs/mco-versions.md, "What ends a noop-image
+    hold") when the build of ``config`` failed, or when no build of it exists and the pool
+    refuses one: degraded (every version), or, on 4.15, still Building or BuildPending for a
+    config created during an earlier build. It is MCO's only when no node's drain request is
+    pending or held: nothing the agents do could move it then."""
     pool = api.get("machineconfigpools", "worker")
-    if pool["spec"]["configuration"]["name"] != config or not condition_true(pool, "BuildFailed"):
+    if pool["spec"]["configuration"]["name"] != config:
         return None
+    if condition_true(pool, "BuildFailed"):
+        why = f"the pool's target {config} has BuildFailed (MCO starts no new build by itself)"
+    else:
+        refusing = [
+            c
+            for c in ("Degraded", "NodeDegraded", "Building", "BuildPending")
+            if condition_true(pool, c)
+        ]
+        built = any(
+            b["metadata"]["name"] == f"build-{config}" for b in api.list("builds", MCO_NAMESPACE)
+        )
+        if built or not refusing:
+            return None
+        why = (
+            f"the pool's target {config} has no build and the pool says {', '.join(refusing)} "
+            "(canPoolBuild starts none)"
+        )
     drains = {}
     for node in nodes:
         ann = annotations_of(api.get("nodes", node))
         if ann.get(DESIRED_DRAIN) != ann.get(LAST_APPLIED_DRAIN):
             return None
         drains[node] = ann.get(DESIRED_DRAIN)
-    return (
-        f"the pool's target {config} has BuildFailed (MCO starts no new build by itself) "
-        f"and every drain request is answered: {drains}"
-    )
+    return f"{why} and every drain request is answered: {drains}"
 
 
 def node_timeline(
