@@ -35,7 +35,7 @@ from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_va
 from drain_guard.selectors import MCO_NAMESPACE
 
 __all__ = [
-    "AGENT_SUFFIX",
+    "AGENT_ACCOUNT",
     "POD_NAME_EXTRA",
     "POD_UID_EXTRA",
     "SHIELD_SUFFIX",
@@ -48,8 +48,10 @@ __all__ = [
 Obj = Mapping[str, Any]
 
 SA_PREFIX = "system:serviceaccount:"
-#: Service-account names the webhook judges (with any kustomize namePrefix).
-AGENT_SUFFIX = "drain-guard"
+#: The agents' service account, ``namespace:name``, exactly (``--agent-account``: a renamed
+#: install's, which the renamed-namespace transformer writes into the webhook's flags).
+AGENT_ACCOUNT = "drain-guard:drain-guard"
+#: The central shield's account (systemd's cluster side): its name, with any namePrefix.
 SHIELD_SUFFIX = "drain-guard-shield"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
@@ -113,13 +115,14 @@ def _named(name: str, suffix: str) -> bool:
     return name == suffix or name.endswith("-" + suffix)
 
 
-def caller(request: Obj) -> Caller | None:
-    """The drain-guard service account making the request, or None for anyone else."""
+def caller(request: Obj, agent: str) -> Caller | None:
+    """The drain-guard service account making the request (``agent``, ``namespace:name``,
+    exactly; or the central shield's), or None for anyone else."""
     username = str(_get(request, "userInfo", "username") or "")
     if not username.startswith(SA_PREFIX):
         return None
     namespace, _, name = username[len(SA_PREFIX) :].partition(":")
-    if not namespace or not (_named(name, AGENT_SUFFIX) or _named(name, SHIELD_SUFFIX)):
+    if not namespace or not (username == SA_PREFIX + agent or _named(name, SHIELD_SUFFIX)):
         return None
     return Caller(namespace, name)
 
@@ -150,10 +153,10 @@ def _subject(request: Obj) -> Obj:
     return found if isinstance(found, Mapping) else {}
 
 
-def lookups(request: Obj) -> tuple[PodKey, ...]:
+def lookups(request: Obj, agent: str = AGENT_ACCOUNT) -> tuple[PodKey, ...]:
     """The pods :func:`decide` reads for ``request``: the calling agent's own pod (from its
     token's pod-name extra), and for an agent's or the shield's budget the pod that owns it."""
-    who = caller(request)
+    who = caller(request, agent)
     resource, _ = _resource(request)
     if who is None or resource == "pods":
         return ()
@@ -168,14 +171,15 @@ def lookups(request: Obj) -> tuple[PodKey, ...]:
     return tuple(keys)
 
 
-def decide(request: Obj, pods: Mapping[PodKey, Obj | None]) -> Verdict:
+def decide(request: Obj, pods: Mapping[PodKey, Obj | None], agent: str = AGENT_ACCOUNT) -> Verdict:
     """Allow or deny one AdmissionReview request; ``pods`` holds what :func:`lookups` named
-    (None: not found). Requests of anyone but drain-guard's identities are allowed: the
-    webhook's matchConditions send it only theirs, and pods that run as an agent."""
+    (None: not found); ``agent`` is the agents' account, ``namespace:name``. Requests of
+    anyone but drain-guard's identities are allowed: the webhook's matchConditions send it
+    only theirs, and pods that run as the agents' account."""
     resource, subresource = _resource(request)
     if resource == "pods":
-        return review_pod(request)
-    who = caller(request)
+        return review_pod(request, agent)
+    who = caller(request, agent)
     if who is None:
         return ALLOW
     if who.is_shield:
@@ -409,14 +413,15 @@ def _review_pool_event(event: Obj, node: str) -> Verdict | None:
 # --- the agent's pod ----------------------------------------------------------------------
 
 
-def review_pod(request: Obj) -> Verdict:
-    """A pod that runs as an agent's service account, as the DaemonSet ships it (the rules
-    of the policy drain-guard-pod-confinement)."""
+def review_pod(request: Obj, agent: str) -> Verdict:
+    """A pod that runs as the agents' service account (``agent``, ``namespace:name``), as the
+    DaemonSet ships it (the rules of the policy drain-guard-pod-confinement)."""
     pod = request.get("object")
     if not isinstance(pod, Mapping):
         return _deny("the pod is missing from the request")
     spec = pod.get("spec") or {}
-    if not _named(str(spec.get("serviceAccountName") or ""), AGENT_SUFFIX):
+    account = f"{request.get('namespace') or ''}:{spec.get('serviceAccountName') or ''}"
+    if account != agent:
         return ALLOW
     if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
         return _deny("the agent's pod may not share the host's network, PID or IPC namespace")

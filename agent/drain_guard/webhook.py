@@ -93,8 +93,9 @@ class PodLookupError(Exception):
 
 
 class Webhook:
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, agent: str = admission.AGENT_ACCOUNT) -> None:
         self.kube = kube
+        self.agent = agent
         self.reviews = asyncio.Semaphore(MAX_REVIEWS)
 
     async def pod(self, key: admission.PodKey) -> dict[str, Any] | None:
@@ -108,9 +109,9 @@ class Webhook:
             raise PodLookupError(f"pod {key.namespace}/{key.name}: {exc}") from exc
 
     async def review(self, request: dict[str, Any]) -> admission.Verdict:
-        keys = admission.lookups(request)
+        keys = admission.lookups(request, self.agent)
         found = await asyncio.gather(*(self.pod(key) for key in keys))
-        return admission.decide(request, dict(zip(keys, found, strict=True)))
+        return admission.decide(request, dict(zip(keys, found, strict=True)), self.agent)
 
     async def validate(self, http: web.Request) -> web.Response:
         """Answer one AdmissionReview. Every byte may come from any pod that reaches the port
@@ -192,6 +193,10 @@ async def _follow_certificate(tls: Tls, ctx: ssl.SSLContext) -> None:
 
 
 async def serve(args: argparse.Namespace) -> int:
+    namespace, _, name = args.agent_account.partition(":")
+    if not namespace or not name or ":" in name:
+        log.error("--agent-account %r: expected NAMESPACE:NAME", args.agent_account)
+        return EXIT_USAGE
     try:
         tls = Tls.from_args(args)
         listen = parse_listen(args.listen)
@@ -204,7 +209,8 @@ async def serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     async def serve_tls(kube: Kube) -> web.AppRunner:
-        runner = web.AppRunner(make_app(Webhook(kube)), access_log=None, handle_signals=False)
+        webhook = Webhook(kube, args.agent_account)
+        runner = web.AppRunner(make_app(webhook), access_log=None, handle_signals=False)
         await runner.setup()
         try:
             await CappedSite(runner, listen, MAX_CONNECTIONS, ssl_context=ctx).start()

@@ -160,11 +160,14 @@ class MatchConditions:
         operation: str = "UPDATE",
         resource: str = "nodes",
     ) -> bool:
+        subject = new if new is not None else old
+        namespace = ((subject or {}).get("metadata") or {}).get("namespace", "")
         activation: dict[str, Any] = {
             "request": json_to_cel(
                 {
                     "operation": operation,
                     "resource": {"resource": resource},
+                    "namespace": namespace,
                     "userInfo": {"username": username},
                 }
             ),

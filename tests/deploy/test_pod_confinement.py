@@ -305,6 +305,7 @@ def webhook_create(pod: Obj) -> admission.Verdict:
     request = {
         "operation": "CREATE",
         "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": pod["metadata"]["namespace"],
         "userInfo": {"username": DAEMONSET_CONTROLLER},
         "object": pod,
     }
@@ -336,5 +337,9 @@ def test_the_webhook_leaves_pods_of_other_accounts_alone(
     pod["spec"]["serviceAccountName"] = "machine-config-daemon"
     pod["spec"]["hostPID"] = True
     assert webhook_create(pod).allowed
-    pod["spec"]["serviceAccountName"] = "acme-drain-guard"  # a kustomize namePrefix
+    # An account that only ends like the agents' is not theirs (issue 34: a renamed install's
+    # webhook is told its account, --agent-account); theirs is checked.
+    pod["spec"]["serviceAccountName"] = "acme-drain-guard"
+    assert webhook_create(pod).allowed
+    pod["spec"]["serviceAccountName"] = "drain-guard"
     assert not webhook_create(pod).allowed

@@ -92,8 +92,10 @@ def test_the_entries_and_what_they_do_when_it_cannot_answer(objects: list[Obj]) 
     ("user", "called"),
     [
         (AGENT, True),
-        ("system:serviceaccount:platform:drain-guard", True),  # a renamed namespace
-        ("system:serviceaccount:drain-guard:acme-drain-guard", True),  # a namePrefix
+        # Only the install's own account (a renamed one's is written in: issue 34).
+        ("system:serviceaccount:platform:drain-guard", False),
+        ("system:serviceaccount:drain-guard:acme-drain-guard", False),
+        ("system:serviceaccount:drain-guard:drain-guard-x", False),
         ("system:serviceaccount:drain-guard:drain-guard-shield", True),
         ("system:serviceaccount:drain-guard:acme-drain-guard-shield", True),
         ("system:serviceaccount:drain-guard:drain-guard-webhook", False),
@@ -183,18 +185,20 @@ def test_a_release_goes_to_the_entry_that_fails_open_and_nothing_else_does(
     assert agents.matches(AGENT, {"metadata": {}}, None, "DELETE", "poddisruptionbudgets")
 
 
-def test_pods_of_the_agents_account_are_checked_in_any_namespace(objects: list[Obj]) -> None:
+def test_pods_of_the_agents_account_are_checked(objects: list[Obj]) -> None:
+    """Pods of the agents' account, its name in its namespace, exactly (issue 34: a renamed
+    install's is written in by the renamed-namespace transformer)."""
     pods = MatchConditions(entry(objects, "pods.drain-guard.io"))
 
-    def pod(account: str | None) -> Obj:
+    def pod(account: str | None, namespace: str = "drain-guard") -> Obj:
         spec = {} if account is None else {"serviceAccountName": account}
-        return {"metadata": {"namespace": "anywhere"}, "spec": spec}
+        return {"metadata": {"namespace": namespace}, "spec": spec}
 
     controller = "system:serviceaccount:kube-system:daemon-set-controller"
-    for agent in ("drain-guard", "acme-drain-guard"):
-        assert pods.matches(controller, None, pod(agent), "CREATE", "pods"), agent
-    for other in ("default", "drain-guard-webhook", "drain-guard-shield", None):
+    assert pods.matches(controller, None, pod("drain-guard"), "CREATE", "pods")
+    for other in ("default", "drain-guard-webhook", "drain-guard-shield", "acme-drain-guard", None):
         assert not pods.matches(controller, None, pod(other), "CREATE", "pods"), other
+    assert not pods.matches(controller, None, pod("drain-guard", "elsewhere"), "CREATE", "pods")
 
 
 # --- where the API server finds it -----------------------------------------------------------
@@ -335,6 +339,14 @@ def test_an_install_in_another_namespace_with_a_prefix_keeps_it_working(tmp_path
     assert actual == wanted("other-ns"), sorted(actual ^ wanted("other-ns"))
     agents = MatchConditions(entry(objects, "agents.drain-guard.io"))
     assert agents.matches("system:serviceaccount:other-ns:acme-drain-guard", node(), held())
+    for other in ("other-ns:drain-guard", "drain-guard:acme-drain-guard"):
+        assert not agents.matches(f"system:serviceaccount:{other}", node(), held()), other
     daemonset = one(objects, "DaemonSet", "acme-drain-guard")
     pods = MatchConditions(entry(objects, "pods.drain-guard.io"))
-    assert pods.matches("x", None, daemonset["spec"]["template"], "CREATE", "pods")
+    template = daemonset["spec"]["template"] | {"metadata": {"namespace": "other-ns"}}
+    assert pods.matches("x", None, template, "CREATE", "pods")
+    # The webhook itself is told the renamed account.
+    box = container(
+        objects, "drain-guard-webhook", one(objects, "Deployment", "acme-drain-guard-webhook")
+    )
+    assert box["args"][-2:] == ["--agent-account", "other-ns:acme-drain-guard"]

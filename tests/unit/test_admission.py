@@ -100,6 +100,7 @@ class Cluster:
         user: str = AGENT,
         on: str | None = NODE,
         extra: dict[str, list[str]] | None = None,
+        agent: str = f"{NAMESPACE}:drain-guard",
     ) -> Verdict:
         subject = new if new is not None else old
         assert subject is not None
@@ -116,8 +117,8 @@ class Cluster:
             "object": new,
             "oldObject": old,
         }
-        found = {key: self.pods.get(key) for key in lookups(request)}
-        return decide(request, found)
+        found = {key: self.pods.get(key) for key in lookups(request, agent)}
+        return decide(request, found, agent)
 
 
 @pytest.fixture
@@ -243,8 +244,16 @@ def test_the_tokens_pod_must_be_the_live_agent_pod(cluster: Cluster) -> None:
     assert denied(cluster.review("UPDATE", "nodes", node(), held(), extra=extra), "no node")
 
 
-def test_a_renamed_namespace_and_a_name_prefix_are_confined_alike(cluster: Cluster) -> None:
-    for namespace, account in (("platform", "drain-guard"), (NAMESPACE, "acme-drain-guard")):
+def test_a_renamed_account_is_the_agent_only_when_the_webhook_is_told_it(
+    cluster: Cluster,
+) -> None:
+    """Issue 34: the webhook judges the account it is given (``--agent-account``, written by
+    the renamed-namespace transformer) and no other: one that merely ends like it is not."""
+    for namespace, account in (
+        ("platform", "drain-guard"),
+        (NAMESPACE, "acme-drain-guard"),
+        (NAMESPACE, "drain-guard-x"),
+    ):
         pod = agent_pod("worker-1", "p", "u")
         pod["metadata"]["namespace"] = namespace
         pod["metadata"]["ownerReferences"][0]["name"] = account
@@ -252,8 +261,13 @@ def test_a_renamed_namespace_and_a_name_prefix_are_confined_alike(cluster: Clust
         cluster.add(pod)
         user = f"system:serviceaccount:{namespace}:{account}"
         extra = {POD_NAME_EXTRA: ["p"], POD_UID_EXTRA: ["u"]}
-        verdict = cluster.review("UPDATE", "nodes", node(), held(), user=user, extra=extra)
+        told = f"{namespace}:{account}"
+        verdict = cluster.review(
+            "UPDATE", "nodes", node(), held(), user=user, extra=extra, agent=told
+        )
         assert denied(verdict, "only the Node it runs on (worker-1)"), account
+        # Not told: not an agent (the configuration does not send it either).
+        assert cluster.review("UPDATE", "nodes", node(), held(), user=user, extra=extra).allowed
 
 
 def test_other_users_are_allowed_whatever_they_write(cluster: Cluster) -> None:

@@ -41,4 +41,9 @@ def add_webhook_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig", help="for the pod lookups (default: KUBECONFIG, else in-cluster)"
     )
+    parser.add_argument(
+        "--agent-account",
+        default="drain-guard:drain-guard",
+        help="the agents' service account, NAMESPACE:NAME, exactly (a renamed install's)",
+    )
     parser.add_argument("--log-format", default="text", choices=[f.value for f in LogFormat])
