@@ -87,6 +87,16 @@ def _rendered(tmp_path: Path, namespace: str, prefix: str) -> list[Obj]:
     )
 
 
+def _agent_account(objects: list[Obj]) -> list[str]:
+    """The Deployment's ``--agent-account`` flag as rendered (the renamed account, which the
+    renamed-namespace transformer writes), for the webhook the test runs."""
+    (deployment,) = (o for o in objects if o["kind"] == "Deployment")
+    (box,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = [str(a) for a in box["args"]]
+    at = args.index("--agent-account")
+    return args[at : at + 2]
+
+
 def _pointed_at(configuration: Obj, url: str, ca: bytes, namespace: str) -> Obj:
     """The rendered configuration, sent to ``url`` and to this test's namespace only."""
     configuration = copy.deepcopy(configuration)
@@ -212,7 +222,9 @@ async def test_the_webhook_confines_the_agents_real_token(
             token.status.token, tmp_path / "webhook-kubeconfig"
         )
         cert = ServingCert.generate(tmp_path / "webhook-tls")
-        webhook = await spawn_webhook(webhook_kubeconfig, cert.cert_file, cert.key_file)
+        webhook = await spawn_webhook(
+            webhook_kubeconfig, cert.cert_file, cert.key_file, *_agent_account(objects)
+        )
         started.append(webhook)
         configuration_name = f"{prefix}drain-guard"
         try:

@@ -47,6 +47,7 @@ from tests.controlplane.test_webhook import (
     LAST_APPLIED,
     MCO,
     REQUEST,
+    _agent_account,
     _agent_pod,
     _bound_kubeconfig,
     _create,
@@ -148,7 +149,9 @@ async def install(control_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[
             token.status.token, tmp_path / "webhook-kubeconfig"
         )
         cert = ServingCert.generate(tmp_path / "webhook-tls")
-        webhook = await spawn_webhook(webhook_kubeconfig, cert.cert_file, cert.key_file)
+        webhook = await spawn_webhook(
+            webhook_kubeconfig, cert.cert_file, cert.key_file, *_agent_account(objects)
+        )
         started.append(webhook)
         proxy = SlowProxy("", cert.ca_file)
         configurations = client.AdmissionregistrationV1Api(admin)
