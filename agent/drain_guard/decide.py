@@ -225,6 +225,12 @@ def _read_record(
     return replace(record, since=since), None, InvalidInput.of("annotation", HELD_SINCE, value, why)
 
 
+def _same_second(written: datetime | None, expires: datetime) -> bool:
+    """Whether ``hold-expires`` says ``expires`` as the record can (whole seconds): a known
+    start with a fraction of a second is no reason to write it again."""
+    return written is not None and format_rfc3339(written) == format_rfc3339(expires)
+
+
 def _known_since(known: HoldRecord | None, held_drain: str, now: datetime) -> datetime | None:
     """When the hold of ``held_drain`` began, as the agent knows it (never in the future)."""
     if known is None or known.held_drain != held_drain or known.since > now:
@@ -289,7 +295,7 @@ def _decide_held(
             _reasons(blocks) == ",".join(record.reasons)
             and not record.unknown_reasons
             and hold_detail(blocks) == record.detail
-            and record.expires == expires
+            and _same_second(record.expires, expires)
         )
         if same and not repair:
             return Keep(record, blocks, verdicts)

@@ -456,6 +456,15 @@ def test_an_older_agents_record_without_an_expiry_is_given_this_agents() -> None
     assert isinstance(run(after, pods=(BUILD,)), Keep)
 
 
+def test_a_known_hold_started_within_a_second_keeps_the_written_expiry() -> None:
+    """The agent's known start may carry a fraction of a second (its clock), the record only
+    whole seconds: the same expiry, nothing to write (no write on every pass)."""
+    since = NOW - timedelta(minutes=10)
+    known = HoldRecord(A, (Reason.BUILD_POD,), since + timedelta(microseconds=250_000), "")
+    decision = decide(view(held(since=since), pods=(BUILD,), known_hold=known), GUARDS, MAX_HOLD)
+    assert isinstance(decision, Keep), decision
+
+
 def test_a_record_of_another_max_hold_is_given_this_agents_expiry() -> None:
     since = NOW - timedelta(minutes=10)
     before = held(since=since, extra={HOLD_EXPIRES: format_rfc3339(since + timedelta(hours=2))})
