@@ -43,7 +43,7 @@ from tests.deploy.tools import (
     render_dir,
     user_kustomization,
 )
-from tests.helpers import reap
+from tests.helpers import reap, run_cli
 
 MCO = "openshift-machine-config-operator"
 JSON_PATCH = "application/json-patch+json"
@@ -245,6 +245,7 @@ async def test_the_webhook_confines_the_agents_real_token(
             await _prove(
                 answers, admin, control_plane, tmp_path, namespace, agent_account, daemonset
             )
+            await _preflight_passes(admin, control_plane, namespace, agent_account, daemonset)
             await _prove_an_outage_strands_no_hold(
                 answers,
                 admin,
@@ -267,6 +268,42 @@ async def test_the_webhook_confines_the_agents_real_token(
                     configuration_name
                 )
             )
+
+
+async def _preflight_passes(
+    admin: client.ApiClient, plane: ControlPlane, namespace: str, account: str, daemonset: Any
+) -> None:
+    """``drain-guard preflight`` with the admin's kubeconfig, impersonating the agent on a Node
+    of its own with a drain pending and a build pod: every row of this install it can make
+    without the webhook stopped, answered as the table says."""
+    core: Any = client.CoreV1Api(admin)
+    own, other = unique("worker"), unique("worker")
+    for name in (own, other):
+        await core.create_node(_node(name))
+    await _agent_pod(admin, namespace, account, daemonset, own)
+    build = {
+        "metadata": {"name": unique("build"), "labels": BUILD_LABELS},
+        "spec": {"nodeName": own, "containers": [{"name": "b", "image": "builder"}]},
+    }
+    await core.create_namespaced_pod(MCO, build)
+    code, out, err = await run_cli(
+        "preflight",
+        "--kubeconfig",
+        str(plane.admin_kubeconfig),
+        "--namespace",
+        namespace,
+        "--service-account",
+        account,
+        "--node-name",
+        own,
+        "--install",
+        "openshift-4.15",
+    )
+    assert (code, err) == (0, ""), out + err
+    rows = len(documented("openshift-4.15"))
+    untried = [line for line in out.splitlines() if "not tried:" in line]
+    assert len(untried) == 4, untried  # a release, a cleanup, two with the webhook down
+    assert f"{rows - 4} of {rows} rows tried, 0 surprises" in out, out
 
 
 async def _agent_pod(

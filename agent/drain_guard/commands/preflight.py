@@ -673,8 +673,13 @@ def _create_event(build: Callable[[Probe], dict[str, Any] | None]) -> Request:
     return make
 
 
+#: The webhook's account, named after the agent's (openshift-4.15: ``drain-guard-webhook``).
+WEBHOOK_ACCOUNT = "{agent}-webhook"
+
+
 def _token(namespace: str | None, account: str | None) -> Request:
-    """A TokenRequest for ``account`` (None: the agent's own)."""
+    """A TokenRequest for ``account`` (None: the agent's own; ``{agent}`` in it: the agent's
+    name), in ``namespace`` (None: the agent's)."""
 
     async def make(probe: Probe) -> tuple[Answer, str]:
         body = {
@@ -687,7 +692,7 @@ def _token(namespace: str | None, account: str | None) -> Request:
             await _answer(
                 _call(
                     create,
-                    account or probe.who.account,
+                    (account or "{agent}").format(agent=probe.who.account),
                     namespace or probe.who.namespace,
                     body,
                     dry_run="All",
@@ -836,7 +841,7 @@ REQUESTS: dict[str, Request] = {
     "list the Secrets of its own namespace": own_secrets,
     "list every Secret": all_secrets,
     "read a Secret in openshift-machine-config-operator": mco_secret,
-    "create a token for the webhook's ServiceAccount": _token(None, "drain-guard-webhook"),
+    "create a token for the webhook's ServiceAccount": _token(None, WEBHOOK_ACCOUNT),
     "hold its own Node's drain with a token bound to no pod": hold_unbound,
     "create a CertificateSigningRequest": create_csr,
     "create a pod in its own namespace": create_pod,
