@@ -1,8 +1,8 @@
 """The systemd install as shipped, under a real systemd, against the real API server.
 
 A Debian bookworm whose PID 1 is systemd (``make systemd-root``) is booted with
-``systemd-nspawn``; the agent is installed in it by the commands of docs/install.md, section 7,
-as written (pip reaching the wheels ``make image`` fetched, not an index), and
+``systemd-nspawn``; the agent is installed in it by the commands of docs/quickstart/systemd.md,
+step 2, as written (pip reaching the wheels ``make image`` fetched, not an index), and
 ``drain-guard.service`` enabled. It boots, and with every unit's sandboxing on: the node proxy
 holds a real node identity (a ``system:node:`` client certificate where the kubelet keeps it),
 the agent talks to it over its socket and holds the build pod's node's drain, and stopping the
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.systemd
 
 ROOT_TAR = REPO / "build" / "systemd" / "bookworm-systemd.tar"
 WHEELS = REPO / "build" / "image" / "wheels"
-INSTALL_DOC = REPO / "docs" / "install.md"
+INSTALL_DOC = REPO / "docs" / "quickstart" / "systemd.md"
 UNITS = (
     "drain-guard-booted-origin.service",
     "drain-guard-node-proxy.service",
@@ -68,9 +68,9 @@ NSPAWN_RUN = "/run/systemd"
 
 
 def install_commands() -> str:
-    """docs/install.md's commands that install the agent and its units, as written: from its
-    first line to the ``systemctl`` calls, which need a running systemd (the unit is enabled
-    offline instead, and the container boots with it)."""
+    """docs/quickstart/systemd.md's commands that install the agent and its units, as written:
+    from its first line to the ``systemctl`` calls, which need a running systemd (the unit is
+    enabled offline instead, and the container boots with it)."""
     text = INSTALL_DOC.read_text()
     start = text.index("# as root, from a clone of this repository\n")
     end = text.index("systemctl daemon-reload\n", start)

@@ -1,6 +1,6 @@
-"""The README's "Try it by hand" runs as written, from a fresh state, with the real kubectl.
+"""docs/try-by-hand.md runs as written, from a fresh state, with the real kubectl.
 
-The section's first block starts ``drain-guard-sim serve``; the second is the script it
+The page's first block starts ``drain-guard-sim serve``; the second is the script it
 prints, which must be exactly what ``serve`` prints (one source) and is run top to bottom
 with bash, as a user would paste it. Only the workdir and the ports are moved (to a temporary
 directory and free ports), so that the test cannot collide with a cluster someone is trying
@@ -24,14 +24,12 @@ from tests.helpers import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-SECTION = "## Try it by hand"
+GUIDE = REPO / "docs" / "try-by-hand.md"
 READY = "The cluster's timeline"
 
 
-def readme_blocks() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split(f"\n{SECTION}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```sh\n(.*?)\n```", section, re.S)
+def guide_blocks() -> list[str]:
+    return re.findall(r"```sh\n(.*?)\n```", GUIDE.read_text(), re.S)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -60,8 +58,8 @@ def _status_of(node: str, out: str) -> str:
     return out[start : out.index("\n  agent:", start)]
 
 
-def test_readme_section_is_what_serve_prints_with_its_defaults() -> None:
-    serve_block, script = readme_blocks()
+def test_the_guide_is_what_serve_prints_with_its_defaults() -> None:
+    serve_block, script = guide_blocks()
     assert serve_block == ".venv/bin/drain-guard-sim serve"
     assert f"export KUBECONFIG={serve.DEFAULT_WORKDIR}/kubeconfig" in script
     assert f"127.0.0.1:{serve.DEFAULT_AGENT_PORT}" in script
@@ -70,7 +68,7 @@ def test_readme_section_is_what_serve_prints_with_its_defaults() -> None:
 @pytest.mark.timeout(600)
 async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
     require_tool("kubectl")
-    serve_block, script = readme_blocks()
+    serve_block, script = guide_blocks()
     api_port, *agent_ports = _free_ports(4)
     workdir = tmp_path / "sim"
     moves = {str(serve.DEFAULT_WORKDIR): str(workdir), str(serve.DEFAULT_PORT): str(api_port)}
@@ -111,7 +109,7 @@ async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
                 assert line, "serve exited:\n" + "".join(printed)
                 printed.append(line)
         shown = "".join(printed).split("try:\n\n", 1)[1].rstrip("\n")
-        assert shown == moved(script)  # the README shows what serve prints
+        assert shown == moved(script)  # the guide shows what serve prints
         # Read the timeline as it comes (a full pipe would stop the cluster's event loop).
         timeline = asyncio.create_task(server.stdout.read())
 

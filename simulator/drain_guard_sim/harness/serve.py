@@ -3,7 +3,7 @@
 It serves the API on a fixed loopback port over TLS (client-go sends a kubeconfig's token only
 over TLS, so ``kubectl`` can write), with MCO's actors and N worker nodes with their host
 trees, as the demo has them. It writes an admin kubeconfig, one kubeconfig per node for the
-agents and the manifests the README's "Try it by hand" uses, prints the commands to try, then
+agents and the manifests docs/try-by-hand.md uses, prints the commands to try, then
 prints the cluster's timeline (what MCO does) until SIGINT or SIGTERM.
 
 The agents are not started here: starting them by hand is the point.
@@ -155,7 +155,7 @@ def _held(node: str, timeout: str) -> str:
 
 def commands(cluster: SimCluster, args: argparse.Namespace, kubeconfig: Path) -> str:
     """The commands to try, with this run's paths and ports: a script that runs top to
-    bottom in a second terminal (the README's "Try it by hand" shows the default run's)."""
+    bottom in a second terminal (docs/try-by-hand.md shows the default run's)."""
     seed, build_pod = _manifests(args.workdir)
     q = shlex.quote
     lines = [
@@ -260,7 +260,7 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         tls=tls,
     )
     await cluster.start()
-    # The seed's order: MCO 4.15's node controller loses its race with the build (README).
+    # The seed's order: MCO 4.15's node controller loses its race with the build (docs/mco-versions.md).
     cluster.lose_build_races()
     printer: asyncio.Task[None] | None = None
     try:
