@@ -260,7 +260,7 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         tls=tls,
     )
     await cluster.start()
-    # The seed's order: MCO 4.15's node controller loses its race with the build (docs/mco-versions.md).
+    # The seed's order: MCO 4.15's node controller loses its race with the build.
     cluster.lose_build_races()
     printer: asyncio.Task[None] | None = None
     try:
