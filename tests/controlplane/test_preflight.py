@@ -70,6 +70,7 @@ async def test_the_preflight_proves_every_row_of_each_overlay(installed: Install
     code, out, err = await preflight(installed, "--install", installed.install)
     assert (code, err) == (0, ""), out + err
     assert "install that fits: kubernetes (admission policies" in out, out
+    assert "on-cluster layering: off\nbuild-pod forms served: none\n" in out, out
     rows = test_rights.documented(installed.install)
     for request, answer in rows.items():
         (line,) = [ln for ln in out.splitlines() if ln.strip().startswith(request + "  ")]

@@ -68,6 +68,7 @@ class Fit:
     openshift: str | None
     mco_resources: frozenset[str]
     layering: str
+    build_forms: tuple[str, ...]
     overlay: str | None
     why: str
 
@@ -143,6 +144,7 @@ async def _preflight(args: argparse.Namespace, rights: Path, table: str) -> int:
         print(f"Kubernetes {fit.kubernetes}; OpenShift {fit.openshift or 'not served'}")
         mco = ", ".join(sorted(fit.mco_resources)) or "none"
         print(f"MCO's API ({MCO_GROUP}): {mco}; on-cluster layering: {fit.layering}")
+        print(f"build-pod forms served: {', '.join(fit.build_forms) or 'none'}")
         print(f"install that fits: {fit.overlay or 'none'} ({fit.why})")
         install = args.install or fit.overlay
         if install is None:
@@ -201,7 +203,28 @@ async def survey(kube: Kube) -> Fit:
         }
     layering = await _layering(kube, resources)
     overlay, why = fitting_overlay(minor, openshift)
-    return Fit(kubernetes, openshift, frozenset(resources), layering, overlay, why)
+    forms = await _build_forms(kube, resources)
+    return Fit(kubernetes, openshift, frozenset(resources), layering, forms, overlay, why)
+
+
+async def _build_forms(kube: Kube, resources: set[str]) -> tuple[str, ...]:
+    """The forms a build pod can take here, by the APIs served: an OpenShift Build's pod
+    (4.15's on-cluster layering), a MachineOSBuild's Job pod (4.16+); the default build-pod
+    selectors match both."""
+    from drain_guard.kube.call import KubeError, call_api
+
+    forms = []
+    try:
+        builds = await call_api(kube.custom.get_api_resources, "build.openshift.io", "v1")
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+        builds = {}
+    if any(r.get("name") == "builds" for r in builds.get("resources") or ()):
+        forms.append("OpenShift Builds (build.openshift.io)")
+    if any(r.startswith("machineosbuilds.") for r in resources):
+        forms.append("MachineOSBuild jobs")
+    return tuple(forms)
 
 
 def _version_api(kube: Kube) -> Any:
