@@ -40,6 +40,15 @@ def _chart(series: list[tuple[str, list[tuple[float, float]]]]) -> str:
     )
 
 
+def _colour(panel: dict[str, Any], value: float) -> str:
+    """The colour of a single value by the panel's thresholds (the last step it reaches)."""
+    colour = "#06c"
+    for step in panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", []):
+        if step["value"] is None or value >= step["value"]:
+            colour = step["color"]
+    return colour
+
+
 def page(dashboard: dict[str, Any], ranges: list[list[list[dict[str, Any]]]]) -> str:
     """The panels of ``dashboard``; ``ranges[panel][target]`` is a query_range result."""
     cells = []
@@ -54,7 +63,7 @@ def page(dashboard: dict[str, Any], ranges: list[list[list[dict[str, Any]]]]) ->
         ]
         if panel["type"] == "singlestat":
             value = series[0][1][-1][1] if series and series[0][1] else 0.0
-            body = f'<div class="stat">{value:g}</div>'
+            body = f'<div class="stat" style="color:{_colour(panel, value)}">{value:g}</div>'
         else:
             body = _chart(series)
         cells.append(

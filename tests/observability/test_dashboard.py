@@ -69,6 +69,28 @@ def test_the_dashboard_is_grafana_json_with_the_panels_operators_ask_for() -> No
     assert [v["name"] for v in doc["templating"]["list"]] == ["datasource"]
 
 
+#: The panels counting agents in trouble: red from one, green at zero (issue 37: "Not
+#: confined 1" was drawn in the console's calm default blue).
+PROBLEM_COUNTS = ("Not confined", "Agents not synced", "Agents with a stale view")
+GREEN, RED = "#3e8635", "#c9190b"  # PatternFly's success and danger
+
+
+def test_problem_counts_are_red_from_one() -> None:
+    panels = {p["title"]: p for p in _dashboard()["panels"]}
+    for title in PROBLEM_COUNTS:
+        panel = panels[title]
+        assert panel["type"] == "singlestat", title
+        defaults = panel["fieldConfig"]["defaults"]
+        assert defaults["color"] == {"mode": "thresholds"}, title
+        assert defaults["thresholds"]["steps"] == [
+            {"color": GREEN, "value": None},
+            {"color": RED, "value": 1},
+        ], title
+        # The same for renderers of the legacy singlestat fields.
+        assert (panel["colorValue"], panel["thresholds"]) == (True, "1,1"), title
+        assert panel["colors"] == [GREEN, RED, RED], title
+
+
 def test_every_query_parses_with_promtool(tmp_path: Path) -> None:
     promtool = require_tool("promtool")
     rules = {
@@ -100,6 +122,30 @@ def test_the_console_configmap_carries_the_same_json(tmp_path: Path) -> None:
     assert configmap["metadata"]["namespace"] == "openshift-config-managed"
     assert configmap["metadata"]["labels"]["console.openshift.io/dashboard"] == "true"
     assert json.loads(configmap["data"]["drain-guard.json"]) == _dashboard()
+
+
+@pytest.mark.prometheus
+async def test_every_panel_is_flat_on_a_healthy_idle_agent(
+    start_agent: StartAgent, tmp_path: Path
+) -> None:
+    """Issue 37: "seconds since the API last answered" rose between an idle agent's API
+    contacts. Every query, evaluated at two scrapes 5 s apart while the agent holds nothing and
+    nothing happens, answers the same."""
+    require_tool("prometheus")
+    agent = await start_agent()
+    async with prometheus(tmp_path, [f"127.0.0.1:{agent.port}"], {"node": NODE}) as prom:
+        async with asyncio.timeout(SCRAPE_WAIT):
+            await prom.wait_for("count_over_time(up[1m]) >= 8")
+        [last] = await prom.query("timestamp(up)")
+        later = float(last["value"][1])
+
+        async def answer(expr: str, at: float) -> dict[str, float]:
+            data = await prom.api("query", query=expr, time=str(at))
+            return {json.dumps(r["metric"]): float(r["value"][1]) for r in data["result"]}
+
+        for expr in queries():
+            assert await answer(expr, later - 5) == await answer(expr, later), expr
+    assert await agent.stop() == 0
 
 
 @pytest.mark.prometheus
