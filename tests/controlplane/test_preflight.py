@@ -12,6 +12,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from drain_guard import protocol
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane import test_rights
 from tests.controlplane.nodes import DRAIN_B, mcd_request, until
 from tests.controlplane.test_rights import (
@@ -134,3 +135,95 @@ async def test_the_preflight_catches_a_broken_install(installed: Installed, brok
     assert code == 1, out
     (line,) = [ln for ln in out.splitlines() if ln.strip().startswith(row + "  ")]
     assert line.endswith(": SURPRISE"), line
+
+
+def crd(group: str, plural: str, kind: str) -> dict[str, Any]:
+    """A cluster-scoped CRD of OpenShift's, its contents unchecked: what the preflight reads
+    is whether the API is served and the fields it names."""
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Cluster",
+            "names": {"plural": plural, "kind": kind, "singular": kind.lower()},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}],
+        },
+    }
+
+
+OPENSHIFT_APIS = (
+    crd("config.openshift.io", "clusterversions", "ClusterVersion"),
+    crd("machineconfiguration.openshift.io", "machineosconfigs", "MachineOSConfig"),
+    crd("machineconfiguration.openshift.io", "machineosbuilds", "MachineOSBuild"),
+    crd("build.openshift.io", "builds", "Build"),
+)
+
+
+async def test_the_preflight_says_which_install_fits_openshift(
+    control_plane: ControlPlane, admin: client.ApiClient
+) -> None:
+    """OpenShift's APIs served (CRDs of this test's own, removed after it: each test worker
+    has its control plane to itself): its version from the ClusterVersion, layering on from a
+    MachineOSConfig, both build-pod forms, and the openshift overlay; with no agent installed,
+    it says so and exits 1 before any row."""
+    extensions = client.ApiextensionsV1Api(admin)
+    custom = client.CustomObjectsApi(admin)
+    try:
+        for definition in OPENSHIFT_APIS:
+            body: Any = definition  # the typed API takes the manifest as a dict
+            await extensions.create_custom_resource_definition(body)
+        for definition in OPENSHIFT_APIS:
+            test_rights.kubectl(
+                control_plane,
+                "wait",
+                "--for=condition=Established",
+                f"crd/{definition['metadata']['name']}",
+            )
+        version = {
+            "apiVersion": "config.openshift.io/v1",
+            "kind": "ClusterVersion",
+            "metadata": {"name": "version"},
+            "status": {"desired": {"version": "4.17.9"}},
+        }
+        await custom.create_cluster_custom_object(
+            "config.openshift.io", "v1", "clusterversions", version
+        )
+        layering = {
+            "apiVersion": "machineconfiguration.openshift.io/v1",
+            "kind": "MachineOSConfig",
+            "metadata": {"name": "worker"},
+        }
+        await custom.create_cluster_custom_object(
+            "machineconfiguration.openshift.io", "v1", "machineosconfigs", layering
+        )
+        code, out, err = await run_cli(
+            "preflight",
+            "--kubeconfig",
+            str(control_plane.admin_kubeconfig),
+            "--namespace",
+            "drain-guard-absent",
+        )
+    finally:
+        for definition in OPENSHIFT_APIS:
+            await extensions.delete_custom_resource_definition(definition["metadata"]["name"])
+
+        async def removed() -> bool:
+            found = await extensions.list_custom_resource_definition()
+            names = {c.metadata.name for c in found.items}
+            return not names & {d["metadata"]["name"] for d in OPENSHIFT_APIS}
+
+        await until(removed)
+    assert code == 1, out + err
+    assert "OpenShift 4.17.9" in out, out
+    assert "on-cluster layering: MachineOSConfig worker" in out, out
+    forms = "build-pod forms served: OpenShift Builds (build.openshift.io), MachineOSBuild jobs"
+    assert forms in out, out
+    assert "install that fits: openshift (admission policies" in out, out
+    assert "expected" not in out, out  # no row tried
+    assert err == (
+        "drain-guard preflight: error: no pod of service account drain-guard-absent/drain-guard:"
+        " is the overlay applied?\n"
+    ), err
