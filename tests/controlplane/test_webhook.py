@@ -535,6 +535,16 @@ async def _prove(
             as_agent.create_namespaced_event("default", _event(own)),
         )
         assert status == 200, message
+        # ... of a message the recorder would have cut (issue 34: 1 MiB was admitted; a review
+        # that large is now over the webhook's body limit, test_webhook_flood.py).
+        status, message = await _ask(
+            answers,
+            "create an Event about its own Node in default with a message of 4 KiB",
+            as_agent.create_namespaced_event(
+                "default", _event(own) | {"message": "x" * (4 * 1024)}
+            ),
+        )
+        _denied(status, message, "at most 1024 bytes")
         # ... and its pool's Events, related to its own Node, with the pool reasons only.
         pool = "worker"
         machineconfig = pool_event(own, pool)

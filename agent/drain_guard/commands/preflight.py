@@ -834,6 +834,9 @@ REQUESTS: dict[str, Request] = {
     "create an Event about its own Node in default with a message of 1 MiB": _create_event(
         lambda p: _event(p.who.node) | {"message": "x" * (1024 * 1024)}
     ),
+    "create an Event about its own Node in default with a message of 4 KiB": _create_event(
+        lambda p: _event(p.who.node) | {"message": "x" * (4 * 1024)}
+    ),
     "create an Event about another Node in default": _create_event(_other_event),
     "create an Event about its own Node as the kubelet": _create_event(
         lambda p: _event(p.who.node, component="kubelet")
