@@ -9,8 +9,10 @@ it cut at a word and ended with "..." or "…".
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path
 
+from drain_guard.status import ObservedStatus
 from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import run_cli
 
@@ -58,3 +60,31 @@ async def test_quoted_nothing_held_lines_are_the_real_output(
     for line in lines:
         drifted = [(doc, q) for doc, q in _quotes_like(line) if not _agrees(q, line)]
         assert not drifted, f"the command prints {line!r}; the docs quote {drifted}"
+
+
+OBSERVED = re.compile(r"observed: +(since (\S+): (\d+) drain requests; .*)$", re.MULTILINE)
+
+
+def test_quoted_observed_lines_are_what_the_status_text_renders() -> None:
+    """The text view's ``observed:`` line, as quoted, rendered by the code from the numbers
+    the quote gives."""
+    quoted = [
+        (str(doc.relative_to(REPO)), match)
+        for doc in _documents()
+        for match in OBSERVED.finditer(doc.read_text())
+    ]
+    assert quoted, "the docs no longer quote the observed line: update this test"
+    for doc, match in quoted:
+        line = match.group(1)
+        held = re.search(r"by reason: (.*?);", line)
+        evicted = re.search(r"evicts them\): (\d+)(?: \(latest (\S+)\))?$", line)
+        assert held, f"{doc}: {line}"
+        assert evicted, f"{doc}: {line}"
+        reasons = tuple(
+            (r, int(n)) for r, n in (p.split() for p in held.group(1).split(", ") if p != "none")
+        )
+        observed = ObservedStatus(
+            int(match.group(3)), reasons, int(evicted.group(1)), evicted.group(2)
+        )
+        since = datetime.fromisoformat(match.group(2))
+        assert observed.text(since) == line, doc
