@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, unique
-from tests.controlplane.nodes import create_worker, shared_namespace
+from tests.controlplane.nodes import create_worker, shared_namespace, until
 from tests.controlplane.test_rights import (
     CRDS,
     Installed,
@@ -104,12 +104,21 @@ async def renamed(
                 )
             ).metadata.uid
             body = _pod(daemonset, uid, node)
-            # The renamed pod policy refuses the renamed account's pod with the host's PIDs.
+            # The renamed pod policy refuses the renamed account's pod with the host's PIDs,
+            # once the API server has loaded it (in the background: under load a create right
+            # after the apply was admitted). Asked as a dry run until it is refused.
             hostile = copy.deepcopy(body)
             hostile["spec"]["hostPID"] = True
-            with pytest.raises(ApiException) as refused:
-                await core.create_namespaced_pod(namespace, hostile)
-            assert f"{prefix}drain-guard-pod-confinement{suffix}" in str(refused.value.body)
+
+            async def hostile_refused() -> str | None:
+                try:
+                    await core.create_namespaced_pod(namespace, hostile, dry_run="All")
+                except ApiException as error:
+                    return str(error.body)
+                return None
+
+            refusal = await until(hostile_refused)
+            assert f"{prefix}drain-guard-pod-confinement{suffix}" in refusal
             pod = await core.create_namespaced_pod(namespace, body)
             bound = client.V1BoundObjectReference(
                 api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
