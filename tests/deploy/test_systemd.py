@@ -45,7 +45,7 @@ SYSUSERS = SYSTEMD_DIR / "drain-guard.sysusers"
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 # systemd-analyze security's exposure scale is 0-100 (shown as 0.0-10.0): 20 is "OK".
 MAX_EXPOSURE = 20
-INSTALL_DOC = REPO / "docs" / "install.md"
+SYSTEMD_QUICKSTART = REPO / "docs" / "quickstart" / "systemd.md"
 
 
 def unit_settings(unit: Path = UNIT) -> dict[str, list[str]]:
@@ -207,14 +207,9 @@ def test_the_sysusers_line_makes_the_units_user() -> None:
     assert (kind, name) == ("u", unit_settings()["User"][0])  # "u" makes its group too
 
 
-def _section_7() -> str:
-    text = INSTALL_DOC.read_text()
-    return text[text.index("## 7. On the host with systemd") :]
-
-
 def test_the_docs_install_every_unit() -> None:
-    """Section 7's commands install each file of systemd/ where systemd reads it."""
-    text = _section_7()
+    """The systemd quickstart's commands install each file of systemd/ where systemd reads it."""
+    text = SYSTEMD_QUICKSTART.read_text()
     for unit in UNITS:
         assert f"install -m 0644 systemd/{unit.name} /etc/systemd/system/{unit.name}" in text
     assert f"systemd/{SYSUSERS.name} /etc/sysusers.d/drain-guard.conf" in text

@@ -420,14 +420,13 @@ async def release_own_node(probe: Probe) -> tuple[Answer, str]:
 
 
 async def hold_other_node(probe: Probe) -> tuple[Answer, str]:
-    """A hold if a drain is pending there; else the hold record alone, which its own Node
-    would take: either way only the node-name claim refuses it."""
+    """The hold record alone, which its own Node would take, so only the node-name claim
+    refuses it. Not the agent's JSON Patch of that Node's request: its test operations fail
+    (422, before admission) whenever that Node's agent or MCO writes it between the read and
+    the patch, and admission judges the patched object, whatever the patch's form."""
     other = probe.who.other
     if other is None:
         return None, "no other Node"
-    ann = await _annotations(probe, other)
-    if _pending(ann):
-        return _made(await _patch(probe, other, _hold_ops(ann), JSON_PATCH))
     record = {protocol.HELD_DRAIN: "drain-preflight"}
     return _made(await _patch(probe, other, {"metadata": {"annotations": record}}))
 
