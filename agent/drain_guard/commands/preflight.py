@@ -610,14 +610,15 @@ async def budget_elsewhere(probe: Probe) -> tuple[Answer, str]:
     return await _create_budget(probe, await _budget(probe, probe.who.node, EVENTS_NAMESPACE))
 
 
-async def _existing_budget(probe: Probe, node: str | None) -> str | None:
-    """A budget the shield keeps for ``node``, if any (the admin's read)."""
-    if node is None:
-        return None
+async def _existing_budget(probe: Probe, of_own: bool = True) -> str | None:
+    """A budget a shield keeps for the agent's own Node, or for any other Node (whichever
+    has one: the other Node the preflight writes to may have no build pod), if any (the
+    admin's read)."""
+    own = node_label_value(probe.who.node)
     found = await _call(
         probe.admin.policy.list_namespaced_pod_disruption_budget,
         MCO_NAMESPACES[0],
-        label_selector=f"{NODE_KEY}={node_label_value(node)}",
+        label_selector=f"{NODE_KEY}={own}" if of_own else f"{NODE_KEY},{NODE_KEY}!={own}",
     )
     items = found.get("items") or ()
     return str(items[0]["metadata"]["name"]) if items else None
@@ -625,10 +626,9 @@ async def _existing_budget(probe: Probe, node: str | None) -> str | None:
 
 def _delete_budget(of_own: bool) -> Request:
     async def make(probe: Probe) -> tuple[Answer, str]:
-        node = probe.who.node if of_own else probe.who.other
-        name = await _existing_budget(probe, node)
+        name = await _existing_budget(probe, of_own)
         if name is None:
-            return None, f"no budget kept for {node or 'another Node'}"
+            return None, f"no budget kept for {probe.who.node if of_own else 'another Node'}"
         delete = probe.agent.policy.delete_namespaced_pod_disruption_budget
         return _made(await _answer(_call(delete, name, MCO_NAMESPACES[0], dry_run="All")))
 
@@ -637,7 +637,7 @@ def _delete_budget(of_own: bool) -> Request:
 
 async def change_budget(probe: Probe) -> tuple[Answer, str]:
     """The authorizer answers before the object is looked up: any name will do."""
-    name = await _existing_budget(probe, probe.who.node) or _unique("budget")
+    name = await _existing_budget(probe) or _unique("budget")
     patch = probe.agent.policy.patch_namespaced_pod_disruption_budget
     body = {"spec": {"minAvailable": 0}}
     return _made(
