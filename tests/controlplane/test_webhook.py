@@ -97,6 +97,45 @@ def _agent_account(objects: list[Obj]) -> list[str]:
     return args[at : at + 2]
 
 
+async def install_with_webhook(
+    control_plane: ControlPlane,
+    admin: client.ApiClient,
+    tmp_path: Path,
+    namespace: str,
+    prefix: str,
+) -> tuple[list[Obj], Any, AgentProcess, ServingCert]:
+    """The 4.15 overlay rendered into ``namespace`` with ``prefix``: MCO's namespace, the
+    accounts and their grants, the DaemonSet (the agents' pods name it as their owner), and
+    the webhook started with its own account's token and a CA made for the test. The caller
+    reaps the webhook."""
+    core: Any = client.CoreV1Api(admin)
+    try:
+        await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=MCO)))
+    except ApiException as error:
+        if error.status != 409:
+            raise
+    objects = _rendered(tmp_path, namespace, prefix)
+    for kind in ("ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"):
+        for obj in objects:
+            if obj["kind"] == kind:
+                await _create(admin, obj)
+    (daemonset_manifest,) = (o for o in objects if o["kind"] == "DaemonSet")
+    daemonset = await _create(admin, daemonset_manifest)
+    token = await core.create_namespaced_service_account_token(
+        f"{prefix}drain-guard-webhook",
+        namespace,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+    )
+    webhook_kubeconfig = control_plane.token_kubeconfig(
+        token.status.token, tmp_path / "webhook-kubeconfig"
+    )
+    cert = ServingCert.generate(tmp_path / "webhook-tls")
+    webhook = await spawn_webhook(
+        webhook_kubeconfig, cert.cert_file, cert.key_file, *_agent_account(objects)
+    )
+    return objects, daemonset, webhook, cert
+
+
 def _pointed_at(configuration: Obj, url: str, ca: bytes, namespace: str) -> Obj:
     """The rendered configuration, sent to ``url`` and to this test's namespace only."""
     configuration = copy.deepcopy(configuration)
@@ -195,36 +234,11 @@ async def test_the_webhook_confines_the_agents_real_token(
     prefix = unique("p") + "-"
     started: list[AgentProcess] = []
     async with api_client(control_plane.admin_kubeconfig) as admin:
-        core: Any = client.CoreV1Api(admin)
         namespace = await own_namespace(admin, "dg")
-        try:
-            await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=MCO)))
-        except ApiException as error:
-            if error.status != 409:
-                raise
-        objects = _rendered(tmp_path, namespace, prefix)
+        objects, daemonset, webhook, cert = await install_with_webhook(
+            control_plane, admin, tmp_path, namespace, prefix
+        )
         agent_account = f"{prefix}drain-guard"
-        kinds = ("ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
-        for kind in kinds:
-            for obj in objects:
-                if obj["kind"] == kind:
-                    await _create(admin, obj)
-        (daemonset_manifest,) = (o for o in objects if o["kind"] == "DaemonSet")
-        daemonset = await _create(admin, daemonset_manifest)
-
-        # The webhook, with its own account's token and a CA made for the test.
-        token = await core.create_namespaced_service_account_token(
-            f"{prefix}drain-guard-webhook",
-            namespace,
-            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
-        )
-        webhook_kubeconfig = control_plane.token_kubeconfig(
-            token.status.token, tmp_path / "webhook-kubeconfig"
-        )
-        cert = ServingCert.generate(tmp_path / "webhook-tls")
-        webhook = await spawn_webhook(
-            webhook_kubeconfig, cert.cert_file, cert.key_file, *_agent_account(objects)
-        )
         started.append(webhook)
         configuration_name = f"{prefix}drain-guard"
         try:

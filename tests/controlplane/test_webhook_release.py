@@ -39,21 +39,19 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from drain_guard import protocol
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.tls import ServingCert
-from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
+from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace, unique
 from tests.controlplane.nodes import mcd_request, wait_annotation
 from tests.controlplane.test_webhook import (
     LAST_APPLIED,
-    MCO,
     REQUEST,
-    _agent_account,
     _agent_pod,
     _bound_kubeconfig,
     _create,
     _node,
     _pointed_at,
-    _rendered,
+    install_with_webhook,
 )
 from tests.helpers import IMAGE_A, reap, spawn
 
@@ -129,28 +127,9 @@ async def install(control_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[
     prefix = unique("p") + "-"
     started: list[AgentProcess] = []
     async with api_client(control_plane.admin_kubeconfig) as admin:
-        core: Any = client.CoreV1Api(admin)
         namespace = await own_namespace(admin, "dg")
-        with contextlib.suppress(ApiException):
-            await core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=MCO)))
-        objects = _rendered(tmp_path, namespace, prefix)
-        for kind in ("ServiceAccount", "ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding"):
-            for obj in objects:
-                if obj["kind"] == kind:
-                    await _create(admin, obj)
-        (manifest,) = (o for o in objects if o["kind"] == "DaemonSet")
-        daemonset = await _create(admin, manifest)
-        token = await core.create_namespaced_service_account_token(
-            f"{prefix}drain-guard-webhook",
-            namespace,
-            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
-        )
-        webhook_kubeconfig = control_plane.token_kubeconfig(
-            token.status.token, tmp_path / "webhook-kubeconfig"
-        )
-        cert = ServingCert.generate(tmp_path / "webhook-tls")
-        webhook = await spawn_webhook(
-            webhook_kubeconfig, cert.cert_file, cert.key_file, *_agent_account(objects)
+        objects, daemonset, webhook, cert = await install_with_webhook(
+            control_plane, admin, tmp_path, namespace, prefix
         )
         started.append(webhook)
         proxy = SlowProxy("", cert.ca_file)
