@@ -809,7 +809,8 @@ async def test_an_operators_drain_guard_keys_never_stop_the_agents_hold(
     real API server (a limit of 8 refused it: issue 34), and a key of the operator's stays
     the operator's."""
     theirs = {f"{protocol.DG_PREFIX}note-{i}": "operator's" for i in range(4)}
-    marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: await user_name(installed.admin)}
+    admin = await user_name(installed.admin)
+    marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: admin}
     request = {protocol.HOLD_REQUEST: VALID_HOLD_REQUEST}
     await client.CoreV1Api(installed.admin).patch_node(
         installed.node, {"metadata": {"annotations": theirs | marker | request}}

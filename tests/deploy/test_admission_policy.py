@@ -679,7 +679,7 @@ def test_only_the_agents_own_drain_guard_keys_are_allowed(
     else:
         _ann(after)[key] = value
     mine = key in {*protocol.OWNED_KEYS, *protocol.RELEASED_KEYS}
-    admitted = mine and (remove or key != protocol.RELEASED_BY) or after == before
+    admitted = (mine and (remove or key != protocol.RELEASED_BY)) or after == before
     assert by_agent(policy, before, after).admitted == admitted
 
 
