@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import configparser
-import errno
 import json
 import logging
 import os
@@ -22,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-
-import psutil
 
 from drain_guard.config.agent import Settings
 from drain_guard.guards import BootedImage
@@ -278,13 +275,15 @@ def copy_booted_origin(host_root: Path, cmdline_file: Path, target: Path) -> str
 
 
 class BootedImageReader:
-    """The booted image, re-read when the boot (boot time + kernel cmdline) changes, and
-    while reading it fails: again with backoff (1 s doubling to 5 min), since the failure may
-    pass (the origin file missing for a moment at boot, rpm-ostree's ``Transaction in
-    progress``); until issue 35 an error at start stood for the life of the process.
+    """The booted image, read once per boot and again while reading it fails: with backoff
+    (1 s doubling to 5 min), since the failure may pass (the origin file missing for a moment
+    at boot, rpm-ostree's ``Transaction in progress``); until issue 35 an error at start stood
+    for the life of the process.
 
-    The boot time is read once: a reboot ends this process. A kernel command line that cannot
-    be read for want of a descriptor (EMFILE, ENFILE) is not a new boot: the last image stands.
+    The kernel command line and the deployment it names cannot change without a reboot, so
+    each check reads only the kernel's boot id (``--boot-id-file``, 37 bytes of procfs); a new
+    one (the simulator reboots a host under a running agent) reads the image again. A boot id
+    that cannot be read (no descriptor left, EMFILE) is not a new boot: the last image stands.
     """
 
     def __init__(
@@ -298,24 +297,21 @@ class BootedImageReader:
         self.metrics = metrics
         self._now = now
         self._monotonic = monotonic
-        self._boot_time: float | None = None
-        self._key: tuple[float, str] | None = None
+        self._boot: str | None = None
         self._value: BootedImage | None = None
         self._backoff = Backoff(base=1.0, cap=300.0)
         #: When (monotonic) a failed read is due again; None while the image is known.
         self._retry_at: float | None = None
 
-    def _boot_key(self) -> tuple[float, str]:
-        if self._boot_time is None:
-            self._boot_time = psutil.boot_time()
+    def _boot_id(self) -> str:
         try:
-            with open(self.settings.cmdline_file, encoding="utf-8", errors="replace") as f:
-                cmdline = f.read()
+            with open(self.settings.boot_id_file, "rb") as f:
+                return f.read(64).decode("ascii", errors="replace").strip()
         except OSError as exc:
-            if self._key is not None and exc.errno in (errno.EMFILE, errno.ENFILE):
-                return self._key
-            cmdline = f"<unreadable: {exc}>"
-        return self._boot_time, cmdline
+            if self._boot is None:
+                log.warning("cannot read the boot id (%s): the booted image is read once", exc)
+                return f"<unreadable: {exc.strerror or exc}>"
+            return self._boot
 
     def _read(self) -> BootedImage:
         return read_booted_image(
@@ -326,14 +322,14 @@ class BootedImageReader:
         )
 
     async def get(self) -> BootedImage:
-        # Read in the loop, not in a thread: on every decision, and so on the path from a
-        # drain request to its hold, where a thread hop waited for the scheduler (a loaded
-        # node's p99, docs/benchmarks.md); a procfs file and /proc/stat answer from memory.
-        key = self._boot_key()
+        # The boot id is read in the loop, not in a thread: on every decision, and so on the
+        # path from a drain request to its hold, where a thread hop waited for the scheduler
+        # (a loaded node's p99, docs/benchmarks.md); procfs answers from memory.
+        boot = self._boot_id()
         due = self._retry_at is not None and self._monotonic() >= self._retry_at
-        if key != self._key or self._value is None or due:
+        if boot != self._boot or self._value is None or due:
             self._value = self._noted(await asyncio.to_thread(self._read))
-            self._key = key
+            self._boot = boot
         return self._value
 
     def retry_in(self) -> float | None:

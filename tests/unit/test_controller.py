@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import psutil
 import pytest
 
 from drain_guard import host, protocol
@@ -163,6 +162,7 @@ class Env:
     clock: FakeClock
     metrics: Metrics
     events: Events
+    host: HostFS
 
     def deliver(self) -> None:
         """The watch delivers the API's current Node."""
@@ -201,7 +201,8 @@ def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) ->
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
     argv = ["--node-name", NODE, "--host-root", str(host.root)]
-    argv += ["--cmdline-file", str(host.cmdline_file), "--max-hold", "45m", *flags]
+    argv += ["--cmdline-file", str(host.cmdline_file), "--boot-id-file", str(host.boot_id_file)]
+    argv += ["--max-hold", "45m", *flags]
     settings = settings_from(parser.parse_args(argv), {})
     kube = FakeKube(node or worker_node(NODE, CONFIG_A, IMAGE_A))
     kube.node["metadata"]["resourceVersion"] = "10"
@@ -210,7 +211,7 @@ def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) ->
     cache.replace_pods([])
     cache.node_synced = True
     controller = Controller(settings, kube, metrics, Health(metrics), events, cache, clock=clock)
-    return Env(controller, kube, cache, clock, metrics, events)
+    return Env(controller, kube, cache, clock, metrics, events, host)
 
 
 @pytest.fixture
@@ -753,32 +754,45 @@ async def test_an_oserror_in_a_decision_is_logged_once_counted_and_retried(
     assert "working again" in warnings[1].getMessage()
 
 
-async def test_the_boot_time_is_read_once_and_no_descriptor_is_not_a_new_boot(
+async def test_the_command_line_is_read_once_per_boot_and_no_descriptor_is_not_a_new_boot(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 21: the boot time was read (a file opened) on every decision, and out of
-    descriptors the unreadable command line looked like a new boot, the image re-read."""
-    reads: list[float] = []
-
-    def boot_time() -> float:
-        reads.append(1.0)
-        return 1.0
-
-    monkeypatch.setattr(psutil, "boot_time", boot_time)
-    first = await env.controller.booted.get()
-    assert first.digest is not None
-    cmdline = str(env.controller.settings.cmdline_file)
+    """Issue 36: the kernel command line was read on every decision, though it cannot change
+    without a reboot. Now each check reads the boot id alone, and the command line (and the
+    deployment it names) only when the boot id is new; issue 21: out of descriptors, an
+    unreadable boot id is not a new boot."""
+    cmdline, boot_id = str(env.host.cmdline_file), str(env.host.boot_id_file)
+    opened: list[str] = []
+    starved: set[str] = set()
     real_open = open
 
-    def no_descriptor(file: Any, *args: Any, **kwargs: Any) -> Any:
-        if str(file) == cmdline:
+    def counting_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(str(file))
+        if str(file) in starved:
             raise OSError(errno.EMFILE, "Too many open files")
         return real_open(file, *args, **kwargs)
 
-    monkeypatch.setattr(host, "open", no_descriptor, raising=False)
+    monkeypatch.setattr(host, "open", counting_open, raising=False)
+    monkeypatch.setattr(Path, "open", lambda p, *a, **k: counting_open(p, *a, **k))
+    first = await env.controller.booted.get()
+    assert first.digest is not None
     for _ in range(3):
         assert await env.controller.booted.get() == first
-    assert reads == [1.0]
+    assert opened.count(cmdline) == 1
+    assert opened.count(boot_id) == 4
+
+    env.host.reboot_into(IMAGE_B)  # a new boot: a new id and a new command line
+    opened.clear()  # reboot_into's own writes
+    second = await env.controller.booted.get()
+    assert second.digest is not None
+    assert second.digest != first.digest
+    assert opened.count(cmdline) == 1
+
+    starved.add(boot_id)
+    for _ in range(3):
+        assert await env.controller.booted.get() == second
+    assert opened.count(cmdline) == 1
+    assert opened.count(boot_id) == 4
 
 
 async def test_a_hold_past_max_hold_is_released_after_refused_writes_with_no_event(

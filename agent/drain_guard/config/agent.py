@@ -55,6 +55,7 @@ class Settings:
     kubeconfig: str | None
     host_root: str
     cmdline_file: str
+    boot_id_file: str
     booted_image_source: BootedImageSource
     rpm_ostree_command: tuple[str, ...]
     listen: Listen
@@ -141,7 +142,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
         env_name("--cmdline-file"),
         "/proc/cmdline",
         "kernel command line naming the booted ostree deployment (read as is, not under"
-        " --host-root)",
+        " --host-root); read once per boot",
+    ),
+    Option(
+        "--boot-id-file",
+        env_name("--boot-id-file"),
+        "/proc/sys/kernel/random/boot_id",
+        "the kernel's boot id: a new one is a new boot, whose booted image is read again",
     ),
     Option(
         "--booted-image-source",
@@ -361,6 +368,7 @@ def _settings(raw: dict[str, object]) -> Settings:
         kubeconfig=None if kubeconfig is None else str(kubeconfig),
         host_root=str(raw["host_root"]),
         cmdline_file=str(raw["cmdline_file"]),
+        boot_id_file=str(raw["boot_id_file"]),
         booted_image_source=BootedImageSource(str(raw["booted_image_source"])),
         rpm_ostree_command=command,
         listen=named("--listen", parse_listen, str(raw["listen"])),

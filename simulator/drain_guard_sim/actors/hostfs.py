@@ -2,7 +2,9 @@
 
 Laid out as on a real ostree host, below a per-node directory standing for ``/``:
 
-- ``proc/cmdline`` holds ``ostree=/ostree/boot.<B>/rhcos/<bootcsum>/0``;
+- ``proc/cmdline`` holds ``ostree=/ostree/boot.<B>/rhcos/<bootcsum>/0``, and
+  ``proc/sys/kernel/random/boot_id`` a new id at every boot (the agent reads the command line
+  once per boot);
 - ``ostree/boot.<B>/rhcos/<bootcsum>/0`` is a symlink with an *absolute* target
   ``/ostree/deploy/rhcos/deploy/<checksum>.0`` (so a reader must resolve it inside its host
   root, never on the machine running the test);
@@ -20,6 +22,7 @@ import hashlib
 import json
 import shutil
 import stat
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +67,15 @@ class HostFS:
     @property
     def cmdline_file(self) -> Path:
         return self.root / "proc" / "cmdline"
+
+    @property
+    def boot_id_file(self) -> Path:
+        return self.root / "proc" / "sys" / "kernel" / "random" / "boot_id"
+
+    def new_boot_id(self) -> None:
+        """A new boot id, as the kernel makes one at every boot."""
+        self.boot_id_file.parent.mkdir(parents=True, exist_ok=True)
+        self.boot_id_file.write_text(f"{uuid.uuid4()}\n")
 
     @property
     def deploy_dir(self) -> Path:
@@ -184,3 +196,4 @@ class HostFS:
             f"BOOT_IMAGE=(hd0,gpt3)/ostree/{OS_NAME}-{dep.bootcsum}/vmlinuz {self.kernel_args} "
             f"ostree=/ostree/boot.{self._bootversion}/{OS_NAME}/{dep.bootcsum}/{dep.serial}\n"
         )
+        self.new_boot_id()

@@ -72,6 +72,8 @@ def run_args(
         str(host.root),
         "--cmdline-file",
         str(host.cmdline_file),
+        "--boot-id-file",
+        str(host.boot_id_file),
         *extra,
     ]
 

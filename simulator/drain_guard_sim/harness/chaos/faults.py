@@ -256,9 +256,13 @@ class FaultPlayer:
         """Make the booted image unreadable to the agent (the MCD reads other files)."""
         host = self.cluster.hosts[node]
         if how == "cmdline":
+            # A command line changes only with a boot: the host comes up from an entry that
+            # names no ostree deployment (a new boot id), under the running agent, as the
+            # simulator's reboots do.
             text = host.cmdline_file.read_text()
             words = [w for w in text.split() if not w.startswith("ostree=")]
             host.cmdline_file.write_text(" ".join(words) + "\n")
+            host.new_boot_id()
         else:
             links = sorted((host.root / "ostree").glob("boot.*/*/*/*"))
             for link in links:
