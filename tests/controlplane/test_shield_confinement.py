@@ -154,11 +154,10 @@ async def shield_budget(setup: Shield, namespace: str = MCO_NS) -> Any:
     return Want(pod, Role.BUILD_POD, unique("drain-guard-build")).manifest()
 
 
-async def create(setup: Shield, body: Any, *, dry_run: bool = True) -> str:
+async def create(setup: Shield, body: Any) -> str:
     api = client.PolicyV1Api(setup.shield)
     namespace = body["metadata"]["namespace"]
-    extra = {"dry_run": "All"} if dry_run else {}
-    return await answer(api.create_namespaced_pod_disruption_budget(namespace, body, **extra))
+    return await answer(api.create_namespaced_pod_disruption_budget(namespace, body, dry_run="All"))
 
 
 async def delete(setup: Shield, body: Any) -> str:
