@@ -1,15 +1,27 @@
-"""Helpers for the tests on the node: kubectl as its admin, a pod run to Ready."""
+"""Helpers for the tests on the node: kubectl as its admin, a pod run to Ready, the Node
+kept as MCO's daemon keeps a worker, build pods and drain requests."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
 
 from drain_guard_sim.harness.controlplane import ControlPlaneError
-from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.node import PAUSE_IMAGE, Node
+from tests.deploy.tools import REPO
 
 NAMESPACE = "default"
+ARCHIVE = REPO / "build" / "image" / "drain-guard.oci.tar"
+OVERLAY = REPO / "daemonset" / "overlays" / "kubernetes"
+AGENT_NS = "drain-guard"
+MCO_NS = "openshift-machine-config-operator"
+MCO = "machineconfiguration.openshift.io"
+DESIRED_DRAIN = f"{MCO}/desiredDrain"
+HELD_DRAIN = "drain-guard.io/held-drain"
+BUILD_LABEL = "openshift.io/build.name"
+_configs = itertools.count()
 
 
 def kubectl(node: Node, *args: str, stdin: str | None = None) -> str:
@@ -61,8 +73,77 @@ def container_pids(pod: dict[str, Any], container: str) -> list[int]:
     """The host pids of a running container of ``pod``, from the kubelet's cgroups."""
     (status,) = (s for s in pod["status"]["containerStatuses"] if s["name"] == container)
     container_id = status["containerID"].split("://", 1)[1]
-    for procs in Path("/sys/fs/cgroup/pids/kubepods").glob(
-        f"**/pod{pod['metadata']['uid']}/{container_id}/cgroup.procs"
+    # kubepods/…: the node's; kubepods-NAME/kubepods/…: an added node's (its cgroup root).
+    for procs in Path("/sys/fs/cgroup/pids").glob(
+        f"kubepods*/**/pod{pod['metadata']['uid']}/{container_id}/cgroup.procs"
     ):
         return [int(pid) for pid in procs.read_text().split()]
     raise AssertionError(f"no cgroup for container {container} of {pod['metadata']['name']}")
+
+
+def escaped(key: str) -> str:
+    """An annotation's JSONPath for kubectl."""
+    return ".metadata.annotations." + key.replace(".", "\\.")
+
+
+def _config() -> str:
+    return f"rendered-worker-{next(_configs):032x}"
+
+
+def as_mco_worker(node: Node, name: str) -> None:
+    """The Node ``name`` as MCO's daemon keeps a worker that finished its last update."""
+    config = _config()
+    kubectl(node, "label", "--overwrite", "node", name, "node-role.kubernetes.io/worker=")
+    kubectl(
+        node,
+        "annotate",
+        "--overwrite",
+        "node",
+        name,
+        f"{MCO}/currentConfig={config}",
+        f"{MCO}/desiredConfig={config}",
+        f"{MCO}/state=Done",
+        f"{DESIRED_DRAIN}=uncordon-{config}",
+        f"{MCO}/lastAppliedDrain=uncordon-{config}",
+    )
+
+
+def build_pod(node: Node, name: str, on: str) -> None:
+    """A build pod (the pause image under MCO's build label) running on the Node ``on``."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": MCO_NS, "labels": {BUILD_LABEL: name}},
+        "spec": {
+            "nodeName": on,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "build", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
+        },
+    }
+    kubectl(node, "apply", "-f", "-", stdin=json.dumps(pod))
+    kubectl(node, "wait", "-n", MCO_NS, "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+
+
+def request_drain(node: Node, on: str) -> str:
+    """Ask for a drain of the Node ``on`` as MCO's daemon does for a new config; the
+    request's value."""
+    config = _config()
+    kubectl(
+        node,
+        "annotate",
+        "--overwrite",
+        "node",
+        on,
+        f"{MCO}/desiredConfig={config}",
+        f"{DESIRED_DRAIN}=drain-{config}",
+    )
+    return f"drain-{config}"
+
+
+def wait_held(node: Node, request: str, on: str) -> None:
+    wait_jsonpath(node, f"node/{on}", escaped(HELD_DRAIN), request)
+    wait_jsonpath(node, f"node/{on}", escaped(DESIRED_DRAIN), f"hold-{request}")
+
+
+def wait_released(node: Node, request: str, on: str) -> None:
+    wait_jsonpath(node, f"node/{on}", escaped(DESIRED_DRAIN), request)

@@ -14,7 +14,6 @@ drain to a config of its own.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -27,24 +26,26 @@ import pytest
 import yaml
 
 from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.harness.node import PAUSE_IMAGE, Node
+from drain_guard_sim.harness.node import Node
 from tests.deploy.tools import REPO
 from tests.helpers import IMAGE_A, IMAGE_B, require_or_skip
-from tests.node.helpers import container_pids, get, kubectl, wait_jsonpath
-
-ARCHIVE = REPO / "build" / "image" / "drain-guard.oci.tar"
-OVERLAY = REPO / "daemonset" / "overlays" / "kubernetes"
-AGENT_NS = "drain-guard"
-MCO_NS = "openshift-machine-config-operator"
-MCO = "machineconfiguration.openshift.io"
-DESIRED_DRAIN = f"{MCO}/desiredDrain"
-HELD_DRAIN = "drain-guard.io/held-drain"
-BUILD_LABEL = "openshift.io/build.name"
-_configs = itertools.count()
-
-
-def _escaped(key: str) -> str:
-    return ".metadata.annotations." + key.replace(".", "\\.")
+from tests.node.helpers import (
+    AGENT_NS,
+    ARCHIVE,
+    DESIRED_DRAIN,
+    HELD_DRAIN,
+    MCO_NS,
+    OVERLAY,
+    as_mco_worker,
+    build_pod,
+    container_pids,
+    get,
+    kubectl,
+    request_drain,
+    wait_held,
+    wait_jsonpath,
+    wait_released,
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,74 +54,37 @@ def install(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     kustomization directory, for ``kubectl delete -k``."""
     if not ARCHIVE.exists():
         require_or_skip(f"{ARCHIVE.relative_to(REPO)} is not built (make image)")
-    # The Node as MCO's daemon keeps a worker that finished its last update.
-    config = _config()
-    kubectl(node, "label", "--overwrite", "node", node.name, "node-role.kubernetes.io/worker=")
-    kubectl(
-        node,
-        "annotate",
-        "--overwrite",
-        "node",
-        node.name,
-        f"{MCO}/currentConfig={config}",
-        f"{MCO}/desiredConfig={config}",
-        f"{MCO}/state=Done",
-        f"{DESIRED_DRAIN}=uncordon-{config}",
-        f"{MCO}/lastAppliedDrain=uncordon-{config}",
-    )
+    as_mco_worker(node, node.name)
     directory = node.install(OVERLAY, ARCHIVE, tmp_path_factory.mktemp("install"))
     yield directory
     kubectl(node, "delete", "-k", str(directory), "--ignore-not-found", "--wait=true")
 
 
-def _config() -> str:
-    return f"rendered-worker-{next(_configs):032x}"
-
-
 def _agent_pod(node: Node) -> dict[str, object]:
     pods = get(node, "pods", AGENT_NS)["items"]
-    running = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    running = [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp") and p["spec"].get("nodeName") == node.name
+    ]
     (pod,) = running
     return dict(pod)
 
 
 def _build_pod(node: Node, name: str) -> None:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": MCO_NS, "labels": {BUILD_LABEL: name}},
-        "spec": {
-            "nodeName": node.name,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "build", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}],
-        },
-    }
-    kubectl(node, "apply", "-f", "-", stdin=json.dumps(pod))
-    kubectl(node, "wait", "-n", MCO_NS, "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+    build_pod(node, name, node.name)
 
 
 def _request_drain(node: Node) -> str:
-    """Ask for a drain as MCO's daemon does for a new config; the request's value."""
-    config = _config()
-    kubectl(
-        node,
-        "annotate",
-        "--overwrite",
-        "node",
-        node.name,
-        f"{MCO}/desiredConfig={config}",
-        f"{DESIRED_DRAIN}=drain-{config}",
-    )
-    return f"drain-{config}"
+    return request_drain(node, node.name)
 
 
 def _wait_held(node: Node, request: str) -> None:
-    wait_jsonpath(node, f"node/{node.name}", _escaped(HELD_DRAIN), request)
-    wait_jsonpath(node, f"node/{node.name}", _escaped(DESIRED_DRAIN), f"hold-{request}")
+    wait_held(node, request, node.name)
 
 
 def _wait_released(node: Node, request: str) -> None:
-    wait_jsonpath(node, f"node/{node.name}", _escaped(DESIRED_DRAIN), request)
+    wait_released(node, request, node.name)
 
 
 def _still_held(node: Node, request: str) -> bool:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
+import time
 
 from drain_guard_sim.harness.controlplane import SERVICE_CIDR
 from drain_guard_sim.harness.node import (
     BRIDGE,
     GUARD_CHAIN,
     HOST_ADDRESS,
+    NO_PULL_PROXY,
     PAUSE_IMAGE,
     POD_CIDR,
     Node,
@@ -61,3 +63,43 @@ def test_a_pod_runs_on_the_bridge_from_a_local_image(node: Node) -> None:
     finally:
         delete_pod(node, "pause-check")
     assert "pause-check" not in kubectl(node, "get", "pods", "-o", "name")
+
+
+def test_a_pull_goes_nowhere_but_a_closed_loopback_port(node: Node) -> None:
+    """A pod naming an image that is not here: containerd's pull goes to its proxy, a closed
+    port of loopback (NO_PULL_PROXY), and fails there; no registry is ever asked."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pull-check", "namespace": "default"},
+        "spec": {
+            "containers": [{"name": "main", "image": "registry.invalid/none:1"}],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }
+    kubectl(node, "apply", "-f", "-", stdin=json.dumps(pod))
+    try:
+        # The kubelet's Event of the failed pull carries containerd's error (the pod's status
+        # soon says only "Back-off pulling image").
+        deadline = time.monotonic() + 120
+        while not (failed := _pull_failures(node, "pull-check")):
+            assert time.monotonic() < deadline, "no failed pull reported"
+            time.sleep(0.5)
+        assert all(NO_PULL_PROXY.removeprefix("http://") in m for m in failed), failed
+    finally:
+        delete_pod(node, "pull-check")
+
+
+def _pull_failures(node: Node, pod: str) -> list[str]:
+    """The messages of the kubelet's Events of failed pulls for ``pod``."""
+    events = json.loads(
+        kubectl(
+            node,
+            "get",
+            "events",
+            f"--field-selector=involvedObject.name={pod},reason=Failed",
+            "-o",
+            "json",
+        )
+    )["items"]
+    return [e["message"] for e in events if "Failed to pull image" in e["message"]]

@@ -40,10 +40,13 @@ class ServingCert:
     ca_key_file: Path
 
     @classmethod
-    def generate(cls, directory: Path, addresses: Sequence[str] = ()) -> ServingCert:
+    def generate(
+        cls, directory: Path, addresses: Sequence[str] = (), names: Sequence[str] = ()
+    ) -> ServingCert:
         """Make a CA and a serving certificate in ``directory`` (the key files mode 0600),
         for loopback and ``addresses`` (a real API server's: its advertised address and the
-        ``kubernetes`` Service's, which pods connect to)."""
+        ``kubernetes`` Service's, which pods connect to) and DNS ``names`` (a Service's, as
+        OpenShift's service CA issues them)."""
         directory.mkdir(parents=True, exist_ok=True)
         now = datetime.datetime.now(datetime.UTC)
         start, end = now - datetime.timedelta(minutes=5), now + VALIDITY
@@ -88,6 +91,7 @@ class ServingCert:
                 x509.SubjectAlternativeName(
                     [
                         x509.DNSName("localhost"),
+                        *(x509.DNSName(name) for name in names),
                         x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
                         *(x509.IPAddress(ipaddress.ip_address(a)) for a in addresses),
                     ]

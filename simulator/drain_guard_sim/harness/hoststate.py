@@ -68,8 +68,9 @@ MOUNT_SCOPES = (
 )
 #: Where other programs keep things too: removed only if empty.
 SHARED_PATHS = (Path("/run/netns"),)
-#: The kubelet's cgroups (cgroupfs driver): kubepods and everything under it.
-CGROUP_NAME = "kubepods"
+#: The kubelets' cgroups (cgroupfs driver): kubepods (the node's, cgroup root /) and
+#: kubepods-NAME (an added node's cgroup root, with its kubepods), and everything under them.
+CGROUP_PREFIX = "kubepods"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SYSCTL_ROOT = Path("/proc/sys")
 
@@ -124,12 +125,14 @@ def _cgroups() -> frozenset[str]:
     if not CGROUP_ROOT.is_dir():
         return frozenset()
     for hierarchy in CGROUP_ROOT.iterdir():
-        top = hierarchy / CGROUP_NAME
-        if hierarchy.is_symlink() or not top.is_dir():
+        if hierarchy.is_symlink() or not hierarchy.is_dir():
             continue
-        found.add(str(top))
-        for directory, subdirectories, _files in os.walk(top):
-            found.update(str(Path(directory) / name) for name in subdirectories)
+        for top in hierarchy.glob(f"{CGROUP_PREFIX}*"):
+            if not top.is_dir():
+                continue
+            found.add(str(top))
+            for directory, subdirectories, _files in os.walk(top):
+                found.update(str(Path(directory) / name) for name in subdirectories)
     return frozenset(found)
 
 

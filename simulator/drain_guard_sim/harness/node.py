@@ -61,6 +61,7 @@ __all__ = [
     "NODE_NAME",
     "PAUSE_IMAGE",
     "POD_CIDR",
+    "AddedNode",
     "Node",
     "NodeError",
     "missing_node_tools",
@@ -83,6 +84,17 @@ NAMESPACE = "k8s.io"  # containerd's namespace for the CRI's images and containe
 #: One node on a machine at a time: the sysctls, the bridge and the guard are host-wide.
 LOCK_FILE = Path("/run/drain-guard-node.lock")
 START_TIMEOUT = 180.0
+#: The pod addresses of the node (``Node``) and of the one node beside it (``add_node``):
+#: halves of ``POD_CIDR`` on the same bridge, each node's containerd allocating its own.
+FIRST_POD_RANGE = ("10.85.0.10", "10.85.0.127")
+ADDED_POD_RANGE = ("10.85.0.128", "10.85.0.254")
+#: Where the kubelet puts its pods' processes (cgroupfs driver, cgroup root /): the pids
+#: hierarchy is the one every process is in. An added node's is ``kubepods-NAME``.
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PODS_CGROUP = CGROUP_ROOT / "pids" / "kubepods"
+#: Where containerd pulls from, should a pod name an image that is not here: a closed port
+#: of loopback (discard), through which no pull ever leaves this machine.
+NO_PULL_PROXY = "http://127.0.0.1:9"
 
 
 class NodeError(RuntimeError):
@@ -253,6 +265,9 @@ class Node:
     containerd_socket: Path
     _lock: int
     _processes: list[ManagedProcess] = field(default_factory=list)
+    _added: list[AddedNode] = field(default_factory=list)
+    #: Every image imported (the pause image first), for the nodes added later.
+    _archives: list[Path] = field(default_factory=list)
     #: Set by ``stop``: the host is back as it was (or as near as it could be put).
     stopped: bool = False
     name: str = NODE_NAME
@@ -311,62 +326,18 @@ class Node:
     # -- containerd --------------------------------------------------------------------
 
     def _start_containerd(self) -> None:
-        root = self.workdir / "containerd"
-        cni = self.workdir / "cni"
-        (cni / "net.d").mkdir(parents=True, exist_ok=True)
-        (cni / "net.d" / "10-drain-guard.conflist").write_text(json.dumps(_cni_config(cni)))
-        config = f"""version = 2
-root = "{root / "root"}"
-state = "{root / "state"}"
-disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "{self.containerd_socket}"
-[ttrpc]
-  address = "{self.containerd_socket}.ttrpc"
-[debug]
-  address = ""
-[metrics]
-  address = ""
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
-  # runc cannot set a container's oom_score_adj below its own here (no CAP_SYS_RESOURCE):
-  # without this every sandbox fails with "can't get final child's PID from pipe: EOF".
-  restrict_oom_score_adj = true
-  enable_selinux = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
-    conf_dir = "{cni / "net.d"}"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{root / "runc"}"
-"""
-        path = self.workdir / "containerd.toml"
-        path.write_text(config)
-        process = spawn("containerd", ["containerd", f"--config={path}"], self.workdir)
-        self._processes.append(process)
-        wait_ready(process, lambda: self._ctr("version").returncode == 0)
-
-    def _ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["ctr", f"--address={self.containerd_socket}", f"--namespace={NAMESPACE}", *args],
-            capture_output=True,
-            text=True,
-            check=False,
+        self._processes.append(
+            _start_containerd(self.workdir, self.containerd_socket, FIRST_POD_RANGE)
         )
 
     def import_image(self, archive: Path) -> None:
         """Put an OCI archive's image into the node's containerd, where the kubelet finds it
-        (pods name it with ``imagePullPolicy: Never`` or ``IfNotPresent``)."""
-        done = self._ctr("images", "import", "--no-unpack", str(archive))
-        if done.returncode != 0:
-            raise NodeError(f"ctr images import {archive}: {done.stderr.strip()}")
+        (pods name it with ``imagePullPolicy: Never`` or ``IfNotPresent``), and into every
+        node added since (``add_node``)."""
+        _import_image(self.containerd_socket, archive)
+        self._archives.append(archive)
+        for added in self._added:
+            _import_image(added.containerd_socket, archive)
 
     def _import_pause(self) -> None:
         archive = oci_archive(
@@ -377,68 +348,33 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         )
         self.import_image(archive)
 
+    # -- a second node -----------------------------------------------------------------
+
+    def add_node(self, name: str) -> AddedNode:
+        """A second node on this machine, for what needs two (a required pod anti-affinity):
+        a containerd and a kubelet of its own (its own root, state, socket, ports, pod
+        addresses on the same bridge, ``system:node:`` certificate and cgroup root), with
+        every image imported so far. Returns once its Node is Ready; ``AddedNode.stop`` (or
+        this node's ``stop``) stops it and puts back what it changed."""
+        if self._added:
+            raise NodeError("one node beside this one at most (ADDED_POD_RANGE)")
+        workdir = self.workdir / name
+        workdir.mkdir()
+        added = AddedNode(self, name, workdir, workdir / "containerd.sock")
+        self._added.append(added)
+        try:
+            added.start()
+        except BaseException:
+            added.stop()
+            raise
+        return added
+
     # -- kubelet, scheduler, proxy -----------------------------------------------------
 
     def _start_kubelet(self) -> None:
-        kubeconfig = self.plane.user_kubeconfig(
-            f"system:node:{NODE_NAME}", ["system:nodes"], self.workdir / "kubelet.kubeconfig"
-        )
-        config = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "address": HOST_ADDRESS,
-            "port": free_port(),
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": free_port(),
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(self.plane.ca_file)},
-            },
-            "authorization": {"mode": "Webhook"},
-            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
-            # This machine: cgroup v1, no swap accounting to speak of, no systemd as PID 1.
-            "cgroupDriver": "cgroupfs",
-            "failCgroupV1": False,
-            "failSwapOn": False,
-            "podLogsDir": str(self.workdir / "pod-logs"),
-            "volumePluginDir": str(self.workdir / "volume-plugins"),
-            "clusterDomain": "cluster.local",
-            "resolvConf": str(self._resolv_conf()),
-            # A test machine's disk is no node's: evict for nothing but memory, and never
-            # collect the images imported for the tests.
-            "evictionHard": {"memory.available": "100Mi"},
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False,
-            "nodeStatusUpdateFrequency": "2s",
-            "syncFrequency": "5s",
-        }
-        path = self.workdir / "kubelet.yaml"
-        path.write_text(yaml.safe_dump(config))
-        process = spawn(
-            "kubelet",
-            [
-                str(self.bin_dir / "kubelet"),
-                f"--config={path}",
-                f"--kubeconfig={kubeconfig}",
-                f"--root-dir={self.workdir / 'kubelet'}",
-                f"--cert-dir={self.workdir / 'kubelet-pki'}",
-                f"--hostname-override={NODE_NAME}",
-                f"--node-ip={HOST_ADDRESS}",
-                "--v=1",
-            ],
-            self.workdir,
-        )
+        process = _start_kubelet(self, NODE_NAME, self.workdir, self.containerd_socket, "/")
         self._processes.append(process)
-        wait_ready(process, lambda: self._get_node() is not None, START_TIMEOUT)
-
-    def _resolv_conf(self) -> Path:
-        """Pods' resolv.conf: no name server at all (nothing a pod looks up may leave)."""
-        path = self.workdir / "resolv.conf"
-        path.write_text("options ndots:1\n")
-        return path
+        wait_ready(process, lambda: self.get_node(NODE_NAME) is not None, START_TIMEOUT)
 
     def _start_scheduler(self) -> None:
         kubeconfig = self.plane.user_kubeconfig(
@@ -492,19 +428,20 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         self._processes.append(process)
         wait_ready(process, _kube_proxy_synced, START_TIMEOUT)
 
-    def _get_node(self) -> dict[str, Any] | None:
+    def get_node(self, name: str) -> dict[str, Any] | None:
+        """The Node ``name``, or None while there is none."""
         try:
-            return self.plane_get(f"/api/v1/nodes/{NODE_NAME}")
+            return self.plane_get(f"/api/v1/nodes/{name}")
         except ControlPlaneError:
             return None
 
-    def _wait_ready(self) -> None:
-        def ready() -> bool:
-            node = self._get_node() or {}
-            conditions = node.get("status", {}).get("conditions", [])
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+    def node_ready(self, name: str) -> bool:
+        node = self.get_node(name) or {}
+        conditions = node.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-        wait_ready(self._processes[1], ready, START_TIMEOUT)
+    def _wait_ready(self) -> None:
+        wait_ready(self._processes[1], lambda: self.node_ready(NODE_NAME), START_TIMEOUT)
 
     def plane_get(self, path: str) -> dict[str, Any]:
         """GET ``path`` from the API server as its admin."""
@@ -555,49 +492,284 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         back (nothing, when all went well)."""
         self.stopped = True
         try:
-            for process in reversed(self._processes):
-                if process.name != "containerd":
-                    process.stop()
-            self._kill_containers()
-            for process in self._processes:
-                process.stop()
-            self._processes.clear()
-            self._kill_shims()
+            left = [line for added in self._added for line in added.stop()]
+            _stop_runtime(self._processes, PODS_CGROUP, self.containerd_socket)
             self.plane.stop()
-            return self.host_before.restore()
+            return left + self.host_before.restore()
         finally:
             os.close(self._lock)
-
-    def _kill_containers(self) -> None:
-        """SIGKILL every process in the pods' cgroups (the containers' and sandboxes'):
-        processes this node started, found by where the kubelet put them."""
-        for pid in _pids_under(Path("/sys/fs/cgroup/pids/kubepods")):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while _pids_under(Path("/sys/fs/cgroup/pids/kubepods")) and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-    def _kill_shims(self) -> None:
-        """The runc shims containerd started for this node (their command line names its
-        socket): they outlive containerd by design."""
-        marker = str(self.containerd_socket).encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"containerd-shim" in cmdline and marker in cmdline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGKILL)
 
     def __enter__(self) -> Node:
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+# -- what each node runs: containerd and a kubelet ------------------------------------------
+
+
+def _start_containerd(workdir: Path, socket: Path, pod_range: tuple[str, str]) -> ManagedProcess:
+    """containerd with its root, state and socket under ``workdir``, its CNI config giving
+    pods addresses in ``pod_range`` on the bridge, and every pull sent to a closed loopback
+    port (``NO_PULL_PROXY``): an image that is not here fails to pull and nothing leaves."""
+    root = workdir / "containerd"
+    cni = workdir / "cni"
+    (cni / "net.d").mkdir(parents=True, exist_ok=True)
+    (cni / "net.d" / "10-drain-guard.conflist").write_text(json.dumps(_cni_config(cni, pod_range)))
+    config = f"""version = 2
+root = "{root / "root"}"
+state = "{root / "state"}"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "{socket}"
+[ttrpc]
+  address = "{socket}.ttrpc"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # runc cannot set a container's oom_score_adj below its own here (no CAP_SYS_RESOURCE):
+  # without this every sandbox fails with "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{cni / "net.d"}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{root / "runc"}"
+"""
+    path = workdir / "containerd.toml"
+    path.write_text(config)
+    no_pull = {
+        name: NO_PULL_PROXY for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+    }
+    process = spawn(
+        "containerd",
+        ["containerd", f"--config={path}"],
+        workdir,
+        env={**no_pull, "NO_PROXY": "", "no_proxy": ""},
+    )
+    wait_ready(process, lambda: _ctr(socket, "version").returncode == 0)
+    return process
+
+
+def _ctr(socket: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ctr", f"--address={socket}", f"--namespace={NAMESPACE}", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _import_image(socket: Path, archive: Path) -> None:
+    done = _ctr(socket, "images", "import", "--no-unpack", str(archive))
+    if done.returncode != 0:
+        raise NodeError(f"ctr images import {archive}: {done.stderr.strip()}")
+
+
+def _start_kubelet(
+    node: Node, name: str, workdir: Path, socket: Path, cgroup_root: str
+) -> ManagedProcess:
+    """A kubelet for the Node ``name`` (client certificate ``system:node:NAME``) on
+    ``socket``'s containerd, its state under ``workdir``, its pods under ``cgroup_root``."""
+    plane = node.plane
+    kubeconfig = plane.user_kubeconfig(
+        f"system:node:{name}", ["system:nodes"], workdir / "kubelet.kubeconfig"
+    )
+    resolv = workdir / "resolv.conf"
+    # Pods' resolv.conf: no name server at all (nothing a pod looks up may leave).
+    resolv.write_text("options ndots:1\n")
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": HOST_ADDRESS,
+        "port": free_port(),
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": free_port(),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(plane.ca_file)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{socket}",
+        # This machine: cgroup v1, no swap accounting to speak of, no systemd as PID 1.
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": cgroup_root,
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "podLogsDir": str(workdir / "pod-logs"),
+        "volumePluginDir": str(workdir / "volume-plugins"),
+        "clusterDomain": "cluster.local",
+        "resolvConf": str(resolv),
+        # A test machine's disk is no node's: evict for nothing but memory, and never
+        # collect the images imported for the tests.
+        "evictionHard": {"memory.available": "100Mi"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "nodeStatusUpdateFrequency": "2s",
+        "syncFrequency": "5s",
+    }
+    path = workdir / "kubelet.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return spawn(
+        "kubelet",
+        [
+            str(node.bin_dir / "kubelet"),
+            f"--config={path}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={workdir / 'kubelet'}",
+            f"--cert-dir={workdir / 'kubelet-pki'}",
+            f"--hostname-override={name}",
+            f"--node-ip={HOST_ADDRESS}",
+            "--v=1",
+        ],
+        workdir,
+    )
+
+
+def _stop_runtime(processes: list[ManagedProcess], pods_cgroup: Path, socket: Path) -> None:
+    """Stop a node's processes: the kubelet (and the rest) before containerd, then every
+    process in its pods' cgroups, containerd, and the shims containerd left."""
+    for process in reversed(processes):
+        if process.name != "containerd":
+            process.stop()
+    _kill_containers(pods_cgroup)
+    for process in processes:
+        process.stop()
+    processes.clear()
+    _kill_shims(socket)
+
+
+def _kill_containers(pods_cgroup: Path) -> None:
+    """SIGKILL every process in the pods' cgroups (the containers' and sandboxes'):
+    processes a node started, found by where its kubelet put them."""
+    for pid in _pids_under(pods_cgroup):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _pids_under(pods_cgroup) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _kill_shims(socket: Path) -> None:
+    """The runc shims a node's containerd started (their command line names its socket):
+    they outlive containerd by design."""
+    marker = str(socket).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"containerd-shim" in cmdline and marker in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+@dataclass
+class AddedNode:
+    """A second node on the machine of a ``Node`` (``Node.add_node``): its own containerd
+    and kubelet, its pods under the cgroup root ``/kubepods-NAME`` (made here, in every
+    hierarchy, and removed at stop) with addresses in ``ADDED_POD_RANGE``. It shares the
+    first node's control plane, bridge, guard and kube-proxy (one network namespace: one
+    kube-proxy serves both)."""
+
+    node: Node
+    name: str
+    workdir: Path
+    containerd_socket: Path
+    _processes: list[ManagedProcess] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/kubepods-{self.name}"
+
+    def cgroups(self) -> list[Path]:
+        """Its cgroup root in each hierarchy that has it."""
+        return [
+            hierarchy / self.cgroup_root.lstrip("/")
+            for hierarchy in sorted(CGROUP_ROOT.iterdir())
+            if not hierarchy.is_symlink() and (hierarchy / self.cgroup_root.lstrip("/")).is_dir()
+        ]
+
+    def start(self) -> None:
+        self._make_cgroup_root()
+        self._processes.append(
+            _start_containerd(self.workdir, self.containerd_socket, ADDED_POD_RANGE)
+        )
+        for archive in self.node._archives:
+            _import_image(self.containerd_socket, archive)
+        kubelet = _start_kubelet(
+            self.node, self.name, self.workdir, self.containerd_socket, self.cgroup_root
+        )
+        self._processes.append(kubelet)
+        wait_ready(kubelet, lambda: self.node.node_ready(self.name), START_TIMEOUT)
+
+    def _make_cgroup_root(self) -> None:
+        """The kubelet requires its cgroup root to exist in every hierarchy. A new cpuset
+        has no CPU or memory node: it takes its parent's, as the kubelet's own do."""
+        for hierarchy in sorted(CGROUP_ROOT.iterdir()):
+            if hierarchy.is_symlink() or not (hierarchy / "cgroup.procs").exists():
+                continue
+            root = hierarchy / self.cgroup_root.lstrip("/")
+            root.mkdir()
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                if (root / name).exists():
+                    (root / name).write_text((hierarchy / name).read_text())
+
+    def stop(self) -> list[str]:
+        """Stop it: its processes, its Node, its cgroups and its mounts; what is left (on
+        its own part of the host) is returned. The pods should be gone first (their network
+        is put back by the CNI plugins then; the first node's stop removes what is left)."""
+        if self.stopped:
+            return []
+        self.stopped = True
+        _stop_runtime(
+            self._processes,
+            CGROUP_ROOT / "pids" / self.cgroup_root.lstrip("/"),
+            self.containerd_socket,
+        )
+        with contextlib.suppress(ControlPlaneError):
+            self.node.kubectl("delete", "node", self.name, "--ignore-not-found", "--wait=true")
+        mounts = [
+            line.split()[4]
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4].startswith(f"{self.workdir}/")
+        ]
+        for point in reversed(mounts):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        for root in self.cgroups():
+            for directory, _subdirectories, _files in sorted(
+                os.walk(root), key=lambda entry: len(entry[0]), reverse=True
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(directory)
+        left = [f"cgroup left: {root}" for root in self.cgroups()]
+        left += [
+            f"mount left: {line.split()[4]}"
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4].startswith(f"{self.workdir}/")
+        ]
+        if self.node.get_node(self.name) is not None:
+            left.append(f"Node {self.name} left")
+        return left
 
 
 def _pids_under(cgroup: Path) -> list[int]:
@@ -621,9 +793,7 @@ def _make_bridge() -> None:
     subprocess.run(["ip", "route", "add", SERVICE_CIDR, "dev", BRIDGE], check=True)
 
 
-def _cni_config(cni: Path) -> dict[str, Any]:
-    network = ipaddress.ip_network(POD_CIDR)
-    hosts = list(network.hosts())
+def _cni_config(cni: Path, pod_range: tuple[str, str]) -> dict[str, Any]:
     return {
         "cniVersion": "0.4.0",
         "name": "drain-guard-node",
@@ -643,8 +813,8 @@ def _cni_config(cni: Path) -> dict[str, Any]:
                         [
                             {
                                 "subnet": POD_CIDR,
-                                "rangeStart": str(hosts[9]),
-                                "rangeEnd": str(hosts[-1]),
+                                "rangeStart": pod_range[0],
+                                "rangeEnd": pod_range[1],
                                 "gateway": HOST_ADDRESS,
                             }
                         ]

@@ -1,0 +1,322 @@
+"""The 4.15/4.16 admission webhook as shipped, on two real nodes: its Deployment of two
+replicas (never on one node: a required pod anti-affinity, hence a second kubelet on this
+machine, ``Node.add_node``), its budget, its Service, and the serving certificate the
+service CA would issue, called by the real API server through that Service.
+
+The webhook's objects are the ``openshift-4.15`` overlay's as it renders them with the image
+set to ``make image``'s (docs/install.md), applied as rendered but for what the test plays
+of OpenShift: the service CA (the Secret the Service's annotation names, holding a
+certificate for ``drain-guard-webhook.drain-guard.svc`` from a CA made here, and that CA
+injected into the configuration the annotation marks). The rest of that overlay needs
+OpenShift (an SCC, the ostree host path, kube-rbac-proxy's registry image), so the agents it
+confines are the kubernetes overlay's DaemonSet, the same account and grants, with its
+admission policies deleted as the 4.15 overlay deletes them: only the webhook confines them.
+
+A hold by the agent of a node with a build pod is admitted; the same agent's token forging a
+hold on the other Node is refused by the webhook; with one replica gone (its pod deleted, its
+node cordoned so that no replacement can start), the budget refuses the other's eviction and
+the remaining replica decides both alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.node import AddedNode, Node
+from tests.deploy.tools import Obj, render_dir, user_kustomization
+from tests.helpers import require_or_skip
+from tests.node.helpers import (
+    AGENT_NS,
+    ARCHIVE,
+    DESIRED_DRAIN,
+    HELD_DRAIN,
+    MCO_NS,
+    OVERLAY,
+    as_mco_worker,
+    build_pod,
+    get,
+    kubectl,
+    request_drain,
+    wait_held,
+    wait_jsonpath,
+    wait_released,
+)
+
+WEBHOOK = "drain-guard-webhook"
+SECOND = "drain-guard-node-2"
+MASTER = "node-role.kubernetes.io/master"
+SERVING_CERT_SECRET = "service.beta.openshift.io/serving-cert-secret-name"
+INJECT_CA = "service.beta.openshift.io/inject-cabundle"
+
+
+@pytest.fixture(scope="module")
+def second(node: Node) -> Iterator[AddedNode]:
+    """The second node, stopped at the module's end with everything it changed put back."""
+    added = node.add_node(SECOND)
+    yield added
+    left = added.stop()
+    assert not left, "the second node left the host changed:\n" + "\n".join(left)
+    assert not added.cgroups()
+    assert node.get_node(SECOND) is None
+
+
+def _webhook_objects(tmp_path: Path) -> list[Obj]:
+    """The openshift-4.15 overlay's webhook, as it renders in a user's kustomization with the
+    image set to make image's: its account, Roles, Deployment, budget, Service, network
+    policy, and the ValidatingWebhookConfiguration."""
+    rendered = render_dir(
+        user_kustomization(
+            tmp_path / "openshift-4.15",
+            "openshift-4.15",
+            images=[{"name": "drain-guard", "newName": "localhost/drain-guard", "newTag": "0.1.0"}],
+        )
+    )
+    mine = [
+        o
+        for o in rendered
+        if o["metadata"]["name"].startswith(WEBHOOK)
+        or o["kind"] == "ValidatingWebhookConfiguration"
+    ]
+    kinds = sorted(o["kind"] for o in mine)
+    assert kinds == [
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+        "ValidatingWebhookConfiguration",
+    ], kinds
+    return mine
+
+
+def _as_service_ca(objects: list[Obj], tmp_path: Path) -> list[Obj]:
+    """What OpenShift's service CA adds: the Secret the Service's annotation names, with a
+    certificate for the Service's DNS names, and its CA in every entry of the configuration
+    that asks for it."""
+    (service,) = (o for o in objects if o["kind"] == "Service")
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    names = [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
+    cert = ServingCert.generate(tmp_path / "service-ca", names=names)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {
+            "name": service["metadata"]["annotations"][SERVING_CERT_SECRET],
+            "namespace": namespace,
+        },
+        "data": {
+            "tls.crt": base64.b64encode(cert.cert_file.read_bytes()).decode(),
+            "tls.key": base64.b64encode(cert.key_file.read_bytes()).decode(),
+        },
+    }
+    (configuration,) = (o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"][INJECT_CA] == "true"
+    bundle = base64.b64encode(cert.ca_file.read_bytes()).decode()
+    for entry in configuration["webhooks"]:
+        entry["clientConfig"]["caBundle"] = bundle
+    return [secret, *objects]
+
+
+@pytest.fixture(scope="module")
+def webhook(
+    node: Node, second: AddedNode, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Obj]]:
+    """The agents (kubernetes overlay, its policies deleted) on both nodes, the webhook's two
+    replicas Ready, one on each; the objects applied, for the test to read."""
+    if not ARCHIVE.exists():
+        require_or_skip(f"{ARCHIVE} is not built (make image)")
+    tmp_path = tmp_path_factory.mktemp("webhook")
+    for name in (node.name, SECOND):
+        as_mco_worker(node, name)
+        kubectl(node, "label", "--overwrite", "node", name, f"{MASTER}=")
+    install = node.install(OVERLAY, ARCHIVE, tmp_path / "install")
+    # As the openshift-4.15 overlay does: no policy, the webhook alone confines the agents.
+    kubectl(node, "delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "--all")
+    objects = _as_service_ca(_webhook_objects(tmp_path), tmp_path)
+    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    try:
+        kubectl(node, "apply", "-f", "-", stdin=manifest)
+        kubectl(node, "rollout", "status", "-n", AGENT_NS, f"deploy/{WEBHOOK}", "--timeout=180s")
+        yield objects
+    finally:
+        kubectl(node, "delete", "-f", "-", "--ignore-not-found", "--wait=true", stdin=manifest)
+        kubectl(node, "delete", "-k", str(install), "--ignore-not-found", "--wait=true")
+        kubectl(node, "uncordon", node.name, SECOND)
+        kubectl(node, "label", "node", node.name, f"{MASTER}-")
+
+
+def _replicas(node: Node) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = get(node, "pods", AGENT_NS)["items"]
+    return [
+        p
+        for p in pods
+        if p["metadata"]["labels"].get("app.kubernetes.io/name") == WEBHOOK
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def _agent_token(node: Node, on: str, tmp_path: Path) -> Path:
+    """A kubeconfig with the token the kubelet projected into the agent's pod on ``on``
+    (bound to that pod: the webhook finds its node by it)."""
+    pods = get(node, "pods", AGENT_NS)["items"]
+    (pod,) = (
+        p
+        for p in pods
+        if p["spec"].get("nodeName") == on
+        and p["metadata"]["labels"].get("app.kubernetes.io/name") == "drain-guard"
+    )
+    kubelet = node.workdir if on == node.name else node.workdir / on
+    volumes = kubelet / "kubelet" / "pods" / pod["metadata"]["uid"] / "volumes"
+    (token,) = volumes.glob("kubernetes.io~projected/kube-api-access-*/token")
+    return node.plane.token_kubeconfig(token.read_text(), tmp_path / "agent.kubeconfig")
+
+
+def _forge_hold(node: Node, kubeconfig: Path, target: str) -> subprocess.CompletedProcess[str]:
+    """A hold of ``target``'s drain in the protocol's shape, written with ``kubeconfig``."""
+    request = get(node, f"node/{target}")["metadata"]["annotations"][DESIRED_DRAIN]
+    patch = {"metadata": {"annotations": {DESIRED_DRAIN: f"hold-{request}", HELD_DRAIN: request}}}
+    return subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={kubeconfig}",
+            "patch",
+            "node",
+            target,
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _refused_by_the_webhook(node: Node, forged: subprocess.CompletedProcess[str]) -> None:
+    assert forged.returncode != 0, forged.stdout
+    assert 'admission webhook "agents.drain-guard.io" denied the request' in forged.stderr, (
+        forged.stderr
+    )
+    assert f"only the Node it runs on ({node.name})" in forged.stderr, forged.stderr
+
+
+def _evict(node: Node, pod: str) -> subprocess.CompletedProcess[str]:
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": AGENT_NS},
+    }
+    return subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={node.plane.admin_kubeconfig}",
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{AGENT_NS}/pods/{pod}/eviction",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(eviction),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _service_endpoints() -> int:
+    """kube-proxy's endpoints for the webhook's Service (its iptables rules): what the API
+    server's calls to the Service's address reach."""
+    rules = subprocess.run(
+        ["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True
+    ).stdout
+    return sum(
+        1
+        for line in rules.splitlines()
+        if line.startswith("-A KUBE-SEP-")
+        and f"{AGENT_NS}/{WEBHOOK}:https" in line
+        and "-j DNAT" in line
+    )
+
+
+def _wait_endpoints(count: int) -> None:
+    """Until kube-proxy has ``count`` endpoints for the Service: a condition polled, since
+    kube-proxy reports its rules nowhere else."""
+    deadline = time.monotonic() + 60
+    while _service_endpoints() != count:
+        assert time.monotonic() < deadline, f"kube-proxy has {_service_endpoints()} endpoints"
+        time.sleep(0.2)
+
+
+def test_two_replicas_serve_the_api_server_through_the_service(
+    node: Node, webhook: list[Obj], tmp_path: Path
+) -> None:
+    """Two replicas, one on each node (the anti-affinity), Ready through their HTTPS probes
+    with the service CA's certificate; the budget allows one disruption. The agent of the node
+    with a build pod holds its drain (the webhook admits it) and releases it; its own token
+    forging a hold on the other Node is refused by the webhook, which says why."""
+    replicas = _replicas(node)
+    assert sorted(p["spec"]["nodeName"] for p in replicas) == sorted([node.name, SECOND])
+    assert all(c["ready"] for p in replicas for c in p["status"]["containerStatuses"]), replicas
+    wait_jsonpath(node, f"pdb/{WEBHOOK}", ".status.disruptionsAllowed", "1", AGENT_NS)
+    _wait_endpoints(2)
+
+    build_pod(node, "build-webhook", node.name)
+    request = request_drain(node, node.name)
+    wait_held(node, request, node.name)
+    kubectl(node, "delete", "-n", MCO_NS, "pod", "build-webhook", "--wait=true")
+    wait_released(node, request, node.name)
+
+    request_drain(node, SECOND)
+    forged = _forge_hold(node, _agent_token(node, node.name, tmp_path), SECOND)
+    _refused_by_the_webhook(node, forged)
+    assert HELD_DRAIN not in get(node, f"node/{SECOND}")["metadata"]["annotations"]
+
+
+def test_with_one_replica_gone_the_budget_and_the_other_keep_admission(
+    node: Node, webhook: list[Obj], tmp_path: Path
+) -> None:
+    """One replica's pod deleted and its node cordoned (its replacement stays Pending: the
+    other node has a replica, the anti-affinity forbids a second there): the budget refuses
+    the remaining replica's eviction (429), and that replica alone still admits the agent's
+    hold and refuses the forged one; uncordoned, the replacement starts."""
+    (gone,) = (p for p in _replicas(node) if p["spec"]["nodeName"] == SECOND)
+    kubectl(node, "cordon", SECOND)
+    kubectl(node, "delete", "-n", AGENT_NS, "pod", gone["metadata"]["name"], "--wait=true")
+    (left,) = (p for p in _replicas(node) if p["status"].get("phase") == "Running")
+    assert left["spec"]["nodeName"] == node.name
+    wait_jsonpath(node, f"pdb/{WEBHOOK}", ".status.disruptionsAllowed", "0", AGENT_NS)
+    _wait_endpoints(1)
+
+    refused = _evict(node, left["metadata"]["name"])
+    assert refused.returncode != 0
+    assert "disruption budget" in refused.stderr, refused.stderr
+    assert get(node, f"pod/{left['metadata']['name']}", AGENT_NS)["status"]["phase"] == "Running"
+
+    build_pod(node, "build-webhook-one", node.name)
+    request = request_drain(node, node.name)
+    wait_held(node, request, node.name)
+    request_drain(node, SECOND)
+    forged = _forge_hold(node, _agent_token(node, node.name, tmp_path), SECOND)
+    _refused_by_the_webhook(node, forged)
+    log = kubectl(node, "logs", "-n", AGENT_NS, left["metadata"]["name"])
+    assert f"only the Node it runs on ({node.name})" in log
+    kubectl(node, "delete", "-n", MCO_NS, "pod", "build-webhook-one", "--wait=true")
+    wait_released(node, request, node.name)
+
+    kubectl(node, "uncordon", SECOND)
+    kubectl(node, "rollout", "status", "-n", AGENT_NS, f"deploy/{WEBHOOK}", "--timeout=180s")
+    wait_jsonpath(node, f"pdb/{WEBHOOK}", ".status.disruptionsAllowed", "1", AGENT_NS)
