@@ -530,6 +530,8 @@ class Controller:
             self._watch_evictions(pods.pods, view)
         image = guards.evidence(decision.verdicts, guards.ImageCompared)
         self.metrics.set_image_match(None if image is None else image.equal)
+        replacement = None if image is None else image.replacement
+        self.metrics.set_image_replacement(None if replacement is None else replacement.foresight)
         self.metrics.set_pool_held(self._status.pool, self._status.held_request is not None)
         fields = decision_fields(node.name, decision)
         observed = self.settings.observe_only and bool(decision.patch)

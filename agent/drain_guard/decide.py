@@ -104,6 +104,9 @@ def _recheck_at(view: NodeView, decision: Decision, max_hold: timedelta) -> date
     times: list[datetime] = []
     if decision.held_since is not None:
         times.append(later(decision.held_since, max_hold))
+    # A guard that blocks only until a moment (a build expected within seconds) is asked again
+    # then.
+    times.extend(v.until for v in decision.verdicts if isinstance(v, Block) and v.until)
     request = view.annotations.get(HOLD_REQUEST)
     if request is not None:
         try:

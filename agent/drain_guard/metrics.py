@@ -58,6 +58,7 @@ from prometheus_client import (
 from drain_guard import __version__, permissions
 from drain_guard.kube.operations import Operation, Watched
 from drain_guard.protocol import Outcome, Reason, Verb
+from drain_guard.replacement import Foresight
 
 PREFIX = "drain_guard_"
 
@@ -348,6 +349,16 @@ class Metrics(BaseMetrics):
             "Desired image digest vs booted digest: 1 equal, 0 differ, -1 unknown.",
             registry=r,
         )
+        self.image_replacement = Gauge(
+            PREFIX + "image_replacement",
+            "For a desired image that is the booted one, what MCO's objects say will replace"
+            " the target: 1 for the answer (coming, expected, none, unknown), 0 for the others;"
+            " all 0 when the images differ.",
+            ["replacement"],
+            registry=r,
+        )
+        for answer in Foresight:
+            self.image_replacement.labels(answer.value).set(0)
         self.invalid_input_total = Counter(
             PREFIX + "invalid_input",
             "Input rejected as malformed, per kind.",
@@ -499,6 +510,11 @@ class Metrics(BaseMetrics):
     def set_image_match(self, match: bool | None) -> None:
         """Desired vs booted digest: True equal, False differ, None unknown."""
         self.image_match.set(-1 if match is None else int(match))
+
+    def set_image_replacement(self, answer: Foresight | None) -> None:
+        """What will replace a same-image target (None: not asked)."""
+        for each in Foresight:
+            self.image_replacement.labels(each.value).set(int(each is answer))
 
     def count_invalid_input(self, kind: str) -> None:
         """Some input was rejected as malformed."""

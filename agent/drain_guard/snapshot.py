@@ -69,6 +69,7 @@ def decided(
     blocks = decision.blocks
     pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
     image = guards.evidence(decision.verdicts, guards.ImageCompared)
+    replacement = image.replacement if image else None
     request_text = annotations.get(HOLD_REQUEST)
     request = None if request_text is None else HoldRequestStatus.read(request_text, now)
     return AgentStatus(
@@ -89,6 +90,8 @@ def decided(
         else tuple(PodStatus(p.namespace, p.name, p.phase) for p in pods.pods),
         desired_image=annotations.get(DESIRED_IMAGE),
         desired_digest=image.desired_digest if image else None,
+        replacement=replacement.foresight.value if replacement else None,
+        replacement_why=replacement.why if replacement else None,
         booted=BootedImageStatus(
             booted.digest, booted.reference, booted.source, booted.error, booted.failing_since
         ),

@@ -265,6 +265,10 @@ class AgentStatus:
     build_pods: tuple[PodStatus, ...] | None = None  # None: the pod watch has not synced
     desired_image: str | None = None
     desired_digest: str | None = None
+    #: For a desired image that is the booted one: whether MCO will replace the target
+    #: (``replacement.Foresight``'s value) and why; None when the guard did not ask.
+    replacement: str | None = None
+    replacement_why: str | None = None
     booted: BootedImageStatus = field(default_factory=BootedImageStatus)
     watches: dict[str, WatchStatus] = field(default_factory=dict)  # by resource (node, pod)
     last_api_contact: datetime | None = None
@@ -335,6 +339,8 @@ class AgentStatus:
             "image": {
                 "desired": self.desired_image,
                 "desiredDigest": self.desired_digest,
+                "replacement": self.replacement,
+                "replacementWhy": self.replacement_why,
                 "bootedDigest": self.booted.digest,
                 "bootedReference": self.booted.reference,
                 "bootedSource": self.booted.source,
@@ -398,6 +404,8 @@ class AgentStatus:
             else tuple(PodStatus(p["namespace"], p["name"], p["phase"]) for p in pods),
             desired_image=image["desired"],
             desired_digest=image["desiredDigest"],
+            replacement=image.get("replacement"),
+            replacement_why=image.get("replacementWhy"),
             booted=BootedImageStatus(
                 digest=image["bootedDigest"],
                 reference=image["bootedReference"],
@@ -503,6 +511,8 @@ class AgentStatus:
             lines.append(
                 f"  desired image: {printable(self.desired_digest or self.desired_image or '')}"
             )
+        if self.replacement is not None:
+            lines.append(f"  replacement:   {self.replacement} ({self.replacement_why})")
         if self.booted.digest is not None:
             lines.append(f"  booted image:  {self.booted.digest} (from {self.booted.source})")
         elif self.booted.error is not None:

@@ -506,7 +506,8 @@ def test_what_releases_each_reason() -> None:
     ) == (
         f"build-pod: when build pod {MCO_NS}/build-x ends",
         "noop-image: when desiredImage changes to an image the node does not run"
-        " (the build's new image), or the node is cordoned (no new image comes then)",
+        " (the build's new image), when MCO's pool and builds say none will come, or the node"
+        " is cordoned (no new image comes then)",
         "manual: when the hold request expires at 2026-03-01T12:30:00Z or is removed",
     )
     assert releases_when([("build-pod", "build pods a/x, a/y")], None) == (

@@ -18,6 +18,7 @@ from drain_guard.config.options import Option
 from drain_guard.kube.operations import Watched
 from drain_guard.pods import Pod, PodScope
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
+from drain_guard.replacement import McoObjects, Replacement
 from drain_guard.selectors import BuildPodSelector
 
 # --- what the guards look at --------------------------------------------------------------
@@ -77,6 +78,10 @@ class NodeView:
     #: The objects the guards read (their ``reads``), as the API server last gave them: None
     #: when the object does not exist; no key while its watch has not listed yet.
     objects: Mapping[ObjectRef, Mapping[str, Any] | None] = field(default_factory=dict)
+    #: MCO's pools, MachineOSBuilds and MachineOSConfigs, as the agent's watches list them:
+    #: whether a build will replace a same-image target (``guards.replacement``); None where
+    #: the agent does not read them (through the node proxy).
+    mco: McoObjects | None = None
 
 
 # --- verdicts -----------------------------------------------------------------------------
@@ -96,6 +101,8 @@ class ImageCompared:
 
     desired_digest: str | None
     equal: bool | None
+    #: For an equal image, whether MCO will replace the target (None: not asked).
+    replacement: Replacement | None = field(default=None, compare=False)
 
 
 #: What a guard saw, for ``/status`` and the metrics; the decision reads only the verdict, and
@@ -124,11 +131,13 @@ class InvalidInput:
 
 @dataclass(frozen=True)
 class Block:
-    """The guard blocks the drain."""
+    """The guard blocks the drain; ``until``: it blocks no longer than that (decide again
+    then, with no watch event)."""
 
     reason: Reason
     detail: str
     evidence: Evidence | None = field(default=None, compare=False)
+    until: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -20,11 +20,13 @@ from drain_guard.guards.base import (
 )
 from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.protocol import DESIRED_IMAGE, Reason
+from drain_guard.replacement import foresee
 
 
 class NoopImageGuard:
     """Blocks a drain for a layered update to the image the node already booted, while the
-    node is schedulable: only then can the node controller send it the newer image."""
+    node is schedulable (only then can the node controller send it the newer image) and MCO's
+    objects say a newer image will come (``guards.replacement``)."""
 
     reason = Reason.NOOP_IMAGE
     reads: tuple[ObjectRef, ...] = ()
@@ -59,9 +61,22 @@ class NoopImageGuard:
                 # until max-hold, with the node cordoned and its pool waiting.
                 why += "; not held: the node is cordoned, and a cordoned node gets no new image"
                 return Clear(self.reason, why, evidence=ImageCompared(digest, True))
-            return Block(self.reason, why, ImageCompared(digest, True))
+            replacement = foresee(view.annotations, view.mco, view.now, _waiting_since(view))
+            seen = ImageCompared(digest, True, replacement)
+            if not replacement.holds:
+                # A hold nothing will end would end only at --max-hold, and the same drain
+                # would follow: let it go now, and say why (docs/protocol.md).
+                return Clear(self.reason, f"{why}; not held: {replacement.why}", evidence=seen)
+            return Block(self.reason, f"{why}; {replacement.why}", seen, replacement.until)
         why = f"desiredImage {_short(digest)} differs from booted {_short(view.booted.digest)}"
         return Clear(self.reason, why, evidence=ImageCompared(digest, False))
+
+
+def _waiting_since(view: NodeView) -> datetime:
+    """Since when a same-image drain has waited: its hold's start, else now."""
+    if view.known_hold is not None:
+        return view.known_hold.since
+    return view.now
 
 
 def _short(digest: str) -> str:
@@ -71,7 +86,8 @@ def _short(digest: str) -> str:
 def _releases_when(_detail: str, _until: datetime | None) -> str:
     return (
         f"{Reason.NOOP_IMAGE}: when desiredImage changes to an image the node does not run"
-        " (the build's new image), or the node is cordoned (no new image comes then)"
+        " (the build's new image), when MCO's pool and builds say none will come, or the node"
+        " is cordoned (no new image comes then)"
     )
 
 

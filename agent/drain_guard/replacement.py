@@ -1,0 +1,308 @@
+"""Will anything replace a same-image target? (pure: no I/O).
+
+A ``noop-image`` hold saves a drain only if MCO later gives the node a target with a new image:
+the daemon waiting on the held request re-reads nothing else, and once the node controller
+retargets it the guard clears. When nothing will (a revert to a config built before, a build
+that failed or is stuck, a degraded pool), the hold would end only at ``--max-hold`` and the
+same drain would follow: a stall that costs the pool. So the guard asks ``foresee`` what MCO's
+objects say about the node's pool, read as each version's controllers read them
+(docs/protocol.md, "What a noop-image hold waits for"):
+
+- 4.15: the pool's build conditions (``BuildPending``, ``Building``, ``BuildSuccess``,
+  ``BuildFailed``) and its image annotation;
+- 4.16 and later: the MachineOSConfig naming the pool and the MachineOSBuild of that config
+  and the pool's rendered config (``machineconfiguration.openshift.io/v1alpha1`` on 4.16, 4.17
+  and 4.18 before the on-cluster-layering backport, ``v1`` after: the field names differ, both
+  are read), and whether the MachineOSConfig names that build's image (MCO's
+  ``MachineOSBuildIsCurrent``).
+
+Every object is read without an exception, whatever its shape (any account that may write
+them is not the agent's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.protocol import DESIRED_CONFIG, DESIRED_IMAGE, parse_rfc3339, pool_of
+
+__all__ = [
+    "EXPECTED_WITHIN",
+    "POOL_IMAGE",
+    "Foresight",
+    "McoObjects",
+    "Replacement",
+    "foresee",
+]
+
+JsonObj = Mapping[str, Any]
+
+#: How long a build MCO is about to start, or an image it is about to name, is waited for: the
+#: build controller starts a build in its handler of the pool's new config, and writes a
+#: succeeded build's image in the same sync (4.18 before the backport: after its clean-up),
+#: seconds in both; past this, what was expected is not coming.
+EXPECTED_WITHIN = timedelta(minutes=5)
+
+#: 4.15's pool annotation naming the pool's newest built image.
+POOL_IMAGE = "machineconfiguration.openshift.io/newestImageEquivalentConfig"
+
+_DEGRADED = ("Degraded", "NodeDegraded", "RenderDegraded")
+_TERMINAL_FAILED = ("Failed", "Interrupted")
+
+
+class Foresight(StrEnum):
+    """What the guard foresees for a same-image target: its value is the ``replacement``
+    label of ``drain_guard_image_replacement`` and the ``replacement`` of ``/status``."""
+
+    #: A build in flight for the pool's config, or an image the node does not run named for
+    #: it: the node controller will retarget the node; hold (up to --max-hold).
+    COMING = "coming"
+    #: MCO is about to start a build or name an image (seconds): hold, until ``until``.
+    EXPECTED = "expected"
+    #: Nothing will replace the target: let the drain go now.
+    NONE = "none"
+    #: The agent cannot read MCO's objects: hold, bounded by --max-hold (the rule fails toward
+    #: a bounded hold, never toward holding with no end).
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What ``foresee`` says, why (one line for /status, the log and the Event), and for
+    ``EXPECTED`` until when it waits."""
+
+    foresight: Foresight
+    why: str
+    until: datetime | None = None
+
+    @property
+    def holds(self) -> bool:
+        return self.foresight is not Foresight.NONE
+
+
+@dataclass(frozen=True)
+class McoObjects:
+    """MCO's objects as the agent's watches last listed them.
+
+    ``pools`` by name; ``builds`` and ``configs`` the MachineOSBuilds and MachineOSConfigs, or
+    None where the API does not serve them (4.15). ``unreadable`` says why the agent cannot
+    tell (a watch not listed yet, or failing): then nothing else is read.
+    """
+
+    pools: Mapping[str, JsonObj]
+    builds: Sequence[JsonObj] | None = None
+    configs: Sequence[JsonObj] | None = None
+    unreadable: str | None = None
+
+
+def foresee(
+    annotations: Mapping[str, str],
+    mco: McoObjects | None,
+    now: datetime,
+    waiting_since: datetime,
+) -> Replacement:
+    """Whether MCO will replace the node's same-image target (``annotations``: the Node's);
+    ``waiting_since``: when the hold began (now if none), from which ``EXPECTED`` counts."""
+    if mco is None:
+        return Replacement(Foresight.UNKNOWN, "the agent does not read MCO's pools and builds here")
+    if mco.unreadable is not None:
+        return Replacement(Foresight.UNKNOWN, mco.unreadable)
+    name = pool_of(annotations)
+    if name is None:
+        return Replacement(Foresight.UNKNOWN, "the node's pool is not known from its configs")
+    pool = mco.pools.get(name)
+    if pool is None:
+        return Replacement(Foresight.NONE, f"no MachineConfigPool {name}: nothing builds for it")
+    degraded = [c for c in _DEGRADED if _condition(pool, c)]
+    if degraded:
+        why = f"pool {name} is {degraded[0]}: no MCO version starts a build for a degraded pool"
+        return Replacement(Foresight.NONE, why)
+    desired = _digest(annotations.get(DESIRED_IMAGE))
+    config = _spec_config(pool)
+    expected_until = waiting_since + EXPECTED_WITHIN
+    machine_os_config = _config_of(name, mco.configs)
+    if machine_os_config is not None:
+        return _from_build(
+            name, config, machine_os_config, mco.builds or (), annotations, now, expected_until
+        )
+    if mco.builds is not None and not _has_build_conditions(pool):
+        return Replacement(
+            Foresight.NONE, f"no MachineOSConfig names pool {name}: nothing builds for it"
+        )
+    return _from_pool(name, pool, config, annotations, desired, now, expected_until)
+
+
+def _from_pool(
+    name: str,
+    pool: JsonObj,
+    config: str | None,
+    annotations: Mapping[str, str],
+    desired: str | None,
+    now: datetime,
+    expected_until: datetime,
+) -> Replacement:
+    """4.15: the pool's build conditions."""
+    if _condition(pool, "BuildFailed"):
+        why = f"pool {name}'s build failed: MCO builds nothing more until the pool is reset"
+        return Replacement(Foresight.NONE, why)
+    if _condition(pool, "BuildPending") or _condition(pool, "Building"):
+        node_config = annotations.get(DESIRED_CONFIG)
+        if node_config != config:
+            # 4.15 completes a build by looking up the build of the pool's newer config, which
+            # it never started: the pool stays Building for good (OCPBUGS-18344).
+            why = (
+                f"pool {name} builds while its config moved on to {config} (the node's is"
+                f" {node_config}): 4.15 finishes no such build"
+            )
+            return Replacement(Foresight.NONE, why)
+        return Replacement(Foresight.COMING, f"pool {name} is building {config}")
+    image = _digest(_annotations(pool).get(POOL_IMAGE))
+    if image is not None and image != desired:
+        return Replacement(Foresight.COMING, f"pool {name} names a new image {_short(image)}")
+    if config is not None and config != _status_config(pool):
+        if now < expected_until:
+            why = f"pool {name} moved to {config}: its build is about to start"
+            return Replacement(Foresight.EXPECTED, why, expected_until)
+        why = f"pool {name} moved to {config}, and no build of it started within {EXPECTED_WITHIN}"
+        return Replacement(Foresight.NONE, why)
+    return Replacement(Foresight.NONE, f"pool {name} has built its config with the booted image")
+
+
+def _from_build(
+    name: str,
+    config: str | None,
+    machine_os_config: JsonObj,
+    builds: Sequence[JsonObj],
+    annotations: Mapping[str, str],
+    now: datetime,
+    expected_until: datetime,
+) -> Replacement:
+    """4.16 and later: the MachineOSBuild of the pool's config, and the MachineOSConfig."""
+    desired = _digest(annotations.get(DESIRED_IMAGE))
+    mosc = str(_get(machine_os_config, "metadata", "name") or "")
+    named = _digest(
+        _get(machine_os_config, "status", "currentImagePullSpec")
+        or _get(machine_os_config, "status", "currentImagePullspec")
+    )
+    if named is not None and named != desired:
+        why = f"MachineOSConfig {mosc} names a new image {_short(named)}"
+        return Replacement(Foresight.COMING, why)
+    build = next((b for b in builds if _is_build_of(b, mosc, config)), None)
+    if build is None:
+        if config != annotations.get(DESIRED_CONFIG) and now < expected_until:
+            why = f"pool {name} moved to {config}: its MachineOSBuild is about to be created"
+            return Replacement(Foresight.EXPECTED, why, expected_until)
+        why = f"no MachineOSBuild of {config} for pool {name}, and none is being built"
+        return Replacement(Foresight.NONE, why)
+    build_name = str(_get(build, "metadata", "name") or "")
+    failed = [c for c in _TERMINAL_FAILED if _condition(build, c)]
+    if failed:
+        why = f"MachineOSBuild {build_name} is {failed[0]}: MCO rolls nothing out after it"
+        return Replacement(Foresight.NONE, why)
+    if not _condition(build, "Succeeded"):
+        return Replacement(Foresight.COMING, f"MachineOSBuild {build_name} is building {config}")
+    image = _digest(
+        _get(build, "status", "digestedImagePushSpec")
+        or _get(build, "status", "finalImagePullspec")
+    )
+    if image is None or image == desired:
+        why = f"MachineOSBuild {build_name} of {config} built the image the node runs"
+        return Replacement(Foresight.NONE, why)
+    succeeded = _transition(build, "Succeeded")
+    if succeeded is not None and now < succeeded + EXPECTED_WITHIN:
+        # 4.18 before the backport marks a build succeeded, then names its image.
+        why = f"MachineOSBuild {build_name} succeeded; MachineOSConfig {mosc} is about to name it"
+        return Replacement(Foresight.EXPECTED, why, succeeded + EXPECTED_WITHIN)
+    # 4.16/4.17 on a revert: the old build is found succeeded, and its image is never named
+    # again; the node controller targets the MachineOSConfig's image, the booted one.
+    why = (
+        f"MachineOSBuild {build_name} of {config} succeeded before, and MachineOSConfig {mosc}"
+        " names the image the node runs: nothing will retarget it"
+    )
+    return Replacement(Foresight.NONE, why)
+
+
+def _is_build_of(build: JsonObj, mosc: str, config: str | None) -> bool:
+    built = _get(build, "spec", "machineConfig", "name") or _get(
+        build, "spec", "desiredConfig", "name"
+    )
+    return bool(_get(build, "spec", "machineOSConfig", "name") == mosc and built == config)
+
+
+def _config_of(pool: str, configs: Sequence[JsonObj] | None) -> JsonObj | None:
+    for config in configs or ():
+        if _get(config, "spec", "machineConfigPool", "name") == pool:
+            return config
+    return None
+
+
+def _has_build_conditions(pool: JsonObj) -> bool:
+    kinds = ("BuildPending", "Building", "BuildSuccess", "BuildFailed")
+    return any(_condition_entry(pool, c) is not None for c in kinds)
+
+
+def _get(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _annotations(obj: JsonObj) -> Mapping[str, Any]:
+    found = _get(obj, "metadata", "annotations")
+    return found if isinstance(found, Mapping) else {}
+
+
+def _spec_config(pool: JsonObj) -> str | None:
+    found = _get(pool, "spec", "configuration", "name")
+    return found if isinstance(found, str) else None
+
+
+def _status_config(pool: JsonObj) -> str | None:
+    found = _get(pool, "status", "configuration", "name")
+    return found if isinstance(found, str) else None
+
+
+def _condition_entry(obj: JsonObj, kind: str) -> Mapping[str, Any] | None:
+    conditions = _get(obj, "status", "conditions")
+    if not isinstance(conditions, list):
+        return None
+    for entry in conditions:
+        if isinstance(entry, Mapping) and entry.get("type") == kind:
+            return entry
+    return None
+
+
+def _condition(obj: JsonObj, kind: str) -> bool:
+    entry = _condition_entry(obj, kind)
+    return entry is not None and entry.get("status") == "True"
+
+
+def _transition(obj: JsonObj, kind: str) -> datetime | None:
+    entry = _condition_entry(obj, kind)
+    text = entry.get("lastTransitionTime") if entry is not None else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        return None
+
+
+def _digest(ref: object) -> str | None:
+    if not isinstance(ref, str) or not ref:
+        return None
+    try:
+        return digest_of(ref)
+    except ImageRefError:
+        return None
+
+
+def _short(digest: str) -> str:
+    return digest[: len("sha256:") + 12]

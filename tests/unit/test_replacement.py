@@ -1,0 +1,285 @@
+"""The noop-image rule: a same-image drain is held only while MCO's objects say a new image
+will replace its target (drain_guard.replacement), on each version's objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from drain_guard.decide import decide
+from drain_guard.guards import Block, BootedImage, Clear, ImageCompared, NodeView, NoopImageGuard
+from drain_guard.protocol import DESIRED_CONFIG, DESIRED_DRAIN, DESIRED_IMAGE, format_rfc3339
+from drain_guard.replacement import (
+    EXPECTED_WITHIN,
+    POOL_IMAGE,
+    Foresight,
+    McoObjects,
+    foresee,
+)
+
+NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+OLD = "sha256:" + "1" * 64
+NEW = "sha256:" + "2" * 64
+REPO = "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/ocb"
+A = "rendered-worker-aaaaaaaa"
+B = "rendered-worker-bbbbbbbb"
+NODE = {DESIRED_CONFIG: A, DESIRED_IMAGE: f"{REPO}@{OLD}"}
+
+
+def conditions(**kinds: bool | tuple[bool, datetime]) -> list[dict[str, str]]:
+    out = []
+    for kind, value in kinds.items():
+        status, when = value if isinstance(value, tuple) else (value, NOW - timedelta(hours=1))
+        out.append(
+            {"type": kind, "status": str(status), "lastTransitionTime": format_rfc3339(when)}
+        )
+    return out
+
+
+def pool(
+    spec: str = A,
+    status: str | None = None,
+    image: str | None = OLD,
+    more: Mapping[str, bool] | None = None,
+    **kinds: bool,
+) -> dict[str, Any]:
+    kinds = {**kinds, **(more or {})}
+    annotations = {} if image is None else {POOL_IMAGE: f"{REPO}@{image}"}
+    return {
+        "metadata": {"name": "worker", "annotations": annotations},
+        "spec": {"configuration": {"name": spec}},
+        "status": {
+            "configuration": {"name": status or spec},
+            "conditions": conditions(**kinds),
+        },
+    }
+
+
+def mosc(image: str | None = OLD, *, v1: bool = True) -> dict[str, Any]:
+    field = "currentImagePullSpec" if v1 else "currentImagePullspec"
+    status = {} if image is None else {field: f"{REPO}@{image}"}
+    return {
+        "metadata": {"name": "worker-layered"},
+        "spec": {"machineConfigPool": {"name": "worker"}},
+        "status": status,
+    }
+
+
+def mosb(
+    config: str = A,
+    image: str | None = None,
+    *,
+    v1: bool = True,
+    more: Mapping[str, bool] | None = None,
+    **kinds: Any,
+) -> dict[str, Any]:
+    kinds = {**kinds, **(more or {})}
+    spec: dict[str, Any] = {"machineOSConfig": {"name": "worker-layered"}}
+    spec["machineConfig" if v1 else "desiredConfig"] = {"name": config}
+    status: dict[str, Any] = {"conditions": conditions(**kinds)}
+    if image is not None:
+        status["digestedImagePushSpec" if v1 else "finalImagePullspec"] = f"{REPO}@{image}"
+    return {"metadata": {"name": f"worker-layered-{config}"}, "spec": spec, "status": status}
+
+
+def look(
+    mco: McoObjects | None, node: Mapping[str, str] = NODE, since: datetime = NOW
+) -> tuple[Foresight, str, datetime | None]:
+    found = foresee(node, mco, NOW, since)
+    return found.foresight, found.why, found.until
+
+
+# --- 4.15: the pool's build conditions ------------------------------------------------------
+
+
+def test_4_15_the_seed_race_holds_until_the_build_starts() -> None:
+    """The node controller targets the node before the build controller marks the pool
+    BuildPending: the pool still says BuildSuccess of the old image, with a new config."""
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildSuccess=True)})
+    foresight, why, until = look(mco)
+    assert foresight is Foresight.EXPECTED
+    assert until == NOW + EXPECTED_WITHIN
+    assert "about to start" in why
+    later = look(mco, since=NOW - EXPECTED_WITHIN)
+    assert later[0] is Foresight.NONE
+
+
+@pytest.mark.parametrize("kind", ["BuildPending", "Building"])
+def test_4_15_a_build_of_the_nodes_config_will_replace_it(kind: str) -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B, more={kind: True, "BuildSuccess": False})})
+    assert look(mco)[0] is Foresight.COMING
+
+
+def test_4_15_the_built_image_will_replace_it() -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B, image=NEW, BuildSuccess=True)})
+    assert look(mco)[0] is Foresight.COMING
+
+
+def test_4_15_a_build_stuck_by_a_newer_config_lets_go() -> None:
+    """D6: a MachineConfig created during the build; the pool stays Building for good."""
+    mco = McoObjects({"worker": pool(spec=B, status=A, Building=True)})
+    foresight, why, _ = look(mco)
+    assert foresight is Foresight.NONE
+    assert "finishes no such build" in why
+
+
+def test_4_15_a_failed_build_lets_go() -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildFailed=True)})
+    assert look(mco)[0] is Foresight.NONE
+
+
+@pytest.mark.parametrize("kind", ["Degraded", "NodeDegraded", "RenderDegraded"])
+def test_a_degraded_pool_lets_go_on_every_version(kind: str) -> None:
+    """D4: no version builds for a degraded pool."""
+    for mco in (
+        McoObjects({"worker": pool(spec=A, status=B, more={kind: True}, Building=True)}),
+        McoObjects(
+            {"worker": pool(spec=A, more={kind: True})}, [mosb(A, Building=True)], [mosc(OLD)]
+        ),
+    ):
+        foresight, why = look(mco)[:2]
+        assert foresight is Foresight.NONE
+        assert kind in why
+
+
+def test_a_pool_that_does_not_exist_lets_go() -> None:
+    assert look(McoObjects({}))[0] is Foresight.NONE
+
+
+# --- 4.16 and later: MachineOSBuild and MachineOSConfig --------------------------------------
+
+
+@pytest.mark.parametrize("v1", [False, True])
+def test_a_build_in_flight_will_replace_it(v1: bool) -> None:
+    mco = McoObjects(
+        {"worker": pool(spec=A, status=B)}, [mosb(A, v1=v1, Building=True)], [mosc(OLD, v1=v1)]
+    )
+    assert look(mco)[0] is Foresight.COMING
+
+
+@pytest.mark.parametrize("v1", [False, True])
+def test_the_revert_to_a_built_config_lets_go(v1: bool) -> None:
+    """D1 (4.16/4.17): the old build is found succeeded, its image is not named again, and
+    every node is targeted with the config and the image it runs."""
+    old_build = mosb(A, NEW, v1=v1, Succeeded=True)
+    mco = McoObjects({"worker": pool(spec=A, status=B)}, [old_build], [mosc(OLD, v1=v1)])
+    foresight, why, _ = look(mco)
+    assert foresight is Foresight.NONE
+    assert "succeeded before" in why
+
+
+def test_a_build_just_succeeded_whose_image_is_not_yet_named_is_waited_for() -> None:
+    """4.18 before the backport: Succeeded first, the MachineOSConfig's image after."""
+    just = mosb(A, NEW, v1=False, Succeeded=(True, NOW - timedelta(seconds=3)))
+    mco = McoObjects({"worker": pool(spec=A, status=B)}, [just], [mosc(OLD, v1=False)])
+    foresight, _, until = look(mco)
+    assert foresight is Foresight.EXPECTED
+    assert until == NOW - timedelta(seconds=3) + EXPECTED_WITHIN
+
+
+def test_an_image_the_machine_os_config_names_will_replace_it() -> None:
+    mco = McoObjects(
+        {"worker": pool(spec=A, status=B)}, [mosb(A, NEW, Succeeded=True)], [mosc(NEW)]
+    )
+    assert look(mco)[0] is Foresight.COMING
+
+
+@pytest.mark.parametrize("kind", ["Failed", "Interrupted"])
+def test_a_failed_build_lets_go(kind: str) -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B)}, [mosb(A, more={kind: True})], [mosc(OLD)])
+    assert look(mco)[0] is Foresight.NONE
+
+
+def test_a_build_of_another_config_or_pool_is_not_the_pools() -> None:
+    other_pool = mosb(A, Building=True)
+    other_pool["spec"]["machineOSConfig"]["name"] = "infra-layered"
+    mco = McoObjects({"worker": pool(spec=A)}, [mosb(B, Building=True), other_pool], [mosc(OLD)])
+    foresight, why, _ = look(mco)
+    assert foresight is Foresight.NONE
+    assert "no MachineOSBuild" in why
+
+
+def test_a_new_config_whose_build_is_not_created_yet_is_waited_for() -> None:
+    mco = McoObjects({"worker": pool(spec=B, status=A)}, [mosb(A, OLD, Succeeded=True)], [mosc()])
+    assert look(mco)[0] is Foresight.EXPECTED
+
+
+def test_a_pool_no_machine_os_config_names_lets_go_where_builds_are_served() -> None:
+    mco = McoObjects({"worker": pool(spec=A, image=None)}, [], [])
+    assert look(mco)[0] is Foresight.NONE
+
+
+# --- what the agent cannot read ---------------------------------------------------------------
+
+
+def test_unreadable_objects_hold_bounded_by_max_hold() -> None:
+    assert look(None)[0] is Foresight.UNKNOWN
+    unreadable = McoObjects({}, unreadable="machineosbuilds: 403 Forbidden")
+    assert look(unreadable)[:2] == (Foresight.UNKNOWN, "machineosbuilds: 403 Forbidden")
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        {"worker": {"spec": "x", "status": {"conditions": "x"}, "metadata": []}},
+        {"worker": {"status": {"conditions": [1, None, {"type": "Building", "status": 1}]}}},
+    ],
+)
+def test_any_shape_is_read_without_an_exception(hostile: dict[str, Any]) -> None:
+    builds: list[dict[str, Any]] = [
+        {"spec": []},
+        {"status": {"conditions": [{"type": "Succeeded"}]}},
+    ]
+    configs = [{"spec": {"machineConfigPool": {"name": "worker"}}, "status": {"x": 1}}]
+    for mco in (McoObjects(hostile), McoObjects(hostile, builds, configs)):
+        assert look(mco)[0] in Foresight
+
+
+# --- the guard and the decision -----------------------------------------------------------------
+
+
+def node_view(mco: McoObjects | None, annotations: Mapping[str, str] = NODE) -> NodeView:
+    return NodeView(
+        name="worker-0",
+        annotations={**annotations, DESIRED_DRAIN: f"drain-{A}"},
+        pods=(),
+        booted=BootedImage(OLD, f"ostree-unverified-registry:{REPO}@{OLD}", "ostree"),
+        now=NOW,
+        resource_version="7",
+        mco=mco,
+    )
+
+
+def test_the_guard_lets_go_and_says_why_when_nothing_will_replace_it() -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildFailed=True)})
+    verdict = NoopImageGuard().check(node_view(mco))
+    assert isinstance(verdict, Clear)
+    assert not verdict.abstained
+    assert "not held: pool worker's build failed" in verdict.detail
+    assert isinstance(verdict.evidence, ImageCompared)
+    assert verdict.evidence.replacement is not None
+    assert verdict.evidence.replacement.foresight is Foresight.NONE
+
+
+def test_the_guard_holds_while_a_build_runs_and_says_which() -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B, Building=True)})
+    verdict = NoopImageGuard().check(node_view(mco))
+    assert isinstance(verdict, Block)
+    assert "pool worker is building rendered-worker-aaaaaaaa" in verdict.detail
+    assert verdict.until is None
+
+
+def test_an_expected_build_is_asked_again_when_its_wait_ends() -> None:
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildSuccess=True)})
+    decision = decide(node_view(mco), [NoopImageGuard()], timedelta(minutes=45))
+    assert decision.name == "hold"
+    assert decision.recheck_at == NOW + EXPECTED_WITHIN
+
+
+def test_without_the_objects_the_guard_holds_as_before() -> None:
+    verdict = NoopImageGuard().check(node_view(None))
+    assert isinstance(verdict, Block)
+    assert "does not read MCO's pools and builds" in verdict.detail
