@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -459,6 +460,41 @@ class ControlPlane:
             self.etcd_url, "/v3/kv/compaction", {"revision": str(revision), "physical": True}
         )
         return revision
+
+    def pause(self, name: str) -> None:
+        """Stop the process ``name`` (``etcd``, ``kube-apiserver``) with SIGSTOP, as a stalled
+        disk or a paused VM stops it: it keeps its sockets and answers nothing. A stopped etcd
+        leaves kube-apiserver answering reads from its watch cache, and a write it sends waits
+        in etcd's socket, where it may commit once etcd runs again although its client gave up
+        or was answered with an error. ``resume`` (or ``paused``'s end) lets it run again."""
+        self._named(name).popen.send_signal(signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """Let a paused process run again (SIGCONT; nothing when it runs)."""
+        self._named(name).popen.send_signal(signal.SIGCONT)
+
+    @contextmanager
+    def paused(self, *names: str) -> Iterator[None]:
+        """Each of ``names`` resumed at the block's end, whatever the block paused."""
+        try:
+            yield
+        finally:
+            for name in names:
+                self.resume(name)
+
+    def _named(self, name: str) -> ManagedProcess:
+        (process,) = (p for p in self._processes if p.name == name)
+        return process
+
+    def etcd_value(self, key: str) -> bytes | None:
+        """The value etcd stores under ``key`` (``/registry/minions/NAME`` is a Node, as
+        kube-apiserver encodes it), read from etcd itself: what is committed, whatever the API
+        server answered or is doing."""
+        found = _etcd_post(
+            self.etcd_url, "/v3/kv/range", {"key": base64.b64encode(key.encode()).decode()}
+        )
+        kvs = found.get("kvs") or []
+        return base64.b64decode(kvs[0]["value"]) if kvs else None
 
     def logs(self) -> Iterator[tuple[str, str]]:
         """Each process's name and the tail of its log, for a test's failure message."""
