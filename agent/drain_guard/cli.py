@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     preflight.add_argument(
         "--rights",
         default=str(DEFAULT_RIGHTS),
-        help="the rights table (default: this checkout's docs/rights.md)",
+        help="the rights table (default: docs/rights.md as this drain-guard ships it)",
     )
 
     # Listed for --help only: main() hands ``demo ...`` to the demo's own parser, so that

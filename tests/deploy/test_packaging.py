@@ -11,6 +11,7 @@ from email.parser import Parser
 import pytest
 
 from benchmarks.deployed import ROOT, build_context
+from drain_guard.commands.preflight import DEFAULT_RIGHTS
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,17 @@ def test_the_wheel_holds_the_drain_guard_package_only(wheel: zipfile.ZipFile) ->
     tops = {name.split("/")[0] for name in names if ".dist-info/" not in name}
     assert tops == {"drain_guard"}
     assert "drain_guard/cli.py" in names
+
+
+def test_the_wheel_ships_the_rights_table(wheel: zipfile.ZipFile) -> None:
+    """drain-guard preflight's default --rights, installed with the package (the image, a pip
+    install), is docs/rights.md as it is: edit the doc, then
+    ``cp docs/rights.md agent/drain_guard/rights.md``."""
+    shipped = wheel.read("drain_guard/rights.md").decode()
+    assert shipped == (ROOT / "docs" / "rights.md").read_text(), (
+        "cp docs/rights.md agent/drain_guard/rights.md"
+    )
+    assert DEFAULT_RIGHTS.read_text() == shipped
 
 
 def test_the_wheel_needs_no_simulator_dependency(wheel: zipfile.ZipFile) -> None:

@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -43,8 +44,9 @@ if TYPE_CHECKING:
     from drain_guard.kube.credentials import ApiClient
 
 PROG = "drain-guard preflight"
-#: The table, where a checkout of drain-guard (whose overlays the admin applies) has it.
-DEFAULT_RIGHTS = Path(__file__).resolve().parents[3] / "docs" / "rights.md"
+#: The table, as the package ships it (a copy of docs/rights.md, checked equal by a test), so
+#: that an installed drain-guard (the image, a pip install) finds it with no checkout.
+DEFAULT_RIGHTS = Path(str(files("drain_guard").joinpath("rights.md")))
 MCO_GROUP = "machineconfiguration.openshift.io"
 #: OpenShift 4.15's on-cluster layering: a pool opted in by this label (before MachineOSConfig).
 LAYERING_LABEL = "machineconfiguration.openshift.io/layering-enabled"
@@ -126,7 +128,7 @@ def run_preflight(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(
             f"{PROG}: error: --rights {rights}: {exc.strerror or exc}"
-            " (docs/rights.md of the drain-guard checkout whose overlay you applied)",
+            " (docs/rights.md of the drain-guard release whose overlay you applied)",
             file=sys.stderr,
         )
         return EXIT_USAGE
