@@ -15,13 +15,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from drain_guard import guards, host, protocol
-from drain_guard.decide import decide
+from drain_guard import guards, protocol
+from drain_guard.core.pods import Pod
+from drain_guard.core.selectors import default_build_pod_selectors
+from drain_guard.decision.decide import decide
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, Kube
 from drain_guard.kube.credentials import load_api_client
-from drain_guard.pods import Pod
-from drain_guard.selectors import default_build_pod_selectors
+from drain_guard.node import host
 
 MAX_HOLD = timedelta(minutes=45)
 

@@ -29,7 +29,8 @@ DEPLOYED_ENV = {
     "PYTHONPYCACHEPREFIX": "{tree}/pycache",
     "PYTHONUNBUFFERED": "1",
 }
-#: The agent with kubernetes_asyncio imported whole before it (as before drain_guard.kubeclient).
+#: The agent with kubernetes_asyncio imported whole before it (as before
+#: drain_guard.kube.kubeclient).
 EAGER = (
     "import sys, kubernetes_asyncio.client, kubernetes_asyncio.config\n"
     "from drain_guard.cli import main\n"

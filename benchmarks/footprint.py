@@ -67,7 +67,7 @@ def rss():
 out = {"interpreter": rss()}
 import aiohttp
 out["aiohttp"] = rss()
-import drain_guard.controller, drain_guard.cli
+import drain_guard.node.controller, drain_guard.cli
 out["agent"] = rss()
 import kubernetes_asyncio.client
 kubernetes_asyncio.client.V1Pod  # a name the agent does not load: the library's whole client

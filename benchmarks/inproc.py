@@ -1,11 +1,11 @@
 """Several agents in one process, for the fleet and API-load benchmarks.
 
-Each agent is assembled from the same parts as ``drain_guard.runner`` (``_Agent.start``): its own
-``Metrics`` registry, its own ``Kube`` (kubernetes_asyncio ``ApiClient``, so its own connection
-pool and identity), its own ``EventRecorder`` and ``Controller``, and the node and pod
-list-watches. They share only the interpreter and the event loop, which a real deployment does
-not share; nothing they send to the API depends on it. Left out: the HTTP server (not an API
-client) and the life-cycle (drain_guard.lifecycle: signals, the exit-time release).
+Each agent is assembled from the same parts as ``drain_guard.programs.runner`` (``_Agent.start``):
+its own ``Metrics`` registry, its own ``Kube`` (kubernetes_asyncio ``ApiClient``, so its own
+connection pool and identity), its own ``EventRecorder`` and ``Controller``, and the node and pod
+list-watches. They share only the interpreter and the event loop, which a real deployment does not
+share; nothing they send to the API depends on it. Left out: the HTTP server (not an API client) and
+the life-cycle (drain_guard.runtime.lifecycle: signals, the exit-time release).
 
 ``watch_timeout`` is the ``timeoutSeconds`` the agent asks for on its watches (the agent's
 default is 300 s); the API-load benchmark shortens it together with the simulator's bookmark
@@ -30,16 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard.cli import build_parser
-from drain_guard.config.agent import settings_from
 from drain_guard.config.values import LogFormat
-from drain_guard.controller import Controller, pod_watch_namespace
-from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.health import Health
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
-from drain_guard.logs import configure_logging
-from drain_guard.metrics import Metrics
-from drain_guard.runner import make_shield
+from drain_guard.node.controller import Controller, pod_watch_namespace
+from drain_guard.node.events import EventQueue, EventRecorder
+from drain_guard.programs.runner import make_shield
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.logs import configure_logging
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.settings.agent import settings_from
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AGENT_WATCH_TIMEOUT = WATCH_TIMEOUT  # seconds: the timeoutSeconds the agent asks for

@@ -31,7 +31,8 @@ NODE = "worker-0"
 
 def agent_import_ms(lines: Sequence[str]) -> float:
     """The agent's whole import in ms: its top-level imports (``drain_guard``, its ``cli``, and
-    what the command imports when it runs, ``drain_guard.runner``), each with what it imported."""
+    what the command imports when it runs, ``drain_guard.programs.runner``), each with what it
+    imported."""
     total = 0.0
     for line in lines:
         parts = line.removeprefix("import time:").split("|")

@@ -19,8 +19,8 @@ from typing import Any, NoReturn
 import pytest
 
 from drain_guard import protocol
-from drain_guard.config.agent import add_run_arguments, settings_from
 from drain_guard.guards import Guard
+from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.store import WriteRecord

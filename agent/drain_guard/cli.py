@@ -1,14 +1,14 @@
 """``drain-guard run | shield | webhook | node-proxy | copy-booted-origin | status | hold | release
 | preflight | demo``.
 
-``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may
-keep no budgets; ``webhook`` the admission webhook that confines the agents on OpenShift
-4.15/4.16 (drain_guard.webhook); ``node-proxy`` holds the node's credential for a systemd agent
-and passes on only that agent's requests about its own Node (drain_guard.nodeproxy).
-``status``, ``hold``, ``release`` and ``preflight`` are operator tools that talk to the API
-with the caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC
-decides who may hold or release (drain_guard.commands). ``demo`` is imported lazily: the
-agent never loads the simulator.
+``run`` is the agent; ``shield`` the central shield (docs/shield.md), where the agents may keep no
+budgets; ``webhook`` the admission webhook that confines the agents on OpenShift 4.15/4.16
+(drain_guard.programs.webhook); ``node-proxy`` holds the node's credential for a systemd agent and
+passes on only that agent's requests about its own Node (drain_guard.programs.nodeproxy).
+``status``, ``hold``, ``release`` and ``preflight`` are operator tools that talk to the API with the
+caller's own credentials (``--kubeconfig`` / ``KUBECONFIG`` / in-cluster), so RBAC decides who may
+hold or release (drain_guard.commands). ``demo`` is imported lazily: the agent never loads the
+simulator.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from drain_guard.commands.hold import run_hold
 from drain_guard.commands.preflight import DEFAULT_RIGHTS, run_preflight
 from drain_guard.commands.release import run_release
 from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
-from drain_guard.config.agent import add_run_arguments, default_max_hold, settings_from
-from drain_guard.config.shield import add_shield_arguments, shield_settings_from
 from drain_guard.config.values import SettingsError, parse_duration
-from drain_guard.config.webhook import add_webhook_arguments
-from drain_guard.exitcodes import EXIT_OK, EXIT_USAGE
+from drain_guard.core.exitcodes import EXIT_OK, EXIT_USAGE
+from drain_guard.settings.agent import add_run_arguments, default_max_hold, settings_from
+from drain_guard.settings.shield import add_shield_arguments, shield_settings_from
+from drain_guard.settings.webhook import add_webhook_arguments
 
 # The programs, and with them the API client (aiohttp, kubernetes_asyncio), are imported by
 # main() when they run.
@@ -251,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        from drain_guard.runner import run_agent  # lazily: status/release need none of it
+        from drain_guard.programs.runner import run_agent  # lazily: status/release need none of it
 
         return run_agent(settings)
     if args.command == "shield":
@@ -260,15 +260,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SettingsError as exc:
             print(f"drain-guard shield: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        from drain_guard.central import run_shield
+        from drain_guard.programs.central import run_shield
 
         return run_shield(shield_settings)
     if args.command == "webhook":
-        from drain_guard import webhook
+        from drain_guard.programs import webhook
 
         return webhook.main(args)
     if args.command == "node-proxy":
-        from drain_guard.nodeproxy import main as nodeproxy_main
+        from drain_guard.programs.nodeproxy import main as nodeproxy_main
 
         return nodeproxy_main(args)
     if args.command == "copy-booted-origin":
@@ -289,7 +289,7 @@ def _copy_booted_origin(args: argparse.Namespace) -> int:
     failed init container would keep the agent, and its build-pod guard, from starting)."""
     from pathlib import Path
 
-    from drain_guard.host import HostError, copy_booted_origin
+    from drain_guard.node.host import HostError, copy_booted_origin
 
     prog = "drain-guard copy-booted-origin"
     target = Path(args.to)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from drain_guard import protocol
-from drain_guard.host import read_booted_image
+from drain_guard.node.host import read_booted_image
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import CONFIG_B, IMAGE_A, StartAgent, agent_writes, mcd_request, metric

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from drain_guard.core.operations import Watched
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import ListWatch, WatchCache
-from drain_guard.kube.operations import Watched
 
 MCO_NS = "openshift-machine-config-operator"
 BUILD = {"openshift.io/build.name": "build-rendered-worker-x"}

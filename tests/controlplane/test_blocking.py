@@ -15,7 +15,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from drain_guard import protocol
-from drain_guard.rights import ALLOWED, RBAC
+from drain_guard.confine.rights import ALLOWED, RBAC
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.controlplane.helpers import own_namespace, unique

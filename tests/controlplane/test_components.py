@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from drain_guard.rights import ALLOWED, RBAC
+from drain_guard.confine.rights import ALLOWED, RBAC
 from tests.controlplane.nodes import until
 from tests.controlplane.test_rights import (
     AGENT_NS,

@@ -25,10 +25,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
-from drain_guard.decide import stale_keys
-from drain_guard.pods import Pod
-from drain_guard.rights import ALLOWED, RBAC, expected
-from drain_guard.shieldplan import Role, Want
+from drain_guard.confine.rights import ALLOWED, RBAC, expected
+from drain_guard.core.pods import Pod
+from drain_guard.decision.decide import stale_keys
+from drain_guard.shield.plan import Role, Want
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
 from drain_guard_sim.harness.agentproc import AgentProcess
@@ -70,7 +70,7 @@ INSTALLS = {
 }
 AGENT_NS = "drain-guard"
 ACCOUNT = "drain-guard"
-#: The agent's writes (drain_guard.metrics.API_OPERATIONS): none may have failed.
+#: The agent's writes (drain_guard.runtime.metrics.API_OPERATIONS): none may have failed.
 WRITES = ("node_patch", "event_create", "event_patch", "poddisruptionbudget_create")
 POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
 VALID_HOLD_REQUEST = "2099-01-01T00:00:00Z;rights test"

@@ -24,9 +24,9 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard.pods import Pod
-from drain_guard.rights import ALLOWED, RBAC, expected
-from drain_guard.shieldplan import Role, Want
+from drain_guard.confine.rights import ALLOWED, RBAC, expected
+from drain_guard.core.pods import Pod
+from drain_guard.shield.plan import Role, Want
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_shield
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace, unique

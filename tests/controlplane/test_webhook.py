@@ -28,9 +28,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
-from drain_guard.pods import Pod
+from drain_guard.core.pods import Pod
 from drain_guard.protocol import Reason
-from drain_guard.shieldplan import Role, Want, budget_name
+from drain_guard.shield.plan import Role, Want, budget_name
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.harness.controlplane import ControlPlane
@@ -171,7 +171,7 @@ def _node(name: str, drain: str = REQUEST) -> Obj:
 
 
 def _event(node: str) -> Obj:
-    """An Event as drain_guard.events.EventRecorder writes it."""
+    """An Event as drain_guard.node.events.EventRecorder writes it."""
     now = protocol.format_rfc3339(datetime.now(UTC))
     return {
         "apiVersion": "v1",

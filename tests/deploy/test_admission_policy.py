@@ -19,13 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard import decide, guards, protocol
-from drain_guard.events import EventRecorder
+from drain_guard import guards, protocol
+from drain_guard.core.pods import Pod
+from drain_guard.decision import decide
 from drain_guard.kube.client import Kube
-from drain_guard.kubeclient import ApiClient
-from drain_guard.pods import Pod
+from drain_guard.kube.kubeclient import ApiClient
+from drain_guard.node.events import EventRecorder
 from drain_guard.protocol import Reason
-from drain_guard.shieldplan import Role, Want, budget_name
+from drain_guard.shield.plan import Role, Want, budget_name
 from tests.deploy.admission import Policy, Verdict
 from tests.deploy.tools import WITH_ADMISSION_POLICY, Obj, one
 
@@ -372,7 +373,7 @@ BUILD_POD_LABELS = {
 
 
 def budget(node_name: str = NODE, **changes: Any) -> Obj:
-    """The budget the shield itself makes for a build pod (``drain_guard.shield``)."""
+    """The budget the shield itself makes for a build pod (``drain_guard.shield.loop``)."""
     pod = Pod.from_dict(
         {
             "metadata": {
@@ -530,7 +531,7 @@ class _Created:
 
 
 def recorded_event(node_name: str = NODE, pool: str | None = None) -> Obj:
-    """An Event body exactly as ``drain_guard.events.EventRecorder`` writes it: about the
+    """An Event body exactly as ``drain_guard.node.events.EventRecorder`` writes it: about the
     Node, or (``pool``) the pool's ``PoolRolloutHeld`` related to the Node."""
     core = _Core()
 

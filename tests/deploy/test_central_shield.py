@@ -12,14 +12,14 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from drain_guard.config.shield import ShieldSettings, add_shield_arguments, shield_settings_from
-from drain_guard.permissions import (
+from drain_guard.confine.permissions import (
     INSTALL_MODES,
     MCO_NAMESPACES,
     SHIELD_PERMISSIONS,
     Scope,
     service_account_grants,
 )
+from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 from tests.deploy.rbac import Grant, granted
 from tests.deploy.tools import (
     MIN_KUBERNETES,

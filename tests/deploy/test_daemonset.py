@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from drain_guard.config.agent import Settings, add_run_arguments, settings_from
+from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
 from tests.deploy.tools import (
     ON_OSTREE,
     REPO,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard.host import read_booted_image_ostree
+from drain_guard.node.host import read_booted_image_ostree
 from drain_guard_sim.actors.hostfs import HostFS
 from tests.deploy.test_daemonset import agent_settings
 from tests.deploy.tools import ON_OSTREE, Obj, agent_container, pod_spec

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from drain_guard.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
+from drain_guard.confine.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
 from tests.deploy.tools import (
     CLUSTER_SCOPED,
     MIN_KUBERNETES,
@@ -121,10 +121,11 @@ def test_namespaces_are_set_where_they_belong(objects: list[Obj]) -> None:
             "drain-guard-central-shield",
             "drain-guard-webhook-build-pods",
         ):
-            # The shields' rights live where build pods run (drain_guard.permissions).
+            # The shields' rights live where build pods run (drain_guard.confine.permissions).
             assert namespace in MCO_NAMESPACES, f"{key(obj)} is not where build pods run"
         elif obj["metadata"]["name"] == "drain-guard-events":
-            # Events about a Node live in `default` (drain_guard.permissions.EVENTS_NAMESPACE).
+            # Events about a Node live in `default`
+            # (drain_guard.confine.permissions.EVENTS_NAMESPACE).
             assert obj["kind"] == "RoleBinding", key(obj)
             assert namespace == EVENTS_NAMESPACE, key(obj)
         else:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from drain_guard.config import agent as config
+from drain_guard.settings import agent as config
 from tests.deploy.tools import DAEMONSET_DIR, RENDER_TIMEOUT, Obj, agent_container
 from tests.helpers import require_tool
 

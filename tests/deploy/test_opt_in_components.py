@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from drain_guard.permissions import OPT_IN_PERMISSIONS
+from drain_guard.confine.permissions import OPT_IN_PERMISSIONS
 from tests.deploy.tools import DAEMONSET_DIR, key, one, relative, render, render_dir
 from tests.deploy.tools import documented_kustomization as documented
 

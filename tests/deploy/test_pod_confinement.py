@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from drain_guard import admission
+from drain_guard.confine import admission
 from tests.deploy.admission import Policy, Verdict, admitted_pod, scc
 from tests.deploy.tools import OVERLAYS, WITH_ADMISSION_POLICY, Obj, one, pod_spec
 
@@ -298,7 +298,7 @@ def test_the_policy_matches_pod_creation_and_ephemeral_containers_only(
     ]
 
 
-# --- the webhook of OpenShift 4.15/4.16 (drain_guard.admission) decides the same ----------------
+# --- the webhook of OpenShift 4.15/4.16 (drain_guard.confine.admission) decides the same --------
 
 
 def webhook_create(pod: Obj) -> admission.Verdict:

@@ -1,4 +1,4 @@
-"""Each overlay's rendered RBAC grants the agent exactly what ``drain_guard.permissions``
+"""Each overlay's rendered RBAC grants the agent exactly what ``drain_guard.confine.permissions``
 lists for its install mode (``service_account_grants``).
 
 Exactly: the test fails when a role lacks a verb the code uses and when a role grants one the
@@ -15,8 +15,7 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
-from drain_guard import events
-from drain_guard.permissions import (
+from drain_guard.confine.permissions import (
     EVENTS_NAMESPACE,
     INSTALL_MODES,
     MCO_NAMESPACES,
@@ -26,6 +25,7 @@ from drain_guard.permissions import (
     node_identity_calls,
     service_account_grants,
 )
+from drain_guard.node import events
 from drain_guard_sim.apiserver import nodeauth
 from tests.deploy.admission import Policy
 from tests.deploy.rbac import Grant, granted

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from drain_guard.cli import build_parser
-from drain_guard.config.agent import RUN_OPTIONS, add_run_arguments, settings_from
 from drain_guard.config.values import SettingsError
-from drain_guard.host import read_booted_image_ostree
+from drain_guard.node.host import read_booted_image_ostree
+from drain_guard.settings.agent import RUN_OPTIONS, add_run_arguments, settings_from
 from drain_guard_sim.actors.hostfs import HostFS
 from tests.deploy.test_host_view import IMAGE, SECRET, SECRETS
 from tests.deploy.tools import (

@@ -15,9 +15,9 @@ import jsonpatch
 import pytest
 
 from drain_guard import protocol
-from drain_guard.config.webhook import add_webhook_arguments
+from drain_guard.confine.permissions import MCO_NAMESPACES, WEBHOOK_PERMISSIONS, Scope
 from drain_guard.kube.client import ADMISSION_TIMEOUT
-from drain_guard.permissions import MCO_NAMESPACES, WEBHOOK_PERMISSIONS, Scope
+from drain_guard.settings.webhook import add_webhook_arguments
 from tests.deploy.admission import MatchConditions
 from tests.deploy.rbac import Grant, granted
 from tests.deploy.test_admission_policy import LAST_APPLIED, REQUEST, held, node

@@ -11,11 +11,11 @@ from typing import cast
 import pytest
 
 from drain_guard import protocol
-from drain_guard.config.agent import add_run_arguments, settings_from
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube, WorkloadState
-from drain_guard.lifecycle import Stopped
-from drain_guard.runner import shutdown_releases
+from drain_guard.programs.runner import shutdown_releases
+from drain_guard.runtime.lifecycle import Stopped
+from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.helpers import (

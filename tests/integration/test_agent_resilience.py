@@ -16,7 +16,7 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.kube.client import NODE_WRITE_TIMEOUT
-from drain_guard.metrics import WATCH_RESOURCES
+from drain_guard.runtime.metrics import WATCH_RESOURCES
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.faults import Fault, FaultKind
 from drain_guard_sim.apiserver.server import SimApiServer

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from drain_guard.selfcheck import PROBE_ANNOTATION
+from drain_guard.runtime.selfcheck import PROBE_ANNOTATION
 from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import (
     AGENT_POD,

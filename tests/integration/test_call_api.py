@@ -14,12 +14,12 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from drain_guard import cli
-from drain_guard.health import Health
+from drain_guard.core.operations import Operation
 from drain_guard.kube.call import KubeError, call_api
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.kube.operations import Operation
-from drain_guard.metrics import Metrics
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.metrics import Metrics
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
 

@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from drain_guard import central, permissions
-from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY
-from drain_guard.selectors import default_build_pod_selectors
+from drain_guard.confine import permissions
+from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY
+from drain_guard.core.selectors import default_build_pod_selectors
+from drain_guard.programs import central
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_shield

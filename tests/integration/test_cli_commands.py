@@ -13,7 +13,7 @@ import yaml
 
 from drain_guard import guards, protocol
 from drain_guard.kube.credentials import load_configuration
-from drain_guard.kubeclient import ConfigException
+from drain_guard.kube.kubeclient import ConfigException
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.scenario import worker_node

@@ -4,7 +4,7 @@ One agent lives through most of what can happen to a node: a build-pod hold rele
 the build ends, a no-op image hold superseded by the real update, an uncordon, an expiry, a
 drain the MCC finished before the hold landed (race lost), an operator's release, a 410
 re-list. Then every write the agent made is checked against invariants 1, 2 and 3, and every
-request it sent against ``drain_guard.permissions``.
+request it sent against ``drain_guard.confine.permissions``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from drain_guard import permissions, pods, protocol
+from drain_guard import protocol
+from drain_guard.confine import permissions
+from drain_guard.core import pods
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.store import WriteRecord
 from drain_guard_sim.harness.agentproc import AgentProcess
@@ -200,7 +202,9 @@ async def test_every_request_the_agent_sent_is_permitted(
         plural, _, group = resource.partition(".")
         if (plural, verb) in probes:
             continue  # asked expecting a refusal: tests/deploy checks no role grants it
-        assert "/" not in plural, f"subresource {resource} is not in drain_guard.permissions"
+        assert "/" not in plural, (
+            f"subresource {resource} is not in drain_guard.confine.permissions"
+        )
         assert permissions.allowed(group, plural, verb, namespace), (verb, resource, namespace)
 
 

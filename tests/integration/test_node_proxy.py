@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard.permissions import EVENTS_NAMESPACE
+from drain_guard.confine.permissions import EVENTS_NAMESPACE
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer, WriteRecord
 from drain_guard_sim.apiserver.tls import ServingCert

@@ -19,16 +19,16 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard.health import Health
+from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY
+from drain_guard.core.selectors import MCO_NAMESPACE, default_build_pod_selectors
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.metrics import BaseMetrics
-from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
-from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from drain_guard.shield import Shield
-from drain_guard.shieldplan import EVERY_NODE, REGISTRY_NAMESPACE, NodeScope
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.metrics import BaseMetrics
+from drain_guard.shield.loop import Shield
+from drain_guard.shield.plan import EVERY_NODE, REGISTRY_NAMESPACE, NodeScope
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.gc import GC_USER, GarbageCollector
 from drain_guard_sim.actors.mco import MCC_USER, Timings
@@ -454,7 +454,7 @@ async def test_a_relisted_watch_neither_duplicates_nor_drops_the_budget(
 async def test_a_429_is_retried_after_the_servers_retry_after(
     api: SimApiServer, start_shield: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="drain_guard.shield")
+    caplog.set_level(logging.WARNING, logger="drain_guard.shield.loop")
     api.faults.error(
         429, retry_after=1, user=AGENT_USER, verb="create", resource=f"{PDBS}.policy", times=1
     )
@@ -470,7 +470,7 @@ async def test_a_429_is_retried_after_the_servers_retry_after(
 async def test_failed_retries_are_one_warning_and_one_recovery_line(
     api: SimApiServer, start_shield: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="drain_guard.shield")
+    caplog.set_level(logging.DEBUG, logger="drain_guard.shield.loop")
     api.faults.error(503, user=AGENT_USER, verb="create", resource=f"{PDBS}.policy", times=3)
     add_build_pod(api)
     running = await start_shield()

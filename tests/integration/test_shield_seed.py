@@ -11,13 +11,13 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY
+from drain_guard.core.selectors import MCO_NAMESPACE, default_build_pod_selectors
 from drain_guard.kube.client import Kube
 from drain_guard.kube.credentials import load_api_client
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY
-from drain_guard.selectors import MCO_NAMESPACE, default_build_pod_selectors
-from drain_guard.shield import Shield
-from drain_guard.shieldplan import NodeScope
+from drain_guard.shield.loop import Shield
+from drain_guard.shield.plan import NodeScope
 from drain_guard_sim.actors.gc import GC_USER
 from drain_guard_sim.actors.mco import DESIRED_DRAIN, LAST_APPLIED_DRAIN, Timings, annotations_of
 from drain_guard_sim.harness.cluster import SimCluster

@@ -15,9 +15,9 @@ import contextlib
 
 from kubernetes_asyncio import client as k8s
 
+from drain_guard.core.operations import Watched
 from drain_guard.kube.counters import NullCounters
 from drain_guard.kube.listwatch import ListWatch, WatchCache
-from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT

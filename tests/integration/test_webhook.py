@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from drain_guard import protocol
-from drain_guard.admission import POD_NAME_EXTRA, POD_UID_EXTRA
+from drain_guard.confine.admission import POD_NAME_EXTRA, POD_UID_EXTRA
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from drain_guard.events import (
+from drain_guard.kube.client import Kube
+from drain_guard.node.events import (
     DRAIN_HELD,
     DRAIN_HOLD_EXPIRED,
     DRAIN_RELEASED,
@@ -19,10 +20,9 @@ from drain_guard.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
-from drain_guard.health import Health
-from drain_guard.kube.client import Kube
-from drain_guard.metrics import Metrics
 from drain_guard.protocol import POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.metrics import Metrics
 from drain_guard_sim.apiserver.server import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -183,7 +183,7 @@ async def test_create_failure_is_logged_and_counted_not_raised(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     env.api.faults.error(500, verb="create", resource="events", times=1)
-    with caplog.at_level(logging.WARNING, logger="drain_guard.events"):
+    with caplog.at_level(logging.WARNING, logger="drain_guard.node.events"):
         await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
     assert env.events() == []
     assert env.errors("event_create") == 1

@@ -11,8 +11,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from drain_guard import __version__
-from drain_guard.kube.operations import Operation, Watched
-from drain_guard.metrics import (
+from drain_guard.core.operations import Operation, Watched
+from drain_guard.runtime.metrics import (
     API_OPERATIONS,
     EVENT_REASONS,
     INVALID_INPUT_KINDS,

@@ -18,11 +18,11 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from drain_guard import server
 from drain_guard.config.values import parse_listen
-from drain_guard.metrics import Metrics
-from drain_guard.server import make_app, serve
-from drain_guard.status import AgentStatus, HoldReasonStatus
+from drain_guard.runtime import server
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.runtime.server import make_app, serve
+from drain_guard.status.agent import AgentStatus, HoldReasonStatus
 
 #: Seconds: a probe unanswered this long has failed (the kubelet gives up after 3).
 WAIT = 60.0
@@ -149,7 +149,7 @@ async def test_head_is_allowed_and_writes_are_not(served: Served) -> None:
 
 
 async def test_serve_logs_the_bound_address(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="drain_guard.server")
+    caplog.set_level(logging.INFO, logger="drain_guard.runtime.server")
     runner, port = await serve(make_app(FakeSource(), Metrics()), parse_listen("127.0.0.1:0"))
     try:
         assert port > 0
@@ -235,7 +235,7 @@ async def test_bad_requests_are_logged_on_one_line_at_most_once_an_interval(
         await writer.drain()
         await reader.read()
         writer.close()
-    bad = [r for r in caplog.records if r.name.startswith("drain_guard.server")]
+    bad = [r for r in caplog.records if r.name.startswith("drain_guard.runtime.server")]
     bad = [r for r in bad if "bad HTTP request" in r.getMessage()]
     assert len(bad) == 1
     assert bad[0].exc_info is None
@@ -331,7 +331,7 @@ def test_accept_errors_are_logged_at_most_once_an_interval(
         handler.failed(OSError(24, "Too many open files"))
     now = 61.0
     handler.failed(OSError(24, "Too many open files"))
-    ours = [r.getMessage() for r in caplog.records if r.name == "drain_guard.server"]
+    ours = [r.getMessage() for r in caplog.records if r.name == "drain_guard.runtime.server"]
     assert len(ours) == 2, ours
     assert ours[0].startswith("cannot accept connections: [Errno 24] Too many open files (0 more")
     assert "(999 more not logged;" in ours[1]

@@ -13,20 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import decisions, guards, protocol
-from drain_guard.decide import decide
-from drain_guard.holdrequest import (
-    HoldRequestStatus,
-    printable,
-    releases_when,
-    split_hold_detail,
-)
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.pods import Pod
+from drain_guard import guards, protocol
+from drain_guard.core.pods import Pod
+from drain_guard.core.watchstatus import WatchStatus
+from drain_guard.decision import decisions
+from drain_guard.decision.decide import decide
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
-from drain_guard.shieldplan import Conflict, Held, NodeScope, Role, ShieldStatus
-from drain_guard.snapshot import decided, nothing_decided
-from drain_guard.status import (
+from drain_guard.shield.plan import Conflict, Held, NodeScope, Role, ShieldStatus
+from drain_guard.status.agent import (
     DECISIONS,
     AgentStatus,
     BootedImageStatus,
@@ -35,6 +29,13 @@ from drain_guard.status import (
     PodStatus,
     ReleaseFailingStatus,
 )
+from drain_guard.status.holdrequest import (
+    HoldRequestStatus,
+    printable,
+    releases_when,
+    split_hold_detail,
+)
+from drain_guard.status.snapshot import decided, nothing_decided
 from tests.helpers import agent_guards
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

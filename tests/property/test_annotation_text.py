@@ -16,11 +16,14 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from drain_guard import holds, logs, protocol
-from drain_guard.decide import (
+from drain_guard import protocol
+from drain_guard.core.imageref import ImageRefError, digest_of
+from drain_guard.core.pods import Pod
+from drain_guard.decision import holds
+from drain_guard.decision.decide import (
     decide,
 )
-from drain_guard.decisions import (
+from drain_guard.decision.decisions import (
     Decision,
     Hold,
     Release,
@@ -32,8 +35,6 @@ from drain_guard.guards import (
     NodeView,
     parse_hold_request,
 )
-from drain_guard.imageref import ImageRefError, digest_of
-from drain_guard.pods import Pod
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,
@@ -47,8 +48,9 @@ from drain_guard.protocol import (
     parse_rfc3339,
     read_hold,
 )
-from drain_guard.snapshot import decided
-from drain_guard.status import AgentStatus
+from drain_guard.runtime import logs
+from drain_guard.status.agent import AgentStatus
+from drain_guard.status.snapshot import decided
 from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

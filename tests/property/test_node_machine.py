@@ -18,7 +18,8 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from drain_guard.decide import (
+from drain_guard.core.pods import Pod
+from drain_guard.decision.decide import (
     NothingHeldError,
     decide,
     force_release,
@@ -27,7 +28,6 @@ from drain_guard.guards import (
     BootedImage,
     NodeView,
 )
-from drain_guard.pods import Pod
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,

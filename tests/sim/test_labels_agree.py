@@ -13,7 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard import selectors as agent_side
+from drain_guard.core import selectors as agent_side
 from drain_guard_sim.apiserver import labels as sim_side
 
 KEYS = ["a", "b", "in", "notin", "x.io/k", "x.io/", "/k", "-a", "a" * 64, "k8s.io/a_b.c"]

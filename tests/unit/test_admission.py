@@ -1,4 +1,4 @@
-"""The webhook's decisions (drain_guard.admission), on the writes the agent really makes and
+"""The webhook's decisions (drain_guard.confine.admission), on the writes the agent really makes and
 on the ones the ValidatingAdmissionPolicies deny (the same cases as tests/deploy's, so the
 webhook of OpenShift 4.15/4.16 and the policies of 4.17+ are checked against one list), plus
 what only the webhook can check: the token's pod, its owner and node, a budget's owner pod."""
@@ -13,7 +13,7 @@ import jsonpatch
 import pytest
 
 from drain_guard import protocol
-from drain_guard.admission import (
+from drain_guard.confine.admission import (
     POD_NAME_EXTRA,
     POD_UID_EXTRA,
     PodKey,

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drain_guard.central import SelectedPods, pod_watch_selectors
-from drain_guard.selectors import (
+from drain_guard.core.selectors import (
     MCO_NAMESPACE,
     default_build_pod_selectors,
     parse_build_pod_selector,
 )
+from drain_guard.programs.central import SelectedPods, pod_watch_selectors
 
 
 def pod(name: str, version: int, phase: str = "Running", **labels: str) -> dict[str, Any]:

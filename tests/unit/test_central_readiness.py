@@ -7,14 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
-from drain_guard.central import CentralShield
-from drain_guard.health import Health
+from drain_guard.core.operations import Watched
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.kube.operations import Watched
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.metrics import BaseMetrics
-from drain_guard.shield import Shield
-from drain_guard.shieldplan import ShieldStatus
+from drain_guard.programs.central import CentralShield
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.metrics import BaseMetrics
+from drain_guard.shield.loop import Shield
+from drain_guard.shield.plan import ShieldStatus
 
 STALE_AFTER = timedelta(minutes=10)
 MCO_NS = "openshift-machine-config-operator"

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from drain_guard.cli import build_parser
-from drain_guard.config.agent import RUN_OPTIONS
-from drain_guard.config.shield import SHIELD_OPTIONS
+from drain_guard.settings.agent import RUN_OPTIONS
+from drain_guard.settings.shield import SHIELD_OPTIONS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 DOCUMENTED_COMMANDS = (

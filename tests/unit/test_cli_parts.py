@@ -11,13 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import decisions, guards, protocol
+from drain_guard import guards, protocol
 from drain_guard.cli import build_parser, main
 from drain_guard.commands.status import listed, node_state, render_text
-from drain_guard.config.agent import settings_from
 from drain_guard.config.values import SettingsError
-from drain_guard.decide import stale_keys
-from drain_guard.nodes import NodeObj
+from drain_guard.core.nodes import NodeObj
+from drain_guard.decision import decisions
+from drain_guard.decision.decide import stale_keys
+from drain_guard.settings.agent import settings_from
 from drain_guard_sim.__main__ import build_drain_guard_demo_parser
 
 HELD = {
@@ -132,7 +133,7 @@ def test_run_does_not_import_the_simulator_or_the_demo() -> None:
     code = (
         "import sys\n"
         "from drain_guard.cli import build_parser\n"
-        "import drain_guard.runner\n"
+        "import drain_guard.programs.runner\n"
         "build_parser().parse_args(['run', '--node-name', 'n'])\n"
         "loaded = [m for m in sys.modules if m.startswith('drain_guard_sim')]\n"
         "assert not loaded, loaded\n"

@@ -10,8 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard.config.agent import BootedImageSource, Settings, add_run_arguments, settings_from
-from drain_guard.config.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 from drain_guard.config.values import (
     Listen,
     LogFormat,
@@ -21,11 +19,13 @@ from drain_guard.config.values import (
     parse_duration,
     parse_listen,
 )
-from drain_guard.selectors import (
+from drain_guard.core.selectors import (
     DEFAULT_BUILD_POD_SELECTORS,
     MCO_NAMESPACE,
     default_build_pod_selectors,
 )
+from drain_guard.settings.agent import BootedImageSource, Settings, add_run_arguments, settings_from
+from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 
 
 def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:

@@ -20,18 +20,19 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from drain_guard import host, protocol
-from drain_guard.config.agent import add_run_arguments, settings_from
-from drain_guard.controller import Controller
-from drain_guard.health import Health
+from drain_guard import protocol
+from drain_guard.core.nodes import NodeObj
+from drain_guard.core.operations import Watched
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
-from drain_guard.kube.operations import Watched
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.metrics import Metrics
-from drain_guard.nodes import NodeObj
-from drain_guard.status import AgentStatus
+from drain_guard.node import host
+from drain_guard.node.controller import Controller
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.settings.agent import add_run_arguments, settings_from
+from drain_guard.status.agent import AgentStatus
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.scenario import worker_node
 from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, IMAGE_B, MCO_NS, NODE
@@ -333,7 +334,7 @@ async def test_who_released_is_told_in_the_event_the_log_and_the_status(
     release: dict[str, str | None] = dict.fromkeys(protocol.OWNED_KEYS)
     marker = {protocol.RELEASED: DRAIN_B, protocol.RELEASED_BY: "alice@example.com"}
     env.kube.write({**release, protocol.DESIRED_DRAIN: DRAIN_B, **marker})
-    with caplog.at_level(logging.INFO, "drain_guard.controller"):
+    with caplog.at_level(logging.INFO, "drain_guard.node.controller"):
         await env.step()
     assert env.events.posted[-1] == (
         "DrainReleased",
@@ -399,7 +400,7 @@ async def test_a_hold_found_at_start_is_resumed_not_counted(
             protocol.HOLD_DETAIL: "build-pod: stale detail",
         }
     )
-    with caplog.at_level(logging.INFO, "drain_guard.controller"):
+    with caplog.at_level(logging.INFO, "drain_guard.node.controller"):
         await env.step()
     assert caplog.records[0].getMessage() == "resuming hold found on the node"
     assert env.value("drain_guard_holds_total", reason="build-pod") == 0
@@ -672,7 +673,7 @@ async def test_a_malformed_hold_request_is_logged_and_counted_once_per_value(
     env: Env, caplog: pytest.LogCaptureFixture
 ) -> None:
     env.kube.write({protocol.HOLD_REQUEST: "tomorrow"})
-    with caplog.at_level(logging.WARNING, "drain_guard.controller"):
+    with caplog.at_level(logging.WARNING, "drain_guard.node.controller"):
         for _ in range(3):
             await env.step()
         env.kube.write({protocol.HOLD_REQUEST: "soon"})
@@ -839,7 +840,7 @@ async def test_a_release_that_cannot_be_written_is_retried_and_escalated_until_i
     assert env.value("drain_guard_releases_total", outcome="expired") == 1
     assert env.controller.status().release_failing is None
     assert env.value("drain_guard_release_failing_since_timestamp_seconds") == 0
-    lines = [r.getMessage() for r in caplog.records if r.name == "drain_guard.controller"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "drain_guard.node.controller"]
     assert [line for line in lines if line.startswith("release of ")] == [
         f"release of {DRAIN_B} (expired) failed; retried until it lands: 500 failed calling"
         ' webhook "release.drain-guard.io": timeout',

@@ -12,13 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard.decide import (
+from drain_guard.core.pods import Pod
+from drain_guard.decision.decide import (
     NothingHeldError,
     decide,
     force_release,
     stale_keys,
 )
-from drain_guard.decisions import (
+from drain_guard.decision.decisions import (
     CleanUp,
     Decision,
     Foreign,
@@ -35,7 +36,6 @@ from drain_guard.guards import (
     Guard,
     NodeView,
 )
-from drain_guard.pods import Pod
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -61,7 +61,7 @@ from drain_guard.protocol import (
     parse_drain_request,
     read_hold,
 )
-from drain_guard.status import DECISIONS
+from drain_guard.status.agent import DECISIONS
 from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

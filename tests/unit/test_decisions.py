@@ -9,8 +9,8 @@ from typing import get_args
 
 import pytest
 
-from drain_guard import decisions
-from drain_guard.decisions import (
+from drain_guard.decision import decisions
+from drain_guard.decision.decisions import (
     FACTS,
     CleanUp,
     Decision,
@@ -24,7 +24,7 @@ from drain_guard.decisions import (
 )
 from drain_guard.guards import Block, Unknown
 from drain_guard.protocol import HoldRecord, Outcome, Reason
-from drain_guard.status import DECISIONS
+from drain_guard.status.agent import DECISIONS
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 REQUEST = "drain-rendered-worker-aaa"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from drain_guard.config.values import SettingsError
+from drain_guard.core.operations import Watched
 from drain_guard.guards import Block, BootedImage, Clear, NodeView, Unknown
 from drain_guard.guards.base import ObjectRef
 from drain_guard.guards.disruption_budget import DisruptionBudgetGuard
-from drain_guard.kube.operations import Watched
 from drain_guard.protocol import Reason
 from tests.helpers import agent_guards
 

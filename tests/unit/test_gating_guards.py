@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from drain_guard import protocol
-from drain_guard.alerts import (
+from drain_guard.config.values import SettingsError
+from drain_guard.core.alerts import (
     AlertApi,
     AlertFilter,
     AlertsSeen,
@@ -19,10 +20,10 @@ from drain_guard.alerts import (
     OnUnreachable,
     firing_alerts,
 )
-from drain_guard.config.agent import add_run_arguments, settings_from
-from drain_guard.config.values import SettingsError
-from drain_guard.decide import decide
-from drain_guard.decisions import Release
+from drain_guard.core.pods import Pod
+from drain_guard.core.selectors import parse_build_pod_selector
+from drain_guard.decision.decide import decide
+from drain_guard.decision.decisions import Release
 from drain_guard.guards import (
     AlertGuard,
     Block,
@@ -32,9 +33,8 @@ from drain_guard.guards import (
     NodeView,
     Unknown,
 )
-from drain_guard.pods import Pod
 from drain_guard.protocol import Reason
-from drain_guard.selectors import parse_build_pod_selector
+from drain_guard.settings.agent import add_run_arguments, settings_from
 from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

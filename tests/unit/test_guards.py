@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from drain_guard.core.pods import Pod, PodScope
+from drain_guard.core.selectors import OwnerRef, default_build_pod_selectors
 from drain_guard.guards import (
     Block,
     BootedImage,
@@ -20,9 +22,7 @@ from drain_guard.guards import (
     Unknown,
     parse_hold_request,
 )
-from drain_guard.pods import Pod, PodScope
 from drain_guard.protocol import DESIRED_IMAGE, HOLD_REQUEST, Reason
-from drain_guard.selectors import OwnerRef, default_build_pod_selectors
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MCO_NS = "openshift-machine-config-operator"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from drain_guard import decisions, guards, holds, protocol
-from drain_guard.decide import decide as decide_now
-from drain_guard.decide import force_release
-from drain_guard.holds import (
+from drain_guard import guards, protocol
+from drain_guard.decision import decisions, holds
+from drain_guard.decision.decide import decide as decide_now
+from drain_guard.decision.decide import force_release
+from drain_guard.decision.holds import (
     Began,
     Ended,
     Found,

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from drain_guard.guards import BootedImage
-from drain_guard.host import (
+from drain_guard.node.host import (
     HostError,
     parse_cmdline,
     parse_origin,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard.imageref import ImageRef, ImageRefError, digest_of, parse_image_ref
+from drain_guard.core.imageref import ImageRef, ImageRefError, digest_of, parse_image_ref
 
 DIGEST = "sha256:6498f333a29f6d3943e852b039e77d894e47ee29b0212af38cf120ca7c4b85ce"
 OCB = "image-registry.openshift-image-registry.svc:5000/openshift-machine-config-operator/ocb-image"

@@ -1,4 +1,4 @@
-"""drain_guard.kubeclient: the agent imports only the parts of kubernetes_asyncio it uses.
+"""drain_guard.kube.kubeclient: the agent imports only the parts of kubernetes_asyncio it uses.
 
 Each check runs in a fresh interpreter (the import state of this one is shared with every
 other test). They fail when a kubernetes_asyncio release changes what the deferral relies on:
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
-from drain_guard import kubeclient
+from drain_guard.kube import kubeclient
 
 
 def _run(code: str) -> Any:
@@ -25,7 +25,7 @@ def _run(code: str) -> Any:
 def test_the_agent_loads_no_model_and_only_the_api_classes_it_uses() -> None:
     loaded = _run(
         "import json, sys\n"
-        "import drain_guard.cli, drain_guard.controller\n"
+        "import drain_guard.cli, drain_guard.node.controller\n"
         "client = vars(sys.modules['kubernetes_asyncio.client'])\n"
         "print(json.dumps({'modules': sorted(m for m in sys.modules\n"
         "    if m.startswith('kubernetes_asyncio.')),\n"
@@ -49,7 +49,7 @@ def test_every_name_is_the_librarys_own_and_the_rest_loads_on_demand() -> None:
     and the agent's names are the very objects the library exports."""
     same = _run(
         "import json\n"
-        "from drain_guard import kubeclient\n"
+        "from drain_guard.kube import kubeclient\n"
         "import kubernetes_asyncio, kubernetes_asyncio.client as client\n"
         "import kubernetes_asyncio.config as config\n"
         "from kubernetes_asyncio.client.models import V1Node\n"
@@ -68,7 +68,7 @@ def test_a_process_that_imported_the_library_first_keeps_it_whole() -> None:
     state = _run(
         "import json, sys\n"
         "import kubernetes_asyncio.client\n"
-        "from drain_guard import kubeclient\n"
+        "from drain_guard.kube import kubeclient\n"
         "client = sys.modules['kubernetes_asyncio.client']\n"
         "print(json.dumps([kubeclient.CoreV1Api is client.CoreV1Api,\n"
         "                  '__getattr__' not in vars(client)]))\n"

@@ -1,4 +1,4 @@
-"""The process life-cycle (drain_guard.lifecycle): how the parts end a process (in-process),
+"""The process life-cycle (drain_guard.runtime.lifecycle): how the parts end a process (in-process),
 and its start-up warnings."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from drain_guard.lifecycle import (
+from drain_guard.runtime.lifecycle import (
     MIN_API_STALE_AFTER,
     Stopped,
     until_stopped,
@@ -78,7 +78,7 @@ def test_an_api_stale_after_shorter_than_two_bookmarks_is_warned_about(
 ) -> None:
     """Issue 25: `--api-stale-after 1s` was accepted silently; against kube-apiserver (a
     bookmark a minute) it makes /readyz fail on a healthy idle agent."""
-    with caplog.at_level(logging.WARNING, "drain_guard.lifecycle"):
+    with caplog.at_level(logging.WARNING, "drain_guard.runtime.lifecycle"):
         warn_short_api_stale_after(stale_after)
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert [m.startswith("--api-stale-after ") and "below 2m" in m for m in messages] == (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from drain_guard.logs import _TextFormatter
+from drain_guard.runtime.logs import _TextFormatter
 
 
 def test_text_log_times_are_utc_with_a_zone() -> None:

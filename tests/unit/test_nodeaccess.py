@@ -1,5 +1,5 @@
-"""What the node proxy passes on (drain_guard.nodeaccess): every patch the protocol builds, the
-agent's reads and Events; nothing else."""
+"""What the node proxy passes on (drain_guard.confine.nodeaccess): every patch the protocol builds,
+the agent's reads and Events; nothing else."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import nodeaccess, protocol
+from drain_guard import protocol
+from drain_guard.confine import nodeaccess
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,

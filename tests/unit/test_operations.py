@@ -1,11 +1,11 @@
-"""The operation enum (drain_guard.kube.operations): one list for the call wrapper, the
+"""The operation enum (drain_guard.core.operations): one list for the call wrapper, the
 metrics and the rights, so a call cannot name an operation the others do not know."""
 
 from __future__ import annotations
 
-from drain_guard import permissions
-from drain_guard.kube.operations import Operation, Watched
-from drain_guard.metrics import BaseMetrics, Metrics
+from drain_guard.confine import permissions
+from drain_guard.core.operations import Operation, Watched
+from drain_guard.runtime.metrics import BaseMetrics, Metrics
 
 
 def test_every_operation_is_a_request_some_program_is_granted_or_expects_refused() -> None:

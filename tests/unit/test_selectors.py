@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard.selectors import (
+from drain_guard.core.selectors import (
     DEFAULT_BUILD_POD_SELECTORS,
     LabelSelector,
     Op,

@@ -8,16 +8,16 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from drain_guard import shieldplan
-from drain_guard.pods import Pod, node_label_value
-from drain_guard.selectors import (
+from drain_guard.core.pods import Pod, node_label_value
+from drain_guard.core.selectors import (
     MCO_NAMESPACE,
     LabelSelector,
     OwnerRef,
     default_build_pod_selectors,
     parse_build_pod_selector,
 )
-from drain_guard.shieldplan import EVERY_NODE, BudgetState, NodeScope, Role, Want, plan
+from drain_guard.shield import plan as shieldplan
+from drain_guard.shield.plan import EVERY_NODE, BudgetState, NodeScope, Role, Want, plan
 
 NODE = "worker-0"
 OTHER = "worker-1"

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drain_guard import shieldplan
-from drain_guard.pods import Pod
-from drain_guard.selectors import MCO_NAMESPACE, LabelSelector, default_build_pod_selectors
-from drain_guard.shieldplan import (
+from drain_guard.core.pods import Pod
+from drain_guard.core.selectors import MCO_NAMESPACE, LabelSelector, default_build_pod_selectors
+from drain_guard.shield import plan as shieldplan
+from drain_guard.shield.plan import (
     EVERY_NODE,
     REGISTRY_NAMESPACE,
     BudgetState,
@@ -21,7 +21,7 @@ from drain_guard.shieldplan import (
     default_dependency_selectors,
     plan,
 )
-from drain_guard.shieldreplan import Replanner
+from drain_guard.shield.replan import Replanner
 
 SELECTORS = default_build_pod_selectors()
 NAMESPACES = (MCO_NAMESPACE, REGISTRY_NAMESPACE)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from drain_guard.health import Health
+from drain_guard.core.operations import Watched
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.counters import WatchGroup
-from drain_guard.kube.operations import Watched
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.metrics import BaseMetrics
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.metrics import BaseMetrics
 
 SYNCED = WatchStatus(listed=True, watching=True)
 STALE_AFTER = timedelta(minutes=10)

@@ -1,5 +1,5 @@
 """What the cluster-side commands share: the connection with the caller's own credentials
-(their exit codes are every program's, ``drain_guard.exitcodes``)."""
+(their exit codes are every program's, ``drain_guard.core.exitcodes``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 async def connect(kubeconfig: str | None, command: str) -> Kube | None:
     from drain_guard.kube.client import Kube
-    from drain_guard.kubeclient import ConfigException
+    from drain_guard.kube.kubeclient import ConfigException
 
     try:
         return await Kube.connect(kubeconfig)

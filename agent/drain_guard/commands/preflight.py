@@ -29,14 +29,14 @@ from urllib.parse import quote
 
 from drain_guard import protocol
 from drain_guard.commands.base import connect
-from drain_guard.config.agent import default_max_hold
-from drain_guard.decide import stale_keys
-from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from drain_guard.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
-from drain_guard.pods import DEFAULT_SCOPE, NODE_KEY, Pod, is_build_pod, node_label_value
-from drain_guard.rights import ALLOWED, RBAC, expected, fitting_overlay
-from drain_guard.selectors import default_build_pod_selectors
-from drain_guard.shieldplan import Role, Want
+from drain_guard.confine.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
+from drain_guard.confine.rights import ALLOWED, RBAC, expected, fitting_overlay
+from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from drain_guard.core.pods import DEFAULT_SCOPE, NODE_KEY, Pod, is_build_pod, node_label_value
+from drain_guard.core.selectors import default_build_pod_selectors
+from drain_guard.decision.decide import stale_keys
+from drain_guard.settings.agent import default_max_hold
+from drain_guard.shield.plan import Role, Want
 
 if TYPE_CHECKING:
     from drain_guard.kube.call import KubeError

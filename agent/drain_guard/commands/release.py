@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 from drain_guard import protocol
 from drain_guard.commands.base import connect
-from drain_guard.decide import NothingHeldError, force_release, stale_keys
-from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from drain_guard.holdrequest import printable
+from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from drain_guard.decision.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.status.holdrequest import printable
 
 if TYPE_CHECKING:
     from drain_guard.kube.client import Kube

@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING, Any
 
 from drain_guard import protocol
 from drain_guard.commands.base import connect
-from drain_guard.config.agent import default_max_hold
-from drain_guard.decide import NothingHeldError, force_release, stale_keys
-from drain_guard.durations import format_duration
-from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from drain_guard.holdrequest import (
+from drain_guard.core.durations import format_duration
+from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from drain_guard.decision.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.settings.agent import default_max_hold
+from drain_guard.status.agent import AgentStatus
+from drain_guard.status.holdrequest import (
     HoldRequestStatus,
     printable,
     releases_when,
     split_hold_detail,
     stalled,
 )
-from drain_guard.status import AgentStatus
 
 if TYPE_CHECKING:
-    from drain_guard.nodes import NodeObj
+    from drain_guard.core.nodes import NodeObj
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:9797"
 ENDPOINT_TIMEOUT = 2.0

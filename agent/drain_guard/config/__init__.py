@@ -1,13 +1,12 @@
-"""Settings of the programs (``drain-guard run``, ``shield``, ``webhook``) from flags and the
-environment, validated; one module per concern.
+"""The options the programs' settings are made of, from flags and the environment, validated;
+one module per concern. Below the guards, which declare their own options with it; the
+programs' settings, which build the guards, are in :mod:`drain_guard.settings`.
 
 - :mod:`.values`: the shared values and their parsing (durations, listen addresses, booleans,
   selectors) and :class:`~.values.SettingsError`;
 - :mod:`.options`: the env-or-flag mechanism, one table of options per program;
-- :mod:`.agent`: ``drain-guard run``'s :class:`~.agent.Settings`, with :mod:`.alerts` (alert
-  gating) and :mod:`.blocking` (blocking pods);
-- :mod:`.shield`: ``drain-guard shield``'s :class:`~.shield.ShieldSettings`;
-- :mod:`.webhook`: ``drain-guard webhook``'s flags.
+- :mod:`.alerts`: alert gating's options and settings;
+- :mod:`.blocking`: blocking pods' options.
 
 Flags win over environment variables, which win over defaults. Every flag ``--some-flag`` has
 the variable ``DRAIN_GUARD_SOME_FLAG``, except ``--node-name`` (``NODE_NAME``) and ``--pod-name``

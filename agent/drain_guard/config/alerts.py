@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from drain_guard.alerts import PLATFORM_NAMESPACES, AlertApi, AlertFilter, OnUnreachable
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError, format_duration, named, parse_duration
+from drain_guard.core.alerts import PLATFORM_NAMESPACES, AlertApi, AlertFilter, OnUnreachable
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError, named
-from drain_guard.selectors import (
+from drain_guard.core.selectors import (
     BuildPodSelector,
     SelectorError,
     is_namespace_name,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
-from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
-from drain_guard.selectors import (
+from drain_guard.core.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
+from drain_guard.core.selectors import (
     BuildPodSelector,
     SelectorError,
     default_build_pod_selectors,

@@ -1,7 +1,7 @@
 """The admission webhook's decisions (pure): what drain-guard's identities may write.
 
 OpenShift 4.15/4.16 (Kubernetes 1.28/1.29) has no ValidatingAdmissionPolicy and no node-name
-claim in service-account tokens, so ``drain-guard webhook`` (drain_guard.webhook, the HTTP
+claim in service-account tokens, so ``drain-guard webhook`` (drain_guard.programs.webhook, the HTTP
 part) applies the rules of daemonset/base/admission-policy.yaml itself, as OpenShift's
 network-node-identity webhook confines each node's ovnkube. A bound token carries the name
 and uid of the pod it was made for (``authentication.kubernetes.io/pod-name``, ``pod-uid``);
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from drain_guard import protocol
-from drain_guard.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_value
-from drain_guard.selectors import MCO_NAMESPACE
+from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_value
+from drain_guard.core.selectors import MCO_NAMESPACE
 
 __all__ = [
     "AGENT_ACCOUNT",
@@ -57,7 +57,7 @@ POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 #: Where a Node's Events live (a cluster-scoped object's Events are in ``default``).
 EVENT_NAMESPACE = "default"
-#: The Event recorder's component (drain_guard.events): pinned, so an agent cannot pose as
+#: The Event recorder's component (drain_guard.node.events): pinned, so an agent cannot pose as
 #: the kubelet or MCO in ``oc get events``.
 EVENT_COMPONENT = "drain-guard"
 #: The keys an agent writes on its Node besides ``desiredDrain`` (``released-by`` it only

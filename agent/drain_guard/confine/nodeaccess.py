@@ -1,10 +1,10 @@
 """What the node proxy lets an agent ask of the API server with the node's identity (pure).
 
-The systemd install keeps the kubelet's credential out of the agent: ``drain-guard
-node-proxy`` (drain_guard.nodeproxy, the I/O part), a small root service, holds it and passes
-on, over a local Unix socket, only the requests an agent of that node makes (docs/install.md,
-section 7). A node identity reads every pod's secrets bound to the node and mints their
-service-account tokens; through the proxy the agent can do no more than:
+The systemd install keeps the kubelet's credential out of the agent: ``drain-guard node-proxy``
+(drain_guard.programs.nodeproxy, the I/O part), a small root service, holds it and passes on, over a
+local Unix socket, only the requests an agent of that node makes (docs/install.md, section 7). A
+node identity reads every pod's secrets bound to the node and mints their service-account tokens;
+through the proxy the agent can do no more than:
 
 - read its own Node, and list or watch it and the pods bound to it;
 - list one other Node (the confinement self-check picks the Node its dry-run write targets);
@@ -45,12 +45,12 @@ __all__ = [
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
-#: A cluster-scoped object's Events live in ``default`` (drain_guard.events).
+#: A cluster-scoped object's Events live in ``default`` (drain_guard.node.events).
 EVENT_NAMESPACE = "default"
-#: The component the agent's Events name (drain_guard.events): pinned, so that an agent cannot
+#: The component the agent's Events name (drain_guard.node.events): pinned, so that an agent cannot
 #: pose as the kubelet or MCO in ``oc get events``.
 EVENT_COMPONENT = "drain-guard"
-#: The Event reasons the agent writes about its Node (drain_guard.events); about its pool,
+#: The Event reasons the agent writes about its Node (drain_guard.node.events); about its pool,
 #: ``protocol.POOL_EVENT_REASONS``.
 EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired", "HoldRequestInvalid"))
 #: The annotations an agent writes on its Node besides ``desiredDrain`` (``released-by`` it

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from drain_guard.kube.operations import Operation
+from drain_guard.core.operations import Operation
 
 
 class Scope(StrEnum):
@@ -96,7 +96,7 @@ PERMISSIONS: tuple[Permission, ...] = (
     ),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_WORKLOAD),
-    # Its own pod, at start: --daemonset must be its controller (drain_guard.selfcheck).
+    # Its own pod, at start: --daemonset must be its controller (drain_guard.runtime.selfcheck).
     Permission("", "pods", frozenset({"get"}), Scope.OWN_NAMESPACE),
     # The shield: budgets on the build pods of its node, in MCO_NAMESPACES only.
     Permission(
@@ -208,7 +208,7 @@ OPT_IN_PERMISSIONS: dict[str, tuple[Permission, ...]] = {
 
 
 #: What the agent asks for expecting a refusal, never to be granted: the confinement
-#: self-check's dry-run TokenRequest for another account (drain_guard.selfcheck).
+#: self-check's dry-run TokenRequest for another account (drain_guard.runtime.selfcheck).
 REFUSED_PROBES: tuple[Permission, ...] = (
     Permission("", "serviceaccounts/token", frozenset({"create"})),
 )

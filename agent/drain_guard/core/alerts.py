@@ -1,7 +1,7 @@
 """Alert gating, the pure half: which firing alerts an answer of Prometheus (or Thanos
 querier) or Alertmanager names, and what the agent last knew of them (no I/O).
 
-The alert guard reads an :class:`AlertsSeen`; ``drain_guard.alertsource`` fills it by querying
+The alert guard reads an :class:`AlertsSeen`; ``drain_guard.node.alertsource`` fills it by querying
 the API once per ``--alert-interval``. Only firing alerts count: a Prometheus alert that is
 ``pending`` has not fired yet, and an Alertmanager alert that is silenced or inhibited
 (``suppressed``) is one an operator chose to ignore, which is also how they let drains go on

@@ -1,8 +1,8 @@
 """Every Kubernetes API call the programs make, and every resource they watch, as enums (pure).
 
 One list for the call wrapper (``Kube.call`` takes an :class:`Operation`), the metrics (the
-``operation`` and ``resource`` labels) and ``drain_guard.permissions`` (each operation is the
-request it grants): a call cannot name an operation the metrics do not know, and an operation
+``operation`` and ``resource`` labels) and ``drain_guard.confine.permissions`` (each operation
+is the request it grants): a call cannot name an operation the metrics do not know, and an operation
 cannot be added without the right it needs.
 """
 

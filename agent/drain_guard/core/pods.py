@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector, OwnerRef
+from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector, OwnerRef
 
 #: Phases after which a pod runs no more. Every other phase counts as running: ``Pending``
 #: (a drain would evict it before it starts; its budget must be in force when it runs) and
@@ -29,9 +29,9 @@ FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 #: ``--build-pod-namespace`` value that opts every namespace in.
 ALL_NAMESPACES = "*"
 
-#: The labels of the shield's budgets (drain_guard.shield), which admission checks too
-#: (drain_guard.admission): who keeps the budget, and the node of the pod it shields (a label
-#: value: the node name, or a hash if too long).
+#: The labels of the shield's budgets (drain_guard.shield.loop), which admission checks too
+#: (drain_guard.confine.admission): who keeps the budget, and the node of the pod it shields
+#: (a label value: the node name, or a hash if too long).
 MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "drain-guard"
 NODE_KEY = "drain-guard.io/node"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from drain_guard.durations import format_duration
+from drain_guard.core.durations import format_duration
 from drain_guard.protocol import format_rfc3339, parse_rfc3339
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from drain_guard.decisions import (
+from drain_guard.decision.decisions import (
     CleanUp,
     Decision,
     Foreign,

@@ -1,6 +1,6 @@
 """Decisions: what to write about a node's drain request, and why (pure: no I/O).
 
-``drain_guard.decide`` returns one of these; the controller applies its ``patch`` and
+``drain_guard.decision.decide`` returns one of these; the controller applies its ``patch`` and
 reports it.
 """
 

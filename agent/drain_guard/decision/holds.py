@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from drain_guard import decisions
-from drain_guard.decisions import HoldWrite
+from drain_guard.decision import decisions
+from drain_guard.decision.decisions import HoldWrite
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     HELD_DRAIN,

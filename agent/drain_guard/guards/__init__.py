@@ -2,8 +2,8 @@
 
 One module per guard, each declaring its ``GuardKind``; ``base`` holds what they share,
 ``registry`` lists them. Each guard returns a ``Verdict``;
-``drain_guard.decide`` turns the verdicts and the Node's annotations into a ``Decision``
-(``drain_guard.decisions``).
+``drain_guard.decision.decide`` turns the verdicts and the Node's annotations into a ``Decision``
+(``drain_guard.decision.decisions``).
 """
 
 from __future__ import annotations

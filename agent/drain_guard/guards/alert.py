@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from drain_guard.alerts import OnUnreachable
+from drain_guard.core.alerts import OnUnreachable
 from drain_guard.guards.base import (
     AgentSettings,
     Block,

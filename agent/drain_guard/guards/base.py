@@ -1,8 +1,8 @@
 """What every guard shares (pure: no I/O): what it looks at (``NodeView``), what it says (a
 ``Verdict``: ``Block``, ``Unknown`` or ``Clear``, with its evidence) and the ``Guard`` protocol.
 
-``drain_guard.decide`` turns the verdicts and the Node's annotations into a ``Decision``
-(``drain_guard.decisions``).
+``drain_guard.decision.decide`` turns the verdicts and the Node's annotations into a ``Decision``
+(``drain_guard.decision.decisions``).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from drain_guard.alerts import AlertsSeen
 from drain_guard.config.alerts import AlertSettings
 from drain_guard.config.options import Option
-from drain_guard.kube.operations import Watched
-from drain_guard.pods import Pod, PodScope
+from drain_guard.core.alerts import AlertsSeen
+from drain_guard.core.operations import Watched
+from drain_guard.core.pods import Pod, PodScope
+from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
 from drain_guard.replacement import McoObjects, Replacement
-from drain_guard.selectors import BuildPodSelector
 
 # --- what the guards look at --------------------------------------------------------------
 
@@ -191,7 +191,7 @@ ReleasesWhen = Callable[[str, datetime | None], str]
 
 
 class AgentSettings(Protocol):
-    """What the guards read of ``drain-guard run``'s settings (``config.agent.Settings``, which
+    """What the guards read of ``drain-guard run``'s settings (``settings.agent.Settings``, which
     is built through the registry, so the guards name only these)."""
 
     @property

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
+from drain_guard.core.pods import running_blocking_pods
+from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.guards.base import (
     AgentSettings,
     Block,
@@ -16,9 +18,7 @@ from drain_guard.guards.base import (
     Unknown,
     Verdict,
 )
-from drain_guard.pods import running_blocking_pods
 from drain_guard.protocol import Reason
-from drain_guard.selectors import BuildPodSelector
 
 
 class BlockingPodGuard:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from drain_guard.core.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
+from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.guards.base import (
     AgentSettings,
     Block,
@@ -17,9 +19,7 @@ from drain_guard.guards.base import (
     Unknown,
     Verdict,
 )
-from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_pods
 from drain_guard.protocol import Reason
-from drain_guard.selectors import BuildPodSelector
 
 
 class BuildPodGuard:

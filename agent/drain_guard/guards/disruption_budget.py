@@ -18,6 +18,8 @@ from typing import Any
 
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError
+from drain_guard.core.operations import Watched
+from drain_guard.core.selectors import is_namespace_name
 from drain_guard.guards.base import (
     AgentSettings,
     Block,
@@ -29,9 +31,7 @@ from drain_guard.guards.base import (
     Unknown,
     Verdict,
 )
-from drain_guard.kube.operations import Watched
 from drain_guard.protocol import Reason
-from drain_guard.selectors import is_namespace_name
 
 
 class DisruptionBudgetGuard:

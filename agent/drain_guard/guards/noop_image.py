@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from drain_guard.core.imageref import ImageRefError, digest_of
 from drain_guard.guards.base import (
     AgentSettings,
     Block,
@@ -18,7 +19,6 @@ from drain_guard.guards.base import (
     ObjectRef,
     Verdict,
 )
-from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.protocol import DESIRED_IMAGE, Reason
 from drain_guard.replacement import foresee
 

@@ -9,7 +9,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from drain_guard import kubeclient as k8s
+from drain_guard.core.nodes import NodeObj
+from drain_guard.core.operations import Operation, Watched
+from drain_guard.kube import kubeclient as k8s
 from drain_guard.kube.call import (
     REQUEST_TIMEOUT,
     JsonObj,
@@ -20,8 +22,6 @@ from drain_guard.kube.call import (
 from drain_guard.kube.counters import Counters, NullCounters
 from drain_guard.kube.credentials import ApiClient, load_api_client, load_socket_client
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, NamedCache, WatchCache
-from drain_guard.kube.operations import Operation, Watched
-from drain_guard.nodes import NodeObj
 
 #: The longest an admission webhook may take on a Node write of the agent: the
 #: ``timeoutSeconds`` of the openshift-4.15 overlay's entries (a test holds them to it).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from drain_guard.kube.operations import Operation, Watched
-from drain_guard.kube.watchstatus import WatchStatus
+from drain_guard.core.operations import Operation, Watched
+from drain_guard.core.watchstatus import WatchStatus
 
 
 class Counters(Protocol):

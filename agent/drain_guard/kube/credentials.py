@@ -11,10 +11,10 @@ from typing import Any
 import aiohttp
 
 from drain_guard import __version__
-from drain_guard import kubeclient as k8s
+from drain_guard.kube import kubeclient as k8s
 from drain_guard.kube.call import describe
 from drain_guard.kube.counters import Counters, NullCounters
-from drain_guard.kubeclient import ConfigException
+from drain_guard.kube.kubeclient import ConfigException
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ async def load_api_client(
 
 async def load_socket_client(path: str, counters: Counters | None = None) -> ApiClient:
     """An :class:`ApiClient` that sends every request over the Unix socket ``path`` (the node
-    proxy's, drain_guard.nodeproxy), with no credential of its own: the proxy adds the node's."""
+    proxy's, drain_guard.programs.nodeproxy), with no credential of its own: the proxy adds the
+    node's."""
     api = ApiClient(
         k8s.Configuration(host="http://drain-guard-node-proxy"),
         None,

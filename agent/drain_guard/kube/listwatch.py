@@ -23,6 +23,10 @@ from typing import Any
 
 import aiohttp
 
+from drain_guard.core.nodes import NodeObj
+from drain_guard.core.operations import Watched
+from drain_guard.core.pods import Pod
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.call import (
     API_FAILURES,
     REQUEST_TIMEOUT,
@@ -33,11 +37,7 @@ from drain_guard.kube.call import (
     error_from,
 )
 from drain_guard.kube.counters import Counters
-from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.nodes import NodeObj
-from drain_guard.pods import Pod
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from drain_guard.durations import format_duration
+from drain_guard.core.durations import format_duration
 from drain_guard.kube.call import API_FAILURES, KubeError, StreamError, describe
 from drain_guard.protocol import format_rfc3339
 

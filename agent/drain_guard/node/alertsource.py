@@ -1,5 +1,5 @@
 """Alert gating, the I/O half: one query of Prometheus, Thanos querier or Alertmanager per
-``--alert-interval``, its answer kept as an :class:`~drain_guard.alerts.AlertsSeen`.
+``--alert-interval``, its answer kept as an :class:`~drain_guard.core.alerts.AlertsSeen`.
 
 One GET of every active alert per interval, whatever the number of alerts or drains: the
 load per agent is fixed (docs/benchmarks.md, alert gating at 2,000 nodes). The bearer token is
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import aiohttp
 
-from drain_guard.alerts import AlertsSeen, MalformedAlertsError, firing_alerts
 from drain_guard.config.alerts import AlertSettings
+from drain_guard.core.alerts import AlertsSeen, MalformedAlertsError, firing_alerts
 
-log = logging.getLogger("drain_guard.alerts")
+log = logging.getLogger("drain_guard.core.alerts")
 
 #: The longest answer read (a cluster's every active alert is well below this).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024

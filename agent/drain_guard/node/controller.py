@@ -18,33 +18,36 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from drain_guard import __version__, decisions, guards, holds, host, protocol, selfcheck
-from drain_guard.alerts import AlertsSeen
-from drain_guard.config.agent import Settings
-from drain_guard.decide import NothingHeldError, decide, force_release
-from drain_guard.health import Health
-from drain_guard.holdreport import EventSink, HoldReport
+from drain_guard import __version__, guards, protocol
+from drain_guard.core.alerts import AlertsSeen
+from drain_guard.core.nodes import NodeObj
+from drain_guard.core.operations import Watched
+from drain_guard.core.pods import ALL_NAMESPACES, Pod, watch_namespace
+from drain_guard.decision import decisions, holds
+from drain_guard.decision.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
 from drain_guard.kube.listwatch import NamedCache, WatchCache
-from drain_guard.kube.operations import Watched
 from drain_guard.kube.retry import Backoff, Outage
-from drain_guard.logs import decision_fields, log_key
-from drain_guard.metrics import Metrics
-from drain_guard.nodes import NodeObj
-from drain_guard.pods import ALL_NAMESPACES, Pod, watch_namespace
-from drain_guard.shield import Shield
-from drain_guard.shieldplan import shield_namespaces
-from drain_guard.snapshot import decided, nothing_decided
-from drain_guard.status import (
+from drain_guard.node import host
+from drain_guard.node.holdreport import EventSink, HoldReport
+from drain_guard.runtime import selfcheck
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.logs import decision_fields, log_key
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.settings.agent import Settings
+from drain_guard.shield.loop import Shield
+from drain_guard.shield.plan import shield_namespaces
+from drain_guard.status.agent import (
     AgentStatus,
     AlertsStatus,
     ObservedStatus,
     ReleaseFailingStatus,
     WouldHoldStatus,
 )
+from drain_guard.status.snapshot import decided, nothing_decided
 
-log = logging.getLogger("drain_guard.controller")
+log = logging.getLogger("drain_guard.node.controller")
 
 #: Re-decisions after a lost compare-and-swap before backing off: a write refused this many
 #: times in a row (a webhook, the annotation size limit) is retried on the backoff's timer,

@@ -48,12 +48,10 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
-from drain_guard.durations import format_duration
-from drain_guard.holdrequest import printable, releases_when, split_hold_detail
+from drain_guard.core.durations import format_duration
+from drain_guard.core.operations import Operation
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
-from drain_guard.kube.operations import Operation
-from drain_guard.metrics import Metrics
 from drain_guard.protocol import (
     POOL_API_VERSION,
     POOL_KIND,
@@ -62,6 +60,8 @@ from drain_guard.protocol import (
     format_rfc3339,
     truncate_utf8,
 )
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.status.holdrequest import printable, releases_when, split_hold_detail
 
 log = logging.getLogger(__name__)
 

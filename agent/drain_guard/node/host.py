@@ -22,11 +22,11 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from drain_guard.config.agent import Settings
+from drain_guard.core.imageref import ImageRefError, digest_of
 from drain_guard.guards import BootedImage
-from drain_guard.imageref import ImageRefError, digest_of
 from drain_guard.kube.retry import Backoff
-from drain_guard.metrics import Metrics
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.settings.agent import Settings
 
 __all__ = [
     "DEFAULT_RPM_OSTREE_COMMAND",

@@ -4,8 +4,8 @@ Where the per-node agents cannot be confined to their own node's budgets (OpenSh
 4.16 have no ValidatingAdmissionPolicy; a systemd host's token has no node-name claim), they
 hold no budget rights at all (``--shield-build-pods=false``) and this one process, with its
 own service account, keeps the budgets from the control plane instead: the agent's
-:class:`~drain_guard.shield.Shield` in the every-node scope, on one watch of every pod of
-MCO's namespace. Its endpoint is the agent's server; its steps are drain_guard.lifecycle's.
+:class:`~drain_guard.shield.loop.Shield` in the every-node scope, on one watch of every pod of
+MCO's namespace. Its endpoint is the agent's server; its steps are drain_guard.runtime.lifecycle's.
 
 It lists and watches only the pods a build-pod selector may match: one paged list-watch
 per selector, by the selector's positive terms (:func:`pod_watch_selectors`), never the whole
@@ -28,15 +28,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from drain_guard import __version__, selfcheck
-from drain_guard.config.shield import ShieldSettings
-from drain_guard.health import Health
+from drain_guard import __version__
+from drain_guard.core.operations import Watched
+from drain_guard.core.pods import Pod
+from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.kube.call import JsonObj
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import WatchGroup
 from drain_guard.kube.listwatch import ListWatch, WatchCache
-from drain_guard.kube.operations import Watched
-from drain_guard.lifecycle import (
+from drain_guard.protocol import format_rfc3339
+from drain_guard.runtime import selfcheck
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.lifecycle import (
     Program,
     Running,
     Stopped,
@@ -46,16 +49,14 @@ from drain_guard.lifecycle import (
     uninstalling,
     warn_short_api_stale_after,
 )
-from drain_guard.logs import configure_logging
-from drain_guard.metrics import BaseMetrics
-from drain_guard.pods import Pod
-from drain_guard.protocol import format_rfc3339
-from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
-from drain_guard.server import LateSource
-from drain_guard.shield import Shield
-from drain_guard.shieldplan import EVERY_NODE, ShieldStatus
+from drain_guard.runtime.logs import configure_logging
+from drain_guard.runtime.metrics import BaseMetrics
+from drain_guard.runtime.server import LateSource
+from drain_guard.settings.shield import ShieldSettings
+from drain_guard.shield.loop import Shield
+from drain_guard.shield.plan import EVERY_NODE, ShieldStatus
 
-log = logging.getLogger("drain_guard.central")
+log = logging.getLogger("drain_guard.programs.central")
 
 
 def pod_watch_selectors(selectors: Sequence[BuildPodSelector]) -> tuple[str, ...]:
@@ -63,7 +64,7 @@ def pod_watch_selectors(selectors: Sequence[BuildPodSelector]) -> tuple[str, ...
     positive terms, once each. A pod with all of a build pod's labels (and more) matches the
     one its build pod matched, so the watches show every pod a budget's selector would
     cover. A selector without a positive term (``!key`` alone) would watch the whole
-    namespace: the settings refuse it (drain_guard.config.shield)."""
+    namespace: the settings refuse it (drain_guard.settings.shield)."""
     texts = (str(s.selector.positive()) for s in selectors if s.namespace in (None, MCO_NAMESPACE))
     return tuple(dict.fromkeys(texts))
 
@@ -248,7 +249,7 @@ async def removes_on_exit(
 
 
 class _Central:
-    """The central shield's steps of the life-cycle (drain_guard.lifecycle.Program)."""
+    """The central shield's steps of the life-cycle (drain_guard.runtime.lifecycle.Program)."""
 
     def __init__(self, settings: ShieldSettings) -> None:
         self.settings = settings

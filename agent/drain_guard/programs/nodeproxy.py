@@ -1,15 +1,15 @@
 """``drain-guard node-proxy``: the node's credential, kept out of the agent (systemd install).
 
-A node identity (``system:node:<name>``) can do far more than hold and release its Node: read
-the secrets of every pod bound to the node, mint their service-account tokens, ask for new
-client certificates. So the agent never holds it. This small service, root because the
-kubelet's key is 0600 root, holds the kubelet's kubeconfig and passes on, from a Unix socket,
-the requests of one local user (the agent's, checked by the socket's peer credentials on each
-request) that :func:`drain_guard.nodeaccess.decide` allows: the agent's reads, its Node's hold
-and release, its Events. Anything else is answered 403 and never sent; only the headers the
-API needs are passed on (never an ``Authorization`` or ``Impersonate-*`` of the caller's). The
-client reads the kubelet's kubeconfig again when the API server refuses it (401), so the
-kubelet's rotation needs no restart (drain_guard.kube.ApiClient). docs/install.md, section 7.
+A node identity (``system:node:<name>``) can do far more than hold and release its Node: read the
+secrets of every pod bound to the node, mint their service-account tokens, ask for new client
+certificates. So the agent never holds it. This small service, root because the kubelet's key is
+0600 root, holds the kubelet's kubeconfig and passes on, from a Unix socket, the requests of one
+local user (the agent's, checked by the socket's peer credentials on each request) that
+:func:`drain_guard.confine.nodeaccess.decide` allows: the agent's reads, its Node's hold and
+release, its Events. Anything else is answered 403 and never sent; only the headers the API needs
+are passed on (never an ``Authorization`` or ``Impersonate-*`` of the caller's). The client reads
+the kubelet's kubeconfig again when the API server refuses it (401), so the kubelet's rotation needs
+no restart (drain_guard.kube.ApiClient). docs/install.md, section 7.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from urllib.parse import parse_qsl
 
 from aiohttp import ClientError, web
 
-from drain_guard import nodeaccess
 from drain_guard.config.values import LogFormat
-from drain_guard.exitcodes import EXIT_USAGE
+from drain_guard.confine import nodeaccess
+from drain_guard.core.exitcodes import EXIT_USAGE
 from drain_guard.kube.call import REQUEST_TIMEOUT, describe
 from drain_guard.kube.credentials import ApiClient, load_api_client
-from drain_guard.lifecycle import Program, Running, run_program
-from drain_guard.logs import configure_logging
+from drain_guard.runtime.lifecycle import Program, Running, run_program
+from drain_guard.runtime.logs import configure_logging
 
 __all__ = ["NodeProxy", "main", "peer_uid"]
 
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 #: The agent's requests are small: a JSON Patch, an Event.
 MAX_BODY = 64 * 1024
-#: Events created through the proxy, remembered for their aggregation (drain_guard.events
+#: Events created through the proxy, remembered for their aggregation (drain_guard.node.events
 #: keeps 64 keys).
 EVENTS_REMEMBERED = 256
 #: A watch stays open up to its timeoutSeconds (the agent's: 15 minutes ±10 %) plus this slack;

@@ -1,5 +1,5 @@
-"""``drain-guard run`` as a process (drain_guard.lifecycle's steps): the start-up checks, the
-parts (the Node and pod watches, the controller, the shield), and the exit policy: release on
+"""``drain-guard run`` as a process (drain_guard.runtime.lifecycle's steps): the start-up checks,
+the parts (the Node and pod watches, the controller, the shield), and the exit policy: release on
 uninstall, flush Events.
 
 A crash is never an uninstall: only a stop by SIGTERM/SIGINT may release (and then only when
@@ -13,21 +13,21 @@ import asyncio
 import logging
 from functools import partial
 
-from drain_guard import __version__, selfcheck
-from drain_guard.alertsource import AlertSource
-from drain_guard.config.agent import Settings
+from drain_guard import __version__
 from drain_guard.config.values import WorkloadRef
-from drain_guard.controller import Controller, pod_watch_namespace
-from drain_guard.events import EventQueue, EventRecorder
-from drain_guard.exitcodes import EXIT_FAILURE
-from drain_guard.health import Health
+from drain_guard.core.exitcodes import EXIT_FAILURE
+from drain_guard.core.operations import Watched
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Relay, WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
-from drain_guard.kube.operations import Watched
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.lifecycle import (
+from drain_guard.node.alertsource import AlertSource
+from drain_guard.node.controller import Controller, pod_watch_namespace
+from drain_guard.node.events import EventQueue, EventRecorder
+from drain_guard.runtime import selfcheck
+from drain_guard.runtime.health import Health
+from drain_guard.runtime.lifecycle import (
     Program,
     Running,
     Stopped,
@@ -37,13 +37,14 @@ from drain_guard.lifecycle import (
     uninstalling,
     warn_short_api_stale_after,
 )
-from drain_guard.logs import configure_logging
-from drain_guard.metrics import Metrics
-from drain_guard.server import LateSource
-from drain_guard.shield import Shield
-from drain_guard.shieldplan import NodeScope
+from drain_guard.runtime.logs import configure_logging
+from drain_guard.runtime.metrics import Metrics
+from drain_guard.runtime.server import LateSource
+from drain_guard.settings.agent import Settings
+from drain_guard.shield.loop import Shield
+from drain_guard.shield.plan import NodeScope
 
-log = logging.getLogger("drain_guard.runner")
+log = logging.getLogger("drain_guard.programs.runner")
 
 #: On exit, how long to wait for queued Events (the uninstall's DrainReleased) to be written.
 EVENT_FLUSH_TIMEOUT = 5.0
@@ -92,7 +93,7 @@ def make_shield(
 
 
 class _Agent:
-    """The agent's steps of the life-cycle (drain_guard.lifecycle.Program)."""
+    """The agent's steps of the life-cycle (drain_guard.runtime.lifecycle.Program)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -1,6 +1,6 @@
 """``drain-guard webhook``: the validating admission webhook of OpenShift 4.15/4.16.
 
-The decisions are drain_guard.admission's (pure); this is the HTTP part: an aiohttp server
+The decisions are drain_guard.confine.admission's (pure); this is the HTTP part: an aiohttp server
 over TLS (certificate and key from files, the service CA's serving certificate in the
 Deployment, re-read when they change; the cluster's TLS profile as kube-rbac-proxy takes it,
 ``--tls-min-version`` and ``--tls-cipher-suites`` in Go's names) that answers
@@ -26,18 +26,18 @@ from typing import Any
 
 from aiohttp import web
 
-from drain_guard import admission
 from drain_guard.config.values import LogFormat, SettingsError, parse_listen
-from drain_guard.config.webhook import TLS12_SUITES, TLS13_SUITES
-from drain_guard.exitcodes import EXIT_USAGE
+from drain_guard.confine import admission
+from drain_guard.core.exitcodes import EXIT_USAGE
+from drain_guard.core.operations import Operation
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
-from drain_guard.kube.operations import Operation
-from drain_guard.lifecycle import Program, Running, run_program
-from drain_guard.logs import configure_logging
-from drain_guard.server import CappedSite
+from drain_guard.runtime.lifecycle import Program, Running, run_program
+from drain_guard.runtime.logs import configure_logging
+from drain_guard.runtime.server import CappedSite
+from drain_guard.settings.webhook import TLS12_SUITES, TLS13_SUITES
 
-log = logging.getLogger("drain_guard.webhook")
+log = logging.getLogger("drain_guard.programs.webhook")
 
 #: How often the certificate files are checked for a renewal (the service CA re-issues them
 #: into the secret, and the kubelet updates the mounted files, well before they expire).
@@ -48,7 +48,7 @@ CERT_CHECK_INTERVAL = 60.0
 MAX_BODY = 512 * 1024
 #: The API server sends a review whole at once; a body that trickles is cut off (408).
 BODY_TIMEOUT = 2.0
-#: Open connections: beyond them the excess waits in the kernel's queue (drain_guard.server.
+#: Open connections: beyond them the excess waits in the kernel's queue (drain_guard.runtime.server.
 #: CappedSite), so that a flood holds at most this many bodies in memory.
 MAX_CONNECTIONS = 64
 #: Reviews parsed and decided at once; the others wait their turn. A parse holds the

@@ -141,7 +141,7 @@ _RENDERED = re.compile(r"rendered-(.+)-[0-9a-f]{8,}", re.ASCII)
 def pool_of(annotations: Mapping[str, str]) -> str | None:
     """The MachineConfigPool whose rollout the node is in, from the name of the rendered
     config it is asked to run (or runs); None when that name is not MCO's form. Read from the
-    Node alone (only the pool's Events need more: its uid, drain_guard.events)."""
+    Node alone (only the pool's Events need more: its uid, drain_guard.node.events)."""
     for key in (DESIRED_CONFIG, CURRENT_CONFIG):
         found = _RENDERED.fullmatch(annotations.get(key, ""))
         if found:
@@ -149,7 +149,7 @@ def pool_of(annotations: Mapping[str, str]) -> str | None:
     return None
 
 
-#: Events about a pool (drain_guard.events): the one kind an agent writes about anything but
+#: Events about a pool (drain_guard.node.events): the one kind an agent writes about anything but
 #: its own Node; every confinement admits them with these reasons, its Node as ``related``.
 POOL_API_VERSION = "machineconfiguration.openshift.io/v1"
 POOL_KIND = "MachineConfigPool"

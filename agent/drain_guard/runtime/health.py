@@ -5,7 +5,7 @@ readiness rule of ``/readyz`` (the agent's and the central shield's alike).
 keeps the state and is the only writer of the health metrics (``drain_guard_synced``,
 ``drain_guard_last_api_contact_timestamp_seconds``, API errors, watch restarts, credential
 refusals), through :class:`HealthMetrics`. Pure: the clock is given; the metric objects (and
-their registry) stay with ``drain_guard.metrics``, which needs prometheus_client.
+their registry) stay with ``drain_guard.runtime.metrics``, which needs prometheus_client.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from drain_guard.durations import format_duration
-from drain_guard.kube.operations import Operation, Watched
-from drain_guard.kube.watchstatus import WatchStatus
+from drain_guard.core.durations import format_duration
+from drain_guard.core.operations import Operation, Watched
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.protocol import format_rfc3339
 
 
 class HealthMetrics(Protocol):
-    """Where :class:`Health` shows what it is told (``drain_guard.metrics.BaseMetrics``)."""
+    """Where :class:`Health` shows what it is told (``drain_guard.runtime.metrics.BaseMetrics``)."""
 
     def count_api_error(self, operation: Operation) -> None: ...
 

@@ -7,7 +7,7 @@ the exit codes and the handling of signals are here, once:
 1. ``connect``: read the credentials (the API not yet reached); a bad kubeconfig exits 2.
 2. ``serve``: open the listener before the start-up checks, so that the probes answer while
    they wait for the API; a listener that cannot be opened exits 2 (an invalid setting).
-3. ``start``: the start-up self-checks (a :class:`~drain_guard.selfcheck.StartupError` exits
+3. ``start``: the start-up self-checks (a :class:`~drain_guard.runtime.selfcheck.StartupError` exits
    2), then the parts, as a :class:`Running`.
 4. the parts run under one TaskGroup until SIGTERM/SIGINT (exit 0) or until one of them ends
    or fails (exit 1: a crash, for the supervisor to restart it). A signal during 1-3 is a
@@ -30,16 +30,16 @@ from typing import Any, Generic, TypeVar
 from aiohttp import web
 
 from drain_guard.config.values import Listen, WorkloadRef, format_duration
-from drain_guard.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube, WorkloadState
+from drain_guard.kube.kubeclient import ConfigException
 from drain_guard.kube.listwatch import BOOKMARK_PERIOD
-from drain_guard.kubeclient import ConfigException
-from drain_guard.metrics import BaseMetrics
-from drain_guard.selfcheck import StartupError
-from drain_guard.server import LateSource, make_app, serve
+from drain_guard.runtime.metrics import BaseMetrics
+from drain_guard.runtime.selfcheck import StartupError
+from drain_guard.runtime.server import LateSource, make_app, serve
 
-log = logging.getLogger("drain_guard.lifecycle")
+log = logging.getLogger("drain_guard.runtime.lifecycle")
 
 Client = TypeVar("Client")
 

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from drain_guard import decisions, protocol
+from drain_guard import protocol
 from drain_guard.config.values import LogFormat
+from drain_guard.decision import decisions
 
 
 class _JsonFormatter(logging.Formatter):

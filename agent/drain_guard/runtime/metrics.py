@@ -55,8 +55,9 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from drain_guard import __version__, permissions
-from drain_guard.kube.operations import Operation, Watched
+from drain_guard import __version__
+from drain_guard.confine import permissions
+from drain_guard.core.operations import Operation, Watched
 from drain_guard.protocol import Outcome, Reason, Verb
 from drain_guard.replacement import Foresight
 
@@ -91,7 +92,7 @@ WATCH_RESTART_REASONS: tuple[str, ...] = ("expired", "closed", "error", "frozen"
 #: Input the agent rejected: drain-guard/MCO annotations on the Node, an operator's
 #: hold request, an image reference, a host file (kernel cmdline, ostree origin, rpm-ostree).
 INVALID_INPUT_KINDS: tuple[str, ...] = ("annotation", "hold_request", "image_ref", "host_file")
-#: Event reasons written on the Node, then on its MachineConfigPool (``drain_guard.events``).
+#: Event reasons written on the Node, then on its MachineConfigPool (``drain_guard.node.events``).
 EVENT_REASONS: tuple[str, ...] = (
     "DrainHeld",
     "DrainReleased",

@@ -55,7 +55,7 @@ from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from drain_guard.config.values import Listen
-from drain_guard.metrics import BaseMetrics
+from drain_guard.runtime.metrics import BaseMetrics
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Snapshot(Protocol):
-    """What ``/status`` serves (``drain_guard.status.AgentStatus`` for the agent)."""
+    """What ``/status`` serves (``drain_guard.status.agent.AgentStatus`` for the agent)."""
 
     def to_json(self) -> dict[str, Any]: ...
 

@@ -28,9 +28,9 @@ from drain_guard.config.values import (
     parse_scope,
     parse_workload,
 )
+from drain_guard.core.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
+from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.guards import Guard, registry
-from drain_guard.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
-from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
 
 DEFAULT_LISTEN = "127.0.0.1:9797"
 # The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from drain_guard.config.agent import run_option
 from drain_guard.config.options import Option, add_arguments, env_name, validated
 from drain_guard.config.values import (
     Listen,
@@ -22,7 +21,8 @@ from drain_guard.config.values import (
     parse_listen,
     parse_workload,
 )
-from drain_guard.selectors import MCO_NAMESPACE, BuildPodSelector
+from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
+from drain_guard.settings.agent import run_option
 
 DEFAULT_SHIELD_LISTEN = "127.0.0.1:9798"
 

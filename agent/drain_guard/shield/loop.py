@@ -13,11 +13,11 @@ node's build pods (on its pod watch, which is of that node only), or one central
 the agents cannot be confined to their own node's budgets. Either way a budget is labelled
 with its pod's own node, so both keep the same budgets, in the same shape.
 
-Two halves, as everywhere in drain-guard: the pure plan (drain_guard.shieldplan: which pods
+Two halves, as everywhere in drain-guard: the pure plan (drain_guard.shield.plan: which pods
 need a budget, which budgets are stale, conflicts, pods no selector singles out), and this
 thin I/O (:class:`Shield`): it list-watches budgets in the shielded namespaces
 (namespace-scoped, so the RBAC can be a Role "only where build pods run"), applies the plan,
-and keeps a :class:`~drain_guard.shieldplan.ShieldStatus` for ``/status``.
+and keeps a :class:`~drain_guard.shield.plan.ShieldStatus` for ``/status``.
 
 API::
 
@@ -40,16 +40,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from drain_guard.core.operations import Operation, Watched
+from drain_guard.core.pods import DEFAULT_SCOPE, Pod, PodScope
+from drain_guard.core.selectors import BuildPodSelector
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Counters, Relay, WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, WatchCache
-from drain_guard.kube.operations import Operation, Watched
 from drain_guard.kube.retry import Backoff, Outage
-from drain_guard.kube.watchstatus import WatchStatus
-from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope
-from drain_guard.selectors import BuildPodSelector
-from drain_guard.shieldplan import (
+from drain_guard.shield.plan import (
     DEFAULT_NAMESPACES,
     BudgetState,
     NodeScope,
@@ -60,19 +60,19 @@ from drain_guard.shieldplan import (
     not_unique,
     shield_namespaces,
 )
-from drain_guard.shieldreplan import Replanner
+from drain_guard.shield.replan import Replanner
 
-log = logging.getLogger("drain_guard.shield")
+log = logging.getLogger("drain_guard.shield.loop")
 
 #: A budget gone (404) or already there (409): answers the watch catches up with, not errors.
 GONE_OR_THERE = (404, 409)
 
 
 class ShieldMetrics(Protocol):
-    """Where the shield reports its budgets; ``drain_guard.metrics.BaseMetrics`` has these
+    """Where the shield reports its budgets; ``drain_guard.runtime.metrics.BaseMetrics`` has these
     methods. Its API errors, watch restarts, API contact and its watches' state go through the
     ``Kube``'s counters (the program's ``health.Health``), as every call's and watch's (the
-    operations it names are among ``drain_guard.metrics.SHIELD_API_OPERATIONS``)."""
+    operations it names are among ``drain_guard.runtime.metrics.SHIELD_API_OPERATIONS``)."""
 
     def set_shield_budgets(self, count: int) -> None: ...
 

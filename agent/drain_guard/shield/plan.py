@@ -5,7 +5,7 @@ budget, which of our budgets are stale, which pods already have another budget (
 selected by two budgets makes every eviction fail with 500, so those are left alone and
 reported), and which pods no label selector singles out. :class:`NodeScope` says whose pods a
 shield keeps (one node's, or every node's), :class:`ShieldStatus` what ``/status`` shows.
-No I/O here: the list-watches and writes are drain_guard.shield's.
+No I/O here: the list-watches and writes are drain_guard.shield.loop's.
 
 Budgets use ``minAvailable: 1`` over a selector that matches the one pod: the same effect as
 ``maxUnavailable: 0`` (no disruption allowed), but the disruption controller can compute it
@@ -21,7 +21,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from drain_guard.pods import (
+from drain_guard.core.pods import (
     DEFAULT_SCOPE,
     MANAGED_BY,
     MANAGED_BY_KEY,
@@ -31,7 +31,7 @@ from drain_guard.pods import (
     is_build_pod,
     node_label_value,
 )
-from drain_guard.selectors import (
+from drain_guard.core.selectors import (
     MCO_NAMESPACE,
     BuildPodSelector,
     LabelSelector,

@@ -1,22 +1,22 @@
 """The shield's plan kept current event by event: an event re-plans what it touches.
 
-:func:`drain_guard.shieldplan.plan` decides over every pod and budget; run on each pod event,
+:func:`drain_guard.shield.plan.plan` decides over every pod and budget; run on each pod event,
 its cost grew with everything the shield watches (issue 28). :class:`Replanner` keeps the
-same plan, from the same per-pod rule (:func:`~drain_guard.shieldplan.plan_pod`), with
+same plan, from the same per-pod rule (:func:`~drain_guard.shield.plan.plan_pod`), with
 indexes: a pod event re-plans that pod (against the budgets of its namespace); a budget event
 re-plans the target pods it selects or is named for (a scan of the target pods, not of every
 pod) and whether it is stale. Everything is re-planned only when what every pod depends on
 changes: a relist, a namespace whose budgets list, and (with dependencies) the first build
-starting or the last one ending. Pure: drain_guard.shield feeds it the watches' events.
+starting or the last one ending. Pure: drain_guard.shield.loop feeds it the watches' events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from drain_guard.pods import DEFAULT_SCOPE, Pod, PodScope, is_build_pod
-from drain_guard.selectors import BuildPodSelector
-from drain_guard.shieldplan import (
+from drain_guard.core.pods import DEFAULT_SCOPE, Pod, PodScope, is_build_pod
+from drain_guard.core.selectors import BuildPodSelector
+from drain_guard.shield.plan import (
     BudgetState,
     NodeScope,
     Plan,

@@ -2,9 +2,9 @@
 "why is my drain held?".
 
 Pure: an ``AgentStatus`` snapshot, built from the controller's decision by
-``drain_guard.snapshot.decided()`` with ``generated_at``, the time it was taken, given, so
+``drain_guard.status.snapshot.decided()`` with ``generated_at``, the time it was taken, given, so
 nothing here reads a clock; the server renders it. The operator's hold request and what ends a
-hold are in ``drain_guard.holdrequest``. ``docs/status.md`` explains each field.
+hold are in ``drain_guard.status.holdrequest``. ``docs/status.md`` explains each field.
 
 API::
 
@@ -26,16 +26,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from drain_guard.alerts import AlertsSeen
-from drain_guard.durations import format_duration
-from drain_guard.holdrequest import HoldRequestStatus, printable, stalled
-from drain_guard.kube.watchstatus import WatchStatus
+from drain_guard.core.alerts import AlertsSeen
+from drain_guard.core.durations import format_duration
+from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.protocol import (
     format_rfc3339,
     format_rfc3339_or_none,
     parse_rfc3339_or_none,
 )
-from drain_guard.shieldplan import ShieldStatus
+from drain_guard.shield.plan import ShieldStatus
+from drain_guard.status.holdrequest import HoldRequestStatus, printable, stalled
 
 DECISIONS: tuple[str, ...] = (
     "starting",
@@ -281,7 +281,7 @@ class AgentStatus:
     blocking_pod_namespaces: tuple[str, ...] = ()
     blocking_watch_namespaces: tuple[str, ...] = ()
     observe_only: bool = False  # --observe-only: the decision is reported, never written
-    # The start-up confinement self-check (drain_guard.selfcheck.Confinement.to_json()).
+    # The start-up confinement self-check (drain_guard.runtime.selfcheck.Confinement.to_json()).
     confinement: dict[str, Any] | None = None
     alerts: AlertsStatus | None = None  # None when alert gating is off
     invalid_inputs: tuple[InvalidInputStatus, ...] = ()

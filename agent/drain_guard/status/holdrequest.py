@@ -1,7 +1,7 @@
 """An operator's hold request and what ends a hold, as ``/status`` and ``drain-guard status``
 show them; ``printable()`` for every annotation text they print (anyone's input).
 
-Pure, like ``drain_guard.status``: ``now`` is given, nothing here reads a clock.
+Pure, like ``drain_guard.status.agent``: ``now`` is given, nothing here reads a clock.
 
 API::
 
@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from drain_guard import guards
-from drain_guard.durations import format_duration
+from drain_guard.core.durations import format_duration
 from drain_guard.guards import registry
 from drain_guard.protocol import (
     HOLD_REQUEST,

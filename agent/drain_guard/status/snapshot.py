@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
-from drain_guard import decisions, guards
-from drain_guard.holdrequest import HoldRequestStatus, releases_when
+from drain_guard import guards
+from drain_guard.decision import decisions
 from drain_guard.protocol import (
     DESIRED_DRAIN,
     DESIRED_IMAGE,
@@ -26,13 +26,14 @@ from drain_guard.protocol import (
     pool_of,
     releaser_of,
 )
-from drain_guard.status import (
+from drain_guard.status.agent import (
     AgentStatus,
     BootedImageStatus,
     HoldReasonStatus,
     InvalidInputStatus,
     PodStatus,
 )
+from drain_guard.status.holdrequest import HoldRequestStatus, releases_when
 
 
 def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> AgentStatus:

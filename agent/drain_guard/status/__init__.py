@@ -1,0 +1,3 @@
+"""What ``/status`` and ``drain-guard status`` show (pure): ``agent`` (``AgentStatus``), a
+decision rendered as one (``snapshot``), the operator's hold request and what ends a hold
+(``holdrequest``)."""
