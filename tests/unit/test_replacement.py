@@ -1,5 +1,5 @@
 """The noop-image rule: a same-image drain is held only while MCO's objects say a new image
-will replace its target (drain_guard.replacement), on each version's objects."""
+will replace its target (drain_guard.core.replacement), on each version's objects."""
 
 from __future__ import annotations
 
@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from drain_guard.decide import decide
-from drain_guard.guards import Block, BootedImage, Clear, ImageCompared, NodeView, NoopImageGuard
-from drain_guard.protocol import DESIRED_CONFIG, DESIRED_DRAIN, DESIRED_IMAGE, format_rfc3339
-from drain_guard.replacement import (
+from drain_guard.core.replacement import (
     EXPECTED_WITHIN,
     POOL_IMAGE,
     Foresight,
     McoObjects,
     foresee,
 )
+from drain_guard.decision.decide import decide
+from drain_guard.guards import Block, BootedImage, Clear, ImageCompared, NodeView, NoopImageGuard
+from drain_guard.protocol import DESIRED_CONFIG, DESIRED_DRAIN, DESIRED_IMAGE, format_rfc3339
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 OLD = "sha256:" + "1" * 64

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from drain_guard.imageref import ImageRefError, digest_of
+from drain_guard.core.imageref import ImageRefError, digest_of
 from drain_guard.protocol import DESIRED_CONFIG, DESIRED_IMAGE, parse_rfc3339, pool_of
 
 __all__ = [

@@ -17,9 +17,9 @@ from drain_guard.config.options import Option
 from drain_guard.core.alerts import AlertsSeen
 from drain_guard.core.operations import Watched
 from drain_guard.core.pods import Pod, PodScope
+from drain_guard.core.replacement import McoObjects, Replacement
 from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
-from drain_guard.replacement import McoObjects, Replacement
 
 # --- what the guards look at --------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from drain_guard.core.imageref import ImageRefError, digest_of
+from drain_guard.core.replacement import foresee
 from drain_guard.guards.base import (
     AgentSettings,
     Block,
@@ -20,7 +21,6 @@ from drain_guard.guards.base import (
     Verdict,
 )
 from drain_guard.protocol import DESIRED_IMAGE, Reason
-from drain_guard.replacement import foresee
 
 
 class NoopImageGuard:

@@ -58,8 +58,8 @@ from prometheus_client import (
 from drain_guard import __version__
 from drain_guard.confine import permissions
 from drain_guard.core.operations import Operation, Watched
+from drain_guard.core.replacement import Foresight
 from drain_guard.protocol import Outcome, Reason, Verb
-from drain_guard.replacement import Foresight
 
 PREFIX = "drain_guard_"
 
