@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 
 from drain_guard_sim.actors.build import built_image, is_build_pod
+from drain_guard_sim.actors.machineos import (
+    CURRENT_BUILD_ANNOTATION,
+    build_name,
+    build_state,
+    image_field,
+)
 from drain_guard_sim.actors.mco import (
     BUILDER_USER,
     CURRENT_CONFIG,
@@ -326,7 +332,7 @@ async def test_4_18_retries_an_evicted_build_pod(tmp_path: Path) -> None:
         )
         first = await api.wait_for(lambda: cluster.build_pods(), timeout=20)
         pod = first[0]
-        job = f"build-{CFG}"
+        job = f"build-{build_name(McoVersion.V4_18, 'worker', CFG, 'worker')}"
         assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == job
         assert [(o["kind"], o["name"]) for o in pod["metadata"]["ownerReferences"]] == [
             ("Job", job)
@@ -348,7 +354,8 @@ def _desired(cluster: SimCluster) -> dict[str, tuple[str | None, str | None]]:
 
 
 def _builds_created(cluster: SimCluster, since: int) -> list[str]:
-    return [r.name for r in cluster.api.writes("builds", verb="create", since=since)]
+    """The builds (4.15's Builds, 4.16+'s MachineOSBuilds) created from ``since`` on."""
+    return [r.name for r in cluster.api.writes(cluster.build_resource, verb="create", since=since)]
 
 
 @pytest.mark.parametrize(
@@ -550,3 +557,67 @@ async def test_the_node_controller_taints_the_nodes_it_has_yet_to_update(tmp_pat
         ]
         assert {r.name for r in taint_writes} == set(cluster.node_names)
         assert len(taint_writes) == 2 * len(cluster.node_names)  # on, then off, per node
+
+
+@pytest.mark.parametrize(
+    "version", [McoVersion.V4_16, McoVersion.V4_18_EARLY, McoVersion.V4_18], ids=str
+)
+async def test_a_build_is_a_machine_os_build_written_in_mco_order(
+    tmp_path: Path, version: McoVersion
+) -> None:
+    """4.16+: a new rendered config gets a MachineOSBuild (no Build object), at the API version
+    and with the fields of the version; its conditions go Prepared, Building, Succeeded, five
+    at a time; the MachineOSConfig's image is written before the build's success on 4.16/4.17
+    (updateConfigAndBuild) and after it on 4.18 (updateMachineOSConfigStatus, after the
+    clean-up, D5); 4.18's MachineOSConfig names its current build."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=0.01, version=version) as cluster:
+        api = cluster.api
+        rv = api.resource_version
+        rendered = await cluster.create_machine_config("99-worker-files")
+        await cluster.wait_rollout_done(timeout=60, config=rendered)
+        assert not api.writes("builds", since=rv)
+        name = build_name(version, "worker", rendered, "worker")
+        [created] = api.writes("machineosbuilds", verb="create", since=rv)
+        assert created.name == name
+        build = api.get("machineosbuilds", name)
+        group = "machineconfiguration.openshift.io"
+        assert (
+            build["apiVersion"] == f"{group}/{'v1' if version is McoVersion.V4_18 else 'v1alpha1'}"
+        )
+        config_key = "machineConfig" if version is McoVersion.V4_18 else "desiredConfig"
+        assert build["spec"][config_key] == {"name": rendered}
+        config_field, build_field = image_field(version)
+        assert build["status"][build_field] == built_image(rendered)
+        states = []
+        for rec in api.writes("machineosbuilds", since=rv):
+            conditions = ((rec.after or {}).get("status") or {}).get("conditions") or []
+            if rec.name == name and conditions:
+                assert [c["type"] for c in conditions] == [
+                    "Prepared",
+                    "Building",
+                    "Failed",
+                    "Interrupted",
+                    "Succeeded",
+                ]
+                states.append(build_state(rec.after or {}))
+        assert [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s] == [
+            "Prepared",
+            "Building",
+            "Succeeded",
+        ]
+        mosc_image = next(
+            r.rv
+            for r in api.writes("machineosconfigs", since=rv)
+            if ((r.after or {}).get("status") or {}).get(config_field) == built_image(rendered)
+        )
+        succeeded = next(
+            r.rv
+            for r in api.writes("machineosbuilds", since=rv)
+            if build_state(r.after or {}) == "Succeeded"
+        )
+        if version.job_builds:
+            assert succeeded < mosc_image
+            mosc = api.get("machineosconfigs", "worker")
+            assert mosc["metadata"]["annotations"][CURRENT_BUILD_ANNOTATION] == name
+        else:
+            assert mosc_image < succeeded

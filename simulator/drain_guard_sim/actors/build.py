@@ -3,26 +3,30 @@ pods and 4.18's build Jobs.
 
 Two actors, as in a real cluster:
 
-- :class:`MachineOSBuilder` is MCO's build controller (pkg/controller/build/build_controller.go,
-  running as machine-os-builder): when a layered pool's ``spec.configuration.name`` changes it
-  waits its ``UpdateDelay`` (5 s), prepares the build (ConfigMaps), creates the Build
+- :class:`MachineOSBuilder` is MCO 4.15's build controller (pkg/controller/build/
+  build_controller.go, running as machine-os-builder): when a layered pool's
+  ``spec.configuration.name`` changes it prepares the build (ConfigMaps), creates the Build
   ``build-<rendered>`` (labels ``…/buildPod``, ``…/targetMachineConfigPool``,
-  ``…/desiredConfig``; annotation ``…/pool``) and marks the pool BuildPending; it follows the
-  Build's phase (Running → Building; Complete → the new pullspec
+  ``…/desiredConfig``; annotation ``…/pool``) and marks the pool BuildPending, in its event
+  handler; it follows the Build's phase (Running → Building; Complete → the new pullspec
   ``ocb-image@sha256:<digest>`` in the pool's ``newestImageEquivalentConfig`` and BuildSuccess,
-  then, in 4.15, the Build is cleaned up; Failed/Error/Cancelled → BuildFailed). 4.16+ track a
-  build in a MachineOSBuild, which is kept: here the Build object stands for it and is kept.
+  then the Build is cleaned up; Failed/Error/Cancelled → BuildFailed and Degraded). 4.16+'s,
+  with MachineOSConfigs and MachineOSBuilds, is its subclass in ``osbuilder.py``.
 - :class:`OpenShiftBuildController` plays what runs the build pod, and the kubelet for it, on a
   chosen node, Pending → Running/Ready → Succeeded:
 
-  - 4.15: openshift-controller-manager's build controller, pod ``B-build`` (label
-    ``openshift.io/build.name=B``, owned by the Build); a pod deleted before it finishes ends
-    the Build in phase Error, reason ``BuildPodDeleted``, as ``oc get build`` shows in the seed;
-  - 4.16/4.17: MCO's own build pod ``B-build`` (label ``…/buildPod``), same end when deleted
-    (4.17's ``…/on-cluster-layering`` label is not modelled);
-  - 4.18: a Job ``B`` (``backoffLimit: 3``) whose pods ``B-<n>`` carry
-    ``batch.kubernetes.io/job-name=B`` and the Job as owner: a deleted (evicted) pod is
-    replaced, and the build fails only after a fourth lost pod (BackoffLimitExceeded).
+  - 4.15: openshift-controller-manager's build controller, for each Build: pod ``B-build``
+    (label ``openshift.io/build.name=B``, owned by the Build); a pod deleted before it
+    finishes ends the Build in phase Error, reason ``BuildPodDeleted``, as ``oc get build``
+    shows in the seed;
+  - 4.16/4.17: MCO's build pod ``build-<rendered>`` of each new MachineOSBuild (labels
+    ``…/buildPod``, ``…/targetMachineConfigPool``, ``…/desiredConfig``; 4.17's
+    ``…/on-cluster-layering`` labels are not modelled); the build controller reads its phase;
+  - 4.18: the Job ``build-<MachineOSBuild>`` (``backoffLimit: 3``) whose pods carry
+    ``batch.kubernetes.io/job-name`` and the Job as owner: a deleted (evicted) pod is
+    replaced, and the build fails only after a fourth lost pod (BackoffLimitExceeded); it
+    writes the Job's status (``active``, ``succeeded``, ``failed``), which the build
+    controller reads.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.actors.machineos import api_version, build_state, built_config
 from drain_guard_sim.actors.mco import (
     BUILD_NAME_LABEL,
     BUILD_POD_LABEL,
@@ -62,7 +67,6 @@ from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.timestamps import rfc3339
 
 __all__ = [
-    "SUCCEEDED",
     "MachineOSBuilder",
     "OpenShiftBuildController",
     "build_digest",
@@ -70,8 +74,6 @@ __all__ = [
 ]
 
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-#: The MachineOSBuild condition 4.16/4.17's build controller sets once the image is written.
-SUCCEEDED = "Succeeded"
 
 BUILD_CONTAINER = {"name": "docker-build", "image": "quay.io/openshift/origin-docker-builder"}
 POD_DELETED_MESSAGE = "The pod for this build was deleted before the build completed."
@@ -90,6 +92,11 @@ def is_build_pod(pod: JsonObj) -> bool:
 def build_digest(build_name: str) -> str:
     """The digest a build of ``build_name`` pushes (deterministic, so tests can predict it)."""
     return "sha256:" + hashlib.sha256(f"ocb:{build_name}".encode()).hexdigest()
+
+
+def build_image_of(build: JsonObj) -> str:
+    """The image a MachineOSBuild (4.16+) pushes: :func:`built_image` of its config."""
+    return built_image(built_config(build))
 
 
 def built_image(config: str) -> str:
@@ -188,7 +195,7 @@ class MachineOSBuilder(Actor):
         if refusal is not None:
             self.log(None, f"No build for MachineConfigPool {pool}, config {new_config}: {refusal}")
             return
-        existing = self._build_of(new_config)
+        existing = self._build_of(new_config) if self.version.job_builds else None
         if existing is not None:
             self.spawn(self._reuse(pool, existing), f"reuse-{new_config}")
             return
@@ -226,21 +233,8 @@ class MachineOSBuilder(Actor):
         return None
 
     async def _reuse(self, pool: str, build: JsonObj) -> None:
-        """4.18's reuseExistingMachineOSBuildIfPossible: a succeeded build's image is the
-        MachineOSConfig's again (here the pool's), so a revert rolls the old image out; a
-        build still running is assigned as it is; a failed one is left alone."""
-        name = build["metadata"]["name"]
-        status = build.get("status") or {}
-        phase = status.get("phase")
-        if phase == "Complete":
-            digest = (status.get("output") or {}).get("to", {}).get("imageDigest")
-            image = f"{OCB_IMAGE_REPO}@{digest}"
-            self.log(None, f"Existing MachineOSBuild {name} found, reusing image {image}")
-            await self._set_pool(pool, image=image)
-        elif phase in ("Failed", "Error", "Cancelled"):
-            self.log(None, f"Existing MachineOSBuild {name} is {phase}: neither reused nor built")
-        else:
-            self.log(None, f"Existing MachineOSBuild {name} found ({phase or 'New'}), reused")
+        """4.18+'s reuse of a config's existing build (``MachineOSBuildController``)."""
+        raise NotImplementedError
 
     async def _start_build(self, pool: str, config: str) -> None:
         """startBuildForMachineConfigPool: the build's ConfigMaps, the Build, then BuildPending.
@@ -249,20 +243,7 @@ class MachineOSBuilder(Actor):
         window in which MCO 4.15's node controller may target a node with the old image.
         """
         name = f"build-{config}"
-        for cm_name, key in (
-            (f"mc-{config}", "machineconfig.json.gz"),
-            (f"dockerfile-{config}", "Dockerfile"),
-        ):
-            cm = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": cm_name, "namespace": MCO_NAMESPACE},
-                "data": {key: ""},
-            }
-            await asyncio.sleep(self.timings.s(self.slow_start))
-            await _created(
-                self.core.create_namespaced_config_map(MCO_NAMESPACE, cm, _preload_content=False)
-            )
+        await self._config_maps(config)
         body = {
             "apiVersion": f"{GROUP_BUILD}/v1",
             "kind": "Build",
@@ -302,6 +283,24 @@ class MachineOSBuilder(Actor):
                 BuildFailed=False, BuildSuccess=False, Building=False, BuildPending=True
             ),
         )
+
+    async def _config_maps(self, config: str) -> None:
+        """The build's two ConfigMaps (its MachineConfig, its Dockerfile), each create
+        ``slow_start`` MCO seconds slow."""
+        for cm_name, key in (
+            (f"mc-{config}", "machineconfig.json.gz"),
+            (f"dockerfile-{config}", "Dockerfile"),
+        ):
+            cm = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": cm_name, "namespace": MCO_NAMESPACE},
+                "data": {key: ""},
+            }
+            await asyncio.sleep(self.timings.s(self.slow_start))
+            await _created(
+                self.core.create_namespaced_config_map(MCO_NAMESPACE, cm, _preload_content=False)
+            )
 
     def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         if etype == "DELETED":
@@ -353,22 +352,16 @@ class MachineOSBuilder(Actor):
                     BuildFailed=False, BuildSuccess=True, Building=False, Degraded=False
                 ),
             )
-            if self.version.gates_on_build and not self.version.job_builds:
-                # updateConfigAndBuild: the MachineOSConfig's image first, then the
-                # MachineOSBuild's success, which 4.16/4.17's node controller waits for.
-                await self._mark_succeeded(name)
-            if self.version is McoVersion.V4_15:
-                with contextlib.suppress(ApiException):
-                    await read_json(
-                        await self.custom.delete_namespaced_custom_object(
-                            GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", name, _preload_content=False
-                        )
+            with contextlib.suppress(ApiException):
+                await read_json(
+                    await self.custom.delete_namespaced_custom_object(
+                        GROUP_BUILD, "v1", MCO_NAMESPACE, "builds", name, _preload_content=False
                     )
-                self.log(None, f"Deleted build object {name}")
+                )
+            self.log(None, f"Deleted build object {name}")
         elif phase in ("Failed", "Error", "Cancelled"):
             # 4.15's markBuildFailed degrades the pool too (the node controller's next status
             # sync recomputes Degraded from the nodes); BuildFailed alone stops new builds.
-            degraded = {"Degraded": True} if self.version is McoVersion.V4_15 else {}
             await self._set_pool(
                 pool,
                 conditions=_conditions(
@@ -376,25 +369,9 @@ class MachineOSBuilder(Actor):
                     BuildSuccess=False,
                     Building=False,
                     BuildPending=False,
-                    **degraded,
+                    Degraded=True,
                 ),
             )
-
-    async def _mark_succeeded(self, name: str) -> None:
-        """The MachineOSBuild's ``Succeeded`` condition (here on the Build standing for it)."""
-        condition = {"type": SUCCEEDED, "status": "True", "lastTransitionTime": now_rfc3339()}
-        await read_json(
-            await self.custom.patch_namespaced_custom_object_status(
-                GROUP_BUILD,
-                "v1",
-                MCO_NAMESPACE,
-                "builds",
-                name,
-                {"status": {"conditions": [condition]}},
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-            )
-        )
 
     def _target(self, pool: str) -> str | None:
         """The pool's rendered config, as this controller's cache has it."""
@@ -463,11 +440,22 @@ class OpenShiftBuildController(Actor):
         self._pod_build: dict[str, str] = {}  # pod name → its build
 
     async def started(self) -> None:
-        self.builds = Informer(
-            self.custom.list_namespaced_custom_object,
-            self._on_build,
-            {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE, "plural": "builds"},
-        )
+        if self.version.gates_on_build:
+            # 4.16+: MCO's build controller starts the build pod (4.18: the Job) of each new
+            # MachineOSBuild; here this actor does, and plays the kubelet and the Job controller.
+            self.builds = Informer(
+                self.custom.list_cluster_custom_object,
+                self._on_build,
+                {"group": GROUP_MCO, "version": api_version(self.version),
+                 "plural": "machineosbuilds"},
+            )  # fmt: skip
+        else:
+            self.builds = Informer(
+                self.custom.list_namespaced_custom_object,
+                self._on_build,
+                {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE,
+                 "plural": "builds"},
+            )  # fmt: skip
         self.pods = Informer(
             self.core.list_namespaced_pod, self._on_pod, {"namespace": MCO_NAMESPACE}
         )
@@ -483,8 +471,9 @@ class OpenShiftBuildController(Actor):
                 if build == name:
                     self.spawn(self._delete_pod(pod), f"gc-{pod}")
             return
-        phase = (obj.get("status") or {}).get("phase")
-        if not phase and name not in self._running:
+        status = obj.get("status") or {}
+        started = build_state(obj) if self.version.gates_on_build else status.get("phase")
+        if not started and name not in self._running:
             self._running[name] = asyncio.Event()
             self.spawn(self._run_build(obj), f"run-{name}")
 
@@ -507,10 +496,14 @@ class OpenShiftBuildController(Actor):
         annotations: dict[str, str] = {BUILD_NAME_LABEL: name}
         pod_name = f"{name}-build"
         if self.version.job_builds:
-            labels, annotations = {JOB_NAME_LABEL: name, "job-name": name}, {}
-            pod_name = f"{name}-{attempt}"
+            job = owner["metadata"]["name"]
+            labels, annotations = {JOB_NAME_LABEL: job, "job-name": job}, {}
+            pod_name = f"{job}-{attempt}"
         elif self.version.gates_on_build:
-            labels, annotations = {BUILD_POD_LABEL: ""}, {}
+            config = built_config(build)
+            pool = build["spec"]["machineOSConfig"]["name"]  # MachineOSConfigs named after pools
+            labels = {BUILD_POD_LABEL: "", TARGET_POOL_LABEL: pool, DESIRED_CONFIG_LABEL: config}
+            annotations, pod_name = {}, f"build-{config}"
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -538,8 +531,9 @@ class OpenShiftBuildController(Actor):
         }
 
     async def _job(self, build: JsonObj) -> JsonObj:
-        """4.18: the build's Job (its pods are the Job controller's to replace)."""
-        name = build["metadata"]["name"]
+        """4.18: the build's Job ``build-<MachineOSBuild>`` (its pods are the Job controller's
+        to replace)."""
+        name = f"build-{build['metadata']['name']}"
         body = {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -561,6 +555,23 @@ class OpenShiftBuildController(Actor):
         )
         return job
 
+    async def _set_job(self, job: str, **counts: int) -> None:
+        """The Job controller's status of the build's Job (``active``, ``succeeded``,
+        ``failed``), from which 4.18's build controller reads the build's progress."""
+        with contextlib.suppress(ApiException):  # cleaned up meanwhile
+            await read_json(
+                await self.custom.patch_namespaced_custom_object_status(
+                    "batch",
+                    "v1",
+                    MCO_NAMESPACE,
+                    "jobs",
+                    job,
+                    {"status": counts},
+                    _content_type="application/merge-patch+json",
+                    _preload_content=False,
+                )
+            )
+
     async def _run_build(self, build: JsonObj) -> None:
         name = build["metadata"]["name"]
         node = self.place(name)
@@ -570,10 +581,13 @@ class OpenShiftBuildController(Actor):
         while True:
             outcome = await self._run_pod(build, owner, failures, node)
             if outcome is None:
-                if self.version is not McoVersion.V4_15:
+                if self.version.job_builds:
+                    await self._set_job(owner["metadata"]["name"], active=0, succeeded=1)
                     await self._clean_up(name, owner)
                 return
             failures += 1
+            if self.version.job_builds:
+                await self._set_job(owner["metadata"]["name"], active=0, failed=failures)
             if failures > limit:
                 await self._pod_deleted(name, node)
                 return
@@ -592,17 +606,29 @@ class OpenShiftBuildController(Actor):
             await self.core.create_namespaced_pod(MCO_NAMESPACE, pod, _preload_content=False)
         )
         self.log(node, f"Build {name}: pod {MCO_NAMESPACE}/{pod_name} created on {node}")
-        await self._set_build(name, {"phase": "Pending"}, {"openshift.io/build.pod-name": pod_name})
+        openshift_build = not self.version.gates_on_build
+        if openshift_build:
+            await self._set_build(
+                name, {"phase": "Pending"}, {"openshift.io/build.pod-name": pod_name}
+            )
         t = self.timings
         if await self._wait_deleted(deleted, t.s(t.build_pod_start)):
             return pod_name
         started = now_rfc3339()
         await self._set_pod_status(pod_name, "Running", ready=True, start=started)
-        await self._set_build(name, {"phase": "Running", "startTimestamp": started})
+        if self.version.job_builds:
+            await self._set_job(owner["metadata"]["name"], active=1)
+        if openshift_build:
+            await self._set_build(name, {"phase": "Running", "startTimestamp": started})
         self.log(node, f"Build {name} is Running in pod {pod_name}")
         if await self._wait_deleted(deleted, t.s(t.build_duration)):
             return pod_name
         await self._set_pod_status(pod_name, "Succeeded", ready=False, start=started)
+        if not openshift_build:
+            self.log(
+                node, f"Build {name}: pod {pod_name} Succeeded, pushed {build_image_of(build)}"
+            )
+            return None
         digest = build_digest(name)
         await self._set_build(
             name,
@@ -627,10 +653,11 @@ class OpenShiftBuildController(Actor):
     async def _pod_deleted(self, name: str, node: str) -> None:
         if self.version.job_builds:
             message = "Job has reached the specified backoff limit"
-            await self._set_build(
-                name, {"phase": "Failed", "reason": "BackoffLimitExceeded", "message": message}
-            )
             self.log(node, f"Build {name}: Failed (BackoffLimitExceeded): {message}")
+            return
+        if self.version.gates_on_build:
+            # 4.16/4.17's build controller sees its pod go (MachineOSBuildController).
+            self.log(node, f"Build {name}: its pod was deleted before the build completed")
             return
         await self._set_build(
             name, {"phase": "Error", "reason": "BuildPodDeleted", "message": POD_DELETED_MESSAGE}
@@ -687,14 +714,19 @@ class OpenShiftBuildController(Actor):
             )
 
     async def _clean_up(self, name: str, owner: JsonObj) -> None:
-        """4.16+: a finished build's pod (4.18: its Job) is deleted; the MachineOSBuild stays."""
-        if owner["kind"] == "Job":
-            with contextlib.suppress(ApiException):
-                await read_json(
-                    await self.custom.delete_namespaced_custom_object(
-                        "batch", "v1", MCO_NAMESPACE, "jobs", name, _preload_content=False
-                    )
+        """4.18+: a finished build's Job and its pods are deleted (the build controller's
+        clean-up and the garbage collector); the MachineOSBuild stays."""
+        with contextlib.suppress(ApiException):
+            await read_json(
+                await self.custom.delete_namespaced_custom_object(
+                    "batch",
+                    "v1",
+                    MCO_NAMESPACE,
+                    "jobs",
+                    owner["metadata"]["name"],
+                    _preload_content=False,
                 )
+            )
         for pod, build in list(self._pod_build.items()):
             if build == name:
                 await self._delete_pod(pod)

@@ -12,7 +12,8 @@ pending time is kept): nodes whose desired config or desired image differ from t
 pool's are candidates; ``maxUnavailable`` (1) minus the unavailable nodes, minus the nodes
 failing to reach this very target (Degraded), is the capacity; candidates are taken oldest
 first; each chosen node gets ``desiredConfig`` = the pool's config and ``desiredImage`` = the
-pool's ``newestImageEquivalentConfig`` (``LayeredNodeState.SetDesiredStateFromPool``). A node
+pool's image: 4.15's ``newestImageEquivalentConfig`` annotation, 4.16+'s MachineOSConfig's
+``status`` (``LayeredNodeState.SetDesiredStateFromPool``). A node
 counts as unavailable when it is busy (not ready, or not Done and not failing) and its desired
 image already equals the pool's; a cordoned node is never a candidate.
 
@@ -24,12 +25,12 @@ When a layered pool may roll out (``canLayeredPoolContinue``):
   controller's own sync for that event comes 5 s later and waits; a node is targeted with
   the new config and the *old* image only when a sync queued by an earlier event (a node's
   label changed by another controller, say) lands in that gap: the seed's race, lost.
-- 4.16, 4.17 and 4.18 before the OCL backport (``4.18-early``): only once the build (a
-  MachineOSBuild; here the Build object, kept) of the pool's current rendered config has
-  succeeded, with the image the pool has then (4.16/4.17 write the image before they mark
-  the build succeeded, ``Succeeded`` here; 4.18-early after: its residual race);
+- 4.16, 4.17 and 4.18 before the OCL backport (``4.18-early``): only once the MachineOSBuild
+  of the pool's current rendered config (of its MachineOSConfig) is ``Succeeded``, with the
+  image the MachineOSConfig names then (4.16/4.17 write that image before they mark the build
+  succeeded; 4.18-early after: its residual race);
 - 4.18 from the OCL backport (2025-05-27, with OCPBUGS-53408) and 4.19: and only once that
-  build's image is the pool's (``MachineOSBuildIsCurrent``).
+  build's image is the MachineOSConfig's (``MachineOSBuildIsCurrent``).
 """
 
 from __future__ import annotations
@@ -42,16 +43,21 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.actors.build import SUCCEEDED
+from drain_guard_sim.actors.machineos import (
+    GROUP,
+    api_version,
+    build_image,
+    build_state,
+    built_config,
+    config_image,
+)
 from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     CURRENT_IMAGE,
     DESIRED_CONFIG,
     DESIRED_IMAGE,
-    GROUP_BUILD,
     GROUP_MCO,
     LAYERING_LABEL,
-    MCO_NAMESPACE,
     POOL_IMAGE,
     REASON,
     ROLE_LABEL,
@@ -194,6 +200,7 @@ class NodeController(Actor):
         self.pools: Informer | None = None
         self.configs: Informer | None = None
         self.builds: Informer | None = None
+        self.os_configs: Informer | None = None
         self._last_message: str | None = None
         #: Asked with the pool, as this controller's cache has it, before each sync; False
         #: skips the sync (the pool's next event queues it again): a test orders the sync
@@ -221,14 +228,20 @@ class NodeController(Actor):
             self._on_config,
             {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigs"},
         )
-        self.builds = Informer(
-            c.list_namespaced_custom_object,
-            self._on_build,
-            {"group": GROUP_BUILD, "version": "v1", "namespace": MCO_NAMESPACE, "plural": "builds"},
-        )
         informers = [(self.nodes, "nodes"), (self.pools, "pools"), (self.configs, "mcs")]
         if self.version.gates_on_build:
-            informers.append((self.builds, "builds"))
+            version = api_version(self.version)
+            self.builds = Informer(
+                c.list_cluster_custom_object,
+                self._on_build,
+                {"group": GROUP, "version": version, "plural": "machineosbuilds"},
+            )
+            self.os_configs = Informer(
+                c.list_cluster_custom_object,
+                self._on_build,
+                {"group": GROUP, "version": version, "plural": "machineosconfigs"},
+            )
+            informers += [(self.builds, "mosbs"), (self.os_configs, "moscs")]
         for inf, name in informers:
             self.spawn(inf.run(), f"node-controller-{name}")
             await inf.synced.wait()
@@ -359,7 +372,7 @@ class NodeController(Actor):
         if not target:
             return
         layered = LAYERING_LABEL in labels_of(pool)
-        image = annotations_of(pool).get(POOL_IMAGE, "") if layered else ""
+        image = self._pool_image(pool) if layered else ""
         if layered:
             why = self._cannot_continue(pool, target, image)
             if why is not None:
@@ -394,26 +407,50 @@ class NodeController(Actor):
         self.log(name, f"{'Applying' if wanted else 'Removing'} UpdateInProgress taint on {name}")
         await self.patch_node(name, {"spec": {"taints": taints or None}})
 
+    def _machine_os_config(self) -> JsonObj | None:
+        """4.16+: the pool's MachineOSConfig."""
+        assert self.os_configs is not None
+        for mosc in self.os_configs.cache.values():
+            if ((mosc.get("spec") or {}).get("machineConfigPool") or {}).get("name") == (
+                self.pool_name
+            ):
+                return mosc
+        return None
+
+    def _pool_image(self, pool: JsonObj) -> str:
+        """The image the pool's nodes are to run: 4.15's pool annotation, 4.16+'s
+        MachineOSConfig's (``SetDesiredStateFromPool``)."""
+        if self.version.gates_on_build:
+            return config_image(self.version, self._machine_os_config())
+        return annotations_of(pool).get(POOL_IMAGE, "")
+
     def _cannot_continue(self, pool: JsonObj, target: str, image: str) -> str | None:
         """canLayeredPoolContinue: None to roll out, else why not."""
         if not image:
             return "Image annotation is not set"
         if self.version.gates_on_build:
             assert self.builds is not None
-            build = self.builds.cache.get(f"{MCO_NAMESPACE}/build-{target}")
-            status = (build or {}).get("status") or {}
-            phase = status.get("phase")
-            if phase != "Complete":
-                return f"MachineOSBuild for {target} is {phase or 'not there yet'}"
-            if not self.version.job_builds and not condition_true(build or {}, SUCCEEDED):
-                # 4.16/4.17: the build controller marks the MachineOSBuild succeeded only
-                # after it wrote the image (updateConfigAndBuild).
-                return f"MachineOSBuild for {target} is not marked succeeded yet"
-            built = (status.get("output") or {}).get("to", {}).get("imageDigest", "-")
-            if self.version.checks_build_is_current and not image.endswith(built):
+            mosc = self._machine_os_config()
+            mosc_name = (mosc or {}).get("metadata", {}).get("name")
+            build = next(
+                (
+                    b
+                    for b in self.builds.cache.values()
+                    if built_config(b) == target
+                    and (b.get("spec") or {}).get("machineOSConfig", {}).get("name") == mosc_name
+                ),
+                None,
+            )
+            if build is None:
+                return f"No MachineOSBuild for {target}"
+            state = build_state(build)
+            if state != "Succeeded":
+                return f"MachineOSBuild {build['metadata']['name']} is {state or 'new'}"
+            built = build_image(self.version, build)
+            if self.version.checks_build_is_current and built != image:
                 # MachineOSBuildIsCurrent (OCPBUGS-53408); 4.18-early goes on with the image
-                # the pool has: its residual race, open until the image is written.
-                return f"Image built successfully, but the pool's image is not {built} yet"
+                # the MachineOSConfig has: its residual race, open until the image is written.
+                return f"Image built successfully, pullspec: {image}, but not {built} yet"
             return None
         if condition_true(pool, "BuildSuccess"):
             return None

@@ -196,6 +196,22 @@ RESOURCES: tuple[ResourceType, ...] = (
 )
 # fmt: on
 
+
+def machine_os_resources(version: str) -> tuple[ResourceType, ...]:
+    """MachineOSConfig and MachineOSBuild (``machineconfiguration.openshift.io``, cluster-scoped,
+    with a status subresource) at ``version``: ``v1alpha1`` as MCO 4.16, 4.17 and 4.18 before
+    its on-cluster-layering backport serve them, ``v1`` from that backport and in 4.19. A
+    server serves one of the two (a cluster runs one MCO); ``crds.py`` gives a real API server
+    both."""
+    group = f"machineconfiguration.openshift.io/{version}"
+    return (
+        _rt(group, "machineosconfigs", "MachineOSConfig", False, status=True, custom=True,
+            allow_unconditional_update=False, reset_status_on_create=True),
+        _rt(group, "machineosbuilds", "MachineOSBuild", False, status=True, custom=True,
+            allow_unconditional_update=False, reset_status_on_create=True),
+    )  # fmt: skip
+
+
 # The Eviction kind a POST to pods/eviction carries.
 EVICTION_API_VERSIONS = ("policy/v1", "policy/v1beta1")
 

@@ -25,6 +25,7 @@ from typing import TypeVar, Unpack
 
 from drain_guard_sim.actors.build import is_build_pod
 from drain_guard_sim.actors.gc import GC_USER, GarbageCollector
+from drain_guard_sim.actors.machineos import api_version
 from drain_guard_sim.actors.mco import (
     BUILD_CONTROLLER_USER,
     BUILDER_USER,
@@ -38,9 +39,16 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
 )
 from drain_guard_sim.actors.nodewriters import NFD_USER, Kubelet, label_patch
+from drain_guard_sim.apiserver.resources import RESOURCES, machine_os_resources
 from drain_guard_sim.apiserver.server import SimApiServer, WriteRecord
 from drain_guard_sim.apiserver.tls import ServingCert
-from drain_guard_sim.harness.scenario import NFD_LABEL, BuildResult, Scenario, ScenarioOptions
+from drain_guard_sim.harness.scenario import (
+    NFD_LABEL,
+    BuildResult,
+    Scenario,
+    ScenarioOptions,
+    machine_os_build_result,
+)
 
 __all__ = ["AGENT_USER", "NODE_NAME_EXTRA", "SimCluster"]
 
@@ -88,7 +96,14 @@ class SimCluster(Scenario):
         self.with_node_writers = node_writers
         self.seed = seed
         self.kubelets: dict[str, Kubelet] = {}
-        self.api = SimApiServer(bookmark_interval=bookmark_interval, port=port, tls=tls)
+        # 4.16+ serve MachineOSConfigs and MachineOSBuilds, at their MCO's API version.
+        version = self.version
+        resources = RESOURCES + (
+            machine_os_resources(api_version(version)) if version.gates_on_build else ()
+        )
+        self.api = SimApiServer(
+            bookmark_interval=bookmark_interval, port=port, tls=tls, resources=resources
+        )
         self._agent_kubeconfigs: dict[str, Path] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -145,6 +160,9 @@ class SimCluster(Scenario):
 
     async def _create_machine_config(self, config: JsonObj) -> JsonObj:
         return self.api.create("machineconfigs", config)
+
+    async def _create_machine_os(self, plural: str, body: JsonObj, status: JsonObj) -> JsonObj:
+        return self.api.create(plural, {**body, "status": status})
 
     async def _create_pool(self, pool: JsonObj, status: JsonObj) -> None:
         self.api.create("machineconfigpools", {**pool, "status": status})
@@ -218,6 +236,14 @@ class SimCluster(Scenario):
     def _pool(self) -> JsonObj | None:
         return self.api.try_get("machineconfigpools", self.pool)
 
+    def _machine_os_config(self) -> JsonObj | None:
+        return self.api.try_get("machineosconfigs", self.pool)
+
+    @property
+    def build_resource(self) -> str:
+        """Where the cluster's builds are: 4.15's Builds, 4.16+'s MachineOSBuilds."""
+        return "machineosbuilds" if self.version.gates_on_build else "builds"
+
     # -- outcome: from the write log ---------------------------------------------------------
 
     def _since_start(self, monotonic: float) -> float:
@@ -227,30 +253,35 @@ class SimCluster(Scenario):
         """The (last) build's outcome from the write log; None before any build ended."""
         created: WriteRecord | None = None
         result: BuildResult | None = None
-        for rec in self.api.writes("builds"):
+        for rec in self.api.writes(self.build_resource):
             if rec.verb == "create":
                 created = rec
                 result = None
-            status = (rec.after or {}).get("status") or {}
-            phase = status.get("phase")
-            if (
-                created is not None
-                and phase in ("Complete", "Failed", "Error", "Cancelled")
-                and result is None
-            ):
+            ended = self._build_end(rec.after or {})
+            if created is not None and ended is not None and result is None:
                 result = BuildResult(
                     name=rec.name,
-                    phase=phase,
-                    reason=status.get("reason", ""),
-                    node=self._build_pod_node(rec.name),
+                    phase=ended[0],
+                    reason=ended[1],
+                    node=self._build_pod_node(created.time),
                     started=self._since_start(created.time),
                     finished=self._since_start(rec.time),
                 )
         return result
 
-    def _build_pod_node(self, build: str) -> str | None:
+    def _build_end(self, build: JsonObj) -> tuple[str, str] | None:
+        if self.version.gates_on_build:
+            return machine_os_build_result(self.version, build)
+        status = build.get("status") or {}
+        phase = status.get("phase")
+        if phase in ("Complete", "Failed", "Error", "Cancelled"):
+            return str(phase), str(status.get("reason", ""))
+        return None
+
+    def _build_pod_node(self, since: float) -> str | None:
+        """The node of the first build pod created after the build (at ``since``)."""
         for rec in self.api.writes("pods", verb="create"):
-            if rec.subresource or not rec.name.startswith(f"{build}-"):
+            if rec.subresource or rec.time < since or not is_build_pod(rec.after or {}):
                 continue
             return str((rec.after or {}).get("spec", {}).get("nodeName"))
         return None

@@ -28,6 +28,7 @@ from typing import TypeVar, Unpack
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.actors.machineos import api_version
 from drain_guard_sim.actors.mco import (
     GROUP_MCO,
     MCO_NAMESPACE,
@@ -36,6 +37,7 @@ from drain_guard_sim.actors.mco import (
     Actor,
     Informer,
     JsonObj,
+    McoVersion,
     Timings,
     annotations_of,
     read_json,
@@ -51,6 +53,7 @@ from drain_guard_sim.harness.scenario import (
     BuildResult,
     Scenario,
     ScenarioOptions,
+    machine_os_build_result,
     pool_label,
 )
 
@@ -71,6 +74,8 @@ _POOL_STATUS = {"apiGroups": [GROUP_MCO], "resources": ["machineconfigpools/stat
                 "verbs": ["get", "patch"]}  # fmt: skip
 _BUILDS_READ = {"apiGroups": ["build.openshift.io"], "resources": ["builds"],
                 "verbs": ["get", "list", "watch"]}  # fmt: skip
+_MACHINE_OS_READ = {"apiGroups": [GROUP_MCO], "resources": ["machineosconfigs", "machineosbuilds"],
+                    "verbs": ["get", "list", "watch"]}  # fmt: skip
 
 #: Each actor's service account and what it calls, nothing more.
 ACTOR_RULES: dict[str, list[JsonObj]] = {
@@ -94,6 +99,7 @@ ACTOR_RULES: dict[str, list[JsonObj]] = {
         _POOLS,
         _POOL_STATUS,
         _BUILDS_READ,
+        _MACHINE_OS_READ,
     ],
     "machine-os-builder": [
         _POOLS,
@@ -104,8 +110,20 @@ ACTOR_RULES: dict[str, list[JsonObj]] = {
             "resources": ["builds"],
             "verbs": ["get", "list", "watch", "create", "delete"],
         },
-        # 4.16/4.17: the MachineOSBuild's Succeeded condition, after the image.
-        {"apiGroups": ["build.openshift.io"], "resources": ["builds/status"], "verbs": ["patch"]},
+        # 4.16+: the MachineOSBuilds it creates, their status and the MachineOSConfig's
+        # (image, 4.18+'s current-build annotation); the build pods and Jobs it follows.
+        {
+            "apiGroups": [GROUP_MCO],
+            "resources": ["machineosbuilds", "machineosconfigs"],
+            "verbs": ["get", "list", "watch", "create", "patch"],
+        },
+        {
+            "apiGroups": [GROUP_MCO],
+            "resources": ["machineosbuilds/status", "machineosconfigs/status"],
+            "verbs": ["patch"],
+        },
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
     ],
     # openshift-controller-manager's build controller, 4.16+'s build pods, 4.18's Job
     # controller, and the kubelet for the build pod (its status, the end of its deletion).
@@ -122,6 +140,8 @@ ACTOR_RULES: dict[str, list[JsonObj]] = {
         },
         {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete"]},
+        {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["patch"]},
+        {"apiGroups": [GROUP_MCO], "resources": ["machineosbuilds"], "verbs": ["list", "watch"]},
     ],
     "replicaset-controller": [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
@@ -173,11 +193,14 @@ class _Observer(Actor):
 
     actor_name = "observer"
 
-    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings, pool: str) -> None:
-        super().__init__(kubeconfig, timeline, timings)
+    def __init__(
+        self, kubeconfig: Path, timeline: Timeline, timings: Timings, pool: str, version: McoVersion
+    ) -> None:
+        super().__init__(kubeconfig, timeline, timings, version)
         self.pool = pool
         self.nodes: Informer | None = None
         self.pools: Informer | None = None
+        self.os_configs: Informer | None = None
         self.cordons: list[tuple[float, str, dict[str, str]]] = []
         self.builds: list[tuple[str, float, JsonObj | None, float]] = []  # name, t0, end, t1
         self.changed = asyncio.Event()
@@ -193,13 +216,31 @@ class _Observer(Actor):
             {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigpools",
              "field_selector": f"metadata.name={self.pool}"},
         )  # fmt: skip
-        builds = Informer(
-            c.list_namespaced_custom_object,
-            self._on_build,
-            {"group": "build.openshift.io", "version": "v1", "namespace": MCO_NAMESPACE,
-             "plural": "builds", "label_selector": f"{TARGET_POOL_LABEL}={self.pool}"},
-        )  # fmt: skip
-        for inf, name in ((self.nodes, "nodes"), (self.pools, "pools"), (builds, "builds")):
+        informers = [(self.nodes, "nodes"), (self.pools, "pools")]
+        if self.version.gates_on_build:
+            kind = {"group": GROUP_MCO, "version": api_version(self.version)}
+            self.os_configs = Informer(
+                c.list_cluster_custom_object,
+                self._on_any,
+                {
+                    **kind,
+                    "plural": "machineosconfigs",
+                    "field_selector": f"metadata.name={self.pool}",
+                },
+            )
+            builds = Informer(
+                c.list_cluster_custom_object, self._on_build, {**kind, "plural": "machineosbuilds"}
+            )
+            informers += [(self.os_configs, "moscs"), (builds, "mosbs")]
+        else:
+            builds = Informer(
+                c.list_namespaced_custom_object,
+                self._on_build,
+                {"group": "build.openshift.io", "version": "v1", "namespace": MCO_NAMESPACE,
+                 "plural": "builds", "label_selector": f"{TARGET_POOL_LABEL}={self.pool}"},
+            )  # fmt: skip
+            informers.append((builds, "builds"))
+        for inf, name in informers:
             self.spawn(inf.run(), f"observer-{name}")
             await inf.synced.wait()
 
@@ -217,10 +258,16 @@ class _Observer(Actor):
 
     def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         name = obj["metadata"]["name"]
+        if self.version.gates_on_build:
+            if (obj.get("spec") or {}).get("machineOSConfig", {}).get("name") != self.pool:
+                return  # another cluster's (MachineOSConfigs are named after their pools)
+            ended = machine_os_build_result(self.version, obj) is not None
+        else:
+            phase = (obj.get("status") or {}).get("phase")
+            ended = phase in ("Complete", "Failed", "Error", "Cancelled")
         if etype == "ADDED" and not any(b[0] == name and b[2] is None for b in self.builds):
             self.builds.append((name, self._now(), None, 0.0))
-        phase = (obj.get("status") or {}).get("phase")
-        if phase in ("Complete", "Failed", "Error", "Cancelled"):
+        if ended:
             for i, (bname, t0, end, _) in enumerate(self.builds):
                 if bname == name and end is None:
                     self.builds[i] = (bname, t0, obj, self._now())
@@ -252,7 +299,9 @@ class RealCluster(Scenario):
     ) -> None:
         super().__init__(workdir, pool=pool, **options)
         self.plane = plane
-        self._observer = _Observer(plane.admin_kubeconfig, self.timeline, self.timings, pool)
+        self._observer = _Observer(
+            plane.admin_kubeconfig, self.timeline, self.timings, pool, self.version
+        )
         self._label_margin: float | None = None
         self._seeded = False  # objects made on the control plane (its Nodes, to delete)
 
@@ -351,6 +400,22 @@ class RealCluster(Scenario):
         made = await self._create_mco("machineconfigs", config)
         if self._label_margin is not None:
             self._spawn(self._label_later(self._label_margin, made))
+        return made
+
+    async def _create_machine_os(self, plural: str, body: JsonObj, status: JsonObj) -> JsonObj:
+        version = api_version(self.version)
+        custom = self._observer.custom
+        await read_json(
+            await custom.create_cluster_custom_object(
+                GROUP_MCO, version, plural, body, _preload_content=False
+            )
+        )
+        made: JsonObj = await read_json(
+            await custom.patch_cluster_custom_object_status(
+                GROUP_MCO, version, plural, body["metadata"]["name"], {"status": status},
+                _content_type=MERGE, _preload_content=False,
+            )
+        )  # fmt: skip
         return made
 
     async def _create_pool(self, pool: JsonObj, status: JsonObj) -> None:
@@ -478,6 +543,10 @@ class RealCluster(Scenario):
         assert self._observer.pools is not None
         return self._observer.pools.cache.get(self.pool)
 
+    def _machine_os_config(self) -> JsonObj | None:
+        assert self._observer.os_configs is not None
+        return self._observer.os_configs.cache.get(self.pool)
+
     # -- outcome: from the watches and the drain controller's records ------------------------
 
     def _cordon_records(self) -> list[tuple[float, str, dict[str, str]]]:
@@ -491,10 +560,13 @@ class RealCluster(Scenario):
         if end is None:
             return None
         status = end.get("status") or {}
+        phase, reason = machine_os_build_result(self.version, end) or ("", "")
+        if not self.version.gates_on_build:
+            phase, reason = str(status.get("phase")), str(status.get("reason", ""))
         return BuildResult(
             name=name,
-            phase=str(status.get("phase")),
-            reason=str(status.get("reason", "")),
+            phase=phase,
+            reason=reason,
             node=self.build_node,
             started=started,
             finished=finished,

@@ -20,6 +20,15 @@ from typing import Any, Self, TypedDict, TypeVar
 from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController, built_image
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.machineos import (
+    CURRENT_BUILD_ANNOTATION,
+    build_conditions,
+    build_state,
+    config_image,
+    image_field,
+    machine_os_build,
+    machine_os_config,
+)
 from drain_guard_sim.actors.mcd import NodeMachine, UpdateRecord
 from drain_guard_sim.actors.mco import (
     CONTROL_PLANE_TOPOLOGY,
@@ -50,6 +59,7 @@ from drain_guard_sim.actors.mco import (
     read_json,
 )
 from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
+from drain_guard_sim.actors.osbuilder import MachineOSBuildController
 from drain_guard_sim.actors.timeline import Timeline
 
 __all__ = [
@@ -103,9 +113,16 @@ NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 T = TypeVar("T")
 
 
-def updated_pool_status(config: str, machines: int) -> JsonObj:
+def updated_pool_status(config: str, machines: int, version: McoVersion) -> JsonObj:
     """A layered pool's status with every machine on ``config`` and its build succeeded: the
-    state each scenario starts from."""
+    state each scenario starts from (4.15's build conditions are the pool's; 4.16+'s are
+    the MachineOSBuild's)."""
+    builds = [
+        {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
+        {"type": "Building", "status": "False"},
+        {"type": "BuildPending", "status": "False"},
+        {"type": "BuildFailed", "status": "False"},
+    ]
     return {
         "configuration": {"name": config},
         "machineCount": machines,
@@ -113,13 +130,23 @@ def updated_pool_status(config: str, machines: int) -> JsonObj:
         "readyMachineCount": machines,
         "degradedMachineCount": 0,
         "conditions": [
-            {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
-            {"type": "Building", "status": "False"},
-            {"type": "BuildPending", "status": "False"},
-            {"type": "BuildFailed", "status": "False"},
+            *([] if version.gates_on_build else builds),
             {"type": "Updated", "status": "True"},
         ],
     }
+
+
+def machine_os_build_result(version: McoVersion, build: JsonObj) -> tuple[str, str] | None:
+    """A 4.16+ MachineOSBuild's end as :class:`BuildResult` names it (phase, reason), as the
+    4.15 Build's would read: Complete; Error, BuildPodDeleted (its pod deleted); Failed,
+    BackoffLimitExceeded (4.18+: its Job's fourth pod lost). None before it ended."""
+    state = build_state(build)
+    if state == "Succeeded":
+        return "Complete", ""
+    if state in ("Failed", "Interrupted"):
+        return ("Failed", "BackoffLimitExceeded") if version.job_builds else (
+            "Error", "BuildPodDeleted")  # fmt: skip
+    return None
 
 
 def _suffix(*parts: str, n: int = 5) -> str:
@@ -440,7 +467,8 @@ class Scenario(abc.ABC):
         # Its pool's Nodes only: on a shared control plane, another test's Nodes (left
         # mid-drain, their pods under budgets) kept its workers from this cluster's drain.
         self.drain = DrainController(mcc, tl, t, v, node_selector=pool_label(self.pool))
-        self.builder = MachineOSBuilder(kc["machine-os-builder"], tl, t, v)
+        builder = MachineOSBuildController if v.gates_on_build else MachineOSBuilder
+        self.builder = builder(kc["machine-os-builder"], tl, t, v)
         self.actors = [
             ReplicaSetController(kc["replicaset-controller"], tl, t),
             OpenShiftBuildController(kc["build-controller"], tl, t, lambda _b: self.build_node, v),
@@ -525,13 +553,14 @@ class Scenario(abc.ABC):
         ]
         self.initial_config = rendered_name(self.pool, configs)
         await self._create_machine_config(_machine_config(self.initial_config, _EMPTY_CONFIG, None))
+        layered = self.version.gates_on_build
         pool = {
             "apiVersion": f"{GROUP_MCO}/v1",
             "kind": "MachineConfigPool",
             "metadata": {
                 "name": self.pool,
                 "labels": {LAYERING_LABEL: ""},
-                "annotations": {POOL_IMAGE: self.initial_image},
+                "annotations": {} if layered else {POOL_IMAGE: self.initial_image},
             },
             "spec": {
                 "configuration": {"name": self.initial_config},
@@ -540,8 +569,10 @@ class Scenario(abc.ABC):
             },
         }
         await self._create_pool(
-            pool, updated_pool_status(self.initial_config, len(self.node_names))
+            pool, updated_pool_status(self.initial_config, len(self.node_names), self.version)
         )
+        if layered:
+            await self._seed_machine_os()
         for name in self.node_names:
             node = worker_node(name, self.initial_config, self.initial_image)
             node["metadata"]["labels"][pool_label(self.pool)] = ""
@@ -558,6 +589,27 @@ class Scenario(abc.ABC):
             rs = f"{deploy}-{_suffix(deploy, self.pool, n=10)}"
             owner = _owner_reference(await self._create_owner("ReplicaSet", ns, rs, labels))
             await self._create_pod(_pod(ns, f"{rs}-{_suffix(rs)}", self.build_node, labels, owner))
+
+    async def _seed_machine_os(self) -> None:
+        """4.16+: the pool's MachineOSConfig and the MachineOSBuild of its first build, which
+        succeeded with the image every node runs."""
+        v, image = self.version, self.initial_image
+        mosc = machine_os_config(v, self.pool, OCB_IMAGE_REPO)
+        build = machine_os_build(v, self.pool, self.initial_config, mosc, OCB_IMAGE_REPO)
+        if v.job_builds:
+            mosc["metadata"]["annotations"] = {CURRENT_BUILD_ANNOTATION: build["metadata"]["name"]}
+        config_field, build_field = image_field(v)
+        mosc = await self._create_machine_os("machineosconfigs", mosc, {config_field: image})
+        if v.job_builds:
+            build["metadata"]["ownerReferences"][0]["uid"] = mosc["metadata"]["uid"]
+        done = {"conditions": build_conditions("Succeeded", "2024-01-01T00:00:00Z"),
+                build_field: image}  # fmt: skip
+        await self._create_machine_os("machineosbuilds", build, done)
+
+    @abc.abstractmethod
+    async def _create_machine_os(self, plural: str, body: JsonObj, status: JsonObj) -> JsonObj:
+        """Create a MachineOSConfig or MachineOSBuild (``plural``) with ``status``, at the
+        API version of the cluster's MCO; the object created."""
 
     @abc.abstractmethod
     async def _create_machine_config(self, config: JsonObj) -> JsonObj:
@@ -682,7 +734,7 @@ class Scenario(abc.ABC):
         if pool is None:
             return False
         target = pool["spec"]["configuration"]["name"]
-        image = annotations_of(pool).get(POOL_IMAGE)
+        image = self.pool_image()
         if config is not None and (target != config or image != built_image(config)):
             return False
         if target == self.initial_config or image == self.initial_image:
@@ -707,6 +759,17 @@ class Scenario(abc.ABC):
         """Wait until every worker runs the new config (``config``) and image, Done and
         uncordoned."""
         await self.wait_for(lambda: self.rollout_done(config), timeout)
+
+    def pool_image(self) -> str:
+        """The image the pool's nodes are to run: 4.15's pool annotation, 4.16+'s
+        MachineOSConfig's status."""
+        if self.version.gates_on_build:
+            return config_image(self.version, self._machine_os_config())
+        return annotations_of(self._pool() or {}).get(POOL_IMAGE, "")
+
+    @abc.abstractmethod
+    def _machine_os_config(self) -> JsonObj | None:
+        """4.16+: the pool's MachineOSConfig as the server holds it now."""
 
     @abc.abstractmethod
     def _nodes(self) -> list[JsonObj]:

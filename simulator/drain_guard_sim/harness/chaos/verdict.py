@@ -7,12 +7,15 @@ import time
 from collections.abc import Sequence
 
 from drain_guard_sim.actors.build import is_build_pod
+from drain_guard_sim.actors.machineos import build_state, built_config
 from drain_guard_sim.actors.mco import (
     DESIRED_DRAIN,
+    GROUP_MCO,
     LAST_APPLIED_DRAIN,
     MCC_USER,
     MCD_USER,
     MCO_NAMESPACE,
+    JsonObj,
     annotations_of,
     condition_true,
 )
@@ -85,8 +88,8 @@ def pool_state(cluster: SimCluster) -> str:
     status = pool.get("status") or {}
     conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
     builds = [
-        (b["metadata"]["name"][-12:], (b.get("status") or {}).get("phase"))
-        for b in cluster.api.list("builds", MCO_NAMESPACE)
+        (b["metadata"]["name"][-12:], (b.get("status") or {}).get("phase") or build_state(b))
+        for b in _builds(cluster.api)
     ]
     return (
         f"pool spec {pool['spec']['configuration']['name'][-12:]} "
@@ -106,7 +109,8 @@ def mco_stall(api: SimApiServer, nodes: Sequence[str], config: str) -> str | Non
     pool = api.get("machineconfigpools", "worker")
     if pool["spec"]["configuration"]["name"] != config:
         return None
-    if condition_true(pool, "BuildFailed"):
+    builds = [b for b in _builds(api) if _builds_config(b) == config]
+    if condition_true(pool, "BuildFailed") or any(build_state(b) == "Failed" for b in builds):
         why = f"the pool's target {config} has BuildFailed (MCO starts no new build by itself)"
     else:
         refusing = [
@@ -114,9 +118,7 @@ def mco_stall(api: SimApiServer, nodes: Sequence[str], config: str) -> str | Non
             for c in ("Degraded", "NodeDegraded", "Building", "BuildPending")
             if condition_true(pool, c)
         ]
-        built = any(
-            b["metadata"]["name"] == f"build-{config}" for b in api.list("builds", MCO_NAMESPACE)
-        )
+        built = bool(builds)
         if built or not refusing:
             return None
         why = (
@@ -130,6 +132,19 @@ def mco_stall(api: SimApiServer, nodes: Sequence[str], config: str) -> str | Non
             return None
         drains[node] = ann.get(DESIRED_DRAIN)
     return f"{why} and every drain request is answered: {drains}"
+
+
+def _builds(api: SimApiServer) -> list[JsonObj]:
+    """4.15's Builds, or 4.16+'s MachineOSBuilds where they are served."""
+    if api.store.index.by_gvr(GROUP_MCO, "v1", "machineosbuilds") or api.store.index.by_gvr(
+        GROUP_MCO, "v1alpha1", "machineosbuilds"
+    ):
+        return api.list("machineosbuilds")
+    return api.list("builds", MCO_NAMESPACE)
+
+
+def _builds_config(build: JsonObj) -> str:
+    return built_config(build) or build["metadata"]["name"].removeprefix("build-")
 
 
 def node_timeline(
