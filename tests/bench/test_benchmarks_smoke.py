@@ -75,24 +75,30 @@ def test_footprint(tmp_path: Path) -> None:
 
 
 def test_apiload(tmp_path: Path) -> None:
-    # A very short "hour": bookmarks do not fit into 1 s watches, so only counts are checked.
-    argv = ["--agents", "1", "--time-scale", "1200", "--poll-interval", "0.5"]
-    argv += ["--sizes", "3", "--processes", "1"]
+    # A very short "hour": bookmarks do not fit into 5 s watches, so only counts are checked.
+    argv = ["--time-scale", "1200", "--poll-interval", "0.5", "--sizes", "3", "--processes", "1"]
     assert apiload.main([*argv, "--out", str(tmp_path)]) == 0
     doc = _result(tmp_path, "apiload")
-    (whole,) = doc["whole_process_at_rest"]
-    assert (whole["nodes"], whole["processes"]) == (3, 1)
-    start = doc["start_requests_per_node"]
-    # One list per watch; with 1 s watches the settling time also sees a few renewals. Pods
-    # are listed once: the node's pods, which the build-pod guard and the shield share.
-    assert (start["list nodes"], start["list pods"]) == (1.0, 1.0)
+    (size,) = doc["sizes"]
+    assert (size["nodes"], size["processes"]) == (3, 1)
+    start = size["start_requests_per_node"]
+    # The real process: one list per watch (pods once: the build-pod guard and the shield
+    # share them), and the self-check's one-Node list, dry-run patch and TokenRequest.
+    assert start["list nodes"] == 2.0
+    assert start["list pods"] == 1.0
     assert start["list poddisruptionbudgets.policy"] == 1.0
-    assert start["watch nodes"] >= 1
+    assert start["create serviceaccounts/token"] >= 1
     # The forced 410: each watch lists again.
-    assert doc["after_410_requests_per_node"]["list nodes"] >= 1
-    # One update of the node: the hold and the release, each one PATCH.
-    assert doc["rollout_requests_per_node"]["patch nodes"] == 2
-    assert doc["poller"]["requests_per_hour"]["get nodes"] > 0
+    assert size["after_410_requests_per_node"]["list nodes"] >= 1
+    # One update of the node: the hold and the release, each one PATCH, and their Events;
+    # a self-check in the 3 s "hour" adds a dry-run PATCH with its TokenRequest.
+    rollout = size["rollout_requests_per_node"]
+    assert rollout["patch nodes"] - rollout.get("create serviceaccounts/token", 0) == 2
+    assert size["rollout_event_writes_per_hold"] == rollout.get("create events", 0) + rollout.get(
+        "patch events", 0
+    )
+    assert size["rollout_event_writes_per_hold"] >= 2
+    assert size["poller"]["requests_per_hour"]["get nodes"] > 0
 
 
 def test_fleet(tmp_path: Path) -> None:
