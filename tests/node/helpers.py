@@ -15,6 +15,8 @@ from tests.deploy.tools import REPO
 NAMESPACE = "default"
 ARCHIVE = REPO / "build" / "image" / "drain-guard.oci.tar"
 OVERLAY = REPO / "daemonset" / "overlays" / "kubernetes"
+#: The user's kustomization directory, as docs/install.md names it.
+USER_DIR = "my-drain-guard"
 AGENT_NS = "drain-guard"
 MCO_NS = "openshift-machine-config-operator"
 MCO = "machineconfiguration.openshift.io"

@@ -1,10 +1,12 @@
 """The DaemonSet as shipped, on the real node: ``kubectl apply -k`` of the kubernetes overlay
 (with the image set as docs/install.md says, to the one ``make image`` built), the pod
 started by the real kubelet from the image, Ready through its probes, the agent holding and
-releasing with the token the kubelet mounted, across a SIGKILL and a rolling update, and
-docs/install.md's uninstall (the DaemonSet first, then ``kubectl delete -k``) releasing; and
-the seed: the shield's budget refusing a drain's eviction of a real build pod, which without
-drain-guard is evicted and stopped. The tests run in this order, the uninstall last but one.
+releasing with the token the kubelet mounted, across a SIGKILL and a rolling update;
+``kubectl delete -k`` alone, whose leftovers the uninstall's ``drain-guard release --all``
+releases, and docs/install.md's uninstall block as written (the DaemonSet first) releasing;
+and the seed: the shield's budget refusing a drain's eviction of a real build pod, which
+without drain-guard is evicted and stopped. The tests run in this order, the uninstall last
+but one.
 
 The Node is made to look as MCO's daemon keeps a worker (its role label, its config
 annotations); a build pod is a real pod on the node (the pause image under MCO's build
@@ -19,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +39,7 @@ from tests.node.helpers import (
     HELD_DRAIN,
     MCO_NS,
     OVERLAY,
+    USER_DIR,
     as_mco_worker,
     build_pod,
     container_pids,
@@ -55,9 +59,14 @@ def install(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     if not ARCHIVE.exists():
         require_or_skip(f"{ARCHIVE.relative_to(REPO)} is not built (make image)")
     as_mco_worker(node, node.name)
-    directory = node.install(OVERLAY, ARCHIVE, tmp_path_factory.mktemp("install"))
+    # docs/install.md's name for the user's kustomization, which its uninstall block names.
+    directory = node.install(OVERLAY, ARCHIVE, tmp_path_factory.mktemp("install") / USER_DIR)
     yield directory
     kubectl(node, "delete", "-k", str(directory), "--ignore-not-found", "--wait=true")
+
+
+#: This checkout's ``drain-guard`` (the venv's), as a user's PATH would have it.
+DRAIN_GUARD = str(Path(sys.executable).parent / "drain-guard")
 
 
 def _agent_pod(node: Node) -> dict[str, object]:
@@ -310,37 +319,98 @@ def _volumes(node: Node) -> list[dict[str, object]]:
     return volumes
 
 
-def test_the_documented_uninstall_releases_the_hold(node: Node, install: Path) -> None:
-    """docs/install.md's uninstall while holding (the build pod still there): the DaemonSet
-    deleted first, its pod gone, releases the drain the agent held (told to stop, it finds
-    its DaemonSet being deleted); ``kubectl delete -k`` then removes the rest."""
-    _build_pod(node, "build-uninstall")
+def _uninstall_block() -> list[str]:
+    """docs/install.md's uninstall, section 6: its first shell block's commands, in order."""
+    text = (REPO / "docs" / "install.md").read_text()
+    section = text[text.index("## 6. Uninstall") :]
+    opened = section.index("```sh\n") + len("```sh\n")
+    block = section[opened : section.index("```", opened)]
+    return [line for line in block.splitlines() if line and not line.startswith("#")]
+
+
+def _as_written(node: Node, command: str, cwd: Path) -> str:
+    """One command of the docs as a user runs it, in the directory that holds their
+    kustomization, with ``kubectl`` for ``oc``, this checkout's ``drain-guard`` and the
+    cluster admin's kubeconfig; its output (it must succeed)."""
+    tools = cwd / "bin"
+    tools.mkdir(exist_ok=True)
+    for name, target in (("oc", shutil.which("kubectl")), ("drain-guard", DRAIN_GUARD)):
+        if target and not (tools / name).exists():
+            (tools / name).symlink_to(target)
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env={
+            **os.environ,
+            "PATH": f"{tools}:{os.environ['PATH']}",
+            "KUBECONFIG": str(node.plane.admin_kubeconfig),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, f"{command}: {done.stderr}"
+    return done.stdout
+
+
+def _released_by_the_agent(node: Node, request: str) -> bool:
+    """The agent's own Event: it released ``request`` with outcome uninstall."""
+    events = get(node, "events", "default")["items"]
+    mine = [e["message"] for e in events if e.get("reportingComponent") == "drain-guard"]
+    return any(
+        f"Released drain request {request} " in m and "(outcome uninstall)" in m for m in mine
+    )
+
+
+def test_delete_k_alone_leaves_no_hold_after_the_blocks_release_all(
+    node: Node, install: Path
+) -> None:
+    """``kubectl delete -k`` alone, while holding: it deletes the agents' account and RBAC
+    with the DaemonSet, so the agent's own release is refused (docs/install.md, "Why not");
+    the uninstall block's ``drain-guard release --all`` releases whatever it left, in the
+    admin's name. Then the overlay is installed again for the next test."""
+    build_pod(node, "build-delete-k", node.name)
     request = _request_drain(node)
     _wait_held(node, request)
-    kubectl(
-        node,
-        "delete",
-        "-n",
-        AGENT_NS,
-        "daemonset",
-        "drain-guard",
-        "--cascade=foreground",
-        "--wait=true",
-    )
-    kubectl(
-        node,
-        "wait",
-        "-n",
-        AGENT_NS,
-        "--for=delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/name=drain-guard",
-        "--timeout=120s",
-    )
+    kubectl(node, "delete", "-k", str(install), "--wait=true")
+    kubectl(node, "wait", "--for=delete", f"namespace/{AGENT_NS}", "--timeout=120s")
+    # Whatever the agent managed (its pod is gone with the namespace), nothing more will.
+    (release_all,) = (c for c in _uninstall_block() if c.startswith("drain-guard release"))
+    out = _as_written(node, release_all, install.parent)
+    annotations = get(node, f"node/{node.name}")["metadata"]["annotations"]
+    assert annotations[DESIRED_DRAIN] == request, out
+    assert HELD_DRAIN not in annotations
+    if not _released_by_the_agent(node, request):  # its account went first, as it does
+        assert f"node {node.name}: released {request} (outcome manual" in out, out
+    kubectl(node, "wait", "--for=delete", f"namespace/{MCO_NS}", "--timeout=120s")
+    node.install(OVERLAY, ARCHIVE, install)
+
+
+def test_the_documented_uninstall_releases_the_hold(node: Node, install: Path) -> None:
+    """docs/install.md's uninstall block as written, while holding (the build pod still
+    there): the DaemonSet deleted first, its pod gone, the agent releases the drain itself
+    (outcome uninstall, its Event says) before the block's ``release --all``, which finds
+    nothing; ``kubectl delete -k`` then removes the rest."""
+    build_pod(node, "build-uninstall", node.name)
+    request = _request_drain(node)
+    _wait_held(node, request)
+    commands = _uninstall_block()
+    assert [c.split()[:3] for c in commands] == [
+        ["oc", "-n", AGENT_NS],
+        ["oc", "-n", AGENT_NS],
+        ["oc", "-n", AGENT_NS],
+        ["drain-guard", "release", "--all"],
+        ["oc", "delete", "-k"],
+    ], commands
+    for command in commands[:3]:
+        _as_written(node, command, install.parent)
     _wait_released(node, request)
     assert HELD_DRAIN not in get(node, f"node/{node.name}")["metadata"]["annotations"]
-    kubectl(node, "delete", "-k", str(install), "--ignore-not-found", "--wait=true")
+    assert _released_by_the_agent(node, request)
+    out = _as_written(node, commands[3], install.parent)
+    assert out.startswith("nothing to release:"), out
+    _as_written(node, commands[4], install.parent)
+    assert AGENT_NS not in kubectl(node, "get", "namespaces", "-o", "name")
     kubectl(node, "delete", "-n", MCO_NS, "pod", "build-uninstall", "--ignore-not-found")
 
 
