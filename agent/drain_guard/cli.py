@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 
 from drain_guard import __version__
 from drain_guard.commands.hold import run_hold
-from drain_guard.commands.preflight import DEFAULT_RIGHTS, run_preflight
+from drain_guard.commands.preflight.run import DEFAULT_RIGHTS, run_preflight
 from drain_guard.commands.release import run_release
 from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.values import SettingsError, parse_duration

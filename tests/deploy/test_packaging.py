@@ -11,7 +11,7 @@ from email.parser import Parser
 import pytest
 
 from benchmarks.deployed import ROOT, build_context
-from drain_guard.commands.preflight import DEFAULT_RIGHTS
+from drain_guard.commands.preflight.run import DEFAULT_RIGHTS
 
 
 @pytest.fixture(scope="module")

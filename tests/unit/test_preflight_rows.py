@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard.commands.preflight import REQUESTS, UNMADE
+from drain_guard.commands.preflight.rows import REQUESTS, UNMADE
 from drain_guard.confine.rights import fitting_overlay, table_rows
 
 RIGHTS = Path(__file__).resolve().parents[2] / "docs" / "rights.md"
