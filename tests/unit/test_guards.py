@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from drain_guard.core.pods import Pod, PodScope
+from drain_guard.core.replacement import McoObjects
 from drain_guard.core.selectors import OwnerRef, default_build_pod_selectors
 from drain_guard.guards import (
     Block,
@@ -125,6 +127,50 @@ def test_a_pod_in_phase_unknown_still_runs() -> None:
     assert build_pod(phase="Unknown").running
     assert not build_pod(phase="Succeeded").running
     assert not build_pod(deleting=True).running
+
+
+BUILDER = Pod(MCO_NS, "machine-os-builder-6f9c-x2", "Running", {"k8s-app": "machine-os-builder"})
+
+
+def machine_os_build(name: str, state: str) -> dict[str, object]:
+    """A MachineOSBuild with MCO's five conditions, ``state`` the True one."""
+    types = ("Prepared", "Building", "Failed", "Interrupted", "Succeeded")
+    conditions = [{"type": t, "status": "True" if t == state else "False"} for t in types]
+    return {"metadata": {"name": name}, "status": {"conditions": conditions}}
+
+
+@pytest.mark.parametrize("state", ["Prepared", "Building"])
+def test_build_guard_holds_the_builders_node_while_a_machine_os_build_is_in_flight(
+    build_guard: BuildPodGuard, state: str
+) -> None:
+    # D2: on MCO 4.18/4.19 a drain of machine-os-builder during a build re-creates the build
+    # and degrades the pool (OCPBUGS-58238).
+    builds = [machine_os_build("worker-old", "Succeeded"), machine_os_build("worker-new", state)]
+    mco = McoObjects(pools={}, builds=builds, configs=[])
+    verdict = build_guard.check(replace(view(pods=(BUILDER,)), mco=mco))
+    assert verdict == Block(
+        Reason.BUILD_POD,
+        f"{MCO_NS}/machine-os-builder-6f9c-x2 while MachineOSBuild worker-new builds",
+        BuildPodsSeen(()),
+    )
+
+
+@pytest.mark.parametrize(
+    "mco",
+    [
+        None,  # MCO's objects are not read here (through the node proxy)
+        McoObjects(pools={}),  # 4.15: no MachineOSBuilds
+        McoObjects(pools={}, unreadable="machineosbuilds not listed yet"),
+        McoObjects(pools={}, builds=[machine_os_build("w", "Succeeded")], configs=[]),
+        McoObjects(pools={}, builds=[machine_os_build("w", "Failed")], configs=[]),
+        McoObjects(pools={}, builds=[{"metadata": "hostile", "status": ["x"]}], configs=[]),
+    ],
+)
+def test_build_guard_lets_the_builders_node_go_when_no_build_is_in_flight(
+    build_guard: BuildPodGuard, mco: McoObjects | None
+) -> None:
+    verdict = build_guard.check(replace(view(pods=(BUILDER,)), mco=mco))
+    assert verdict == Clear(Reason.BUILD_POD, "no build pod on the node")
 
 
 def test_build_guard_needs_selectors() -> None:
