@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import jsonpatch
 import pytest
+import yaml
 
 from drain_guard import protocol
 from drain_guard.confine.permissions import MCO_NAMESPACES, WEBHOOK_PERMISSIONS, Scope
@@ -23,6 +25,7 @@ from tests.deploy.rbac import Grant, granted
 from tests.deploy.test_admission_policy import LAST_APPLIED, REQUEST, held, node
 from tests.deploy.tools import (
     DAEMONSET_DIR,
+    REPO,
     Obj,
     container,
     one,
@@ -350,3 +353,26 @@ def test_an_install_in_another_namespace_with_a_prefix_keeps_it_working(tmp_path
         objects, "drain-guard-webhook", one(objects, "Deployment", "acme-drain-guard-webhook")
     )
     assert box["args"][-2:] == ["--agent-account", "other-ns:acme-drain-guard"]
+
+
+def documented_patches(marker: str) -> list[Obj]:
+    """The ``patches:`` of the YAML block of docs/install.md that holds ``marker``."""
+    text = (REPO / "docs" / "install.md").read_text()
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if marker in b]
+    patches: list[Obj] = yaml.safe_load(block)["patches"]
+    return patches
+
+
+def test_the_documented_peers_for_another_network_plugin_replace_the_label(
+    tmp_path: Path,
+) -> None:
+    """install.md's patch for a cluster whose network plugin does not label host traffic
+    (OpenShiftSDN): the overlay with it renders, and only the listed addresses reach the
+    port."""
+    patches = documented_patches("kind: NetworkPolicy, name: drain-guard-webhook")
+    objects = render_dir(user_kustomization(tmp_path, OVERLAY, patches=patches))
+    (rule,) = one(objects, "NetworkPolicy", ACCOUNT[1])["spec"]["ingress"]
+    assert rule["from"]
+    assert all(set(peer) == {"ipBlock"} for peer in rule["from"])
+    assert all(peer["ipBlock"]["cidr"].endswith("/32") for peer in rule["from"])
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9443}]
