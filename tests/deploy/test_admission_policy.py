@@ -316,6 +316,19 @@ def test_a_long_drain_guard_value_is_denied(policy: Policy) -> None:
     assert "longer than 1024" in " ".join(by_agent(policy, before, after).denied)
     _ann(after)[protocol.HOLD_DETAIL] = "x" * 1024
     assert by_agent(policy, before, after).admitted
+    # Bytes, not characters, as the agent cuts its texts and the Python checkers count.
+    _ann(after)[protocol.HOLD_DETAIL] = "é" * 513
+    assert "longer than 1024 bytes" in " ".join(by_agent(policy, before, after).denied)
+
+
+def test_a_hold_without_its_record_is_denied(policy: Policy) -> None:
+    before = node()
+    after = copy.deepcopy(before)
+    _ann(after)[protocol.DESIRED_DRAIN] = "hold-" + REQUEST
+    verdict = by_agent(policy, before, after)
+    assert "must record the held request" in " ".join(verdict.denied)
+    _ann(after)[protocol.HELD_DRAIN] = REQUEST
+    assert by_agent(policy, before, after).admitted
 
 
 def test_the_longest_detail_the_agent_writes_is_admitted(policy: Policy) -> None:

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from drain_guard import protocol
+from drain_guard.confine import rules
+from drain_guard.confine.rules import EVENT_COMPONENT, EVENT_NAMESPACE
 from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_value
 from drain_guard.core.selectors import MCO_NAMESPACE
 
@@ -55,15 +57,7 @@ AGENT_ACCOUNT = "drain-guard:drain-guard"
 SHIELD_SUFFIX = "drain-guard-shield"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
-#: Where a Node's Events live (a cluster-scoped object's Events are in ``default``).
-EVENT_NAMESPACE = "default"
-#: The Event recorder's component (drain_guard.node.events): pinned, so an agent cannot pose as
-#: the kubelet or MCO in ``oc get events``.
-EVENT_COMPONENT = "drain-guard"
-#: The keys an agent writes on its Node besides ``desiredDrain`` (``released-by`` it only
-#: removes: who released is the releaser's to write).
-AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, *protocol.RELEASED_KEYS))
-MAX_VALUE = protocol.MAX_DETAIL_BYTES
+MAX_VALUE = rules.MAX_VALUE_BYTES
 #: Labels by which the shield's budgets select build pods (the default build-pod selectors'
 #: keys); a budget must carry one, and never ``k8s-app`` (MCO's own controller and builder).
 BUILD_POD_KEYS = (
@@ -248,30 +242,8 @@ def review_node(request: Obj, node: str) -> Verdict:
     for field in ("labels", "ownerReferences", "finalizers"):
         if _get(new, "metadata", field) != _get(old, "metadata", field):
             return _deny(f"an agent may not change a Node's {field}")
-    before, after = _annotations(old), _annotations(new)
-    changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
-    foreign = sorted(changed - AGENT_KEYS - {protocol.DESIRED_DRAIN})
-    if foreign:
-        return _deny(f"an agent may not change the annotation {foreign[0]}")
-    if protocol.RELEASED_BY in changed and protocol.RELEASED_BY in after:
-        return _deny(f"an agent may remove {protocol.RELEASED_BY} but not write it")
-    for key in sorted(changed - {protocol.DESIRED_DRAIN}):
-        if key in after and len(after[key].encode()) > MAX_VALUE:
-            return _deny(f"{key} is longer than {MAX_VALUE} bytes")
-    old_drain = before.get(protocol.DESIRED_DRAIN, "")
-    new_drain = after.get(protocol.DESIRED_DRAIN, "")
-    if new_drain == old_drain:
-        return ALLOW
-    hold = protocol.HOLD_PREFIX
-    if old_drain.startswith("drain-") and new_drain == hold + old_drain:
-        if old_drain == after.get(protocol.LAST_APPLIED_DRAIN, ""):
-            return _deny("a drain request equal to lastAppliedDrain may not be held")
-        if after.get(protocol.HELD_DRAIN) != old_drain:
-            return _deny(f"a hold must record the held request in {protocol.HELD_DRAIN}")
-        return ALLOW
-    if new_drain.startswith("drain-") and old_drain == hold + new_drain:
-        return ALLOW
-    return _deny("desiredDrain may only go from drain-X to hold-drain-X (hold) or back (release)")
+    problem = rules.annotations_problem(_annotations(old), _annotations(new))
+    return ALLOW if problem is None else _deny(problem)
 
 
 # --- budgets ------------------------------------------------------------------------------

@@ -31,6 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from drain_guard import protocol
+from drain_guard.confine import rules
+from drain_guard.confine.rules import (
+    AGENT_KEYS,
+    EVENT_COMPONENT,
+    EVENT_NAMESPACE,
+    MAX_VALUE_BYTES,
+)
 
 __all__ = [
     "EVENT_COMPONENT",
@@ -45,17 +52,9 @@ __all__ = [
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
-#: A cluster-scoped object's Events live in ``default`` (drain_guard.node.events).
-EVENT_NAMESPACE = "default"
-#: The component the agent's Events name (drain_guard.node.events): pinned, so that an agent cannot
-#: pose as the kubelet or MCO in ``oc get events``.
-EVENT_COMPONENT = "drain-guard"
 #: The Event reasons the agent writes about its Node (drain_guard.node.events); about its pool,
 #: ``protocol.POOL_EVENT_REASONS``.
 EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired", "HoldRequestInvalid"))
-#: The annotations an agent writes on its Node besides ``desiredDrain`` (``released-by`` it
-#: only removes: who released is the releaser's to write).
-AGENT_KEYS = frozenset((*protocol.OWNED_KEYS, *protocol.RELEASED_KEYS))
 #: What a patch may ``test`` (its compare-and-swap): the keys it writes, lastAppliedDrain, and
 #: the object's resourceVersion (a test of absence, docs/protocol.md).
 TESTABLE = frozenset(
@@ -63,7 +62,6 @@ TESTABLE = frozenset(
     for k in (*AGENT_KEYS, protocol.DESIRED_DRAIN, protocol.LAST_APPLIED_DRAIN)
 ) | {"/metadata/resourceVersion"}
 MAX_OPS = 32
-MAX_VALUE_BYTES = protocol.MAX_DETAIL_BYTES
 _DIGITS = re.compile(r"[0-9]{1,20}")
 #: As the API server parses it (Go's ParseBool, the spellings a client sends).
 _BOOLEAN = re.compile(r"[Tt]rue|[Ff]alse|1|0")
@@ -116,25 +114,19 @@ def _annotation_key(path: str) -> str | None:
     return path[len(prefix) :].replace("~1", "/").replace("~0", "~")
 
 
-def _drain_step(old: str, new: str) -> bool:
-    """A hold (``drain-X`` to ``hold-drain-X``) or a release (back)."""
-    if protocol.parse_drain_request(old).verb is protocol.Verb.DRAIN:
-        return new == protocol.HOLD_PREFIX + old
-    return (
-        protocol.parse_drain_request(new).verb is protocol.Verb.DRAIN
-        and old == protocol.HOLD_PREFIX + new
-    )
-
-
 def check_node_patch(ops: Any) -> None:
     """Raise :class:`protocol.ProtocolError` unless ``ops`` is a JSON Patch of the protocol's
-    shapes: tests of what it writes, drain-guard's keys set or removed (values of at most
-    1024 bytes), and ``desiredDrain`` set only one step (hold or release) from the value a
-    ``test`` before it pins; the API server applies a patch whole or not at all."""
+    shapes, by the predicates every checker asks (``confine.rules``): tests of what it
+    writes, drain-guard's keys set or removed, and ``desiredDrain`` set only one step (hold or
+    release) from the value a ``test`` before it pins; a hold of a request that the patch
+    tests ``lastAppliedDrain`` to be is refused, and a hold needs its ``held-drain``, set or
+    tested in the patch. The API server applies a patch whole or not at all."""
     if not isinstance(ops, list) or not 0 < len(ops) <= MAX_OPS:
         raise protocol.ProtocolError(f"a patch is a list of 1 to {MAX_OPS} operations")
     drain_path = protocol.annotation_path(protocol.DESIRED_DRAIN)
-    drain: str | None = None  # desiredDrain's value as the patch has pinned or set it
+    # The annotations as the patch pins (test) or writes them, in order (None: removed).
+    known: dict[str, str | None] = {}
+    step: tuple[str, str] | None = None  # desiredDrain: the value first pinned, the last set
     for op in ops:
         if not isinstance(op, dict) or not isinstance(op.get("path"), str):
             raise protocol.ProtocolError("an operation is an object with a path")
@@ -147,22 +139,30 @@ def check_node_patch(ops: Any) -> None:
         if kind == "test":
             if path not in TESTABLE:
                 raise protocol.ProtocolError(f"test {path}: not a value the protocol tests")
-            if path == drain_path:
-                drain = value
+            if key is not None:
+                known[key] = value
         elif kind in ("add", "replace") and path == drain_path:
-            if drain is None or not _drain_step(drain, str(value)):
-                raise protocol.ProtocolError(
-                    "desiredDrain may only go from drain-X to hold-drain-X (hold) or back"
-                    " (release), from the value the patch tests"
-                )
-            drain = value
-        elif kind in ("add", "replace", "remove") and key in AGENT_KEYS:
-            if key == protocol.RELEASED_BY and kind != "remove":
-                raise protocol.ProtocolError(f"{key}: an agent removes it, never writes it")
-            if value is not None and len(str(value).encode()) > MAX_VALUE_BYTES:
-                raise protocol.ProtocolError(f"{key}: longer than {MAX_VALUE_BYTES} bytes")
+            old = known.get(protocol.DESIRED_DRAIN)
+            if old is None:
+                raise protocol.ProtocolError("desiredDrain is set without a test before it")
+            problem = rules.drain_step_problem(old, str(value))
+            if problem is not None:
+                raise protocol.ProtocolError(f"{problem}, from the value the patch tests")
+            step = (old if step is None else step[0], str(value))
+            known[protocol.DESIRED_DRAIN] = value
+        elif kind in ("add", "replace", "remove") and key is not None:
+            written = None if kind == "remove" else str(value)
+            problem = rules.key_problem(key, written)
+            if problem is not None:
+                raise protocol.ProtocolError(problem)
+            known[key] = written
         else:
             raise protocol.ProtocolError(f"{kind} {path}: an agent may not write that")
+    if step is not None:
+        last_applied = known.get(protocol.LAST_APPLIED_DRAIN) or ""
+        problem = rules.hold_problem(*step, last_applied, known.get(protocol.HELD_DRAIN))
+        if problem is not None:
+            raise protocol.ProtocolError(problem)
 
 
 def _split(path: str) -> list[str] | None:
