@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from drain_guard.config.values import parse_listen
-from drain_guard.runtime import server
+from drain_guard.runtime import connections, server
 from drain_guard.runtime.metrics import Metrics
 from drain_guard.runtime.server import make_app, serve
 from drain_guard.status.agent import AgentStatus, HoldReasonStatus
@@ -316,7 +316,7 @@ async def test_a_thousand_hostile_connections_cut_no_request_fail_no_probe_and_s
     assert probes == [200] * 5
     assert set(answers) == {"200", "503"}, answers  # nothing cut, no error
     assert answers["503"] > answers["200"]  # the flood was refused, not served
-    assert 0 < most <= server.MAX_CONNECTIONS
+    assert 0 < most <= connections.MAX_CONNECTIONS
 
 
 def test_accept_errors_are_logged_at_most_once_an_interval(
@@ -326,7 +326,7 @@ def test_accept_errors_are_logged_at_most_once_an_interval(
     (asyncio logged about 17,000 lines in 20 s); one line an interval says how many it left
     out."""
     now = 0.0
-    handler = server.AcceptErrorLog(interval=60.0, clock=lambda: now)
+    handler = connections.AcceptErrorLog(interval=60.0, clock=lambda: now)
     for _ in range(1000):
         handler.failed(OSError(24, "Too many open files"))
     now = 61.0

@@ -32,9 +32,9 @@ from drain_guard.core.exitcodes import EXIT_USAGE
 from drain_guard.core.operations import Operation
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
+from drain_guard.runtime.connections import CappedSite
 from drain_guard.runtime.lifecycle import Program, Running, run_program
 from drain_guard.runtime.logs import configure_logging
-from drain_guard.runtime.server import CappedSite
 from drain_guard.settings.webhook import TLS12_SUITES, TLS13_SUITES
 
 log = logging.getLogger("drain_guard.programs.webhook")
