@@ -91,9 +91,9 @@ async def test_a_step_of_the_agents_wall_clock_neither_lengthens_nor_shortens_it
 
 async def held_through_a_step(
     control_plane: ControlPlane, admin: client.ApiClient, tmp_path: Path, step: int
-) -> None:
+) -> str:
     """The agent's clock stepped by ``step`` seconds 5 s before its hold's end: the hold ends
-    at max-hold (also tests/chaos's repeated run)."""
+    at max-hold (also tests/chaos's repeated run); returns the Node's name."""
     offset = tmp_path / "faketime"
     offset.write_text("+0\n")
     env = {
@@ -150,5 +150,6 @@ async def held_through_a_step(
         ended = await agent.wait_log(lambda r: r.get("message") == "hold ended")
         assert ended["outcome"] == "expired", ended
         assert MAX_HOLD.total_seconds() - 1 <= ended["heldSeconds"] < (MAX_HOLD + BOUND).seconds
+        return node
     finally:
         await reap(started)

@@ -42,6 +42,11 @@ SENT_AFTER = timedelta(seconds=3)
 ATTEMPTS = 3
 
 
+def agent_user(node: str) -> str:
+    """The user the agent of ``node`` is (with every right)."""
+    return f"agent-{node}"
+
+
 async def _status(agent: AgentProcess) -> dict[str, Any]:
     code, body = await agent.http("/status")
     assert code == 200, body
@@ -92,19 +97,22 @@ async def test_an_expiry_committed_after_the_agent_gave_up_on_it_is_counted_as_e
 
 async def expired_though_unanswered(
     control_plane: ControlPlane, admin: client.ApiClient, tmp_path: Path
-) -> bool:
+) -> str | None:
     """The hold's expiry, committed while no answer could reach the agent, ends the hold as
-    ``expired`` (also tests/chaos's repeated run). False if the scenario did not come about
-    (the expiry had not reached etcd when kube-apiserver stopped)."""
+    ``expired`` (also tests/chaos's repeated run); returns the Node's name, or None if the
+    scenario did not come about (the expiry had not reached etcd when kube-apiserver
+    stopped)."""
     node = await create_worker(admin)
     await client.CoreV1Api(admin).patch_node(
         node, {"metadata": {"labels": {protocol.BLOCK_DRAINS_LABEL: "test"}}}
     )
     started: list[AgentProcess] = []
     try:
+        # A user of its own, so that an audit log tells its writes from the test's.
+        kubeconfig = control_plane.user_kubeconfig(agent_user(node), ["system:masters"])
         agent = await spawn(
             node,
-            control_plane.admin_kubeconfig,
+            kubeconfig,
             HostFS(tmp_path / "host", IMAGE_A),
             "--max-hold",
             f"{MAX_HOLD.total_seconds():g}s",
@@ -121,7 +129,7 @@ async def expired_though_unanswered(
             try:
                 await _committed(control_plane, node)
             except TimeoutError:
-                return False
+                return None
             failed = await agent.wait_log(_release_failed, timeout=30)
         assert failed["request"] == DRAIN_B, failed
 
@@ -130,10 +138,15 @@ async def expired_though_unanswered(
         )
         assert released[protocol.RELEASED] == DRAIN_B  # the expiry's own mark
         assert protocol.RELEASED_BY not in released  # no operator's release
+        # A write after the release, as the kubelet's status reports make on a real Node: an
+        # audit log shows the unanswered release at the latest here (harness/audit.py).
+        await client.CoreV1Api(admin).patch_node(
+            node, {"metadata": {"labels": {"example.com/seen-released": "1"}}}
+        )
         ended = await agent.wait_log(lambda r: r.get("message") == "hold ended")
         assert ended["outcome"] == "expired", (ended, agent.log_text())
         assert await metric(agent, "drain_guard_releases_total", outcome="expired") == 1
         assert await metric(agent, "drain_guard_releases_total", outcome="manual") == 0
-        return True
+        return node
     finally:
         await reap(started)

@@ -185,10 +185,10 @@ async def test_a_hold_is_released_at_max_hold_whatever_the_webhook_does(
     await released_behind(install, webhook, tmp_path)
 
 
-async def released_behind(install: Install, webhook: str, tmp_path: Path) -> None:
+async def released_behind(install: Install, webhook: str, tmp_path: Path) -> str:
     """A hold taken while the webhook answers is released at max-hold once it does
     ``webhook`` (one of WEBHOOK_FAULTS), within the issue's bound (also tests/chaos's
-    repeated run)."""
+    repeated run); returns the Node's name."""
     admin = install.admin
     core: Any = client.CoreV1Api(admin)
     node = unique("worker")
@@ -237,5 +237,6 @@ async def released_behind(install: Install, webhook: str, tmp_path: Path) -> Non
         assert ended["outcome"] == "expired", ended
         if webhook == "slow-inside":  # the webhook, not the failurePolicy, admitted it
             assert install.proxy.answered > answered
+        return node
     finally:
         await reap(started)
