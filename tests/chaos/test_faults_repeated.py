@@ -152,7 +152,9 @@ async def test_every_expiry_committed_unanswered_is_expired_every_time(
             if node is not None:
                 break
         else:
-            raise AssertionError(f"the expiry never committed unanswered in {ATTEMPTS} attempts")
+            raise AssertionError(
+                f"round {round_}: the expiry never committed unanswered in {ATTEMPTS} attempts"
+            )
     releaser = _judged(control_plane, node, DRAIN_B, since, LATE_MAX_HOLD, record_property)
     # The audit log answered the agent's release 504 (or not at all): it is the agent's all
     # the same, not the test's write that came after it.
