@@ -11,6 +11,7 @@ and releases, every write its own Node's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
 import subprocess
@@ -25,9 +26,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
+from drain_guard.commands.preflight import rows as preflight_rows
+from drain_guard.commands.preflight.probe import Agent, Probe
 from drain_guard.confine.rights import ALLOWED, RBAC, expected
 from drain_guard.core.pods import Pod
 from drain_guard.decision.decide import stale_keys
+from drain_guard.kube.client import Kube
+from drain_guard.kube.credentials import load_api_client
 from drain_guard.shield.plan import Role, Want
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
@@ -274,29 +279,10 @@ async def hold_own_node(setup: Installed) -> str:
     return await patch_node(setup, setup.node, ops)
 
 
-async def release_own_node(setup: Installed) -> str:
-    await hold_own_node(setup)
-    ann = await node_annotations(setup, setup.node)
-    present = [k for k in protocol.OWNED_KEYS if k in ann]
-    ops = protocol.release_patch(DRAIN_B, ann.get(protocol.LAST_APPLIED_DRAIN), "", present)
-    return await patch_node(setup, setup.node, ops)
-
-
 async def hold_other_node(setup: Installed) -> str:
     await prepare_drain(setup, setup.other)
     ops = hold_ops(await node_annotations(setup, setup.other))
     return await patch_node(setup, setup.other, ops)
-
-
-async def other_annotation(setup: Installed) -> str:
-    body = {"metadata": {"annotations": {"example.com/other": "x"}}}
-    return await patch_node(setup, setup.node, body)
-
-
-async def write_hold_request(setup: Installed) -> str:
-    """A well-formed hold request: an operator's (``drain-guard hold``), never the agent's."""
-    body = {"metadata": {"annotations": {protocol.HOLD_REQUEST: VALID_HOLD_REQUEST}}}
-    return await patch_node(setup, setup.node, body)
 
 
 async def user_name(api: client.ApiClient) -> str:
@@ -305,76 +291,6 @@ async def user_name(api: client.ApiClient) -> str:
         client.V1SelfSubjectReview()
     )
     return str(review.status.user_info.username)
-
-
-async def remove_released_by(setup: Installed) -> str:
-    """The agent's cleanup of a released marker (an administrator's release) once
-    desiredDrain moved on: ``released`` and ``released-by`` go together."""
-    await prepare_drain(setup, setup.node)
-    marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: await user_name(setup.admin)}
-    await client.CoreV1Api(setup.admin).patch_node(
-        setup.node, {"metadata": {"annotations": marker}}
-    )
-    ann = await node_annotations(setup, setup.node)
-    ops = protocol.cleanup_patch(ann[protocol.DESIRED_DRAIN], ann, list(marker))
-    return await patch_node(setup, setup.node, ops)
-
-
-async def write_released_by(setup: Installed) -> str:
-    """Even in its own name (which drain-guard-released-by would take): who released is the
-    releaser's record."""
-    body = {"metadata": {"annotations": {protocol.RELEASED_BY: await user_name(setup.agent)}}}
-    return await patch_node(setup, setup.node, body)
-
-
-async def rewrite_drain(setup: Installed) -> str:
-    """desiredDrain set to something not a hold of the request (a fake completion)."""
-    ann = await node_annotations(setup, setup.node)
-    body = {"metadata": {"annotations": {protocol.DESIRED_DRAIN: ann[protocol.LAST_APPLIED_DRAIN]}}}
-    return await patch_node(setup, setup.node, body)
-
-
-async def cordon(setup: Installed) -> str:
-    return await patch_node(setup, setup.node, {"spec": {"unschedulable": True}})
-
-
-async def taint(setup: Installed) -> str:
-    taints = [{"key": "example.com/t", "effect": "NoSchedule"}]
-    return await patch_node(setup, setup.node, {"spec": {"taints": taints}})
-
-
-async def label(setup: Installed) -> str:
-    return await patch_node(setup, setup.node, {"metadata": {"labels": {"example.com/l": "x"}}})
-
-
-async def node_status(setup: Installed) -> str:
-    body = {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}
-    return await answer(client.CoreV1Api(setup.agent).patch_node_status(setup.node, body))
-
-
-async def delete_node(setup: Installed) -> str:
-    return await answer(client.CoreV1Api(setup.agent).delete_node(setup.node, dry_run="All"))
-
-
-async def create_node(setup: Installed) -> str:
-    body: Any = {"metadata": {"name": unique("made")}}
-    return await answer(client.CoreV1Api(setup.agent).create_node(body, dry_run="All"))
-
-
-async def read_own_node(setup: Installed) -> str:
-    return await answer(client.CoreV1Api(setup.agent).read_node(setup.node))
-
-
-async def list_own_pods(setup: Installed) -> str:
-    return await answer(
-        client.CoreV1Api(setup.agent).list_namespaced_pod(
-            MCO_NS, field_selector=f"spec.nodeName={setup.node}"
-        )
-    )
-
-
-async def list_pods_elsewhere(setup: Installed) -> str:
-    return await answer(client.CoreV1Api(setup.agent).list_namespaced_pod("kube-system"))
 
 
 async def budget(setup: Installed, node: str, namespace: str = MCO_NS) -> Any:
@@ -393,46 +309,8 @@ async def create_budget(setup: Installed, body: Any) -> str:
     return await answer(api.create_namespaced_pod_disruption_budget(namespace, body, dry_run="All"))
 
 
-async def own_budget(setup: Installed) -> str:
-    return await create_budget(setup, await budget(setup, setup.node))
-
-
-async def delete_own_budget(setup: Installed) -> str:
-    body = await budget(setup, setup.node)
-    await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
-    return await answer(
-        client.PolicyV1Api(setup.agent).delete_namespaced_pod_disruption_budget(
-            body["metadata"]["name"], MCO_NS
-        )
-    )
-
-
-async def delete_other_budget(setup: Installed) -> str:
-    body = await budget(setup, setup.other)
-    await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
-    return await answer(
-        client.PolicyV1Api(setup.agent).delete_namespaced_pod_disruption_budget(
-            body["metadata"]["name"], MCO_NS, dry_run="All"
-        )
-    )
-
-
 async def other_nodes_budget(setup: Installed) -> str:
     return await create_budget(setup, await budget(setup, setup.other))
-
-
-async def budget_elsewhere(setup: Installed) -> str:
-    return await create_budget(setup, await budget(setup, setup.node, "default"))
-
-
-async def change_budget(setup: Installed) -> str:
-    body = await budget(setup, setup.node)
-    await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
-    return await answer(
-        client.PolicyV1Api(setup.agent).patch_namespaced_pod_disruption_budget(
-            body["metadata"]["name"], MCO_NS, {"spec": {"minAvailable": 0}}, dry_run="All"
-        )
-    )
 
 
 def event(node: str, namespace: str = "default", component: str = "drain-guard") -> Any:
@@ -456,25 +334,8 @@ async def create_event(setup: Installed, body: Any) -> str:
     )
 
 
-async def own_event(setup: Installed) -> str:
-    return await create_event(setup, event(setup.node))
-
-
-async def huge_own_event(setup: Installed) -> str:
-    """Its own Node's Event as the recorder writes it, but a message of 1 MiB (issue 34)."""
-    return await create_event(setup, event(setup.node) | {"message": "x" * (1024 * 1024)})
-
-
 async def other_nodes_event(setup: Installed) -> str:
     return await create_event(setup, event(setup.other))
-
-
-async def event_as_kubelet(setup: Installed) -> str:
-    return await create_event(setup, event(setup.node, component="kubelet"))
-
-
-async def event_elsewhere(setup: Installed) -> str:
-    return await create_event(setup, event(setup.node, AGENT_NS))
 
 
 def pool_event(
@@ -496,152 +357,85 @@ def pool_event(
     return body
 
 
-async def own_pool_event(setup: Installed) -> str:
-    return await create_event(setup, pool_event(setup.node, setup.pool))
+# --- the requests of the table, as drain-guard preflight makes them ---------------------------
 
 
-async def pool_event_for_another_node(setup: Installed) -> str:
-    return await create_event(setup, pool_event(setup.node, setup.pool, related=setup.other))
+async def held(setup: Installed) -> None:
+    """Its own Node's drain held, as the agent would have (a release needs one)."""
+    await prepare_drain(setup, setup.node)
+    ops = hold_ops(await node_annotations(setup, setup.node))
+    await client.CoreV1Api(setup.admin).patch_node(setup.node, ops)  # a list: a JSON Patch
 
 
-async def pool_event_related_to_nothing(setup: Installed) -> str:
-    return await create_event(setup, pool_event(setup.node, setup.pool, related=""))
+async def pending(setup: Installed) -> None:
+    """A drain request pending on its own Node (a hold is made of one)."""
+    await prepare_drain(setup, setup.node)
 
 
-async def pool_event_of_another_reason(setup: Installed) -> str:
-    return await create_event(setup, pool_event(setup.node, setup.pool, reason="Degraded"))
-
-
-async def machineconfig_event(setup: Installed) -> str:
-    body = pool_event(setup.node, setup.pool)
-    body["involvedObject"] |= {"kind": "MachineConfig", "name": rendered(setup.pool)}
-    return await create_event(setup, body)
-
-
-async def read_pool(setup: Installed) -> str:
-    return await answer(
-        client.CustomObjectsApi(setup.agent).get_cluster_custom_object(*POOLS, setup.pool)
+async def stale_marker(setup: Installed) -> None:
+    """An administrator's released marker, once desiredDrain moved on (the agent cleans it)."""
+    await prepare_drain(setup, setup.node)
+    marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: await user_name(setup.admin)}
+    await client.CoreV1Api(setup.admin).patch_node(
+        setup.node, {"metadata": {"annotations": marker}}
     )
 
 
-async def list_pools(setup: Installed) -> str:
-    return await answer(client.CustomObjectsApi(setup.agent).list_cluster_custom_object(*POOLS))
+def kept_budget(own: bool) -> Callable[[Installed], Awaitable[None]]:
+    """A budget the shield keeps for its own Node (``own``) or the other one."""
+
+    async def keep(setup: Installed) -> None:
+        body = await budget(setup, setup.node if own else setup.other)
+        await client.PolicyV1Api(setup.admin).create_namespaced_pod_disruption_budget(MCO_NS, body)
+
+    return keep
 
 
-async def token_of(setup: Installed, namespace: str, account: str) -> str:
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    return await answer(
-        client.CoreV1Api(setup.agent).create_namespaced_service_account_token(
-            account, namespace, request
-        )
-    )
-
-
-async def own_token(setup: Installed) -> str:
-    return await token_of(setup, AGENT_NS, ACCOUNT)
-
-
-async def other_token(setup: Installed) -> str:
-    return await token_of(setup, "kube-system", "default")
-
-
-async def own_secrets(setup: Installed) -> str:
-    return await answer(client.CoreV1Api(setup.agent).list_namespaced_secret(AGENT_NS))
-
-
-async def all_secrets(setup: Installed) -> str:
-    return await answer(client.CoreV1Api(setup.agent).list_secret_for_all_namespaces())
-
-
-async def create_csr(setup: Installed) -> str:
-    body: Any = {
-        "metadata": {"name": unique("csr")},
-        "spec": {
-            "request": "",
-            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-            "usages": ["client auth"],
-        },
-    }
-    return await answer(
-        client.CertificatesV1Api(setup.agent).create_certificate_signing_request(
-            body, dry_run="All"
-        )
-    )
-
-
-async def create_pod(setup: Installed) -> str:
-    body: Any = {
-        "metadata": {"name": unique("pod")},
-        "spec": {"nodeName": setup.node, "containers": [{"name": "c", "image": "x"}]},
-    }
-    return await answer(
-        client.CoreV1Api(setup.agent).create_namespaced_pod(AGENT_NS, body, dry_run="All")
-    )
-
-
-async def evict(setup: Installed) -> str:
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=setup.pod, namespace=AGENT_NS))
-    return await answer(
-        client.CoreV1Api(setup.agent).create_namespaced_pod_eviction(
-            setup.pod, AGENT_NS, body, dry_run="All"
-        )
-    )
-
-
-Request = Callable[[Installed], Awaitable[str]]
-#: The table's request column, word for word, and how each is made.
-REQUESTS: dict[str, Request] = {
-    "get its own Node": read_own_node,
-    "list the pods on its own Node in openshift-machine-config-operator": list_own_pods,
-    "list the pods in kube-system": list_pods_elsewhere,
-    "hold its own Node's drain (the agent's JSON Patch)": hold_own_node,
-    "release its own Node's hold (the agent's JSON Patch)": release_own_node,
-    "hold another Node's drain": hold_other_node,
-    "set desiredDrain to lastAppliedDrain on its own Node (a fake completion)": rewrite_drain,
-    "add another annotation to its own Node": other_annotation,
-    "write a hold request on its own Node (drain-guard.io/hold-request)": write_hold_request,
+#: The state a row's request needs, which the preflight finds on a live cluster or reports
+#: the row as not tried: set up here before the row is made, so that every row is tried.
+PREPARE: dict[str, Callable[[Installed], Awaitable[None]]] = {
+    "hold its own Node's drain (the agent's JSON Patch)": pending,
+    "set desiredDrain to lastAppliedDrain on its own Node (a fake completion)": pending,
+    "release its own Node's hold (the agent's JSON Patch)": held,
     "remove drain-guard.io/released-by with the released marker (the agent's cleanup)": (
-        remove_released_by
+        stale_marker
     ),
-    "write drain-guard.io/released-by on its own Node (in its own name)": write_released_by,
-    "cordon its own Node (spec.unschedulable)": cordon,
-    "taint its own Node": taint,
-    "label its own Node": label,
-    "write its own Node's status": node_status,
-    "delete its own Node": delete_node,
-    "create a Node": create_node,
-    "create a budget on its own Node's build pod": own_budget,
-    "delete a budget on its own Node's build pod": delete_own_budget,
-    "create a budget on another Node's build pod": other_nodes_budget,
-    "delete a budget on another Node's build pod": delete_other_budget,
-    "change a budget": change_budget,
-    "create a budget in default": budget_elsewhere,
-    "create an Event about its own Node in default": own_event,
-    "create an Event about its own Node in default with a message of 1 MiB": huge_own_event,
-    "create an Event about another Node in default": other_nodes_event,
-    "create an Event about its own Node as the kubelet": event_as_kubelet,
-    "create an Event in its own namespace": event_elsewhere,
-    "create a PoolRolloutHeld Event about a MachineConfigPool related to its own Node": (
-        own_pool_event
-    ),
-    "create a PoolRolloutHeld Event about a MachineConfigPool related to another Node": (
-        pool_event_for_another_node
-    ),
-    "create a PoolRolloutHeld Event about a MachineConfigPool related to nothing": (
-        pool_event_related_to_nothing
-    ),
-    "create an Event of another reason about a MachineConfigPool": pool_event_of_another_reason,
-    "create an Event about a MachineConfig": machineconfig_event,
-    "get a MachineConfigPool": read_pool,
-    "list the MachineConfigPools": list_pools,
-    "create a token for its own ServiceAccount": own_token,
-    "create a token for kube-system's default ServiceAccount": other_token,
-    "list the Secrets of its own namespace": own_secrets,
-    "list every Secret": all_secrets,
-    "create a CertificateSigningRequest": create_csr,
-    "create a pod in its own namespace": create_pod,
-    "evict its own pod": evict,
+    "delete a budget on its own Node's build pod": kept_budget(own=True),
+    "delete a budget on another Node's build pod": kept_budget(own=False),
 }
+
+
+@contextlib.asynccontextmanager
+async def probe_of(setup: Installed, tmp_path: Path) -> AsyncIterator[Probe]:
+    """What ``drain-guard preflight`` makes its requests with, but with the agent's real
+    tokens in place of impersonation: the pod-bound one, and one bound to no pod."""
+    core = client.CoreV1Api(setup.admin)
+    plain = await core.create_namespaced_service_account_token(
+        ACCOUNT,
+        AGENT_NS,
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
+    )
+    unbound_config = setup.plane.token_kubeconfig(plain.status.token, tmp_path / "unbound")
+    pod = await core.read_namespaced_pod(setup.pod, AGENT_NS)
+    who = Agent(AGENT_NS, ACCOUNT, setup.pod, pod.metadata.uid, setup.node, setup.other)
+    admin = Kube(await load_api_client(str(setup.plane.admin_kubeconfig)))
+    agent = Kube(await load_api_client(str(setup.kubeconfig)))
+    unbound = Kube(await load_api_client(str(unbound_config)))
+    try:
+        yield Probe(admin, agent, unbound, who, setup.pool)
+    finally:
+        for kube in (admin, agent, unbound):
+            await kube.close()
+
+
+async def made(setup: Installed, probe: Probe, request: str) -> str:
+    """The row's request made by the preflight's own maker, in the state it needs."""
+    prepare = PREPARE.get(request)
+    if prepare is not None:
+        await prepare(setup)
+    answer_made, why = await preflight_rows.REQUESTS[request](probe)
+    assert answer_made is not None, f"{request}: not tried: {why}"
+    return answer_made
 
 
 def documented(install: str) -> dict[str, str]:
@@ -649,16 +443,24 @@ def documented(install: str) -> dict[str, str]:
     return expected(RIGHTS.read_text(), install)
 
 
-async def test_the_rights_table_is_what_the_real_api_server_answers(installed: Installed) -> None:
-    results = {name: await make(installed) for name, make in REQUESTS.items()}
+async def test_the_rights_table_is_what_the_real_api_server_answers(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """Every row of the install, made as ``drain-guard preflight`` makes it (its makers, one
+    source), with the agent's real token: a row whose answer the API server does not give
+    fails, and so does a row no maker makes."""
     table = documented(installed.install)
+    assert table, f"docs/rights.md has no row for {installed.install}"
+    unmade = set(table) - set(preflight_rows.REQUESTS)
+    assert not unmade, f"rows the preflight does not make: {unmade}"
+    async with probe_of(installed, tmp_path) as probe:
+        results = {request: await made(installed, probe, request) for request in table}
     wrong = {
-        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
-        for name in results
-        if table.get(name) != results[name]
+        name: f"table says {table[name]!r}, the API server {results[name]!r}"
+        for name in table
+        if table[name] != results[name]
     }
     assert not wrong, "\n".join(f"{installed.install}: {k}: {v}" for k, v in wrong.items())
-    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
 
 
 async def test_the_agent_holds_shields_and_releases_with_its_own_token(

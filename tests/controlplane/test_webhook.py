@@ -46,6 +46,8 @@ from tests.deploy.tools import (
 from tests.helpers import reap, run_cli
 
 MCO = "openshift-machine-config-operator"
+#: docs/rights.md's install whose rows this test makes.
+INSTALL = "openshift-4.15"
 JSON_PATCH = "application/json-patch+json"
 REQUEST = "drain-rendered-worker-5620aa"
 LAST_APPLIED = "uncordon-rendered-worker-11b0cc"
@@ -271,7 +273,7 @@ async def test_the_webhook_confines_the_agents_real_token(
                 webhook,
             )
             # docs/rights.md's rows of this install are exactly these answers.
-            table = documented("openshift-4.15")
+            table = documented(INSTALL)
             wrong = {r: (table.get(r), a) for r, a in answers.items() if table.get(r) != a}
             assert not wrong, f"(table, API server) per request: {wrong}"
             assert set(table) == set(answers), f"rows no request made: {set(table) - set(answers)}"
@@ -314,7 +316,7 @@ async def _preflight_passes(
         "openshift-4.15",
     )
     assert (code, err) == (0, ""), out + err
-    rows = len(documented("openshift-4.15"))
+    rows = len(documented(INSTALL))
     untried = [line for line in out.splitlines() if "not tried:" in line]
     assert len(untried) == 4, untried  # a release, a cleanup, two with the webhook down
     assert f"{rows - 4} of {rows} rows tried, 0 surprises" in out, out

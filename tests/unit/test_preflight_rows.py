@@ -9,13 +9,14 @@ import pytest
 
 from drain_guard.commands.preflight.rows import REQUESTS, UNMADE
 from drain_guard.confine.rights import fitting_overlay, table_rows
+from tests.controlplane import test_rights, test_shield_confinement, test_webhook
 
 RIGHTS = Path(__file__).resolve().parents[2] / "docs" / "rights.md"
 
 
 #: Rows of an identity that is not an agent (tests/controlplane/test_shield_confinement.py
 #: makes them with its token): the preflight proves the agents'.
-NOT_AN_AGENT = "systemd: central shield"
+NOT_AN_AGENT = test_shield_confinement.INSTALL
 
 
 def test_every_row_of_the_rights_table_is_made_or_says_why_not() -> None:
@@ -40,3 +41,14 @@ def test_every_row_of_the_rights_table_is_made_or_says_why_not() -> None:
 )
 def test_the_overlay_that_fits(minor: int, openshift: str | None, overlay: str | None) -> None:
     assert fitting_overlay(minor, openshift)[0] == overlay
+
+
+def test_every_install_of_the_rights_table_is_made_on_the_real_api_server() -> None:
+    """Each install of docs/rights.md is one a control-plane test applies and makes every row
+    of, holding the table to the API server's answers (a row that lies fails there): the
+    agents' by preflight's makers with their real token (test_rights), openshift-4.15's with
+    its webhook running (test_webhook), the central shield's with its token
+    (test_shield_confinement). A row of an install none of them makes fails here."""
+    installs = {row.install for row in table_rows(RIGHTS.read_text())}
+    checked = {*test_rights.INSTALLS, test_webhook.INSTALL, test_shield_confinement.INSTALL}
+    assert installs == checked
