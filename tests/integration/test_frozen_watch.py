@@ -22,8 +22,8 @@ from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube import listwatch
 from drain_guard.kube.client import Kube
 from drain_guard.kube.listwatch import WatchCache
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
-from drain_guard.runtime.metrics import Metrics
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from tests.helpers import NODE, WAIT
 

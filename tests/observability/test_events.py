@@ -21,8 +21,8 @@ from drain_guard.node.events import (
     EventRecorder,
 )
 from drain_guard.protocol import POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
-from drain_guard.runtime.metrics import Metrics
 from drain_guard_sim.apiserver.server import SimApiServer
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)

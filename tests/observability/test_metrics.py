@@ -12,17 +12,19 @@ from prometheus_client import CollectorRegistry
 
 from drain_guard import __version__
 from drain_guard.core.operations import Operation, Watched
-from drain_guard.runtime.metrics import (
-    API_OPERATIONS,
+from drain_guard.runtime.agent_metrics import (
     EVENT_REASONS,
     INVALID_INPUT_KINDS,
     OUTCOMES,
     REASONS,
     VERBS,
+    Metrics,
+)
+from drain_guard.runtime.metrics import (
+    API_OPERATIONS,
     WATCH_RESOURCES,
     WATCH_RESTART_REASONS,
     BaseMetrics,
-    Metrics,
 )
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"

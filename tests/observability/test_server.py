@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from drain_guard.config.values import parse_listen
 from drain_guard.runtime import connections, server
-from drain_guard.runtime.metrics import Metrics
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.server import make_app, serve
 from drain_guard.status.agent import AgentStatus, HoldReasonStatus
 

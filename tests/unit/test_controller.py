@@ -29,8 +29,8 @@ from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.node import host
 from drain_guard.node.controller import Controller
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
-from drain_guard.runtime.metrics import Metrics
 from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard.status.agent import AgentStatus
 from drain_guard_sim.actors.hostfs import HostFS

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from drain_guard.confine import permissions
 from drain_guard.core.operations import Operation, Watched
-from drain_guard.runtime.metrics import BaseMetrics, Metrics
+from drain_guard.runtime.agent_metrics import Metrics
+from drain_guard.runtime.metrics import BaseMetrics
 
 
 def test_every_operation_is_a_request_some_program_is_granted_or_expects_refused() -> None:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from drain_guard.core.operations import Watched
 from drain_guard.core.watchstatus import WatchStatus
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
-from drain_guard.runtime.metrics import Metrics
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 STALE = timedelta(minutes=10)

@@ -32,9 +32,9 @@ from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.node import host
 from drain_guard.node.holdreport import EventSink, HoldReport
 from drain_guard.runtime import selfcheck
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard.runtime.logs import decision_fields, log_key
-from drain_guard.runtime.metrics import Metrics
 from drain_guard.settings.agent import Settings
 from drain_guard.shield.loop import Shield
 from drain_guard.shield.plan import shield_namespaces

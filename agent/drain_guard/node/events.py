@@ -60,7 +60,7 @@ from drain_guard.protocol import (
     format_rfc3339,
     truncate_utf8,
 )
-from drain_guard.runtime.metrics import Metrics
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.status.holdrequest import printable, releases_when, split_hold_detail
 
 log = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from drain_guard.decision import holds
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.logs import hold_fields
-from drain_guard.runtime.metrics import Metrics
 
 #: The controller's logger: these lines are the loop's, as they were before this module.
 log = logging.getLogger("drain_guard.node.controller")

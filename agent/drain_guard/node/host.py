@@ -25,7 +25,7 @@ from pathlib import Path
 from drain_guard.core.imageref import ImageRefError, digest_of
 from drain_guard.guards import BootedImage
 from drain_guard.kube.retry import Backoff
-from drain_guard.runtime.metrics import Metrics
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.settings.agent import Settings
 
 __all__ = [

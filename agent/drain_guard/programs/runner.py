@@ -26,6 +26,7 @@ from drain_guard.node.alertsource import AlertSource
 from drain_guard.node.controller import Controller, pod_watch_namespace
 from drain_guard.node.events import EventQueue, EventRecorder
 from drain_guard.runtime import selfcheck
+from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard.runtime.lifecycle import (
     Program,
@@ -38,7 +39,6 @@ from drain_guard.runtime.lifecycle import (
     warn_short_api_stale_after,
 )
 from drain_guard.runtime.logs import configure_logging
-from drain_guard.runtime.metrics import Metrics
 from drain_guard.runtime.server import LateSource
 from drain_guard.settings.agent import Settings
 from drain_guard.shield.loop import Shield

@@ -33,7 +33,7 @@ from drain_guard.config.values import WorkloadRef
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.retry import Backoff, Outage
-from drain_guard.runtime.metrics import Metrics
+from drain_guard.runtime.agent_metrics import Metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
