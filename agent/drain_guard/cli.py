@@ -125,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint",
         help=f"the agent's HTTP endpoint to include (default: try {DEFAULT_ENDPOINT})",
     )
-    _add_max_hold_argument(status)
+    # Accepted for the scripts that pass it, and ignored: a hold's end is on its Node.
+    status.add_argument("--max-hold", help=argparse.SUPPRESS)
 
     hold = sub.add_parser(
         "hold",
@@ -181,18 +182,6 @@ def build_parser() -> argparse.ArgumentParser:
     # building this parser, as ``run`` does, never imports the simulator.
     sub.add_parser("demo", help="run the seed scenario in a simulated cluster (see demo --help)")
     return parser
-
-
-def _add_max_hold_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--max-hold",
-        type=_duration,
-        default=os.environ.get("DRAIN_GUARD_MAX_HOLD") or default_max_hold(),
-        help="the agents' --max-hold, only for a hold an older agent wrote without"
-        " drain-guard.io/hold-expires (which says when a hold ends), and to say how long an"
-        " unheld hold request can hold (default: DRAIN_GUARD_MAX_HOLD, as in the agent's pod,"
-        " else the agent's default)",
-    )
 
 
 def _duration(text: str) -> timedelta:

@@ -69,8 +69,11 @@ async def test_status_shows_the_hold_and_the_agent(
     assert (code, err) == (0, "")
     doc = json.loads(out)
     assert doc["held"] is True
-    assert doc["heldDrain"] == DRAIN_B
-    assert doc["reasons"] == ["build-pod"]
+    assert doc["heldRequest"] == DRAIN_B
+    assert [r["reason"] for r in doc["holdReasons"]] == ["build-pod"]
+    # One hold, one view: the node's hold as the agent's /status says it, key for key.
+    hold_keys = ("heldRequest", "since", "expiresAt", "releasesWhen", "pool")
+    assert {k: doc[k] for k in hold_keys} == {k: doc["agent"][k] for k in hold_keys}
     assert doc["desiredDrain"] == "hold-" + DRAIN_B
     assert doc["agent"]["node"] == NODE
     assert doc["agent"]["heldRequest"] == DRAIN_B
@@ -78,7 +81,7 @@ async def test_status_shows_the_hold_and_the_agent(
     code, out, err = await run_cli("status", "--kubeconfig", kubeconfig, env={"NODE_NAME": NODE})
     assert code == 0
     assert f"node {NODE}:" in out
-    assert "HELD since" in out
+    assert "  held since:    " in out
     assert "build-pod" in out
 
     # Without --node-name: every node with a hold.
@@ -230,7 +233,7 @@ async def test_status_and_release_agree_on_a_hold_superseded_while_no_agent_ran(
     assert states["worker-1"]["held"] is False
     assert "not written by drain-guard" in states["worker-1"]["foreign"]
     code, out, _ = await run_cli("status", "--kubeconfig", kubeconfig, "--node-name", NODE)
-    assert "HELD" not in out
+    assert "held request" not in out
     assert "stale keys: drain-guard.io/held-drain" in out
 
     # release --all removes the stale keys and leaves the foreign value alone.
@@ -399,7 +402,8 @@ async def test_hold_writes_a_valid_request_that_release_withdraws(
     code, out, _ = await run_cli("status", "--node-name", NODE, "--kubeconfig", kubeconfig)
     assert code == 0
     assert (
-        f"released manual: when the hold request expires at {protocol.format_rfc3339(until)}" in out
+        f"released:      manual: when the hold request expires at {protocol.format_rfc3339(until)}"
+        in out
     )
     assert "capped by --max-hold" in out
 

@@ -22,7 +22,8 @@ from drain_guard.config.values import parse_listen
 from drain_guard.runtime import connections, server
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.server import make_app, serve
-from drain_guard.status.agent import AgentStatus, HoldReasonStatus
+from drain_guard.status.agent import AgentStatus
+from drain_guard.status.hold import HoldReasonStatus
 
 #: Seconds: a probe unanswered this long has failed (the kubelet gives up after 3).
 WAIT = 60.0

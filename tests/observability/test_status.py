@@ -24,11 +24,11 @@ from drain_guard.status.agent import (
     DECISIONS,
     AgentStatus,
     BootedImageStatus,
-    HoldReasonStatus,
     InvalidInputStatus,
     PodStatus,
     ReleaseFailingStatus,
 )
+from drain_guard.status.hold import HoldReasonStatus
 from drain_guard.status.holdrequest import (
     HoldRequestStatus,
     printable,

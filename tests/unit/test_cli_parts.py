@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from drain_guard import guards, protocol
 from drain_guard.cli import build_parser, main
-from drain_guard.commands.status import listed, node_state, render_text
 from drain_guard.config.values import SettingsError
 from drain_guard.core.nodes import NodeObj
 from drain_guard.decision import decisions
 from drain_guard.decision.decide import stale_keys
 from drain_guard.settings.agent import settings_from
+from drain_guard.status.node import NodeState, node_state
 from drain_guard_sim.__main__ import build_drain_guard_demo_parser
 
 HELD = {
@@ -36,33 +36,46 @@ def _node(annotations: dict[str, str], unschedulable: bool = False) -> NodeObj:
     return NodeObj("n1", "7", annotations, unschedulable)
 
 
+def _state(annotations: dict[str, str], unschedulable: bool = False) -> NodeState:
+    return node_state(_node(annotations, unschedulable), datetime(2026, 1, 2, 3, 10, tzinfo=UTC))
+
+
+def _text(state: NodeState) -> str:
+    return "\n".join(state.text_lines())
+
+
 def test_node_state_of_a_held_node() -> None:
-    state = node_state(_node(HELD, unschedulable=True))
-    assert state["held"] is True
-    assert state["heldDrain"] == "drain-rendered-worker-1"
-    assert state["reasons"] == ["build-pod", "noop-image"]
-    assert state["heldSince"] == "2026-01-02T03:04:05Z"
-    text = render_text(state)
-    assert "HELD since" in text
-    assert "build-pod, noop-image" in text
+    state = _state(HELD, unschedulable=True)
+    assert state.hold is not None
+    assert state.hold.held_request == "drain-rendered-worker-1"
+    assert [r.reason for r in state.hold.reasons] == ["build-pod", "noop-image"]
+    doc = state.to_json()
+    assert (doc["held"], doc["heldRequest"]) == (True, "drain-rendered-worker-1")
+    assert (doc["since"], doc["expiresAt"]) == ("2026-01-02T03:04:05Z", "2026-01-02T03:49:05Z")
+    text = _text(state)
+    assert "  held since:    2026-01-02T03:04:05Z (5m55s ago)" in text
+    assert "  reason:        build-pod: build pod ns/p" in text
     assert "cordoned" in text
 
 
 def test_node_state_without_a_hold() -> None:
-    state = node_state(_node({protocol.DESIRED_DRAIN: "uncordon-x"}))
-    assert state["held"] is False
-    assert "no hold" in render_text(state)
+    state = _state({protocol.DESIRED_DRAIN: "uncordon-x"})
+    assert state.hold is None
+    assert not state.listed
+    assert "no hold" in _text(state)
 
 
 def test_node_state_reports_a_malformed_hold_as_held() -> None:
-    # release can release it (the hold- value is drain-guard's), so status says HELD.
+    # release can release it (the hold- value is drain-guard's), so status shows the hold.
     bad = {**HELD, protocol.HOLD_REASONS: "sun spots"}
-    state = node_state(_node(bad))
-    assert state["held"] is True
-    assert "sun spots" in state["error"]
-    text = render_text(state)
+    state = _state(bad)
+    assert state.hold is not None
+    assert state.hold.since is None
+    assert state.error is not None
+    assert "sun spots" in state.error
+    text = _text(state)
     assert "malformed" in text
-    assert "HELD: drain-rendered-worker-1" in text
+    assert "  held request:  drain-rendered-worker-1" in text
 
 
 SUPERSEDED = {
@@ -72,21 +85,23 @@ SUPERSEDED = {
 
 
 def test_a_superseded_hold_is_not_held_and_its_keys_are_stale() -> None:
-    state = node_state(_node(SUPERSEDED))
-    assert state["held"] is False
-    assert state["staleKeys"] == list(protocol.OWNED_KEYS)
-    text = render_text(state)
-    assert "HELD" not in text
+    state = _state(SUPERSEDED)
+    assert state.hold is None
+    assert state.stale_keys == protocol.OWNED_KEYS
+    text = _text(state)
+    assert "held request" not in text
     assert "stale keys: drain-guard.io/held-drain" in text
     assert stale_keys(SUPERSEDED) == protocol.OWNED_KEYS
 
 
 def test_a_foreign_hold_value_is_not_held() -> None:
-    state = node_state(_node({protocol.DESIRED_DRAIN: "hold-by-someone-else"}))
-    assert state["held"] is False
-    assert state["staleKeys"] == []
-    assert "not written by drain-guard" in state["foreign"]
-    assert "no drain-guard hold" in render_text(state)
+    state = _state({protocol.DESIRED_DRAIN: "hold-by-someone-else"})
+    assert state.hold is None
+    assert state.stale_keys == ()
+    assert state.foreign is not None
+    assert "not written by drain-guard" in state.foreign
+    assert state.listed
+    assert "no drain-guard hold" in _text(state)
 
 
 @pytest.mark.parametrize(
@@ -199,34 +214,33 @@ STORAGE = {
 }
 
 
-def _text(annotations: dict[str, str]) -> str:
-    node = NodeObj("worker-1", "7", annotations, False)
-    return render_text(node_state(node, NOW, MAX_HOLD))
+def _shown(annotations: dict[str, str]) -> str:
+    return "\n".join(node_state(NodeObj("worker-1", "7", annotations, False), NOW).text_lines())
 
 
-def test_status_reads_when_a_hold_ends_from_the_record_not_from_its_own_max_hold() -> None:
-    node = NodeObj("worker-1", "7", STORAGE, False)
-    state = node_state(node, NOW, timedelta(minutes=5))
-    assert (state["endsBy"], state["endsByFrom"]) == ("2026-03-01T12:32:55Z", "hold-expires")
+def test_status_reads_when_a_hold_ends_from_the_record() -> None:
+    state = node_state(NodeObj("worker-1", "7", STORAGE, False), NOW)
+    assert state.to_json()["expiresAt"] == "2026-03-01T12:32:55Z"
 
 
-def test_status_of_an_older_agents_record_counts_the_end_from_max_hold_and_says_so() -> None:
+def test_status_of_an_older_agents_record_says_its_end_is_unknown() -> None:
     older = {k: v for k, v in STORAGE.items() if k != protocol.HOLD_EXPIRES}
-    text = _text(older)
-    assert "ends by 2026-03-01T12:32:55Z (in 32m55s; --max-hold 45m00s: an older agent's" in text
+    text = _shown(older)
+    assert "  expires:       unknown: an older agent's record, without hold-expires" in text
 
 
 def test_status_says_since_when_until_when_and_what_releases_the_hold() -> None:
-    text = _text(STORAGE)
-    assert "HELD since 2026-03-01T11:47:55Z (12m05s ago) for build-pod, manual" in text
-    assert "ends by 2026-03-01T12:32:55Z (in 32m55s; its hold-expires)" in text
-    assert f"released build-pod: when build pod {MCO}/build-x ends" in text
-    assert "released manual: when the hold request expires at 2099-01-01T00:00:00Z" in text
-    assert "released now by: drain-guard release --node-name worker-1" in text
+    text = _shown(STORAGE)
+    assert "  held since:    2026-03-01T11:47:55Z (12m05s ago)" in text
+    assert "  expires:       2026-03-01T12:32:55Z (in 32m55s; then released" in text
+    assert f"  released:      build-pod: when build pod {MCO}/build-x ends" in text
+    assert "  released:      manual: when the hold request expires at 2099-01-01T00:00:00Z" in text
+    assert "  released:      now by drain-guard release --node-name worker-1" in text
     assert "capped by --max-hold: the hold ends at 2026-03-01T12:32:55Z" in text
     # The pool in view (issue 25): its rollout waits on this node.
     assert (
-        "  worker pool waiting: its rollout goes on past worker-1 only once the hold ends" in text
+        "  pool:          worker pool waiting: its rollout goes on past worker-1 only once the"
+        " hold ends" in text
     )
 
 
@@ -234,7 +248,7 @@ def test_the_configuration_docs_show_the_real_output() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     section = docs.split("## `drain-guard status`", 1)[1]
     example = section.split("```\n", 2)[1]
-    assert example == _text(STORAGE) + "\n"
+    assert example == _shown(STORAGE) + "\n"
 
 
 @pytest.mark.parametrize(
@@ -242,34 +256,39 @@ def test_the_configuration_docs_show_the_real_output() -> None:
     [
         ("30m;db failover", "hold request: INVALID, holds nothing: '30m' is not an RFC 3339"),
         ("2026-03-01T11:00:00Z;done", "hold request: EXPIRED at 2026-03-01T11:00:00Z (1h00m ago)"),
-        ("2026-03-01T13:00:00Z", "hold request: until 2026-03-01T13:00:00Z (in 1h00m); capped"),
+        ("2026-03-01T12:30:00Z", "hold request: until 2026-03-01T12:30:00Z (in 30m00s)"),
+        (
+            "2026-03-01T13:00:00Z",
+            "hold request: until 2026-03-01T13:00:00Z (in 1h00m); capped by --max-hold: a drain"
+            " is held at most the agent's --max-hold (below 1h",
+        ),
     ],
 )
 def test_a_hold_request_without_a_hold_is_listed_and_marked(request_value: str, shown: str) -> None:
     annotations = {protocol.HOLD_REQUEST: request_value}
-    node = NodeObj("worker-1", "7", annotations, False)
-    assert listed(node)
-    assert shown in render_text(node_state(node, NOW, MAX_HOLD))
+    state = node_state(NodeObj("worker-1", "7", annotations, False), NOW)
+    assert state.listed
+    text = _shown(annotations)
+    assert shown in text
+    assert ("capped" in text) is ("13:00" in request_value)
 
 
 def test_status_escapes_control_characters_of_annotations() -> None:
     """Issue 21 item 7: a value could forge lines or drive the terminal."""
     forged = {**HELD, protocol.HOLD_DETAIL: "x\n  released now by: nobody\x1b[2J"}
-    text = render_text(node_state(_node(forged), NOW, MAX_HOLD))
+    text = "\n".join(_state(forged).text_lines())
     assert "\x1b" not in text
     assert "\\x1b[2J" in text
-    assert [line for line in text.splitlines() if "nobody" in line] == [
-        "  detail: x\\n  released now by: nobody\\x1b[2J"
-    ]
+    forged_lines = [line for line in text.splitlines() if "nobody" in line]
+    assert forged_lines[0] == "  reason:        build-pod: x\\n  released now by: nobody\\x1b[2J"
+    assert all(line.startswith(("  reason:", "  released:      ")) for line in forged_lines)
 
 
-def test_status_max_hold_defaults_to_the_agents_environment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("DRAIN_GUARD_MAX_HOLD", "20m")
-    assert build_parser().parse_args(["status"]).max_hold == timedelta(minutes=20)
-    monkeypatch.delenv("DRAIN_GUARD_MAX_HOLD")
-    assert build_parser().parse_args(["status"]).max_hold == timedelta(minutes=45)
+def test_status_accepts_max_hold_and_ignores_it() -> None:
+    """Scripts written for an older status pass --max-hold: it still parses, and reads
+    nothing (a hold's end is on its Node)."""
+    assert build_parser().parse_args(["status", "--max-hold", "20m"]).max_hold == "20m"
+    assert build_parser().parse_args(["status"]).max_hold is None
 
 
 @given(

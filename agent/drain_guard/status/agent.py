@@ -35,7 +35,14 @@ from drain_guard.protocol import (
     parse_rfc3339_or_none,
 )
 from drain_guard.shield.plan import ShieldStatus
-from drain_guard.status.holdrequest import HoldRequestStatus, printable, stalled
+from drain_guard.status.hold import (
+    HoldReasonStatus,
+    HoldView,
+    reason_lines,
+    reasons_from_json,
+    reasons_json,
+)
+from drain_guard.status.holdrequest import HoldRequestStatus, printable
 
 DECISIONS: tuple[str, ...] = (
     "starting",
@@ -89,14 +96,6 @@ class AlertsStatus:
         elif seen.state == "unreachable":
             text += f" since {format_rfc3339_or_none(seen.since)}: {seen.error}"
         return text
-
-
-@dataclass(frozen=True)
-class HoldReasonStatus:
-    """One reason a drain is held, and its detail (which pods, which digests)."""
-
-    reason: str
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -316,6 +315,20 @@ class AgentStatus:
             return None
         return max(timedelta(0), self.expires_at - self.generated_at)
 
+    def hold_view(self) -> HoldView | None:
+        """The hold in force as ``drain-guard status`` shows it too (None without one)."""
+        if self.held_request is None:
+            return None
+        return HoldView(
+            node=self.node,
+            held_request=self.held_request,
+            since=self.since,
+            expires_at=self.expires_at,
+            reasons=self.hold_reasons,
+            releases_when=self.releases_when,
+            pool=self.pool,
+        )
+
     def to_json(self) -> dict[str, Any]:
         """The JSON document served at ``/status`` (keys are stable; see docs/status.md)."""
         left = self.time_left
@@ -326,7 +339,7 @@ class AgentStatus:
             "desiredDrain": self.desired_drain,
             "lastAppliedDrain": self.last_applied_drain,
             "heldRequest": self.held_request,
-            "holdReasons": [{"reason": r.reason, "detail": r.detail} for r in self.hold_reasons],
+            "holdReasons": reasons_json(self.hold_reasons),
             "since": format_rfc3339_or_none(self.since),
             "expiresAt": format_rfc3339_or_none(self.expires_at),
             "timeLeftSeconds": None if left is None else int(left.total_seconds()),
@@ -393,10 +406,7 @@ class AgentStatus:
             desired_drain=data["desiredDrain"],
             last_applied_drain=data["lastAppliedDrain"],
             held_request=data["heldRequest"],
-            hold_reasons=tuple(
-                HoldReasonStatus(reason=r["reason"], detail=r["detail"])
-                for r in data["holdReasons"]
-            ),
+            hold_reasons=reasons_from_json(data["holdReasons"]),
             since=parse_rfc3339_or_none(data["since"]),
             expires_at=parse_rfc3339_or_none(data["expiresAt"]),
             build_pods=None
@@ -455,29 +465,15 @@ class AgentStatus:
         now = self.generated_at
         mode = " (observe-only: writes nothing)" if self.observe_only else ""
         lines = [f"node {self.node}{mode}: {self.decision} - {printable(self.explanation)}"]
-        if self.held_request is not None:
-            lines.append(f"  held request:  {printable(self.held_request)}")
-            if self.since is not None:
-                age = format_duration(now - self.since)
-                lines.append(f"  held since:    {format_rfc3339(self.since)} ({age} ago)")
-            if self.expires_at is not None:
-                left = format_duration(max(timedelta(0), self.expires_at - now))
-                lines.append(
-                    f"  expires:       {format_rfc3339(self.expires_at)} (in {left}; "
-                    "then released with outcome expired)"
-                )
-        elif self.desired_drain is not None:
-            lines.append(f"  desiredDrain:  {printable(self.desired_drain)}")
+        hold = self.hold_view()
+        if hold is not None:
+            lines += hold.text_lines(now)
+        else:
+            if self.desired_drain is not None:
+                lines.append(f"  desiredDrain:  {printable(self.desired_drain)}")
+            lines += reason_lines(self.hold_reasons, self.releases_when)
         if self.release_failing is not None:
             lines.append(f"  RELEASE FAILING: {self.release_failing.text(now)}")
-        for reason in self.hold_reasons:
-            lines.append(f"  reason:        {reason.reason}: {printable(reason.detail)}")
-        for condition in self.releases_when:
-            lines.append(f"  released:      {condition}")
-        if self.held_request is not None:
-            lines.append(f"  released:      now by drain-guard release --node-name {self.node}")
-            if self.pool is not None:
-                lines.append(f"  pool:          {stalled(printable(self.pool), self.node)}")
         if self.hold_request is not None:
             request = self.hold_request.to_text(now, self.expires_at, self.max_hold)
             lines.append(f"  hold request:  {request}")

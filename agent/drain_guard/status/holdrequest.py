@@ -31,6 +31,7 @@ from drain_guard.protocol import (
     parse_rfc3339_or_none,
     truncate_utf8,
 )
+from drain_guard.settings.agent import MCD_DRAIN_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,9 @@ class HoldRequestStatus:
         )
 
     def to_text(self, now: datetime, ends_by: datetime | None, max_hold: timedelta | None) -> str:
-        """One line; INVALID and EXPIRED in capitals, since such a request holds nothing."""
+        """One line; INVALID and EXPIRED in capitals, since such a request holds nothing.
+        ``ends_by`` is the hold in force's end, ``max_hold`` the agent's own (None when the
+        reader has only the Node: ``drain-guard status``)."""
         value = printable(self.value)
         if self.state == "invalid":
             return f"INVALID, holds nothing: {printable(self.why)} (value {value})"
@@ -104,6 +107,12 @@ class HoldRequestStatus:
             line += (
                 f"; capped by --max-hold: a drain is held at most {format_duration(max_hold)}"
                 " from when it is requested"
+            )
+        elif ends_by is None and max_hold is None and self.until - now >= MCD_DRAIN_TIMEOUT:
+            # Read from the Node alone, with no agent's setting: every --max-hold is below 1h.
+            line += (
+                "; capped by --max-hold: a drain is held at most the agent's --max-hold (below"
+                " 1h, the MCD's drain timeout) from when it is requested"
             )
         return line
 

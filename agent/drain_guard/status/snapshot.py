@@ -29,10 +29,10 @@ from drain_guard.protocol import (
 from drain_guard.status.agent import (
     AgentStatus,
     BootedImageStatus,
-    HoldReasonStatus,
     InvalidInputStatus,
     PodStatus,
 )
+from drain_guard.status.hold import HoldReasonStatus
 from drain_guard.status.holdrequest import HoldRequestStatus, releases_when
 
 
