@@ -12,6 +12,7 @@ import aiohttp
 
 from drain_guard import __version__
 from drain_guard.kube import kubeclient as k8s
+from drain_guard.kube import scratch
 from drain_guard.kube.call import describe
 from drain_guard.kube.counters import Counters, NullCounters
 from drain_guard.kube.kubeclient import ConfigException
@@ -246,7 +247,11 @@ async def _load_kubeconfig(path: str, cfg: k8s.Configuration) -> None:
         files = [p for p in path.split(os.pathsep) if p and os.path.isfile(p)]  # noqa: ASYNC240
         if not any(_read_text(p).strip() for p in files):
             raise ConfigException(f"kubeconfig {path} is empty")
-        await k8s.load_kube_config(config_file=path, client_configuration=cfg)
+        # Its inline certificate data goes to files in a directory of this process's own,
+        # which the next start removes should this process be killed (kube/scratch.py).
+        await k8s.load_kube_config(
+            config_file=path, client_configuration=cfg, temp_file_path=scratch.own_directory()
+        )
     except ConfigException as exc:
         if str(exc).startswith(f"kubeconfig {path} "):
             raise
