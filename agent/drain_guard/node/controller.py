@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from datetime import datetime, timedelta
+from typing import Any
 
 from drain_guard import __version__, guards, protocol
 from drain_guard.core.alerts import AlertsSeen
 from drain_guard.core.nodes import NodeObj
 from drain_guard.core.operations import Watched
-from drain_guard.core.pods import ALL_NAMESPACES, Pod, watch_namespace
+from drain_guard.core.pods import ALL_NAMESPACES, Pod
 from drain_guard.decision import decisions, holds
 from drain_guard.decision.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
@@ -31,18 +30,19 @@ from drain_guard.kube.listwatch import NamedCache, WatchCache
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.node import host
 from drain_guard.node.holdreport import EventSink, HoldReport
+from drain_guard.node.interfaces import Clock, NodeApi, SystemClock
+from drain_guard.node.observeonly import ObserveOnly
+from drain_guard.node.releasing import ReleaseEscalation
+from drain_guard.node.watches import blocking_watch_namespaces, pod_watch_namespace
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard.runtime.logs import decision_fields, log_key
 from drain_guard.settings.agent import Settings
 from drain_guard.shield.loop import Shield
-from drain_guard.shield.plan import shield_namespaces
 from drain_guard.status.agent import (
     AgentStatus,
     AlertsStatus,
-    ObservedStatus,
-    ReleaseFailingStatus,
     WouldHoldStatus,
 )
 from drain_guard.status.snapshot import decided, nothing_decided
@@ -60,35 +60,6 @@ STUCK_AFTER = 120.0
 class RefusedError(KubeError):
     """The Node write was refused (409/422) on every attempt of one pass: retried with backoff
     (a competing writer wakes the loop sooner; a webhook or the size limit does not)."""
-
-
-# --- what the controller talks to -----------------------------------------------------------
-
-
-class NodeApi(Protocol):
-    """The Node reads and compare-and-swap writes of the loop (``kube.Kube``)."""
-
-    async def get_node(self, name: str) -> NodeObj | None: ...
-
-    async def patch_node_json(self, name: str, ops: Sequence[Mapping[str, Any]]) -> PatchResult: ...
-
-
-class Clock(Protocol):
-    """The time, as the loop reads it: tests inject their own."""
-
-    def now(self) -> datetime: ...
-
-    def monotonic(self) -> float: ...
-
-
-class SystemClock:
-    """The wall clock (aware UTC) and the monotonic clock."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 # --- the controller -------------------------------------------------------------------------
@@ -158,21 +129,13 @@ class Controller:
         # (the watch's resourceVersion then, the Node as the API returned it), used until
         # the watch delivers something newer.
         self._written: tuple[str, NodeObj] | None = None
-        # --observe-only: the last request that would have been held, and the reasons it was
-        # counted under (each once, one it gained later too).
-        self._would_hold: str | None = None
-        self._would_counted: frozenset[str] = frozenset()
-        # --observe-only: what it saw since it started (/status), and the build pods that
-        # ran on the node at the last pass (one gone from the cordoned node was evicted).
-        self._observed = ObservedStatus() if settings.observe_only else None
-        self._running_builds: frozenset[str] = frozenset()
-        # The release this pass is writing, and the one that has failed since (escalated in
-        # /status, a metric and an alert: a hold must not outlive max-hold for want of it).
-        self._releasing: decisions.Release | None = None
+        # --observe-only: what it would have held, and what it saw since it started.
+        self._observe_only = ObserveOnly(metrics) if settings.observe_only else None
+        # The release this pass is writing, and the one that has failed since.
+        self._release = ReleaseEscalation(metrics, settings.node_name, self.clock.now)
         # Since when, and why, the Node writes fail without an answer or with a 5xx: the API
         # server reads (watches, the cache) but does not commit; /readyz says so.
         self._writes_failing: tuple[datetime, str] | None = None
-        self._release_failing: ReleaseFailingStatus | None = None
 
     # StatusSource -------------------------------------------------------------------------
 
@@ -182,8 +145,8 @@ class Controller:
             generated_at=self.clock.now(),
             watches={r: self.counters.watch(r) for r in (Watched.NODE, Watched.POD)},
             last_api_contact=self.counters.last_contact,
-            release_failing=self._release_failing,
-            observed=self._observed,
+            release_failing=self._release.failing,
+            observed=None if self._observe_only is None else self._observe_only.observed,
             shield=None if self.shield is None else self.shield.status(),
             build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
             pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
@@ -252,15 +215,15 @@ class Controller:
                 if not self.cache.synced:
                     continue  # invariant 7: no decision before both watches listed
                 self._pass_started = self.clock.monotonic()
-                self._releasing = None
+                self._release.releasing = None
                 try:
                     recheck = self.wake_at(await self.step())
                     retry.reset()
                     outage.ended()
                     self._writes_failing = None
-                    self._release_landed()
+                    self._release.landed()
                 except Exception as exc:  # one failed pass never ends the loop
-                    self._release_failed(exc)
+                    self._memory = self._release.failed(exc, self._memory)
                     # An API error, refused writes, or ours (an OSError out of descriptors):
                     # logged once per run, counted, and retried on a timer of its own, so that
                     # every timer (retry, max-hold, hold-request expiry) outlives the failure.
@@ -292,52 +255,6 @@ class Controller:
             return recheck
         read_at = self.clock.now() + timedelta(seconds=delay)
         return read_at if recheck is None else min(recheck, read_at)
-
-    def _release_failed(self, exc: Exception) -> None:
-        """The pass failed while writing a release: it is retried with the pass, and from the
-        first failure on, /status and ``drain_guard_release_failing_since_timestamp_seconds``
-        say so (``DrainGuardReleaseFailing`` fires after 2 minutes)."""
-        release = self._releasing
-        if release is None:
-            return
-        if isinstance(exc, KubeError) and (exc.status == 0 or exc.status >= 500):
-            # No answer, or the server's own failure (an etcd freeze's 504): the release may
-            # still be committed; if the hold then ends just so, it ended by this release.
-            self._memory = holds.attempted(self._memory, release)
-        failing = self._release_failing
-        if failing is None or failing.request != release.original:
-            failing = ReleaseFailingStatus(
-                release.original, release.outcome.value, self.clock.now(), 0, ""
-            )
-            self.metrics.set_release_failing(failing.since)
-            log.warning(
-                "release of %s (%s) failed; retried until it lands: %s",
-                release.original,
-                release.outcome.value,
-                exc,
-                extra={"fields": {"node": self.settings.node_name, "request": release.original}},
-            )
-        self._release_failing = replace(
-            failing,
-            outcome=release.outcome.value,
-            attempts=failing.attempts + 1,
-            error=str(exc) or type(exc).__name__,
-        )
-
-    def _release_landed(self) -> None:
-        """A pass succeeded: the failing release landed, or is no longer needed."""
-        failing = self._release_failing
-        if failing is None:
-            return
-        self._release_failing = None
-        self.metrics.set_release_failing(None)
-        log.warning(
-            "release of %s no longer failing after %d failed attempts since %s",
-            failing.request,
-            failing.attempts,
-            protocol.format_rfc3339(failing.since),
-            extra={"fields": {"node": self.settings.node_name, "request": failing.request}},
-        )
 
     def _report_synced(self) -> None:
         for resource, synced in (("node", self.cache.node_synced), ("pod", self.cache.pods_synced)):
@@ -396,11 +313,11 @@ class Controller:
             if not decision.patch:
                 self._settle(decision, node, view)
                 return decision.recheck_at
-            if self.settings.observe_only:
+            if self._observe_only is not None:
                 # The one place that chooses between writing and reporting a decision.
-                self._report(decision, node, view)
+                self._report(self._observe_only, decision, node, view)
                 return decision.recheck_at
-            self._releasing = decision if isinstance(decision, decisions.Release) else None
+            self._release.releasing = decision if isinstance(decision, decisions.Release) else None
             result = await self._write(node.name, decision.patch)
             if isinstance(result, Applied):
                 self._written = (node.resource_version, result.node)
@@ -469,50 +386,28 @@ class Controller:
         """Keep the new memory; tell each transition (metrics, Events, log lines)."""
         self._memory = change.memory
         self.hold_report.tell(change.transitions, node.name, protocol.pool_of(node.annotations))
-        if self._observed is not None:
-            for t in change.transitions:
-                if isinstance(t, holds.Requested) and t.verb is protocol.Verb.DRAIN:
-                    self._observed = self._observed.requested()
+        if self._observe_only is not None:
+            self._observe_only.seen(change.transitions)
 
     # Observe-only -------------------------------------------------------------------------
 
-    def _report(self, decision: decisions.Decision, node: NodeObj, view: guards.NodeView) -> None:
-        """--observe-only: what would have been written, in the log, /status and metrics.
-
-        Nothing is written, so the Node keeps the request and every pass decides the same
-        hold again: a request is counted once under each of its reasons, the first time it
-        would have been held for it.
-        """
-        written = decision.hold_written
-        hold = written if written is not None and written.starts else None
-        reasons = () if hold is None else tuple(b.reason.value for b in hold.blocks)
-        if hold is not None:
-            if hold.request != self._would_hold:
-                self._would_hold, self._would_counted = hold.request, frozenset()
-            gained = [r for r in reasons if r not in self._would_counted]
-            self._would_counted |= set(gained)
-            self.metrics.count_would_hold(gained)
-            if self._observed is not None:
-                self._observed = self._observed.would_hold(gained)
+    def _report(
+        self,
+        observe_only: ObserveOnly,
+        decision: decisions.Decision,
+        node: NodeObj,
+        view: guards.NodeView,
+    ) -> None:
+        """--observe-only: what would have been written, in the log, /status and metrics."""
+        hold = observe_only.would_hold(decision)
         self._settle(decision, node, view)
         last = self._status.last_would_hold
         if hold is not None and (last is None or last.request != hold.request):
             # Kept after the drain went ahead: the log's "would hold" also stays in /status.
+            reasons = tuple(b.reason.value for b in hold.blocks)
             detail = decisions.hold_detail(hold.blocks)
             would = WouldHoldStatus(view.now, hold.request, reasons, detail)
             self._status = replace(self._status, last_would_hold=would)
-
-    def _watch_evictions(self, running: Sequence[Pod], view: guards.NodeView) -> None:
-        """--observe-only: a build pod that ran at the last pass and is going (being deleted)
-        or gone from the node, now cordoned, was evicted by a drain; one that ended is still
-        there, Succeeded or Failed, and is not counted."""
-        if self._observed is None or view.pods is None:
-            return
-        if view.unschedulable:
-            staying = {p.key for p in view.pods if not p.deleting}
-            for gone in sorted(self._running_builds - staying):
-                self._observed = self._observed.evicted(gone)
-        self._running_builds = frozenset(p.key for p in running)
 
     # Status and the decision log ---------------------------------------------------------
 
@@ -530,7 +425,8 @@ class Controller:
         pods = guards.evidence(decision.verdicts, guards.BuildPodsSeen)
         if pods is not None:
             self.metrics.set_build_pods(len(pods.pods))
-            self._watch_evictions(pods.pods, view)
+            if self._observe_only is not None:
+                self._observe_only.watch_evictions(pods.pods, view)
         image = guards.evidence(decision.verdicts, guards.ImageCompared)
         self.metrics.set_image_match(None if image is None else image.equal)
         replacement = None if image is None else image.replacement
@@ -597,19 +493,3 @@ def _older(node: NodeObj, than: NodeObj) -> bool:
         return int(node.resource_version) < int(than.resource_version)
     except ValueError:
         return False
-
-
-def blocking_watch_namespaces(settings: Settings) -> tuple[str, ...]:
-    """The blocking-pod namespaces that need a pod watch of their own: those the agent's pod
-    watch does not cover (each read with a Role there, never with a cluster-wide watch)."""
-    covered = pod_watch_namespace(settings)
-    if covered is None:
-        return ()
-    return tuple(ns for ns in settings.blocking_pod_namespaces if ns != covered)
-
-
-def pod_watch_namespace(settings: Settings) -> str | None:
-    """Where the agent's one pod watch looks: the build-pod scope and, with the shield on, the
-    shielded namespaces; a single namespace (the default: MCO's) or None for every one."""
-    shielded = shield_namespaces(settings.shield_dependencies) if settings.shield_build_pods else ()
-    return watch_namespace(settings.build_pod_scope, shielded)

@@ -23,8 +23,9 @@ from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Relay, WatchGroup
 from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
 from drain_guard.node.alertsource import AlertSource
-from drain_guard.node.controller import Controller, pod_watch_namespace
+from drain_guard.node.controller import Controller
 from drain_guard.node.events import EventQueue, EventRecorder
+from drain_guard.node.watches import pod_watch_namespace
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
