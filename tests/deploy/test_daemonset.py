@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from drain_guard.config.values import WorkloadRef
 from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
+from drain_guard.settings.install import Install, InstallKind
 from tests.deploy.tools import (
     ON_OSTREE,
     REPO,
@@ -44,10 +46,9 @@ def agent_settings(objects: list[Obj]) -> Settings:
 def test_agent_accepts_its_flags_and_environment(objects: list[Obj]) -> None:
     settings = agent_settings(objects)
     assert settings.node_name == "worker-0"
-    assert settings.daemonset is not None
-    assert (settings.daemonset.namespace, settings.daemonset.name) == ("drain-guard", "drain-guard")
-    assert settings.pod_name == "drain-guard-x7k2p"  # the start-up check needs it
-    assert not settings.release_on_exit
+    # The start-up check needs the pod's name.
+    ref = WorkloadRef("drain-guard", "drain-guard")
+    assert settings.install == Install(InstallKind.DAEMONSET, ref, "drain-guard-x7k2p")
 
 
 def test_node_name_comes_from_the_downward_api(objects: list[Obj]) -> None:

@@ -23,6 +23,7 @@ from drain_guard.cli import build_parser
 from drain_guard.config.values import SettingsError
 from drain_guard.node.host import read_booted_image_ostree
 from drain_guard.settings.agent import RUN_OPTIONS, add_run_arguments, settings_from
+from drain_guard.settings.install import InstallKind
 from drain_guard_sim.actors.hostfs import HostFS
 from tests.deploy.test_host_view import IMAGE, SECRET, SECRETS
 from tests.deploy.tools import (
@@ -242,8 +243,7 @@ def _unit_environment() -> dict[str, str]:
 def test_agent_accepts_the_command_line_and_environment_file() -> None:
     env = _unit_environment()
     settings = settings_from(_settings(env), env)
-    assert settings.release_on_exit
-    assert settings.daemonset is None
+    assert settings.install.kind is InstallKind.SYSTEMD
     assert settings.listen.host == "127.0.0.1"
     # The proxy passes on no budget write: the central shield keeps them.
     assert not settings.shield_build_pods

@@ -25,6 +25,7 @@ from drain_guard.core.selectors import (
     default_build_pod_selectors,
 )
 from drain_guard.settings.agent import BootedImageSource, Settings, add_run_arguments, settings_from
+from drain_guard.settings.install import Install, InstallKind
 from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 
 
@@ -45,9 +46,7 @@ def test_defaults() -> None:
     assert s.listen == Listen("127.0.0.1", 9797)
     assert s.max_hold == timedelta(minutes=45)
     assert tuple(str(sel) for sel in s.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
-    assert s.daemonset is None
-    assert s.pod_name is None
-    assert s.release_on_exit is False
+    assert s.install == Install(InstallKind.STANDALONE)
     assert s.log_format is LogFormat.TEXT
     assert s.log_level == "INFO"
 
@@ -70,8 +69,7 @@ def test_environment_fills_in_and_flags_win() -> None:
     assert s.kubeconfig == "/env/kubeconfig"
     assert s.max_hold == timedelta(minutes=10)
     assert s.listen == Listen("0.0.0.0", 0)
-    assert s.daemonset == WorkloadRef("ns", "dg")
-    assert s.pod_name == "dg-x7k2p"
+    assert s.install == Install(InstallKind.DAEMONSET, WorkloadRef("ns", "dg"), "dg-x7k2p")
     assert s.log_format is LogFormat.JSON
     assert s.log_level == "DEBUG"
     assert [str(sel) for sel in s.build_pod_selectors] == ["app=a,tier=b", "other=c"]
@@ -114,9 +112,50 @@ def test_a_selector_namespace_that_is_opted_in_is_accepted() -> None:
     assert [sel.namespace for sel in s.build_pod_selectors] == ["tenant-a"]
 
 
-def test_release_on_exit_from_environment() -> None:
-    assert _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "true"}).release_on_exit
-    assert not _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "0"}).release_on_exit
+def test_release_on_exit_from_environment_is_the_systemd_install() -> None:
+    on = _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "true"})
+    assert on.install.kind is InstallKind.SYSTEMD
+    off = _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": "0"})
+    assert off.install.kind is InstallKind.STANDALONE
+
+
+@pytest.mark.parametrize(
+    ("argv", "kind"),
+    [
+        (["--daemonset", "ns/dg", "--pod-name", "p"], InstallKind.DAEMONSET),
+        (
+            ["--install", "daemonset", "--daemonset", "ns/dg", "--pod-name", "p"],
+            InstallKind.DAEMONSET,
+        ),
+        (["--release-on-exit"], InstallKind.SYSTEMD),
+        (["--install", "systemd"], InstallKind.SYSTEMD),
+        (["--install", "systemd", "--release-on-exit"], InstallKind.SYSTEMD),
+        ([], InstallKind.STANDALONE),
+        (["--install", "standalone"], InstallKind.STANDALONE),
+        # The credential is not the install: the node proxy's socket alone keeps holds.
+        (["--api-socket", "/run/x.sock"], InstallKind.STANDALONE),
+    ],
+)
+def test_the_install_is_one_value_given_or_implied(argv: list[str], kind: InstallKind) -> None:
+    assert _parse(["--node-name", "n", *argv]).install.kind is kind
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--install", "daemonset"], "--install daemonset needs --daemonset"),
+        (["--install", "daemonset", "--daemonset", "ns/dg"], "--daemonset needs --pod-name"),
+        (
+            ["--install", "systemd", "--daemonset", "ns/dg"],
+            "--install systemd excludes --daemonset",
+        ),
+        (["--install", "standalone", "--release-on-exit"], "excludes --release-on-exit"),
+        (["--daemonset", "ns/dg", "--release-on-exit"], "exclude each other"),
+    ],
+)
+def test_an_install_at_odds_with_its_flags_is_refused(argv: list[str], error: str) -> None:
+    with pytest.raises(SettingsError, match=error):
+        _parse(["--node-name", "n", *argv])
 
 
 @pytest.mark.parametrize(
@@ -127,11 +166,13 @@ def test_release_on_exit_from_environment() -> None:
     ],
 )
 def test_every_boolean_takes_the_same_spellings(text: str, value: bool) -> None:
-    for flag in ("RELEASE_ON_EXIT", "SHIELD_BUILD_PODS", "SHIELD_DEPENDENCIES"):
+    for flag in ("SHIELD_BUILD_PODS", "SHIELD_DEPENDENCIES"):
         env = {f"DRAIN_GUARD_{flag}": text}
         if flag == "SHIELD_DEPENDENCIES":
             env["DRAIN_GUARD_SHIELD_BUILD_PODS"] = "true"
         assert getattr(_parse(["--node-name", "n"], env), flag.lower()) is value
+    released = _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": text})
+    assert (released.install.kind is InstallKind.SYSTEMD) is value
     assert _parse(["--node-name", "n", "--shield-build-pods", text]).shield_build_pods is value
 
 

@@ -14,7 +14,6 @@ import logging
 from functools import partial
 
 from drain_guard import __version__
-from drain_guard.config.values import WorkloadRef
 from drain_guard.core.exitcodes import EXIT_FAILURE
 from drain_guard.core.operations import Watched
 from drain_guard.core.watchstatus import WatchStatus
@@ -42,6 +41,7 @@ from drain_guard.runtime.lifecycle import (
 from drain_guard.runtime.logs import configure_logging
 from drain_guard.runtime.server import LateSource
 from drain_guard.settings.agent import Settings
+from drain_guard.settings.install import InstallKind
 from drain_guard.shield.loop import Shield
 from drain_guard.shield.plan import NodeScope
 
@@ -58,11 +58,12 @@ async def shutdown_releases(settings: Settings, kube: Kube, stopped: Stopped) ->
         return False, crashed
     if settings.observe_only:
         return False, "--observe-only: nothing is written"
-    if settings.release_on_exit:
-        return True, "--release-on-exit"
-    ref: WorkloadRef | None = settings.daemonset
-    if ref is None:
-        return False, "no --daemonset and no --release-on-exit: holds are kept"
+    install = settings.install
+    if install.kind is InstallKind.SYSTEMD:
+        return True, "--install systemd: a stopped service releases its holds"
+    if install.daemonset is None:
+        return False, f"--install {install.kind}: holds are kept"
+    ref = install.daemonset
     # A hold left behind is bounded by the next agent's max-hold; a wrong release is not
     # undoable.
     return await uninstalling("DaemonSet", ref, kube.daemonset_state, kept="holds")
@@ -111,9 +112,9 @@ class _Agent:
 
     async def start(self, kube: Kube) -> Running:
         settings, metrics = self.settings, self.metrics
-        if settings.daemonset is not None:
-            assert settings.pod_name is not None  # config.settings_from requires it
-            await selfcheck.check_daemonset(kube, settings.daemonset, settings.pod_name)
+        install = settings.install
+        if install.daemonset is not None and install.pod_name is not None:  # --install daemonset
+            await selfcheck.check_daemonset(kube, install.daemonset, install.pod_name)
         await selfcheck.check_node(kube, settings.node_name)
         # Through the node proxy (systemd) the node's identity may not read pools: their
         # Events then carry no uid (docs/install.md).
@@ -126,8 +127,8 @@ class _Agent:
         watch_timeout = int(settings.watch_timeout.total_seconds())
         shield = make_shield(settings, kube, metrics, cache, watch_timeout)
         controller = Controller(settings, kube, metrics, self.counters, events, cache, shield)
-        if settings.daemonset is None and not settings.release_on_exit:
-            log.warning("neither --daemonset nor --release-on-exit: holds are kept on exit")
+        if install.kind is InstallKind.STANDALONE:
+            log.warning("--install standalone: holds are kept on exit")
         self.source.target = controller
         log.info(
             "drain-guard %s guarding node %s (max-hold %s)%s",

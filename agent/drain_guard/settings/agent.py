@@ -18,7 +18,6 @@ from drain_guard.config.values import (
     Listen,
     LogFormat,
     SettingsError,
-    WorkloadRef,
     format_duration,
     named,
     parse_api_stale_after,
@@ -26,11 +25,11 @@ from drain_guard.config.values import (
     parse_duration,
     parse_listen,
     parse_scope,
-    parse_workload,
 )
 from drain_guard.core.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
 from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.guards import Guard, registry
+from drain_guard.settings.install import INSTALL_OPTION, Install, install_from
 
 DEFAULT_LISTEN = "127.0.0.1:9797"
 # The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
@@ -61,8 +60,7 @@ class Settings:
     listen: Listen
     max_hold: timedelta
     build_pod_selectors: tuple[BuildPodSelector, ...]
-    daemonset: WorkloadRef | None
-    release_on_exit: bool
+    install: Install
     log_format: LogFormat
     log_level: str
     #: The namespaces whose pods may hold a drain (MCO's, and those opted in).
@@ -73,7 +71,6 @@ class Settings:
     watch_timeout: timedelta = timedelta(minutes=15)
     confinement_check_interval: timedelta = timedelta(hours=1)
     observe_only: bool = False
-    pod_name: str | None = None
     api_socket: str | None = None
     alerts: AlertSettings | None = None
     #: Operator-declared blocking pods, and the namespaces where they may run (each read
@@ -100,9 +97,8 @@ class Settings:
             "bootedImageSource": self.booted_image_source.value,
             "shieldBuildPods": self.shield_build_pods,
             "shieldDependencies": self.shield_dependencies,
-            "onExit": f"daemonset {self.daemonset}"
-            if self.daemonset is not None
-            else ("release" if self.release_on_exit else "keep holds"),
+            "install": self.install.kind.value,
+            "onExit": self.install.on_exit(),
             "observeOnly": self.observe_only,
             "alerts": None if self.alerts is None else self.alerts.effective(),
             "blockingPodSelectors": [str(s) for s in self.blocking_pod_selectors],
@@ -217,6 +213,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         repeatable=True,
     ),
     *BLOCKING_POD_OPTIONS,
+    INSTALL_OPTION,
     Option(
         "--daemonset",
         env_name("--daemonset"),
@@ -338,20 +335,6 @@ def _settings(raw: dict[str, object]) -> Settings:
             )
 
     command = _split_command(str(raw["rpm_ostree_command"]))
-    daemonset = (
-        None if raw["daemonset"] is None else parse_workload("--daemonset", str(raw["daemonset"]))
-    )
-    release_on_exit = bool(raw["release_on_exit"])
-    if daemonset is not None and release_on_exit:
-        raise SettingsError(
-            "--daemonset and --release-on-exit exclude each other (DaemonSet or systemd)"
-        )
-    pod_name = str(raw["pod_name"] or "").strip() or None
-    if daemonset is not None and pod_name is None:
-        raise SettingsError(
-            "--daemonset needs --pod-name (POD_NAME from the downward API) to check at start"
-            " that the DaemonSet owns this pod"
-        )
     shield_build_pods = bool(raw["shield_build_pods"])
     shield_dependencies = bool(raw["shield_dependencies"])
     if shield_dependencies and not shield_build_pods:
@@ -375,8 +358,7 @@ def _settings(raw: dict[str, object]) -> Settings:
         max_hold=max_hold,
         build_pod_selectors=selectors,
         build_pod_scope=scope,
-        daemonset=daemonset,
-        release_on_exit=release_on_exit,
+        install=install_from(raw),
         log_format=LogFormat(str(raw["log_format"])),
         log_level=str(raw["log_level"]),
         shield_build_pods=shield_build_pods,
@@ -385,7 +367,6 @@ def _settings(raw: dict[str, object]) -> Settings:
         watch_timeout=watch_timeout,
         confinement_check_interval=confinement_check_interval,
         observe_only=bool(raw["observe_only"]),
-        pod_name=pod_name,
         api_socket=api_socket,
         alerts=alert_settings(raw),
         **blocking_pod_settings(raw),
