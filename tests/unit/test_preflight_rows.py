@@ -53,7 +53,8 @@ def test_every_install_of_the_rights_table_is_made_on_the_real_api_server() -> N
     of, holding the table to the API server's answers (a row that lies fails there): the
     agents' by preflight's makers with their real token (test_rights), openshift-4.15's with
     its webhook running (test_webhook), the central shield's with its token
-    (test_shield_confinement), the webhook's account's with its token (test_webhook_rights). A row of an install none of them makes fails here."""
+    (test_shield_confinement), the webhook's account's with its token (test_webhook_rights).
+    A row of an install none of them makes fails here."""
     installs = {row.install for row in table_rows(RIGHTS.read_text())}
     checked = {*test_rights.INSTALLS, test_webhook.INSTALL, *NOT_AN_AGENT}
     assert installs == checked
