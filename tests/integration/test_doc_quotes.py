@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from drain_guard.status.agent import ObservedStatus
+from drain_guard.status.parts import ObservedStatus
 from drain_guard_sim.apiserver.server import SimApiServer
 from tests.helpers import run_cli
 

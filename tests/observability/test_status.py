@@ -20,20 +20,19 @@ from drain_guard.decision import decisions
 from drain_guard.decision.decide import decide
 from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HoldRecord, Reason
 from drain_guard.shield.plan import Conflict, Held, NodeScope, Role, ShieldStatus
-from drain_guard.status.agent import (
-    DECISIONS,
-    AgentStatus,
-    BootedImageStatus,
-    InvalidInputStatus,
-    PodStatus,
-    ReleaseFailingStatus,
-)
+from drain_guard.status.agent import DECISIONS, AgentStatus
 from drain_guard.status.hold import HoldReasonStatus
 from drain_guard.status.holdrequest import (
     HoldRequestStatus,
     printable,
     releases_when,
     split_hold_detail,
+)
+from drain_guard.status.parts import (
+    BootedImageStatus,
+    InvalidInputStatus,
+    PodStatus,
+    ReleaseFailingStatus,
 )
 from drain_guard.status.snapshot import decided, nothing_decided
 from tests.helpers import agent_guards

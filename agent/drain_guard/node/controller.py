@@ -40,11 +40,8 @@ from drain_guard.runtime.health import Health
 from drain_guard.runtime.logs import decision_fields, log_key
 from drain_guard.settings.agent import Settings
 from drain_guard.shield.loop import Shield
-from drain_guard.status.agent import (
-    AgentStatus,
-    AlertsStatus,
-    WouldHoldStatus,
-)
+from drain_guard.status.agent import AgentStatus
+from drain_guard.status.parts import AlertsStatus, WouldHoldStatus
 from drain_guard.status.snapshot import decided, nothing_decided
 
 log = logging.getLogger("drain_guard.node.controller")

@@ -14,7 +14,7 @@ from drain_guard import guards, protocol
 from drain_guard.core.pods import Pod
 from drain_guard.decision import decisions, holds
 from drain_guard.runtime.agent_metrics import Metrics
-from drain_guard.status.agent import ObservedStatus
+from drain_guard.status.parts import ObservedStatus
 
 
 class ObserveOnly:

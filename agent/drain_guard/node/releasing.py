@@ -16,7 +16,7 @@ from drain_guard import protocol
 from drain_guard.decision import decisions, holds
 from drain_guard.kube.call import KubeError
 from drain_guard.runtime.agent_metrics import Metrics
-from drain_guard.status.agent import ReleaseFailingStatus
+from drain_guard.status.parts import ReleaseFailingStatus
 
 #: The controller's log: the escalation is the loop's to tell.
 log = logging.getLogger("drain_guard.node.controller")

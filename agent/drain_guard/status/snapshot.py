@@ -26,14 +26,10 @@ from drain_guard.protocol import (
     pool_of,
     releaser_of,
 )
-from drain_guard.status.agent import (
-    AgentStatus,
-    BootedImageStatus,
-    InvalidInputStatus,
-    PodStatus,
-)
+from drain_guard.status.agent import AgentStatus
 from drain_guard.status.hold import HoldReasonStatus
 from drain_guard.status.holdrequest import HoldRequestStatus, releases_when
+from drain_guard.status.parts import BootedImageStatus, InvalidInputStatus, PodStatus
 
 
 def nothing_decided(base: AgentStatus, explanation: str, now: datetime) -> AgentStatus:
