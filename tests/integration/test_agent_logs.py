@@ -105,7 +105,8 @@ async def test_start_up_line_has_the_effective_settings_and_debug_shows_watch_ev
     settings = await agent.wait_log(lambda r: r.get("message") == "settings")
     assert settings["apiServer"] == api.url
     assert settings["maxHold"] == "45m"
-    assert settings["node"] == NODE
+    assert settings["nodeName"] == NODE
+    assert settings["install"] == {"kind": "standalone", "daemonset": None, "podName": None}
     assert settings["buildPodScope"] == [MCO_NS]
     assert settings["shieldNamespaces"] == [MCO_NS]
     assert "openshift.io/build.name" in settings["buildPodSelectors"]

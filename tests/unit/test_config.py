@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 from datetime import timedelta
 
 import pytest
@@ -366,3 +368,21 @@ def test_a_listen_address_without_a_host_says_which_to_write() -> None:
         SettingsError, match=r"127\.0\.0\.1:9797 for this host only, or 0\.0\.0\.0:9797"
     ):
         parse_listen(":9797")
+
+
+def test_the_start_up_line_shows_every_setting_as_a_flag_takes_it() -> None:
+    """Derived from the fields (config/effective.py): a new setting shows with no second list."""
+    s = _parse(["--node-name", "n", "--max-hold", "90s", "--daemonset", "ns/dg", "--pod-name", "p"])
+    shown = s.effective()
+    names = [f.name for f in dataclasses.fields(Settings)]
+    assert len(shown) == len(names)
+    assert all(name.replace("_", "").lower() in {k.lower() for k in shown} for name in names)
+    assert json.loads(json.dumps(shown)) == shown
+    assert (shown["nodeName"], shown["maxHold"], shown["listen"]) == (
+        "n",
+        "1m30s",
+        "127.0.0.1:9797",
+    )
+    assert shown["install"] == {"kind": "daemonset", "daemonset": "ns/dg", "podName": "p"}
+    assert shown["buildPodScope"] == ["openshift-machine-config-operator"]
+    assert shown["guards"] == [guard.reason.value for guard in s.guards]

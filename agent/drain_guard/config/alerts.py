@@ -29,18 +29,6 @@ class AlertSettings:
         """How long one query may take: the interval, at most ``MAX_ALERT_TIMEOUT``."""
         return min(self.interval, MAX_ALERT_TIMEOUT)
 
-    def effective(self) -> dict[str, object]:
-        return {
-            "url": self.url,
-            "api": self.api.value,
-            "filter": str(self.filter),
-            "namespaces": self.filter.namespaces.pattern,
-            "interval": format_duration(self.interval),
-            "onUnreachable": self.on_unreachable.value,
-            "tokenFile": self.token_file,
-            "caFile": self.ca_file,
-        }
-
 
 #: The longest an alert query may take before it counts as unanswered.
 MAX_ALERT_TIMEOUT = timedelta(seconds=10)

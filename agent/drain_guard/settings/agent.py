@@ -7,11 +7,12 @@ import argparse
 import enum
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from drain_guard.config.alerts import ALERT_OPTIONS, AlertSettings, alert_settings
 from drain_guard.config.blocking import BLOCKING_POD_OPTIONS, blocking_pod_settings
+from drain_guard.config.effective import effective, shown_by
 from drain_guard.config.options import Option, add_arguments, env_name, validated
 from drain_guard.config.values import (
     LOG_LEVELS,
@@ -46,6 +47,10 @@ class BootedImageSource(enum.StrEnum):
     RPM_OSTREE = "rpm-ostree"
 
 
+def _reasons(guards: tuple[Guard, ...]) -> list[str]:
+    return [guard.reason.value for guard in guards]
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything ``drain-guard run`` needs, already validated."""
@@ -64,7 +69,7 @@ class Settings:
     log_format: LogFormat
     log_level: str
     #: The namespaces whose pods may hold a drain (MCO's, and those opted in).
-    build_pod_scope: PodScope = DEFAULT_SCOPE
+    build_pod_scope: PodScope = field(default=DEFAULT_SCOPE, metadata=shown_by(PodScope.names))
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
@@ -78,34 +83,11 @@ class Settings:
     blocking_pod_selectors: tuple[BuildPodSelector, ...] = ()
     blocking_pod_namespaces: tuple[str, ...] = ()
     #: The guards these settings turn on, in the registry's order (``guards.registry``).
-    guards: tuple[Guard, ...] = ()
+    guards: tuple[Guard, ...] = field(default=(), metadata=shown_by(_reasons))
 
     def effective(self) -> dict[str, object]:
-        """The settings in force, for the agent's start-up line (durations as flags take them)."""
-        return {
-            "node": self.node_name,
-            "kubeconfig": f"node proxy {self.api_socket}"
-            if self.api_socket
-            else self.kubeconfig or "in-cluster, else ~/.kube/config",
-            "listen": str(self.listen),
-            "maxHold": format_duration(self.max_hold),
-            "apiStaleAfter": format_duration(self.api_stale_after),
-            "watchTimeout": format_duration(self.watch_timeout),
-            "confinementCheckInterval": format_duration(self.confinement_check_interval),
-            "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
-            "buildPodScope": self.build_pod_scope.names(),
-            "bootedImageSource": self.booted_image_source.value,
-            "shieldBuildPods": self.shield_build_pods,
-            "shieldDependencies": self.shield_dependencies,
-            "install": self.install.kind.value,
-            "onExit": self.install.on_exit(),
-            "observeOnly": self.observe_only,
-            "alerts": None if self.alerts is None else self.alerts.effective(),
-            "blockingPodSelectors": [str(s) for s in self.blocking_pod_selectors],
-            "blockingPodNamespaces": list(self.blocking_pod_namespaces),
-            "guards": [guard.reason.value for guard in self.guards],
-            "logLevel": self.log_level,
-        }
+        """The settings in force, for the agent's start-up line (derived from the fields)."""
+        return effective(self)
 
 
 RUN_OPTIONS: tuple[Option, ...] = (

@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from drain_guard.config.effective import effective
 from drain_guard.config.options import Option, add_arguments, env_name, validated
 from drain_guard.config.values import (
     Listen,
     LogFormat,
     SettingsError,
     WorkloadRef,
-    format_duration,
     named,
     parse_api_stale_after,
     parse_build_pod_selectors,
@@ -71,17 +71,8 @@ class ShieldSettings:
     log_level: str
 
     def effective(self) -> dict[str, object]:
-        """The settings in force, for the start-up line."""
-        return {
-            "kubeconfig": self.kubeconfig or "in-cluster, else ~/.kube/config",
-            "listen": str(self.listen),
-            "apiStaleAfter": format_duration(self.api_stale_after),
-            "buildPodSelectors": [str(s) for s in self.build_pod_selectors],
-            "onExit": "keep budgets"
-            if self.deployment is None
-            else f"deployment {self.deployment}",
-            "logLevel": self.log_level,
-        }
+        """The settings in force, for the start-up line (derived from the fields)."""
+        return effective(self)
 
 
 def add_shield_arguments(parser: argparse.ArgumentParser) -> None:
