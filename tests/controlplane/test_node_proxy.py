@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
+from drain_guard.confine.rights import ALLOWED, expected
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace
@@ -31,8 +34,8 @@ from tests.controlplane.nodes import (
     until,
     wait_annotation,
 )
-from tests.deploy.tools import under
-from tests.helpers import IMAGE_B, confinement, reap
+from tests.deploy.tools import REPO, under
+from tests.helpers import IMAGE_B, MCO_NS, confinement, reap
 from tests.integration.test_node_proxy import (
     JSON_PATCH,
     as_agent,
@@ -45,6 +48,7 @@ from tests.integration.test_node_proxy import (
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the proxy runs as root")
 
 DRAIN = protocol.annotation_path(protocol.DESIRED_DRAIN)
+RIGHTS = REPO / "docs" / "rights.md"
 
 
 @pytest.fixture
@@ -208,3 +212,177 @@ async def test_no_path_the_api_server_decodes_again_reads_a_secret_through_the_p
         assert status == 403, (segment, status, message)
         assert message.startswith("drain-guard node-proxy: "), (segment, message)
     assert listed == 200  # the pods bound to its Node, in the same namespace: passed on
+
+
+#: docs/rights.md's install whose rows the next test makes: the systemd agent, whose requests
+#: go through drain-guard node-proxy with the node's identity.
+INSTALL = "systemd"
+PROXY_DENIAL = "drain-guard node-proxy: "
+MERGE = "application/merge-patch+json"
+JSON = "application/json"
+ProxyRequest = tuple[str, str, str, object]
+
+
+def _hold(ann: dict[str, str]) -> list[protocol.JsonPatchOp]:
+    return list(
+        protocol.hold_patch(
+            DRAIN_B,
+            ann.get(protocol.LAST_APPLIED_DRAIN),
+            "",
+            [protocol.Reason.BUILD_POD],
+            datetime.now(UTC),
+            "rights test",
+            expires=datetime.now(UTC) + timedelta(minutes=45),
+        )
+    )
+
+
+def _release(ann: dict[str, str]) -> list[protocol.JsonPatchOp]:
+    present = [k for k in protocol.OWNED_KEYS if k in ann]
+    return list(protocol.release_patch(DRAIN_B, ann.get(protocol.LAST_APPLIED_DRAIN), "", present))
+
+
+def _event(node: str, about: str) -> dict[str, object]:
+    """An Event about Node ``about`` as the recorder of ``node``'s agent writes one."""
+    return {
+        "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": about},
+        "reason": "DrainHeld",
+        "message": "rights test",
+        "type": "Normal",
+        "source": {"component": "drain-guard", "host": node},
+        "reportingComponent": "drain-guard",
+        "reportingInstance": f"drain-guard-{node}",
+    }
+
+
+def _systemd_requests(
+    node: str, other: str, ann: dict[str, str]
+) -> dict[str, Callable[[], ProxyRequest]]:
+    """docs/rights.md's request column for the systemd agent, word for word, and the request
+    the agent's process sends the proxy for each (``ann``: its Node's annotations, read just
+    before a write that tests them)."""
+    mco_pods = f"/api/v1/namespaces/{MCO_NS}/pods?fieldSelector=spec.nodeName%3D{node}"
+    budget = {"metadata": {"name": "x"}, "spec": {"minAvailable": 1, "selector": {}}}
+    return {
+        "get its own Node": lambda: ("GET", f"/api/v1/nodes/{node}", JSON, None),
+        "list the pods on its own Node in openshift-machine-config-operator": lambda: (
+            "GET",
+            mco_pods,
+            JSON,
+            None,
+        ),
+        "list the pods in kube-system": lambda: (
+            "GET",
+            "/api/v1/namespaces/kube-system/pods",
+            JSON,
+            None,
+        ),
+        "hold its own Node's drain (the agent's JSON Patch)": lambda: (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            _hold(ann),
+        ),
+        "release its own Node's hold (the agent's JSON Patch)": lambda: (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            JSON_PATCH,
+            _release(ann),
+        ),
+        "hold another Node's drain": lambda: (
+            "PATCH",
+            f"/api/v1/nodes/{other}",
+            MERGE,
+            {"metadata": {"annotations": {protocol.HELD_DRAIN: DRAIN_B}}},
+        ),
+        "taint its own Node": lambda: (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            MERGE,
+            {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}},
+        ),
+        "label its own Node": lambda: (
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            MERGE,
+            {"metadata": {"labels": {"x": "y"}}},
+        ),
+        "write its own Node's status": lambda: (
+            "PATCH",
+            f"/api/v1/nodes/{node}/status",
+            MERGE,
+            {"status": {"conditions": []}},
+        ),
+        "delete its own Node": lambda: ("DELETE", f"/api/v1/nodes/{node}", JSON, None),
+        "create an Event about its own Node in default": lambda: (
+            "POST",
+            "/api/v1/namespaces/default/events",
+            JSON,
+            _event(node, node),
+        ),
+        "create an Event about another Node in default": lambda: (
+            "POST",
+            "/api/v1/namespaces/default/events",
+            JSON,
+            _event(node, other),
+        ),
+        "create a budget on its own Node's build pod": lambda: (
+            "POST",
+            f"/apis/policy/v1/namespaces/{MCO_NS}/poddisruptionbudgets",
+            JSON,
+            budget,
+        ),
+        "create a token for MCO's machine-os-builder ServiceAccount": lambda: (
+            "POST",
+            f"/api/v1/namespaces/{MCO_NS}/serviceaccounts/machine-os-builder/token",
+            JSON,
+            {"spec": {"audiences": []}},
+        ),
+        "list the Secrets of openshift-machine-config-operator": lambda: (
+            "GET",
+            f"/api/v1/namespaces/{MCO_NS}/secrets",
+            JSON,
+            None,
+        ),
+        "create a CertificateSigningRequest": lambda: (
+            "POST",
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            JSON,
+            {"spec": {"signerName": "kubernetes.io/kube-apiserver-client-kubelet"}},
+        ),
+    }
+
+
+def _answer(status: int, message: str) -> str:
+    """allowed, the proxy's refusal, or the API server's (the node's identity)."""
+    if 200 <= status < 300:
+        return ALLOWED
+    if status == 403 and message.startswith(PROXY_DENIAL):
+        return "denied: drain-guard node-proxy"
+    return f"error {status}: {message}"
+
+
+async def test_the_rights_table_is_what_the_proxy_and_the_real_api_server_answer(
+    control_plane: ControlPlane, admin: client.ApiClient, root: Path
+) -> None:
+    """docs/rights.md's ``systemd`` rows, each sent to the proxy by a process of the agent's
+    user with no credential, as the agent's own requests go: the proxy's refusal, or the
+    real API server's answer to the node's identity. The hold is made on a pending drain
+    and the release on that hold."""
+    node, other = await create_worker(admin), await create_worker(admin)
+    node_kubeconfig(control_plane, root, node)
+    table = expected(RIGHTS.read_text(), INSTALL)
+    results: dict[str, str] = {}
+    async with started_proxy(root, node):
+        for request in table:
+            if request.startswith("hold its own"):
+                await mcd_request(admin, node, DRAIN_B)
+            ann = dict((await client.CoreV1Api(admin).read_node(node)).metadata.annotations)
+            make = _systemd_requests(node, other, ann).get(request)
+            assert make is not None, f"a row no request makes: {request}"
+            ((status, message),) = await as_agent(root, [make()])
+            results[request] = _answer(status, message)
+    wrong = {r: (table[r], results[r]) for r in table if table[r] != results[r]}
+    assert not wrong, f"(table, proxy and API server) per request: {wrong}"
+    assert set(_systemd_requests(node, other, {})) == set(table), "requests no row names"

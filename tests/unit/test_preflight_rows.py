@@ -10,6 +10,7 @@ import pytest
 from drain_guard.commands.preflight.rows import REQUESTS, UNMADE
 from drain_guard.confine.rights import fitting_overlay, table_rows
 from tests.controlplane import (
+    test_node_proxy,
     test_rights,
     test_shield_confinement,
     test_webhook,
@@ -19,14 +20,19 @@ from tests.controlplane import (
 RIGHTS = Path(__file__).resolve().parents[2] / "docs" / "rights.md"
 
 
-#: Rows of an identity that is not an agent (tests/controlplane/test_shield_confinement.py
-#: makes them with its token): the preflight proves the agents'.
-NOT_AN_AGENT = {test_shield_confinement.INSTALL, test_webhook_rights.INSTALL}
+#: Rows the preflight does not prove (it impersonates an agent's service account): the
+#: central shield's and the webhook's accounts (their tests make them with their tokens), and
+#: the systemd agent, which has no account (test_node_proxy sends them through the proxy).
+NOT_PREFLIGHTS = {
+    test_shield_confinement.INSTALL,
+    test_webhook_rights.INSTALL,
+    test_node_proxy.INSTALL,
+}
 
 
 def test_every_row_of_the_rights_table_is_made_or_says_why_not() -> None:
     rows = table_rows(RIGHTS.read_text())
-    requests = {row.request for row in rows if row.install not in NOT_AN_AGENT}
+    requests = {row.request for row in rows if row.install not in NOT_PREFLIGHTS}
     assert len(requests) > 40
     assert requests - set(REQUESTS) == set(UNMADE)
     assert not set(REQUESTS) - requests, "requests no row names"
@@ -53,8 +59,9 @@ def test_every_install_of_the_rights_table_is_made_on_the_real_api_server() -> N
     of, holding the table to the API server's answers (a row that lies fails there): the
     agents' by preflight's makers with their real token (test_rights), openshift-4.15's with
     its webhook running (test_webhook), the central shield's with its token
-    (test_shield_confinement), the webhook's account's with its token (test_webhook_rights).
-    A row of an install none of them makes fails here."""
+    (test_shield_confinement), the webhook's account's with its token (test_webhook_rights),
+    the systemd agent's through its node proxy (test_node_proxy). A row of an install none of
+    them makes fails here."""
     installs = {row.install for row in table_rows(RIGHTS.read_text())}
-    checked = {*test_rights.INSTALLS, test_webhook.INSTALL, *NOT_AN_AGENT}
+    checked = {*test_rights.INSTALLS, test_webhook.INSTALL, *NOT_PREFLIGHTS}
     assert installs == checked
