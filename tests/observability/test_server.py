@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from drain_guard.config.values import parse_listen
-from drain_guard.runtime import connections, server
+from drain_guard.runtime import connections, door, server
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.server import make_app, serve
 from drain_guard.status.agent import AgentStatus
@@ -225,6 +225,56 @@ async def test_idle_and_slow_connections_are_closed(monkeypatch: pytest.MonkeyPa
         await runner.cleanup()
 
 
+async def test_at_the_cap_a_probe_is_answered_at_the_door_and_no_request_is_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 36: at the cap the server stopped accepting, and a probe waited in the kernel's
+    queue behind the flood until the cap made room (2.8 s of the kubelet's 3 under 1,000
+    connections). Now, with every serving slot taken by a request in flight (a dribbled
+    one, which the cap never closes) and the door full of requests waiting, a probe is
+    still answered, from the door; the oldest request at the door gets its busy 503 whole,
+    and no request being served is cut."""
+    monkeypatch.setattr(connections, "MAX_CONNECTIONS", 8)
+    monkeypatch.setattr(connections, "DOOR_SLOTS", 2)
+    monkeypatch.setattr(door, "RETRY_AFTER", 3600)  # they wait at the door until pushed out
+    runner, port = await serve(make_app(FakeSource(), Metrics()), parse_listen("127.0.0.1:0"))
+    dribblers = []
+    try:
+        for _ in range(connections.MAX_CONNECTIONS):  # 6 served, 2 at the door
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and not the blank line
+            await writer.drain()
+            dribblers.append((reader, writer))
+        async with asyncio.timeout(WAIT):
+            await _descriptors_reach(port, connections.MAX_CONNECTIONS)
+            answers = {asyncio.ensure_future(r.read()): i for i, (r, _) in enumerate(dribblers)}
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            probed = await reader.read()  # the door closes it after the answer
+            writer.close()
+            done, _ = await asyncio.wait(answers, return_when=asyncio.FIRST_COMPLETED)
+        assert probed.startswith(b"HTTP/1.1 200 OK\r\n"), probed
+        assert probed.endswith(b"\r\n\r\nok\n"), probed
+        # The probe took the slot of the oldest request at the door: its busy 503, whole.
+        (pushed,) = done
+        assert answers[pushed] >= connections.MAX_CONNECTIONS - connections.DOOR_SLOTS
+        assert pushed.result().startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert pushed.result().endswith(b"\r\n\r\nbusy\n")
+        for future in answers:
+            future.cancel()
+        await asyncio.gather(*answers, return_exceptions=True)
+        # The six being served were never cut: their requests, finished now, are answered.
+        for reader, writer in dribblers[: -connections.DOOR_SLOTS]:
+            writer.write(b"\r\n")
+            async with asyncio.timeout(WAIT):
+                head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+    finally:
+        for _, w in dribblers:
+            w.close()
+        await runner.cleanup()
+
+
 async def test_bad_requests_are_logged_on_one_line_at_most_once_an_interval(
     served: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -263,6 +313,14 @@ def _open_descriptors(port: int) -> int:
     return len(held)
 
 
+async def _descriptors_reach(port: int, count: int) -> None:
+    """Until the server holds ``count`` connections on ``port`` (bounded by the caller)."""
+    while True:
+        if _open_descriptors(port) >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_a_thousand_hostile_connections_cut_no_request_fail_no_probe_and_stay_capped() -> (
     None
 ):
@@ -297,16 +355,19 @@ async def test_a_thousand_hostile_connections_cut_no_request_fail_no_probe_and_s
     sampler = asyncio.create_task(sample())
     try:
         assert await hostile.stdout.readline() == b"flooding\n"
-        # The kubelet's way: a new connection each time, closed after the answer.
+        async with asyncio.timeout(WAIT):  # every serving slot taken
+            await _descriptors_reach(port, connections.MAX_CONNECTIONS - connections.DOOR_SLOTS)
+        # The kubelet's way: a new connection each time, closed after the answer; the probes
+        # span more than RETRY_AFTER, so that the flood meets its busy 503s.
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as kubelet:
-            while len(probes) < 5:
+            while len(probes) < 10:
                 async with (
                     asyncio.timeout(WAIT),
                     kubelet.get(f"http://127.0.0.1:{port}/healthz") as resp,
                 ):
                     probes.append(resp.status)
-                await asyncio.sleep(0.1)  # the kubelet probes every few seconds
+                await asyncio.sleep(0.2)  # the kubelet probes every few seconds
     finally:
         done.set()
         hostile.stdin.close()
@@ -314,7 +375,7 @@ async def test_a_thousand_hostile_connections_cut_no_request_fail_no_probe_and_s
         await sampler
         await runner.cleanup()
     answers = json.loads(out)
-    assert probes == [200] * 5
+    assert probes == [200] * 10
     assert set(answers) == {"200", "503"}, answers  # nothing cut, no error
     assert answers["503"] > answers["200"]  # the flood was refused, not served
     assert 0 < most <= connections.MAX_CONNECTIONS

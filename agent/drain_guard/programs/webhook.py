@@ -213,11 +213,12 @@ async def serve(args: argparse.Namespace) -> int:
         runner = web.AppRunner(make_app(webhook), access_log=None, handle_signals=False)
         await runner.setup()
         try:
-            await CappedSite(runner, listen, MAX_CONNECTIONS, ssl_context=ctx).start()
+            site = CappedSite(runner, listen, MAX_CONNECTIONS, ssl_context=ctx)
+            await site.start()
         except OSError:
             await runner.cleanup()
             raise
-        port = int(runner.addresses[0][1])
+        port = site.port
         log.info("listening on https://%s:%d", listen.host, port, extra={"fields": {"port": port}})
         return runner
 

@@ -28,7 +28,8 @@ a request for ``IDLE_TIMEOUT`` is closed, and malformed requests are logged at m
 ``BAD_REQUEST_LOG_INTERVAL``, on one line each.
 
 Connections are capped (``drain_guard.runtime.connections``): a flood cannot take the
-descriptors the agent needs for the API and the host's files.
+descriptors the agent needs for the API and the host's files, and at the cap a probe is
+answered at the door (``drain_guard.runtime.door``), not queued behind the flood.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from drain_guard.config.values import Listen
 from drain_guard.runtime.connections import BAD_REQUEST_LOG_INTERVAL, CappedSite
+from drain_guard.runtime.door import RETRY_AFTER, Prober
 from drain_guard.runtime.metrics import BaseMetrics
 
 log = logging.getLogger(__name__)
@@ -52,13 +54,14 @@ log = logging.getLogger(__name__)
 #: Requests a second served, probes apart: scrapers and `drain-guard status` need a few a
 #: minute; a flood beyond this costs the loop a 503 each, not a rendering.
 RATE = 20.0
-RETRY_AFTER = 1
 MAX_PENDING = 512
 #: Seconds a connection may sit idle, or dribble a request in, before it is closed.
 IDLE_TIMEOUT = 10.0
 PROBES = frozenset({"/healthz", "/readyz"})
 #: The requests waiting for their busy 503, by connection: the connection cap answers them.
 REFUSALS = web.AppKey("refusals", dict[asyncio.BaseTransport, "asyncio.Future[None]"])
+#: What a probe is answered, by path: the door answers probes at the cap (runtime/door.py).
+PROBE: web.AppKey[Prober] = web.AppKey("probe")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -142,16 +145,16 @@ def make_app(
 ) -> web.Application:
     """The aiohttp application; it keeps no state of its own."""
 
-    async def healthz(request: web.Request) -> web.Response:
-        if source.alive():
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text="control loop not running\n")
-
-    async def readyz(request: web.Request) -> web.Response:
+    def probe(path: str) -> tuple[int, str]:
+        """A probe's status and text: the handlers' and, at the cap, the door's answer."""
+        if path == "/healthz":
+            return (200, "ok\n") if source.alive() else (503, "control loop not running\n")
         ok, reason = source.ready()
-        if ok:
-            return web.Response(text="ok\n")
-        return web.Response(status=503, text=f"{reason or 'not ready'}\n")
+        return (200, "ok\n") if ok else (503, f"{reason or 'not ready'}\n")
+
+    async def probed(request: web.Request) -> web.Response:
+        status, text = probe(request.path)
+        return web.Response(status=status, text=text)
 
     async def status(request: web.Request) -> web.Response:
         snapshot = source.status()
@@ -198,8 +201,9 @@ def make_app(
 
     app = web.Application(middlewares=[bounded])
     app[REFUSALS] = refusals
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    app[PROBE] = probe
+    app.router.add_get("/healthz", probed)
+    app.router.add_get("/readyz", probed)
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", make_aiohttp_handler(metrics.registry, disable_compression=True))
     return app
@@ -249,12 +253,12 @@ async def serve(app: web.Application, listen: Listen) -> tuple[web.AppRunner, in
     )
     await runner.setup()
     try:
-        site = CappedSite(runner, listen, refusals=app[REFUSALS])
+        site = CappedSite(runner, listen, refusals=app[REFUSALS], probe=app[PROBE])
         await site.start()
     except BaseException:
         await runner.cleanup()
         raise
-    bound = runner.addresses[0][1]
+    bound = site.port
     log.info(
         "listening on http://%s",
         Listen(listen.host, int(bound)),
