@@ -233,9 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SettingsError as exc:
             print(f"drain-guard run: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        if not os.path.isdir(settings.host_root):
+        if not os.path.isdir(settings.host.host_root):
             print(
-                f"drain-guard run: error: --host-root {settings.host_root}: no such directory"
+                f"drain-guard run: error: --host-root {settings.host.host_root}: no such directory"
                 " (where the host's / is mounted)",
                 file=sys.stderr,
             )

@@ -85,7 +85,7 @@ def test_the_agent_sees_the_booted_origin_and_nothing_else_of_the_host(
 
     # The agent's host root is a read-only emptyDir, in memory, that booted-origin writes.
     settings = agent_settings(objects)
-    (view,) = [m for m in agent["volumeMounts"] if m["mountPath"] == settings.host_root]
+    (view,) = [m for m in agent["volumeMounts"] if m["mountPath"] == settings.host.host_root]
     assert view["readOnly"] is True
     assert volumes[view["name"]]["emptyDir"]["medium"] == "Memory"
     reader = _init(objects, "booted-origin")

@@ -26,7 +26,8 @@ from drain_guard.core.selectors import (
     MCO_NAMESPACE,
     default_build_pod_selectors,
 )
-from drain_guard.settings.agent import BootedImageSource, Settings, add_run_arguments, settings_from
+from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
+from drain_guard.settings.host import BootedImageSource, HostSettings
 from drain_guard.settings.install import Install, InstallKind
 from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 
@@ -41,10 +42,9 @@ def test_defaults() -> None:
     s = _parse(["--node-name", "n1"])
     assert s.node_name == "n1"
     assert s.kubeconfig is None
-    assert s.host_root == "/"
-    assert s.cmdline_file == "/proc/cmdline"
-    assert s.booted_image_source is BootedImageSource.OSTREE
-    assert s.rpm_ostree_command == ("rpm-ostree",)
+    assert s.host == HostSettings("/", "/proc/cmdline")
+    assert s.host.booted_image_source is BootedImageSource.OSTREE
+    assert s.host.rpm_ostree_command == ("rpm-ostree",)
     assert s.listen == Listen("127.0.0.1", 9797)
     assert s.max_hold == timedelta(minutes=45)
     assert tuple(str(sel) for sel in s.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
@@ -75,7 +75,7 @@ def test_environment_fills_in_and_flags_win() -> None:
     assert s.log_format is LogFormat.JSON
     assert s.log_level == "DEBUG"
     assert [str(sel) for sel in s.build_pod_selectors] == ["app=a,tier=b", "other=c"]
-    assert s.rpm_ostree_command == ("chroot", "/host", "rpm-ostree")
+    assert s.host.rpm_ostree_command == ("chroot", "/host", "rpm-ostree")
 
     s = _parse(["--node-name", "flag", "--max-hold", "90s", "--build-pod-selector", "x=y"], env)
     assert s.node_name == "flag"

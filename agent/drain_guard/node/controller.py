@@ -86,7 +86,7 @@ class Controller:
         self.hold_report = HoldReport(metrics, events, settings.max_hold, settings.observe_only)
         self.cache = cache
         self.booted = host.BootedImageReader(
-            settings, metrics, self.clock.now, self.clock.monotonic
+            settings.host, metrics, self.clock.now, self.clock.monotonic
         )
         self.guards = settings.guards
         #: The node's pods in each blocking-pod namespace the pod watch does not cover, each

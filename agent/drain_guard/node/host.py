@@ -26,7 +26,7 @@ from drain_guard.core.imageref import ImageRefError, digest_of
 from drain_guard.guards import BootedImage
 from drain_guard.kube.retry import Backoff
 from drain_guard.runtime.agent_metrics import Metrics
-from drain_guard.settings.agent import Settings
+from drain_guard.settings.host import HostSettings
 
 __all__ = [
     "DEFAULT_RPM_OSTREE_COMMAND",
@@ -288,7 +288,7 @@ class BootedImageReader:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: HostSettings,
         metrics: Metrics,
         now: Callable[[], datetime],
         monotonic: Callable[[], float],

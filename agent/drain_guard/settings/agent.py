@@ -4,8 +4,6 @@ their validation into :class:`Settings`."""
 from __future__ import annotations
 
 import argparse
-import enum
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -30,6 +28,7 @@ from drain_guard.config.values import (
 from drain_guard.core.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
 from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.guards import Guard, registry
+from drain_guard.settings.host import HOST_OPTIONS, HostSettings, host_settings
 from drain_guard.settings.install import INSTALL_OPTION, Install, install_from
 
 DEFAULT_LISTEN = "127.0.0.1:9797"
@@ -42,11 +41,6 @@ MCD_DRAIN_TIMEOUT = timedelta(hours=1)
 MIN_WATCH_TIMEOUT = timedelta(seconds=5)
 
 
-class BootedImageSource(enum.StrEnum):
-    OSTREE = "ostree"
-    RPM_OSTREE = "rpm-ostree"
-
-
 def _reasons(guards: tuple[Guard, ...]) -> list[str]:
     return [guard.reason.value for guard in guards]
 
@@ -57,11 +51,7 @@ class Settings:
 
     node_name: str
     kubeconfig: str | None
-    host_root: str
-    cmdline_file: str
-    boot_id_file: str
-    booted_image_source: BootedImageSource
-    rpm_ostree_command: tuple[str, ...]
+    host: HostSettings
     listen: Listen
     max_hold: timedelta
     build_pod_selectors: tuple[BuildPodSelector, ...]
@@ -114,33 +104,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "this agent's pod (downward API metadata.name); with --daemonset, checked at start to"
         " be that DaemonSet's",
     ),
-    Option("--host-root", env_name("--host-root"), "/", "where the host's / is mounted"),
-    Option(
-        "--cmdline-file",
-        env_name("--cmdline-file"),
-        "/proc/cmdline",
-        "kernel command line naming the booted ostree deployment (read as is, not under"
-        " --host-root); read once per boot",
-    ),
-    Option(
-        "--boot-id-file",
-        env_name("--boot-id-file"),
-        "/proc/sys/kernel/random/boot_id",
-        "the kernel's boot id: a new one is a new boot, whose booted image is read again",
-    ),
-    Option(
-        "--booted-image-source",
-        env_name("--booted-image-source"),
-        BootedImageSource.OSTREE.value,
-        "where the booted image comes from",
-        choices=tuple(s.value for s in BootedImageSource),
-    ),
-    Option(
-        "--rpm-ostree-command",
-        env_name("--rpm-ostree-command"),
-        "rpm-ostree",
-        "command (shell words) for --booted-image-source rpm-ostree",
-    ),
+    *HOST_OPTIONS,
     Option(
         "--listen",
         env_name("--listen"),
@@ -316,7 +280,6 @@ def _settings(raw: dict[str, object]) -> Settings:
                 f" the build-pod scope; opt it in with --build-pod-namespace {selector.namespace}"
             )
 
-    command = _split_command(str(raw["rpm_ostree_command"]))
     shield_build_pods = bool(raw["shield_build_pods"])
     shield_dependencies = bool(raw["shield_dependencies"])
     if shield_dependencies and not shield_build_pods:
@@ -331,11 +294,7 @@ def _settings(raw: dict[str, object]) -> Settings:
     settings = Settings(
         node_name=node_name,
         kubeconfig=None if kubeconfig is None else str(kubeconfig),
-        host_root=str(raw["host_root"]),
-        cmdline_file=str(raw["cmdline_file"]),
-        boot_id_file=str(raw["boot_id_file"]),
-        booted_image_source=BootedImageSource(str(raw["booted_image_source"])),
-        rpm_ostree_command=command,
+        host=host_settings(raw),
         listen=named("--listen", parse_listen, str(raw["listen"])),
         max_hold=max_hold,
         build_pod_selectors=selectors,
@@ -354,13 +313,3 @@ def _settings(raw: dict[str, object]) -> Settings:
         **blocking_pod_settings(raw),
     )
     return replace(settings, guards=registry.build(settings, raw))
-
-
-def _split_command(text: str) -> tuple[str, ...]:
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        raise SettingsError(f"invalid --rpm-ostree-command {text!r}: {exc}") from None
-    if not words:
-        raise SettingsError("--rpm-ostree-command is empty")
-    return tuple(words)
