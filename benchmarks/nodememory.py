@@ -1,4 +1,5 @@
-"""The agent's memory as a real kubelet runs it: the container's cgroup against the process.
+"""The agent's (or the 4.15 webhook's) memory as a real kubelet runs it: the container's
+cgroup against the process.
 
 Starts the node of the tests (``drain_guard_sim.harness.node``: containerd, kubelet,
 kube-scheduler, kube-proxy beside a control plane; root, and it puts the host back), applies
@@ -10,7 +11,13 @@ the pod's usage, and ``memory.stat``'s ``rss`` and ``cache``) and the agent proc
 resident set (``VmRSS``: the 47.5 MiB of the footprint benchmark, which counts shared pages
 of the interpreter's files that the cgroup charged to whoever read them first).
 
-``python -m benchmarks.nodememory [--settle S] [--samples N] [--interval S]``
+``--workload webhook``: the ``openshift-4.15`` overlay's webhook Deployment instead, on two
+nodes (``Node.add_node``; ``harness.nodewebhook``: its certificate as the service CA would
+issue it), beside the kubernetes overlay's agents it confines; each replica's container is
+sampled, at rest (the kubelet's HTTPS probes, no admission asked of it).
+
+``python -m benchmarks.nodememory [--workload agent|webhook] [--settle S] [--samples N]
+[--interval S]``
 """
 
 from __future__ import annotations
@@ -27,21 +34,41 @@ from typing import Any
 from benchmarks.common import write_result
 from drain_guard_sim.harness.controlplane import default_bin_dir
 from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.nodewebhook import WEBHOOK, apply_webhook, webhook_objects
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHIVE = REPO / "build" / "image" / "drain-guard.oci.tar"
 OVERLAY = REPO / "daemonset" / "overlays" / "kubernetes"
-CGROUP = Path("/sys/fs/cgroup/memory/kubepods")
+WEBHOOK_OVERLAY = REPO / "daemonset" / "overlays" / "openshift-4.15"
+#: The memory hierarchy: the first node's pods under kubepods, an added node's under
+#: kubepods-NAME/kubepods.
+CGROUP = Path("/sys/fs/cgroup/memory")
 MIB = 2**20
 
 
-def _container_cgroup(node: Node) -> Path:
+def _container_cgroups(node: Node, app: str) -> list[Path]:
+    """The memory cgroup of the one container of each pod of ``app`` in drain-guard."""
     pods = json.loads(node.kubectl("get", "pods", "-n", "drain-guard", "-o", "json"))["items"]
-    (pod,) = pods
-    (status,) = pod["status"]["containerStatuses"]
-    container = status["containerID"].split("://", 1)[1]
-    (found,) = CGROUP.glob(f"*/pod{pod['metadata']['uid']}/{container}")
+    found = []
+    for pod in pods:
+        if pod["metadata"]["labels"].get("app.kubernetes.io/name") != app:
+            continue
+        (status,) = pod["status"]["containerStatuses"]
+        container = status["containerID"].split("://", 1)[1]
+        (cgroup,) = CGROUP.glob(f"kubepods*/**/pod{pod['metadata']['uid']}/{container}")
+        found.append(cgroup)
     return found
+
+
+def _start_webhook(node: Node, tmp: Path) -> None:
+    """The second node, both labelled control-plane, the agents' overlay (their namespaces
+    and account) with its policies deleted, and the webhook's two replicas Ready."""
+    second = node.add_node("drain-guard-node-2")
+    for name in (node.name, second.name):
+        node.kubectl("label", "node", name, "node-role.kubernetes.io/master=")
+    node.install(OVERLAY, ARCHIVE, tmp / "install")
+    node.kubectl("delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "--all")
+    apply_webhook(node, webhook_objects(WEBHOOK_OVERLAY, ARCHIVE, tmp))
 
 
 def _sample(cgroup: Path) -> dict[str, float]:
@@ -57,28 +84,37 @@ def _sample(cgroup: Path) -> dict[str, float]:
     }
 
 
-def measure(settle: float, samples: int, interval: float) -> dict[str, Any]:
+def measure(workload: str, settle: float, samples: int, interval: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-nodememory-") as tmp:
         node = Node.start(default_bin_dir(), Path(tmp) / "node")
         try:
-            node.install(OVERLAY, ARCHIVE, Path(tmp) / "install")
-            time.sleep(settle)  # the agent at rest: started, listed, probed
-            cgroup = _container_cgroup(node)
-            taken = []
+            if workload == "webhook":
+                _start_webhook(node, Path(tmp))
+            else:
+                node.install(OVERLAY, ARCHIVE, Path(tmp) / "install")
+            time.sleep(settle)  # at rest: started, listed, probed
+            cgroups = _container_cgroups(node, WEBHOOK if workload == "webhook" else "drain-guard")
+            taken: list[list[dict[str, float]]] = [[] for _ in cgroups]
             for _ in range(samples):
-                taken.append(_sample(cgroup))
+                for each, cgroup in zip(taken, cgroups, strict=True):
+                    each.append(_sample(cgroup))
                 time.sleep(interval)
         finally:
             left = node.stop()
     if left:
         raise SystemExit("the node left the host changed:\n" + "\n".join(left))
     return {
-        "params": {"settle_s": settle, "samples": samples, "interval_s": interval},
-        "median": {k: round(statistics.median(s[k] for s in taken), 1) for k in taken[0]},
-        "range": {
-            k: [round(min(s[k] for s in taken), 1), round(max(s[k] for s in taken), 1)]
-            for k in taken[0]
+        "params": {
+            "workload": workload,
+            "settle_s": settle,
+            "samples": samples,
+            "interval_s": interval,
         },
+        "median": [{k: round(statistics.median(s[k] for s in t), 1) for k in t[0]} for t in taken],
+        "range": [
+            {k: [round(min(s[k] for s in t), 1), round(max(s[k] for s in t), 1)] for k in t[0]}
+            for t in taken
+        ],
     }
 
 
@@ -86,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         allow_abbrev=False, prog="python -m benchmarks.nodememory", description=__doc__
     )
+    p.add_argument("--workload", choices=("agent", "webhook"), default="agent")
     p.add_argument("--settle", type=float, default=60.0)
     p.add_argument("--samples", type=int, default=12)
     p.add_argument("--interval", type=float, default=5.0)
@@ -93,9 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     if not ARCHIVE.exists():
         raise SystemExit(f"{ARCHIVE} is not built (make image)")
-    result = measure(a.settle, a.samples, a.interval)
+    result = measure(a.workload, a.settle, a.samples, a.interval)
     print(json.dumps(result["median"]))
-    print(f"wrote {write_result('nodememory', result, a.out)}")
+    name = "nodememory" if a.workload == "agent" else "webhookmemory"
+    print(f"wrote {write_result(name, result, a.out)}")
     return 0
 
 

@@ -5,12 +5,13 @@ service CA would issue, called by the real API server through that Service.
 
 The webhook's objects are the ``openshift-4.15`` overlay's as it renders them with the image
 set to ``make image``'s (docs/install.md), applied as rendered but for what the test plays
-of OpenShift: the service CA (the Secret the Service's annotation names, holding a
-certificate for ``drain-guard-webhook.drain-guard.svc`` from a CA made here, and that CA
-injected into the configuration the annotation marks). The rest of that overlay needs
-OpenShift (an SCC, the ostree host path, kube-rbac-proxy's registry image), so the agents it
-confines are the kubernetes overlay's DaemonSet, the same account and grants, with its
-admission policies deleted as the 4.15 overlay deletes them: only the webhook confines them.
+of OpenShift: the service CA (``harness.nodewebhook``: the Secret the Service's annotation
+names, holding a certificate for ``drain-guard-webhook.drain-guard.svc`` from a CA made here,
+and that CA injected into the configuration the annotation marks). The rest of that overlay
+needs OpenShift (an SCC, the ostree host path, kube-rbac-proxy's registry image), so the
+agents it confines are the kubernetes overlay's DaemonSet, the same account and grants, with
+its admission policies deleted as the 4.15 overlay deletes them: only the webhook confines
+them.
 
 A hold by the agent of a node with a build pod is admitted; the same agent's token forging a
 hold on the other Node is refused by the webhook; with one replica gone (its pod deleted, its
@@ -20,7 +21,6 @@ the remaining replica decides both alone.
 
 from __future__ import annotations
 
-import base64
 import json
 import subprocess
 import time
@@ -30,9 +30,14 @@ from typing import Any
 
 import pytest
 
-from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.node import AddedNode, Node
-from tests.deploy.tools import Obj, render_dir, user_kustomization
+from drain_guard_sim.harness.nodewebhook import (
+    WEBHOOK,
+    apply_webhook,
+    as_manifest,
+    webhook_objects,
+)
+from tests.deploy.tools import REPO, Obj
 from tests.helpers import require_or_skip
 from tests.node.helpers import (
     AGENT_NS,
@@ -51,11 +56,8 @@ from tests.node.helpers import (
     wait_released,
 )
 
-WEBHOOK = "drain-guard-webhook"
 SECOND = "drain-guard-node-2"
 MASTER = "node-role.kubernetes.io/master"
-SERVING_CERT_SECRET = "service.beta.openshift.io/serving-cert-secret-name"
-INJECT_CA = "service.beta.openshift.io/inject-cabundle"
 
 
 @pytest.fixture(scope="module")
@@ -67,68 +69,6 @@ def second(node: Node) -> Iterator[AddedNode]:
     assert not left, "the second node left the host changed:\n" + "\n".join(left)
     assert not added.cgroups()
     assert node.get_node(SECOND) is None
-
-
-def _webhook_objects(tmp_path: Path) -> list[Obj]:
-    """The openshift-4.15 overlay's webhook, as it renders in a user's kustomization with the
-    image set to make image's: its account, Roles, Deployment, budget, Service, network
-    policy, and the ValidatingWebhookConfiguration."""
-    rendered = render_dir(
-        user_kustomization(
-            tmp_path / "openshift-4.15",
-            "openshift-4.15",
-            images=[{"name": "drain-guard", "newName": "localhost/drain-guard", "newTag": "0.1.0"}],
-        )
-    )
-    mine = [
-        o
-        for o in rendered
-        if o["metadata"]["name"].startswith(WEBHOOK)
-        or o["kind"] == "ValidatingWebhookConfiguration"
-    ]
-    kinds = sorted(o["kind"] for o in mine)
-    assert kinds == [
-        "Deployment",
-        "NetworkPolicy",
-        "PodDisruptionBudget",
-        "Role",
-        "Role",
-        "RoleBinding",
-        "RoleBinding",
-        "Service",
-        "ServiceAccount",
-        "ValidatingWebhookConfiguration",
-    ], kinds
-    return mine
-
-
-def _as_service_ca(objects: list[Obj], tmp_path: Path) -> list[Obj]:
-    """What OpenShift's service CA adds: the Secret the Service's annotation names, with a
-    certificate for the Service's DNS names, and its CA in every entry of the configuration
-    that asks for it."""
-    (service,) = (o for o in objects if o["kind"] == "Service")
-    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
-    names = [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
-    cert = ServingCert.generate(tmp_path / "service-ca", names=names)
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {
-            "name": service["metadata"]["annotations"][SERVING_CERT_SECRET],
-            "namespace": namespace,
-        },
-        "data": {
-            "tls.crt": base64.b64encode(cert.cert_file.read_bytes()).decode(),
-            "tls.key": base64.b64encode(cert.key_file.read_bytes()).decode(),
-        },
-    }
-    (configuration,) = (o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
-    assert configuration["metadata"]["annotations"][INJECT_CA] == "true"
-    bundle = base64.b64encode(cert.ca_file.read_bytes()).decode()
-    for entry in configuration["webhooks"]:
-        entry["clientConfig"]["caBundle"] = bundle
-    return [secret, *objects]
 
 
 @pytest.fixture(scope="module")
@@ -146,11 +86,24 @@ def webhook(
     install = node.install(OVERLAY, ARCHIVE, tmp_path / "install")
     # As the openshift-4.15 overlay does: no policy, the webhook alone confines the agents.
     kubectl(node, "delete", "validatingadmissionpolicy,validatingadmissionpolicybinding", "--all")
-    objects = _as_service_ca(_webhook_objects(tmp_path), tmp_path)
-    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    objects = webhook_objects(REPO / "daemonset" / "overlays" / "openshift-4.15", ARCHIVE, tmp_path)
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == [
+        "Deployment",
+        "NetworkPolicy",
+        "PodDisruptionBudget",
+        "Role",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        "Secret",  # the service CA's
+        "Service",
+        "ServiceAccount",
+        "ValidatingWebhookConfiguration",
+    ], kinds
+    manifest = as_manifest(objects)
     try:
-        kubectl(node, "apply", "-f", "-", stdin=manifest)
-        kubectl(node, "rollout", "status", "-n", AGENT_NS, f"deploy/{WEBHOOK}", "--timeout=180s")
+        apply_webhook(node, objects)
         yield objects
     finally:
         kubectl(node, "delete", "-f", "-", "--ignore-not-found", "--wait=true", stdin=manifest)

@@ -57,11 +57,13 @@ CREATED_PATHS = (
     Path("/var/lib/kubelet"),
     Path("/etc/cni"),
 )
+#: containerd's mount points of pods' network namespaces (files).
+NETNS_FILES = "/run/netns/cni-"
 #: Where the node's mounts are, besides its own directories (the network namespaces'
 #: mount points, the shims' state): nothing else on the host is touched or compared, so
 #: another program's mounts (a build's) are left alone.
 MOUNT_SCOPES = (
-    "/run/netns/cni-",  # containerd's names for pods' network namespaces; no one else's
+    NETNS_FILES,  # containerd's names for pods' network namespaces; no one else's
     "/run/containerd/",
     "/var/lib/kubelet/",
     "/var/lib/containerd/",
@@ -248,6 +250,11 @@ class HostState:
         for point in reversed(_mount_points(self.mount_scopes)):
             if point not in before:
                 subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+                # A pod's network namespace is bind-mounted on an empty file containerd made
+                # (the CNI teardown removes it; a pod killed with its node does not get one).
+                if point.startswith(NETNS_FILES):
+                    with contextlib.suppress(OSError):
+                        os.unlink(point)
 
     def _remove_links(self) -> None:
         """The bridge and what is left on it; its routes go with it."""

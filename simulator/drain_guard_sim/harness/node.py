@@ -66,6 +66,7 @@ __all__ = [
     "NodeError",
     "missing_node_tools",
     "oci_archive",
+    "user_kustomization",
 ]
 
 #: Built by ``make control-plane`` beside the control plane's binaries.
@@ -183,6 +184,26 @@ def oci_archive(path: Path, name: str, files: Mapping[str, Path], entrypoint: li
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
+
+
+def user_kustomization(overlay: Path, archive: Path, directory: Path) -> Path:
+    """A user's kustomization in ``directory`` of ``overlay`` with the image ``drain-guard``
+    set to ``archive``'s (the name and tag its index gives), as docs/install.md writes one."""
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile("index.json")
+        if member is None:
+            raise NodeError(f"{archive}: no index.json")
+        (manifest,) = json.load(member)["manifests"]
+    name, tag = manifest["annotations"]["org.opencontainers.image.ref.name"].rsplit(":", 1)
+    directory.mkdir(parents=True, exist_ok=True)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(overlay, directory)],  # kustomize: never absolute
+        "images": [{"name": "drain-guard", "newName": name, "newTag": tag}],
+    }
+    (directory / "kustomization.yaml").write_text(json.dumps(kustomization))
+    return directory
 
 
 def _ip(*args: str) -> Any:
@@ -467,20 +488,7 @@ class Node:
         docs/install.md has a user do (``kustomize edit set image``): the overlay as shipped.
         Returns once the DaemonSet's pod is Ready; the directory is for ``kubectl delete -k``."""
         self.import_image(archive)
-        with tarfile.open(archive) as tar:
-            member = tar.extractfile("index.json")
-            if member is None:
-                raise NodeError(f"{archive}: no index.json")
-            (manifest,) = json.load(member)["manifests"]
-        name, tag = manifest["annotations"]["org.opencontainers.image.ref.name"].rsplit(":", 1)
-        directory.mkdir(parents=True, exist_ok=True)
-        kustomization = {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": [os.path.relpath(overlay, directory)],  # kustomize: never absolute
-            "images": [{"name": "drain-guard", "newName": name, "newTag": tag}],
-        }
-        (directory / "kustomization.yaml").write_text(json.dumps(kustomization))
+        user_kustomization(overlay, archive, directory)
         self.kubectl("apply", "-k", str(directory))
         self.kubectl("rollout", "status", "-n", "drain-guard", "ds/drain-guard", "--timeout=180s")
         return directory
