@@ -9,14 +9,20 @@ tests/integration/test_node_proxy.py, which runs the same against the simulator.
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -242,7 +248,7 @@ def _release(ann: dict[str, str]) -> list[protocol.JsonPatchOp]:
     return list(protocol.release_patch(DRAIN_B, ann.get(protocol.LAST_APPLIED_DRAIN), "", present))
 
 
-def _event(node: str, about: str) -> dict[str, object]:
+def _event(node: str, about: str) -> Any:
     """An Event about Node ``about`` as the recorder of ``node``'s agent writes one."""
     return {
         "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
@@ -386,3 +392,102 @@ async def test_the_rights_table_is_what_the_proxy_and_the_real_api_server_answer
     wrong = {r: (table[r], results[r]) for r in table if table[r] != results[r]}
     assert not wrong, f"(table, proxy and API server) per request: {wrong}"
     assert set(_systemd_requests(node, other, {})) == set(table), "requests no row names"
+
+
+#: docs/rights.md's install of the node proxy's own credential: what a taken-over proxy (root
+#: on the host, as the kubelet) could do with the node's identity.
+NODE_INSTALL = "systemd: node proxy (the node's identity)"
+
+
+async def _node_answer(call: Awaitable[Any]) -> str:
+    """allowed; the authorizer's refusal (its message names what the user cannot do);
+    otherwise NodeRestriction's (an admission plugin's 403 names no verb)."""
+    try:
+        await call
+    except ApiException as error:
+        if error.status != 403:
+            return f"error {error.status}: {error.body!r}"
+        return (
+            "denied: the authorizer" if " cannot " in str(error.body) else "denied: NodeRestriction"
+        )
+    return ALLOWED
+
+
+def _node_csr(node: str) -> str:
+    """A kubelet's client certificate request, base64 PEM, as the kubelet makes one to rotate
+    its certificate (``system:node:<node>`` in ``system:nodes``)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:nodes"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node}"),
+        ]
+    )
+    request = (
+        x509.CertificateSigningRequestBuilder().subject_name(subject).sign(key, hashes.SHA256())
+    )
+    return base64.b64encode(request.public_bytes(serialization.Encoding.PEM)).decode()
+
+
+def _node_requests(
+    api: client.ApiClient, node: str, other: str
+) -> dict[str, Callable[[], Awaitable[Any]]]:
+    """docs/rights.md's request column for the node's identity, word for word."""
+    core = client.CoreV1Api(api)
+    note = {"metadata": {"annotations": {"example.com/rights": "x"}}}
+    taints = {"spec": {"taints": [{"key": "example.com/t", "effect": "NoSchedule"}]}}
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    budget: Any = {
+        "metadata": {"name": "rights", "namespace": MCO_NS},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"x": "y"}}},
+    }
+    csr: Any = {
+        "metadata": {"name": f"rights-{uuid.uuid4().hex[:8]}"},
+        "spec": {
+            "request": _node_csr(node),
+            "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+            "usages": ["client auth"],
+        },
+    }
+    return {
+        "get its own Node": lambda: core.read_node(node),
+        "annotate its own Node": lambda: core.patch_node(node, note, dry_run="All"),
+        "annotate another Node": lambda: core.patch_node(other, note, dry_run="All"),
+        "taint its own Node": lambda: core.patch_node(node, taints, dry_run="All"),
+        "list the pods on its own Node in every namespace": lambda: (
+            core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+        ),
+        "list every pod": lambda: core.list_pod_for_all_namespaces(),
+        "create an Event about another Node in default": lambda: core.create_namespaced_event(
+            "default", _event(node, other), dry_run="All"
+        ),
+        "create a budget in openshift-machine-config-operator": lambda: client.PolicyV1Api(
+            api
+        ).create_namespaced_pod_disruption_budget(MCO_NS, budget, dry_run="All"),
+        "create a token for a ServiceAccount no pod on its node runs as": lambda: (
+            core.create_namespaced_service_account_token("default", "kube-system", request)
+        ),
+        "read a Secret no pod on its node uses": lambda: core.read_namespaced_secret(
+            "rights", "kube-system"
+        ),
+        "create a CertificateSigningRequest": lambda: client.CertificatesV1Api(
+            api
+        ).create_certificate_signing_request(csr, dry_run="All"),
+    }
+
+
+async def test_the_rights_table_is_what_the_real_api_server_answers_the_nodes_identity(
+    control_plane: ControlPlane, admin: client.ApiClient, root: Path
+) -> None:
+    """docs/rights.md's rows for the node's identity, the credential the proxy holds, made
+    with a real ``system:node:`` client certificate on the real API server (Node
+    authorizer, RBAC, NodeRestriction)."""
+    node, other = await create_worker(admin), await create_worker(admin)
+    kubeconfig = node_kubeconfig(control_plane, root, node)
+    table = expected(RIGHTS.read_text(), NODE_INSTALL)
+    async with api_client(kubeconfig) as api:
+        made = _node_requests(api, node, other)
+        results = {r: await _node_answer(make()) for r, make in made.items()}
+    wrong = {r: (table.get(r), results[r]) for r in results if table.get(r) != results[r]}
+    assert not wrong, f"(table, API server) per request: {wrong}"
+    assert set(table) == set(results), f"rows no request makes: {set(table) - set(results)}"
