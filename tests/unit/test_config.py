@@ -26,7 +26,13 @@ from drain_guard.core.selectors import (
     MCO_NAMESPACE,
     default_build_pod_selectors,
 )
-from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
+from drain_guard.settings.agent import (
+    RUN_GROUPS,
+    RUN_OPTIONS,
+    Settings,
+    add_run_arguments,
+    settings_from,
+)
 from drain_guard.settings.host import BootedImageSource, HostSettings
 from drain_guard.settings.install import Install, InstallKind
 from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
@@ -386,3 +392,17 @@ def test_the_start_up_line_shows_every_setting_as_a_flag_takes_it() -> None:
     assert shown["install"] == {"kind": "daemonset", "daemonset": "ns/dg", "podName": "p"}
     assert shown["buildPodScope"] == ["openshift-machine-config-operator"]
     assert shown["guards"] == [guard.reason.value for guard in s.guards]
+
+
+def test_run_options_are_grouped_once_each_as_its_help_shows_them() -> None:
+    """``drain-guard run --help`` lists its options by group (settings/agent.py RUN_GROUPS)."""
+    flags = [option.flag for option in RUN_OPTIONS]
+    assert len(flags) == len(set(flags))
+    titles = [group.title for group in RUN_GROUPS]
+    for title in ("install", "api", "host", "hold", "scope", "shield", "alerts"):
+        assert title in titles
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    shown = parser.format_help()
+    host = shown.index("\nhost:\n")
+    assert host < shown.index("  --host-root", host) < shown.index("\nhold:\n")

@@ -31,11 +31,30 @@ class Option:
     boolean: bool = False
 
 
+@dataclass(frozen=True)
+class OptionGroup:
+    """A group of a program's options, as one group of its settings and of its ``--help``."""
+
+    title: str
+    options: tuple[Option, ...]
+
+
+def options_of(groups: tuple[OptionGroup, ...]) -> tuple[Option, ...]:
+    """Every option of ``groups``, in their order."""
+    return tuple(option for group in groups for option in group.options)
+
+
+def add_groups(parser: argparse.ArgumentParser, groups: tuple[OptionGroup, ...]) -> None:
+    """Declare ``groups`` as argparse groups (``--help`` lists each under its title)."""
+    for group in groups:
+        add_arguments(parser.add_argument_group(group.title), group.options)
+
+
 def env_name(flag: str) -> str:
     return ENV_PREFIX + flag.removeprefix("--").replace("-", "_").upper()
 
 
-def add_arguments(parser: argparse.ArgumentParser, options: tuple[Option, ...]) -> None:
+def add_arguments(parser: argparse._ActionsContainer, options: tuple[Option, ...]) -> None:
     for opt in options:
         dest = opt.flag.removeprefix("--").replace("-", "_")
         default_text = f" (default: {opt.default})" if opt.default is not None else ""

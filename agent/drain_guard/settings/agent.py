@@ -11,7 +11,14 @@ from datetime import timedelta
 from drain_guard.config.alerts import ALERT_OPTIONS, AlertSettings, alert_settings
 from drain_guard.config.blocking import BLOCKING_POD_OPTIONS, blocking_pod_settings
 from drain_guard.config.effective import effective, shown_by
-from drain_guard.config.options import Option, add_arguments, env_name, validated
+from drain_guard.config.options import (
+    Option,
+    OptionGroup,
+    add_groups,
+    env_name,
+    options_of,
+    validated,
+)
 from drain_guard.config.values import (
     LOG_LEVELS,
     Listen,
@@ -80,7 +87,7 @@ class Settings:
         return effective(self)
 
 
-RUN_OPTIONS: tuple[Option, ...] = (
+_OPTIONS: tuple[Option, ...] = (
     Option("--node-name", "NODE_NAME", None, "name of the Node this agent guards (required)"),
     Option(
         "--kubeconfig",
@@ -217,6 +224,41 @@ RUN_OPTIONS: tuple[Option, ...] = (
 )
 
 
+_BY_FLAG = {option.flag: option for option in _OPTIONS}
+
+
+def _group(title: str, *flags: str) -> OptionGroup:
+    return OptionGroup(title, tuple(_BY_FLAG.pop(flag) for flag in flags))
+
+
+def _flags(options: tuple[Option, ...]) -> tuple[str, ...]:
+    return tuple(option.flag for option in options)
+
+
+#: ``drain-guard run``'s options by group: the groups of its settings and of its ``--help``.
+RUN_GROUPS: tuple[OptionGroup, ...] = (
+    _group("node", "--node-name"),
+    _group("install", "--install", "--daemonset", "--pod-name", "--release-on-exit"),
+    _group("api", "--kubeconfig", "--api-socket", "--api-stale-after", "--watch-timeout"),
+    _group("host", *_flags(HOST_OPTIONS)),
+    _group("hold", "--max-hold", "--observe-only"),
+    _group(
+        "scope",
+        "--build-pod-selector",
+        "--build-pod-namespace",
+        *_flags(BLOCKING_POD_OPTIONS),
+    ),
+    _group("shield", "--shield-build-pods", "--shield-dependencies"),
+    _group("alerts", *_flags(ALERT_OPTIONS)),
+    _group("guards", *_flags(registry.options())),
+    _group(
+        "status and logs", "--listen", "--confinement-check-interval", "--log-format", "--log-level"
+    ),
+)
+assert not _BY_FLAG, f"options in no group of drain-guard run: {sorted(_BY_FLAG)}"
+RUN_OPTIONS = options_of(RUN_GROUPS)
+
+
 def run_option(flag: str) -> Option:
     return next(opt for opt in RUN_OPTIONS if opt.flag == flag)
 
@@ -231,7 +273,7 @@ def default_max_hold() -> timedelta:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare the ``run`` flags; defaults stay ``None`` so the environment can fill them."""
-    add_arguments(parser, RUN_OPTIONS)
+    add_groups(parser, RUN_GROUPS)
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
