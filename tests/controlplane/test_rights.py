@@ -81,6 +81,12 @@ POLICY = re.compile(r"ValidatingAdmissionPolicy '([^']+)'")
 VALID_HOLD_REQUEST = "2099-01-01T00:00:00Z;rights test"
 POOLS = ("machineconfiguration.openshift.io", "v1", "machineconfigpools")
 POOL_CRD = "machineconfigpools.machineconfiguration.openshift.io"
+#: The CRDs of MCO's objects the agent reads (the noop-image guard's replacement rule).
+MCO_CRDS = (
+    POOL_CRD,
+    "machineosbuilds.machineconfiguration.openshift.io",
+    "machineosconfigs.machineconfiguration.openshift.io",
+)
 
 
 @dataclasses.dataclass
@@ -203,16 +209,33 @@ def rendered(pool: str) -> str:
 
 
 async def create_pool(plane: ControlPlane, admin: client.ApiClient) -> str:
-    """A MachineConfigPool of a name of its own, its CRD the simulator's (created unless
-    another test did: RealCluster creates the same)."""
+    """A MachineConfigPool of a name of its own, its CRD the simulator's, with those of the
+    MachineOSBuilds and MachineOSConfigs the agent lists and watches beside it (each created
+    unless another test did: RealCluster creates the same)."""
     crd: Any
-    (crd,) = [c for c in custom_resource_definitions() if c["metadata"]["name"] == POOL_CRD]
-    try:
-        await client.ApiextensionsV1Api(admin).create_custom_resource_definition(crd)
-    except ApiException as error:
-        if error.status != 409:
-            raise
-    kubectl(plane, "wait", "--for=condition=Established", f"crd/{POOL_CRD}")
+    for crd in custom_resource_definitions():
+        if crd["metadata"]["name"] not in MCO_CRDS:
+            continue
+        try:
+            await client.ApiextensionsV1Api(admin).create_custom_resource_definition(crd)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+    for name in MCO_CRDS:
+        kubectl(plane, "wait", "--for=condition=Established", f"crd/{name}")
+        plural, _, group = name.partition(".")
+
+        async def served(plural: str = plural, group: str = group) -> bool:
+            """Established is not yet listed: a new CRD's storage answers 429 a moment."""
+            try:
+                await client.CustomObjectsApi(admin).list_cluster_custom_object(group, "v1", plural)
+            except ApiException as error:
+                if error.status != 429:
+                    raise
+                return False
+            return True
+
+        await until(served)
     name = unique("pool")
     body = {
         "apiVersion": protocol.POOL_API_VERSION,

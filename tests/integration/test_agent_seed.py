@@ -120,8 +120,9 @@ async def test_the_4_18_daemon_asks_to_drain_for_its_image_and_the_agent_holds(
 ) -> None:
     """4.18's daemon drains for an equal image whenever such a target reaches it; only the
     node controller's MachineOSBuildIsCurrent (the latest z-stream's) keeps it away. Passed
-    by (the target written as an earlier z-stream's node controller could), drain-guard holds
-    the request (noop-image) and the node is not cordoned."""
+    by (the target written as an earlier z-stream's node controller could, while the pool's
+    new config is still to be built), drain-guard holds the request (noop-image: a new image
+    will come) and the node is not cordoned."""
     agents: list[AgentProcess] = []
     async with SimCluster(
         tmp_path / "cluster",
@@ -139,6 +140,9 @@ async def test_the_4_18_daemon_asks_to_drain_for_its_image_and_the_agent_holds(
                 started=agents,
             )
             rv = api.resource_version
+            # The pool moves to the new config, whose build is to come.
+            pool = {"spec": {"configuration": {"name": CFG}}}
+            api.patch("machineconfigpools", "worker", pool, patch_type="merge")
             api.patch("nodes", "worker-1", {"metadata": {"annotations": {DESIRED_CONFIG: CFG}}})
             request = await api.wait_for_write(
                 lambda r: (

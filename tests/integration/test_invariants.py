@@ -197,6 +197,19 @@ async def test_every_request_the_agent_sent_is_permitted(
         ("watch", MCO_NS),
         ("get", "drain-guard"),
     }
+    # Discovery (which version serves MCO's pools and builds) is no resource request: every
+    # authenticated user may make it (system:discovery), and the agent makes only that one.
+    discovery = {path for _t, user, _v, resource, path, _s in api.request_log if not resource}
+    assert discovery <= {
+        "/apis/machineconfiguration.openshift.io/v1",
+        "/apis/machineconfiguration.openshift.io/v1alpha1",
+    }, discovery
+    sent -= {("get", "", None)}
+    # The noop-image guard's reads of MCO's objects: listed and watched.
+    assert {(v, r) for v, r, _n in sent if r.endswith("openshift.io")} >= {
+        ("list", "machineconfigpools.machineconfiguration.openshift.io"),
+        ("watch", "machineconfigpools.machineconfiguration.openshift.io"),
+    }
     probes = {(p.resource, v) for p in permissions.REFUSED_PROBES for v in p.verbs}
     for verb, resource, namespace in sent:
         plural, _, group = resource.partition(".")

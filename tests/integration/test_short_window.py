@@ -76,6 +76,9 @@ async def _holds_within_the_window(workdir: Path, version: McoVersion) -> float:
             cluster.label_node("worker-1", "example.com/rack", "r1")
             await asyncio.sleep(timings.s(1.0))
             rv = api.resource_version
+            # The pool moves to the new config, whose build is to come.
+            pool = {"spec": {"configuration": {"name": CFG}}}
+            api.patch("machineconfigpools", "worker", pool, patch_type="merge")
             api.patch("nodes", "worker-1", {"metadata": {"annotations": {DESIRED_CONFIG: CFG}}})
             request = await api.wait_for_write(
                 lambda r: (

@@ -145,8 +145,8 @@ def test_a_degraded_pool_lets_go_on_every_version(kind: str) -> None:
         assert kind in why
 
 
-def test_a_pool_that_does_not_exist_lets_go() -> None:
-    assert look(McoObjects({}))[0] is Foresight.NONE
+def test_a_pool_that_does_not_exist_is_unknown() -> None:
+    assert look(McoObjects({}))[0] is Foresight.UNKNOWN
 
 
 # --- 4.16 and later: MachineOSBuild and MachineOSConfig --------------------------------------

@@ -94,6 +94,19 @@ PERMISSIONS: tuple[Permission, ...] = (
         frozenset({"get"}),
         account_only=True,
     ),
+    # MCO's pools, MachineOSBuilds and MachineOSConfigs, listed and watched: whether a build
+    # will replace a same-image target (drain_guard.core.replacement). Read only; cluster-scoped,
+    # so a ClusterRole (no name is known in advance). The systemd install does without (the
+    # noop-image guard then holds up to --max-hold, as before).
+    *(
+        Permission(
+            "machineconfiguration.openshift.io",
+            plural,
+            frozenset({"list", "watch"}),
+            account_only=True,
+        )
+        for plural in ("machineconfigpools", "machineosbuilds", "machineosconfigs")
+    ),
     # Its own DaemonSet, on SIGTERM: gone or being deleted means uninstall, so release holds.
     Permission("apps", "daemonsets", frozenset({"get"}), Scope.OWN_WORKLOAD),
     # Its own pod, at start: --daemonset must be its controller (drain_guard.runtime.selfcheck).

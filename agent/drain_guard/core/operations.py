@@ -33,12 +33,22 @@ class Operation(StrEnum):
     PODDISRUPTIONBUDGET_DELETE = "poddisruptionbudget_delete"
     #: Its MachineConfigPool's uid, for the pool's Events (``oc describe mcp`` finds them by it).
     MACHINECONFIGPOOL_GET = "machineconfigpool_get"
+    #: MCO's pools, MachineOSBuilds and MachineOSConfigs: whether a build will replace a
+    #: same-image target (drain_guard.core.replacement).
+    MACHINECONFIGPOOL_LIST = "machineconfigpool_list"
+    MACHINECONFIGPOOL_WATCH = "machineconfigpool_watch"
+    MACHINEOSBUILD_LIST = "machineosbuild_list"
+    MACHINEOSBUILD_WATCH = "machineosbuild_watch"
+    MACHINEOSCONFIG_LIST = "machineosconfig_list"
+    MACHINEOSCONFIG_WATCH = "machineosconfig_watch"
 
     @property
     def request(self) -> tuple[str, str, str]:
         """The API group, resource and verb an authorizer sees for this call."""
         return _REQUESTS[self]
 
+
+_MCO = "machineconfiguration.openshift.io"
 
 _REQUESTS: dict[Operation, tuple[str, str, str]] = {
     Operation.NODE_GET: ("", "nodes", "get"),
@@ -62,6 +72,12 @@ _REQUESTS: dict[Operation, tuple[str, str, str]] = {
         "machineconfigpools",
         "get",
     ),
+    Operation.MACHINECONFIGPOOL_LIST: (_MCO, "machineconfigpools", "list"),
+    Operation.MACHINECONFIGPOOL_WATCH: (_MCO, "machineconfigpools", "watch"),
+    Operation.MACHINEOSBUILD_LIST: (_MCO, "machineosbuilds", "list"),
+    Operation.MACHINEOSBUILD_WATCH: (_MCO, "machineosbuilds", "watch"),
+    Operation.MACHINEOSCONFIG_LIST: (_MCO, "machineosconfigs", "list"),
+    Operation.MACHINEOSCONFIG_WATCH: (_MCO, "machineosconfigs", "watch"),
 }
 
 
@@ -71,6 +87,13 @@ class Watched(StrEnum):
     NODE = "node"
     POD = "pod"
     PODDISRUPTIONBUDGET = "poddisruptionbudget"
+    MACHINECONFIGPOOL = "machineconfigpool"
+    MACHINEOSBUILD = "machineosbuild"
+    MACHINEOSCONFIG = "machineosconfig"
+
+    @property
+    def plural(self) -> str:
+        return f"{self.value}s"
 
     @property
     def list_operation(self) -> Operation:

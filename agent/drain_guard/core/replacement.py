@@ -117,7 +117,11 @@ def foresee(
         return Replacement(Foresight.UNKNOWN, "the node's pool is not known from its configs")
     pool = mco.pools.get(name)
     if pool is None:
-        return Replacement(Foresight.NONE, f"no MachineConfigPool {name}: nothing builds for it")
+        # The node's config names a pool MCO does not have (deleted, or not MCO's names):
+        # nothing to foresee from; held as without the objects.
+        return Replacement(
+            Foresight.UNKNOWN, f"no MachineConfigPool {name}, which the node's config names"
+        )
     degraded = [c for c in _DEGRADED if _condition(pool, c)]
     if degraded:
         why = f"pool {name} is {degraded[0]}: no MCO version starts a build for a degraded pool"

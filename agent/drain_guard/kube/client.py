@@ -21,7 +21,13 @@ from drain_guard.kube.call import (
 )
 from drain_guard.kube.counters import Counters, NullCounters
 from drain_guard.kube.credentials import ApiClient, load_api_client, load_socket_client
-from drain_guard.kube.listwatch import WATCH_TIMEOUT, ListWatch, NamedCache, WatchCache
+from drain_guard.kube.listwatch import (
+    WATCH_TIMEOUT,
+    ListWatch,
+    NamedCache,
+    ObjectsCache,
+    WatchCache,
+)
 
 #: The longest an admission webhook may take on a Node write of the agent: the
 #: ``timeoutSeconds`` of the openshift-4.15 overlay's entries (a test holds them to it).
@@ -36,7 +42,10 @@ ADMISSION_TIMEOUT = 5.0
 NODE_WRITE_TIMEOUT = ADMISSION_TIMEOUT + 3.0
 JSON_PATCH = "application/json-patch+json"
 #: MCO's MachineConfigPools: group, version, plural.
-POOLS = ("machineconfiguration.openshift.io", "v1", "machineconfigpools")
+MCO_GROUP = "machineconfiguration.openshift.io"
+POOLS = (MCO_GROUP, "v1", "machineconfigpools")
+#: MCO's resources the noop-image guard reads (drain_guard.core.replacement).
+MCO_WATCHED = (Watched.MACHINECONFIGPOOL, Watched.MACHINEOSBUILD, Watched.MACHINEOSCONFIG)
 
 
 @dataclass(frozen=True)
@@ -315,6 +324,48 @@ class Kube:
             apply=cache.apply,
             counters=counters or self.counters,
             name=f"{resource} {namespace}/{name}",
+            watch_timeout=watch_timeout,
+        ).run()
+
+    async def mco_versions(self) -> dict[Watched, str]:
+        """The API version serving each of MCO's resources the noop-image guard reads (``v1``
+        before ``v1alpha1``), from discovery: none on plain Kubernetes, pools alone on 4.15,
+        MachineOSBuilds and MachineOSConfigs in ``v1alpha1`` on 4.16 to 4.18 before the
+        backport and ``v1`` after. A group or version not served answers 404."""
+        found: dict[Watched, str] = {}
+        for version in ("v1", "v1alpha1"):
+            try:
+                body = await call_api(self.custom.get_api_resources, MCO_GROUP, version)
+            except KubeError as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            names = {r.get("name") for r in body.get("resources") or () if isinstance(r, dict)}
+            for resource in MCO_WATCHED:
+                if resource.plural in names:
+                    found.setdefault(resource, version)
+        return found
+
+    async def watch_cluster(
+        self,
+        resource: Watched,
+        version: str,
+        cache: ObjectsCache,
+        watch_timeout: int = WATCH_TIMEOUT,
+        counters: Counters | None = None,
+    ) -> None:
+        """Keep ``cache`` (every object of MCO's cluster-scoped ``resource``, served in
+        ``version``) current until cancelled."""
+        await ListWatch(
+            resource=resource,
+            list_fn=functools.partial(
+                self.custom.list_cluster_custom_object, MCO_GROUP, version, resource.plural
+            ),
+            field_selector="",
+            replace=cache.replace,
+            apply=cache.apply,
+            counters=counters or self.counters,
+            name=f"{resource.plural}.{version}",
             watch_timeout=watch_timeout,
         ).run()
 

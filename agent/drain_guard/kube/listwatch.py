@@ -151,6 +151,31 @@ class NamedCache:
         self.changed.set()
 
 
+@dataclass
+class ObjectsCache:
+    """Every object of one cluster-scoped resource, by name (``Kube.watch_cluster``): MCO's
+    pools, MachineOSBuilds and MachineOSConfigs, which the noop-image guard reads."""
+
+    objects: dict[str, JsonObj] = field(default_factory=dict)
+    listed: bool = False
+    #: Why the watch fails, while it does (its relay sets it; None once answered again).
+    error: str | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def replace(self, items: Sequence[JsonObj]) -> None:
+        self.objects = {str(item["metadata"]["name"]): item for item in items}
+        self.listed = True
+        self.changed.set()
+
+    def apply(self, kind: str, obj: JsonObj) -> None:
+        name = str(obj["metadata"]["name"])
+        if kind == "DELETED":
+            self.objects.pop(name, None)
+        else:
+            self.objects[name] = obj
+        self.changed.set()
+
+
 class _GoneError(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 

@@ -22,11 +22,12 @@ from drain_guard.core.alerts import AlertsSeen
 from drain_guard.core.nodes import NodeObj
 from drain_guard.core.operations import Watched
 from drain_guard.core.pods import ALL_NAMESPACES, Pod
+from drain_guard.core.replacement import McoObjects
 from drain_guard.decision import decisions, holds
 from drain_guard.decision.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
-from drain_guard.kube.listwatch import NamedCache, WatchCache
+from drain_guard.kube.listwatch import NamedCache, ObjectsCache, WatchCache
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.node import host
 from drain_guard.node.holdreport import EventSink, HoldReport
@@ -75,6 +76,7 @@ class Controller:
         cache: WatchCache,
         shield: Shield | None = None,
         clock: Clock | None = None,
+        mco: Sequence[Watched] = (),
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.settings = settings
@@ -99,6 +101,9 @@ class Controller:
         self.named_caches = {
             ref: NamedCache(changed=cache.changed) for guard in self.guards for ref in guard.reads
         }
+        #: MCO's objects the noop-image guard reads (``mco``: the resources served, each from a
+        #: watch of its own, ``runner``); none where the agent reads none (the node proxy).
+        self.mco_caches = {resource: ObjectsCache(changed=cache.changed) for resource in mco}
         #: The alert query's latest answer (``alertsource.AlertSource``), with alert gating on.
         self.alerts: AlertsSeen | None = None if settings.alerts is None else AlertsSeen()
         self.started_at = self.clock.now()
@@ -271,6 +276,24 @@ class Controller:
                     await self.cache.changed.wait()
         self.cache.changed.clear()
 
+    def _mco_objects(self) -> McoObjects | None:
+        """MCO's objects as listed; unreadable until every watch has listed (None: the agent
+        reads none, or MCO serves no pools here)."""
+        pools = self.mco_caches.get(Watched.MACHINECONFIGPOOL)
+        if pools is None:
+            return None
+        for resource, each in self.mco_caches.items():
+            if not each.listed:
+                failing = f": {each.error}" if each.error else ""
+                return McoObjects({}, unreadable=f"{resource.plural} not listed yet{failing}")
+        builds = self.mco_caches.get(Watched.MACHINEOSBUILD)
+        configs = self.mco_caches.get(Watched.MACHINEOSCONFIG)
+        return McoObjects(
+            pools.objects,
+            None if builds is None else tuple(builds.objects.values()),
+            None if configs is None else tuple(configs.objects.values()),
+        )
+
     def _current_node(self) -> NodeObj | None:
         """The newest Node known: the watch's, or the one our last patch returned."""
         node = self.cache.node
@@ -305,6 +328,7 @@ class Controller:
                 known_hold=holds.known_hold(self._memory, self.clock.now(), self.clock.monotonic()),
                 unschedulable=node.unschedulable,
                 objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
+                mco=self._mco_objects(),
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

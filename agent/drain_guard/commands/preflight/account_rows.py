@@ -62,6 +62,38 @@ async def list_pools(probe: Probe) -> tuple[Answer, str]:
     return made(await answer_of(api_call(list_all, MCO_GROUP, "v1", "machineconfigpools")))
 
 
+def mco_read(plural: str, *, watch: bool = False) -> Request:
+    """A list (or a one-second watch) of every object of MCO's cluster-scoped ``plural`` in
+    ``v1``: what the noop-image guard reads. Where ``v1`` does not serve it (4.15, or 4.16's
+    ``v1alpha1``) the API server answers 404 after the authorizer let it through."""
+
+    async def make(probe: Probe) -> tuple[Answer, str]:
+        list_all = probe.agent.custom.list_cluster_custom_object
+        extra = {"watch": True, "timeout_seconds": 1} if watch else {}
+        return made(await answer_of(api_call(list_all, MCO_GROUP, "v1", plural, **extra)))
+
+    return make
+
+
+async def update_pool(probe: Probe) -> tuple[Answer, str]:
+    patch = probe.agent.custom.patch_cluster_custom_object
+    body = {"metadata": {"labels": {"drain-guard.io/preflight": "x"}}}
+    return made(
+        await answer_of(
+            api_call(patch, MCO_GROUP, "v1", "machineconfigpools", probe.pool, body, dry_run="All")
+        )
+    )
+
+
+async def delete_build(probe: Probe) -> tuple[Answer, str]:
+    """The authorizer answers before the MachineOSBuild is looked up: any name will do."""
+    delete = probe.agent.custom.delete_cluster_custom_object
+    name = unique_name("build")
+    return made(
+        await answer_of(api_call(delete, MCO_GROUP, "v1", "machineosbuilds", name, dry_run="All"))
+    )
+
+
 async def own_secrets(probe: Probe) -> tuple[Answer, str]:
     return made(
         await answer_of(api_call(probe.agent.core.list_namespaced_secret, probe.who.namespace))
