@@ -180,7 +180,9 @@ async def start_agent(
     kubeconfig = api.kubeconfig(agent_user(node), workdir / "kubeconfigs" / node)
     if agent is None:
         return await spawn_agent(node, kubeconfig, host, *extra)
-    return await spawn_agent(node, kubeconfig, host, *extra, program=agent.program, env=agent.env)
+    return await spawn_agent(
+        node, kubeconfig, host, *extra, program=agent.program, env=agent.env, boot_id=agent.boot_id
+    )
 
 
 async def seconds_to_ready(agent: AgentProcess, timeout: float = WAIT) -> float:  # noqa: ASYNC109

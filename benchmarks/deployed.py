@@ -15,7 +15,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +54,8 @@ class Agent:
     python: str  # the interpreter, for import measurements
     program: tuple[str, ...]
     env: dict[str, str]
+    #: Whether it takes ``--boot-id-file`` (revisions before issue 36's boot id do not).
+    boot_id: bool = True
 
 
 def build_context(source: Path, dest: Path) -> Path:
@@ -114,6 +116,12 @@ def tree_for(variants: Iterable[str], workdir: Path) -> Path | None:
         return None
     print("building the deployed tree (pip install . and compileall)", flush=True)
     return build(workdir / "drain-guard")
+
+
+def baseline(ref: str, workdir: Path) -> Agent:
+    """Git revision ``ref``'s agent as deployed (the previous release, for same-run ratios),
+    without ``--boot-id-file``, which an older agent does not take."""
+    return replace(agent("deployed", baseline_tree(ref, workdir)), boot_id=False)
 
 
 def baseline_tree(ref: str, workdir: Path) -> Path:

@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tree = deployed.tree_for(variants, Path(tmp))
         agents = dict(parse_agent(spec, tree) for spec in specs)
         if a.baseline is not None:
-            base = deployed.agent("deployed", deployed.baseline_tree(a.baseline, Path(tmp)))
+            base = deployed.baseline(a.baseline, Path(tmp))
             agents[f"baseline {a.baseline}"] = replace(base, variant=f"baseline {a.baseline}")
         samples = asyncio.run(measure(agents, a.rounds, a.block, a.warmup, Path(tmp)))
     result = {

@@ -103,7 +103,7 @@ async def measure(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     how = deployed.agent(args.variant, deployed.tree_for([args.variant], workdir))
     result = await _measure_agent(args, workdir / "agent", how)
     if args.baseline is not None:
-        base = deployed.agent("deployed", deployed.baseline_tree(args.baseline, workdir))
+        base = deployed.baseline(args.baseline, workdir)
         result["baseline"] = await _measure_agent(args, workdir / "baseline-agent", base)
         result["baseline"]["revision"] = args.baseline
     return result

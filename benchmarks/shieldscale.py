@@ -199,7 +199,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
     tree = deployed.tree_for([params.variant], workdir)
     shields = [deployed.agent(params.variant, tree)]
     if params.baseline is not None:
-        base = deployed.agent("deployed", deployed.baseline_tree(params.baseline, workdir))
+        base = deployed.baseline(params.baseline, workdir)
         shields.append(
             deployed.Agent(f"baseline {params.baseline}", base.python, base.program, base.env)
         )

@@ -232,21 +232,22 @@ async def test_at_the_cap_a_probe_is_answered_at_the_door_and_no_request_is_cut(
     queue behind the flood until the cap made room (2.8 s of the kubelet's 3 under 1,000
     connections). Now, with every serving slot taken by a request in flight (a dribbled
     one, which the cap never closes) and the door full of requests waiting, a probe is
-    still answered, from the door; the oldest request at the door gets its busy 503 whole,
-    and no request being served is cut."""
+    still answered, from the door; a request that finds the door full gets its busy 503
+    whole, and no request being served is cut."""
     monkeypatch.setattr(connections, "MAX_CONNECTIONS", 8)
     monkeypatch.setattr(connections, "DOOR_SLOTS", 2)
     monkeypatch.setattr(door, "RETRY_AFTER", 3600)  # they wait at the door until pushed out
     runner, port = await serve(make_app(FakeSource(), Metrics()), parse_listen("127.0.0.1:0"))
     dribblers = []
     try:
-        for _ in range(connections.MAX_CONNECTIONS):  # 6 served, 2 at the door
+        for _ in range(connections.MAX_CONNECTIONS):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and not the blank line
             await writer.drain()
             dribblers.append((reader, writer))
         async with asyncio.timeout(WAIT):
-            await _descriptors_reach(port, connections.MAX_CONNECTIONS)
+            # Six served, one waiting at the door, the last refused at once (the door full).
+            await _descriptors_reach(port, connections.MAX_CONNECTIONS - 1)
             answers = {asyncio.ensure_future(r.read()): i for i, (r, _) in enumerate(dribblers)}
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -255,7 +256,7 @@ async def test_at_the_cap_a_probe_is_answered_at_the_door_and_no_request_is_cut(
             done, _ = await asyncio.wait(answers, return_when=asyncio.FIRST_COMPLETED)
         assert probed.startswith(b"HTTP/1.1 200 OK\r\n"), probed
         assert probed.endswith(b"\r\n\r\nok\n"), probed
-        # The probe took the slot of the oldest request at the door: its busy 503, whole.
+        # The request that found the door full: its busy 503, whole.
         (pushed,) = done
         assert answers[pushed] >= connections.MAX_CONNECTIONS - connections.DOOR_SLOTS
         assert pushed.result().startswith(b"HTTP/1.1 503 Service Unavailable\r\n")

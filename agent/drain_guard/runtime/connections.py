@@ -246,10 +246,11 @@ class _Listener:
         self.reading = False
         self.starts: set[asyncio.Task[Any]] = set()
         self.accept_errors = AcceptErrorLog()
+        # One of the door's slots is the newcomer's, read as it is accepted.
         self.door = (
             None
             if probe is None or cap.door_slots == 0
-            else Door(cap.door_slots, probe, cap.serving_room, self.admit, cap.at_cap)
+            else Door(cap.door_slots - 1, probe, cap.serving_room, self.admit, cap.at_cap)
         )
         cap.listener = self
 

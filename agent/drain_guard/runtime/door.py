@@ -1,4 +1,5 @@
-"""Where a plain-HTTP connection waits when every serving slot is taken (``server.py``'s cap).
+"""Where a plain-HTTP connection waits when every serving slot is taken (``connections.py``'s
+cap).
 
 A kubelet probe must not wait behind a flood (issue 36: under 1,000 hostile connections a
 probe waited up to 2.8 s of its 3 s timeout in the kernel's accept queue, which the server
@@ -9,15 +10,15 @@ without answering through aiohttp:
 - a probe (``GET`` or ``HEAD`` of ``/healthz`` or ``/readyz``) is answered at once, from the
   same function the handlers answer from, and its connection closed;
 - any other request waits for a serving slot (the cap makes room at its bounded rate) for
-  ``RETRY_AFTER`` seconds at most, then gets the busy 503 and its connection closed;
-- a full door turns its oldest waiting request away (a busy 503) to let the next connection
-  in, or else closes its oldest connection that has sent nothing for ``GRACE`` (no request
-  of it is cut); when neither is there, accepting pauses for ``GRACE``.
+  ``RETRY_AFTER`` seconds at most, then gets the busy 503 and its connection closed; with
+  the door full, a newcomer's request gets it at once, and those waiting keep their turn;
+- a connection that has sent nothing yet (rare: the listener accepts a connection once it
+  has spoken) waits for its request line, and may be closed after ``GRACE`` to make room.
 
-A turned-away connection costs an ``accept``, a ``recv`` and a ``send``, no aiohttp request
+A refused connection costs an ``accept``, a ``recv`` and a ``send``, no aiohttp request
 handler, so the server can keep the kernel's queue short under a flood that reconnects at
-once; a probe is read, in order of arrival, among at most ``slots`` others. The door knows
-nothing of HTTP beyond a request line: everything it admits, aiohttp reads whole.
+once. The door knows nothing of HTTP beyond a request line: everything it admits, aiohttp
+reads whole.
 """
 
 from __future__ import annotations
@@ -81,15 +82,18 @@ class Door:
         return len(self._guests)
 
     def enter(self, sock: socket.socket) -> None:
-        """``sock`` (non-blocking, just accepted) waits here; its request line is read when
-        it comes."""
-        while len(self._guests) >= self.slots and self.turn_away_oldest():
-            pass
-        self._guests[sock] = _Guest(self.clock())
-        self.loop.add_reader(sock.fileno(), self._heard, sock)
-        if self._sweep is None:
-            self._sweep = self.loop.call_later(SWEEP, self._sweep_out)
-        self._heard(sock)  # a client sends its request with the handshake: mostly here already
+        """``sock`` (non-blocking, just accepted) is answered, admitted, refused or waits."""
+        head = self._peek(sock)
+        if head == b"":
+            sock.close()
+        elif head is not None:
+            self._decide(sock, head, None)
+        elif self._room_for_one():  # it has said nothing yet: wait for its request line
+            self._guests[sock] = _Guest(self.clock())
+            self.loop.add_reader(sock.fileno(), self._heard, sock)
+            self._sweep_soon()
+        else:
+            sock.close()
 
     def waiting(self) -> bool:
         """Whether a request waits for a serving slot."""
@@ -133,17 +137,17 @@ class Door:
         guest = self._guests.get(sock)
         if guest is None:
             return
-        try:
-            head = sock.recv(MAX_HEAD, socket.MSG_PEEK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
+        head = self._peek(sock)
+        if head == b"":
             self._close(sock)
-            return
-        if not head:  # the client closed it
-            self._close(sock)
-            return
-        self.loop.remove_reader(sock.fileno())
+        elif head is not None:
+            self.loop.remove_reader(sock.fileno())
+            self._decide(sock, head, guest)
+
+    def _decide(self, sock: socket.socket, head: bytes, guest: _Guest | None) -> None:
+        """A probe is answered; another request is admitted while there is room, else waits
+        (a newcomer only if a slot is free: otherwise it is refused at once, and those
+        waiting keep their turn)."""
         method, path = _request_line(head)
         if method in ("GET", "HEAD") and path in PROBE_PATHS:
             status, text = self.probe(path)
@@ -151,9 +155,32 @@ class Door:
         elif self.has_room():
             self._leave(sock)
             self._admit(sock)
-        else:
+        elif guest is not None:
             guest.asks = True
             self.on_wait()
+        elif len(self._guests) < self.slots:
+            self._guests[sock] = _Guest(self.clock(), asks=True)
+            self._sweep_soon()
+            self.on_wait()
+        else:
+            self._answer(sock, 503, "busy\n", retry_after=RETRY_AFTER)
+
+    def _peek(self, sock: socket.socket) -> bytes | None:
+        """What ``sock`` has sent so far, left for aiohttp to read; None if nothing yet, b""
+        if it is closed or broken."""
+        try:
+            return sock.recv(MAX_HEAD, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            return b""
+
+    def _room_for_one(self) -> bool:
+        return len(self._guests) < self.slots or self.turn_away_oldest()
+
+    def _sweep_soon(self) -> None:
+        if self._sweep is None:
+            self._sweep = self.loop.call_later(SWEEP, self._sweep_out)
 
     def _sweep_out(self) -> None:
         self._sweep = None
@@ -180,11 +207,11 @@ class Door:
         body: bool = True,
         retry_after: int | None = None,
     ) -> None:
-        """Answer and close. What the client sent is read first, so that the close is a FIN
-        after the answer, not a reset that could overtake it."""
+        """Answer and close. What the client sent is read first (a request's head comes in
+        one piece), so that the close is a FIN after the answer, not a reset that could
+        overtake it."""
         with contextlib.suppress(OSError):
-            while sock.recv(65536):
-                pass
+            sock.recv(65536)
         data = text.encode()
         head = f"HTTP/1.1 {status} {REASONS[status]}\r\n"
         head += f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"

@@ -57,10 +57,12 @@ def run_args(
     host: HostFS,
     *extra: str,
     listen: str = "127.0.0.1:0",
+    boot_id: bool = True,
 ) -> list[str]:
     """``drain-guard run`` arguments for ``node``: its identity (none when ``kubeconfig`` is
-    None: an ``--api-socket`` in ``extra``), its host tree, a port (any free one unless
-    ``listen`` says)."""
+    None: an ``--api-socket`` in ``extra``), its host tree (its boot id unless ``boot_id`` is
+    False: an agent older than ``--boot-id-file``), a port (any free one unless ``listen``
+    says)."""
     return [
         "run",
         "--node-name",
@@ -72,19 +74,23 @@ def run_args(
         str(host.root),
         "--cmdline-file",
         str(host.cmdline_file),
-        "--boot-id-file",
-        str(host.boot_id_file),
+        *(("--boot-id-file", str(host.boot_id_file)) if boot_id else ()),
         *extra,
     ]
 
 
 def agent_command(
-    node: str, kubeconfig: Path | str | None, host: HostFS, *extra: str, program: Sequence[str] = ()
+    node: str,
+    kubeconfig: Path | str | None,
+    host: HostFS,
+    *extra: str,
+    program: Sequence[str] = (),
+    boot_id: bool = True,
 ) -> list[str]:
     """The whole command line: ``program`` (by default this interpreter running ``python -m
     drain_guard``; the benchmarks also run the agent as its image does) then ``run ...``."""
     command = program or (sys.executable, "-m", "drain_guard")
-    return [*command, *run_args(node, kubeconfig, host, *extra)]
+    return [*command, *run_args(node, kubeconfig, host, *extra, boot_id=boot_id)]
 
 
 def clean_environment() -> dict[str, str]:
@@ -296,12 +302,15 @@ async def spawn_agent(
     program: Sequence[str] = (),
     log_path: Path | None = None,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    boot_id: bool = True,
 ) -> AgentProcess:
     """Start ``drain-guard run`` for ``node`` with JSON logs on any free port (``extra`` flags
     come last, so they win), in an environment without drain-guard settings (plus ``env``).
     ``program`` runs drain-guard (see :func:`agent_command`); ``log_path`` keeps a copy of the
     log; ``on_record`` sees each decision record."""
-    command = agent_command(node, kubeconfig, host, "--log-format", "json", *extra, program=program)
+    command = agent_command(
+        node, kubeconfig, host, "--log-format", "json", *extra, program=program, boot_id=boot_id
+    )
     return await _spawn(node, command, env, on_record=on_record, log_path=log_path)
 
 
