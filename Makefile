@@ -42,7 +42,7 @@ $(SYSTEMD_ROOT): $(IMAGE_ARCHIVE) scripts/build-systemd-root.sh
 	scripts/build-systemd-root.sh
 
 demo: $(STAMP)
-	$(BIN)/drain-guard demo $${MCO:+--mco-version $$MCO}
+	$(BIN)/drain-guard demo $${MCO:+--mco-version $$MCO} $(ARGS)
 
 # On two workers per CPU (tests/conftest.py): the suite waits far more than it computes.
 # worksteal: a worker that runs out takes tests from another's queue (the slow tests vary).

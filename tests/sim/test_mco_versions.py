@@ -621,3 +621,34 @@ async def test_a_build_is_a_machine_os_build_written_in_mco_order(
             assert mosc["metadata"]["annotations"][CURRENT_BUILD_ANNOTATION] == name
         else:
             assert mosc_image < succeeded
+
+
+async def test_the_control_plane_pool_drains_the_node_its_build_runs_on(tmp_path: Path) -> None:
+    """A pool without layering (``masters=``): its daemon drains and reboots for a new config
+    (no image), and its drain evicts the layered pool's build pod running there (MCO's build
+    pods tolerate the control-plane taint): on 4.16 the build fails."""
+    async with SimCluster(
+        tmp_path, nodes=2, masters=1, build_node="master-0", time_factor=0.01,
+        version=McoVersion.V4_16,
+    ) as cluster:  # fmt: skip
+        api = cluster.api
+        await cluster.create_machine_config("99-worker-files")
+        await api.wait_for(
+            lambda: [p for p in cluster.build_pods() if p["status"].get("phase") == "Running"], 30
+        )
+        master = await cluster.create_master_config("99-master-files")
+        build = await cluster.wait_build_done(timeout=60)
+        assert (build.phase, build.reason) == ("Error", "BuildPodDeleted")
+        await cluster.wait_for(lambda: cluster.pool_updated("master", master), 60)
+        [update] = cluster.machines["master-0"].updates
+        assert update.drain_requested
+        assert not update.same_image
+        assert cluster.machines["master-0"].reboots == 1
+        outcome = cluster.outcome()
+        assert [c.node for c in outcome.cordons] == ["master-0"]
+        assert not outcome.unchanged_image_cordons()
+        assert outcome.build_pods_evicted() == [f"{MCO_NAMESPACE}/build-{build_config(cluster)}"]
+
+
+def build_config(cluster: SimCluster) -> str:
+    return str(cluster.api.get("machineconfigpools", "worker")["spec"]["configuration"]["name"])

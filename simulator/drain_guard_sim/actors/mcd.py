@@ -95,7 +95,8 @@ class UpdateRecord:
 
     @property
     def same_image(self) -> bool:
-        return self.from_image == self.to_image
+        """A layered update to the image the node runs (a non-layered one has no image)."""
+        return bool(self.to_image) and self.from_image == self.to_image
 
 
 @dataclass
@@ -294,12 +295,13 @@ class MachineConfigDaemon(Actor):
         self, old_config: str, new_config: str, old_image: str, new_image: str
     ) -> None:
         if not new_image:
-            raise UpdateError(
-                "rolling back from a layered to non-layered configuration is not currently "
-                "supported"
-                if old_image
-                else "non-layered updates are not simulated"
-            )
+            if old_image:
+                raise UpdateError(
+                    "rolling back from a layered to non-layered configuration is not currently "
+                    "supported"
+                )
+            await self._update_non_layered(old_config, new_config)
+            return
         started = self.log(self.node_name, "Performing layered OS update").t
         await self._update_on_cluster_build(started, old_config, new_config, old_image, new_image)
 
@@ -338,6 +340,28 @@ class MachineConfigDaemon(Actor):
         raise _RebootNow(
             _Reboot(new_image if record.rebased else self.host.booted.image, rationale)
         )
+
+    async def _update_non_layered(self, old_config: str, new_config: str) -> None:
+        """update(): a pool without layering (the control-plane pool): drain, write the new
+        config's files, reboot into the same OS image (this model's configs change files only;
+        MCO reboots for them)."""
+        started = self.log(self.node_name, f"Updating from {old_config} to {new_config}").t
+        self.updating = True
+        if self.cached.get(STATE) not in (STATE_DEGRADED, "Unreconcilable"):
+            await self._set({STATE: STATE_WORKING})
+        record = UpdateRecord(
+            node=self.node_name,
+            started=started,
+            from_image="",
+            to_image="",
+            drain_value=f"drain-{self.cached.get(DESIRED_CONFIG, '')}",
+        )
+        self.updates.append(record)
+        await self._perform_drain(record)
+        self.host.write_mcd_current_config(new_config, "")
+        rationale = f"Node will reboot into config {new_config}"
+        self.log(self.node_name, f"initiating reboot: {rationale}")
+        raise _RebootNow(_Reboot(self.host.booted.image, rationale))
 
     # -- drain.go --------------------------------------------------------------------------
 

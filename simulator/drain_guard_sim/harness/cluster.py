@@ -194,11 +194,11 @@ class SimCluster(Scenario):
     async def _create_pod(self, pod: JsonObj) -> None:
         self.api.create("pods", pod)
 
-    async def _pool_machine_configs(self) -> list[JsonObj]:
+    async def _pool_machine_configs(self, pool: str | None = None) -> list[JsonObj]:
         return [
             m
             for m in self.api.list("machineconfigs")
-            if (m["metadata"].get("labels") or {}).get(ROLE_LABEL) == self.pool
+            if (m["metadata"].get("labels") or {}).get(ROLE_LABEL) == (pool or self.pool)
         ]
 
     # -- driving the scenario --------------------------------------------------------------

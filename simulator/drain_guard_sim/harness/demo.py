@@ -292,6 +292,8 @@ class RunResult:
     rollout_done: bool
     start: float  # timeline seconds when the MachineConfig was created
     gave_up: bool = False
+    #: MCO 4.16+'s story: whether the control-plane pool finished its own rollout.
+    masters_done: bool = False
 
 
 async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) -> RunResult:
@@ -302,6 +304,10 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
     version = MCO_NAMES[args.mco_version]
     async with contextlib.AsyncExitStack() as stack:
         cluster: Cluster
+        # 4.16+: one control-plane node, which runs the build (build pods tolerate its taint)
+        # and MCO's machine-os-builder, as on a real cluster.
+        masters = 0 if version is McoVersion.V4_15 else 1
+        build_node = "master-0" if masters else None
         if args.api == "real":
             # A control plane of the run's own: the run's names are the simulator's.
             plane = await asyncio.to_thread(
@@ -310,12 +316,12 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
             stack.push_async_callback(asyncio.to_thread, plane.stop)
             cluster = RealCluster(
                 plane, workdir, nodes=args.nodes, time_factor=args.time_factor,
-                timings=timings, version=version,
+                timings=timings, version=version, masters=masters, build_node=build_node,
             )  # fmt: skip
         else:
             cluster = SimCluster(
                 workdir, nodes=args.nodes, time_factor=args.time_factor, timings=timings,
-                version=version,
+                version=version, masters=masters, build_node=build_node,
             )  # fmt: skip
         await stack.enter_async_context(cluster)
         agents: Agents | None = None
@@ -323,9 +329,12 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
         try:
             if with_agents:
                 agents = Agents(cluster, workdir, args.agent_max_hold)
-                for node in cluster.node_names:
+                for node in cluster.all_nodes:
                     await agents.start(node)
                 cluster.reboot_hooks.append(agents.restart)
+            if masters:
+                masters_done, rollout_done, gave_up = await _control_plane_update(cluster, args)
+                return _result(title, cluster, agents, rollout_done, gave_up, masters_done)
             # The seed's order: the node controller's sync lands between the render and the
             # build's BuildPending (only MCO 4.15 acts on it; cluster.create_machine_config).
             await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
@@ -347,17 +356,59 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
             if agents is not None:
                 cluster.reboot_hooks.clear()
                 await agents.stop_all()
-        return RunResult(
-            title=title,
-            outcome=cluster.outcome(),
-            timeline=cluster.timeline,
-            time_factor=cluster.timings.time_factor,
-            initial_image=cluster.initial_image,
-            holds=agents.holds() if agents is not None else None,
-            rollout_done=rollout_done,
-            start=next((e.t for e in cluster.timeline.entries if e.actor == "user"), 0.0),
-            gave_up=gave_up,
+        return _result(title, cluster, agents, rollout_done, gave_up)
+
+
+def _result(
+    title: str,
+    cluster: Cluster,
+    agents: Agents | None,
+    rollout_done: bool,
+    gave_up: bool,
+    masters_done: bool = False,
+) -> RunResult:
+    return RunResult(
+        title=title,
+        outcome=cluster.outcome(),
+        timeline=cluster.timeline,
+        time_factor=cluster.timings.time_factor,
+        initial_image=cluster.initial_image,
+        holds=agents.holds() if agents is not None else None,
+        rollout_done=rollout_done,
+        start=next((e.t for e in cluster.timeline.entries if e.actor == "user"), 0.0),
+        gave_up=gave_up,
+        masters_done=masters_done,
+    )
+
+
+async def _control_plane_update(
+    cluster: Cluster, args: argparse.Namespace
+) -> tuple[bool, bool, bool]:
+    """MCO 4.16+'s story: a MachineConfig of the worker pool starts its build on the
+    control-plane node; while it runs, a MachineConfig of the control-plane pool makes that
+    pool drain and reboot its node, which evicts the build pod. Returns whether the
+    control-plane pool and the worker pool finished their rollouts, and whether the run gave
+    up."""
+    masters_done = rollout_done = False
+    rendered = await cluster.create_machine_config("99-worker-seed")
+    try:
+        async with asyncio.timeout(args.timeout):
+            await cluster.timeline.wait_for(
+                lambda e: e.actor == "build-controller" and " is Running in pod " in e.message
+            )
+        master_config = await cluster.create_master_config("99-master-chrony")
+        build = await cluster.wait_build_done(timeout=args.timeout)
+        await cluster.wait_for(
+            lambda: cluster.pool_updated(cluster.master_pool, master_config), args.timeout
         )
+        masters_done = True
+        if build.succeeded:
+            await cluster.wait_rollout_done(timeout=args.timeout, config=rendered)
+            rollout_done = True
+    except TimeoutError:
+        cluster.timeline.add("demo", None, f"gave up after {args.timeout:g}s")
+        return masters_done, rollout_done, True
+    return masters_done, rollout_done, False
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -473,6 +524,67 @@ def verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str, str, 
     return rows, ok
 
 
+def plane_verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str, str, str]], bool]:
+    """MCO 4.16+'s story: the rows of the verdict table and whether the run with agents met
+    every goal (no build pod evicted, the build succeeded, both pools rolled out)."""
+
+    def evicted(r: RunResult) -> str:
+        pods = r.outcome.build_pods_evicted()
+        return str(len(pods)) + (
+            f" ({', '.join(p.rpartition('/')[2] for p in pods)})" if pods else ""
+        )
+
+    def build(r: RunResult) -> str:
+        b = r.outcome.build
+        if b is None:
+            return "none"
+        reason = f" ({b.reason})" if b.reason else ""
+        took = (b.finished - b.started) / r.time_factor
+        return f"{b.phase}{reason} after {took:.0f}s"
+
+    def holds(r: RunResult) -> str:
+        if r.holds is None:
+            return "-"
+        if not r.holds:
+            return "none (nothing needed holding)"
+        return "; ".join(f"{n}: {', '.join(sorted(rs))}" for n, rs in sorted(r.holds.items()))
+
+    def during(r: RunResult) -> str:
+        cs = r.outcome.during_build()
+        return str(len(cs)) + (f" ({', '.join(c.node for c in cs)})" if cs else "")
+
+    def done(flag: bool) -> str:
+        return "complete" if flag else "not complete"
+
+    rows = [
+        ("build pods evicted", evicted(without), evicted(with_)),
+        ("build outcome", build(without), build(with_)),
+        ("drains (cordons) during the build", during(without), during(with_)),
+        ("holds (reasons)", holds(without), holds(with_)),
+        ("control-plane pool's rollout", done(without.masters_done), done(with_.masters_done)),
+        ("worker pool's rollout (new image)", done(without.rollout_done), done(with_.rollout_done)),
+    ]
+    b = with_.outcome.build
+    ok = (
+        b is not None
+        and b.succeeded
+        and not with_.outcome.build_pods_evicted()
+        and with_.masters_done
+        and with_.rollout_done
+    )
+    return rows, ok
+
+
+EXPLAINED_PLANE = (
+    "MCO {v} waits for the build before it targets any worker, so the worker pool drains"
+    " nothing during the build. But MCO's build pods tolerate the control-plane taint, and the"
+    " control-plane pool rolls out on its own: its drain of the node that runs the build evicts"
+    " the build pod{lost}. drain-guard held that one drain (build-pod) while the build ran,"
+    " then let it go: the control-plane node drained once, after the build, and the worker pool"
+    " rolled the new image out.{builder}"
+)
+
+
 EXPLAINED_4_15 = (
     "  MCO 4.15's daemon fixes its target image when an update starts. The update begun\n"
     "  during the build (same image) was held by drain-guard while its drain was harmful\n"
@@ -486,19 +598,13 @@ EXPLAINED_4_15 = (
     "  keeps the target it fixed until the update ends. The other nodes then updated one\n"
     "  at a time, each with one drain for a real image change.\n"
 )
-EXPLAINED_LATER = (
-    "  MCO {v} targets no node before the build of the new config has succeeded (4.15\n"
-    "  did, with the old image), so neither run drains a node during the build or for the\n"
-    "  image it runs: drain-guard had nothing to hold. Each node then drained once, for the\n"
-    "  new image. What drain-guard still does on {v}: keep a drain off a node while a build\n"
-    "  pod runs there (a newer MachineConfig's build during a rollout, a drain for another\n"
-    "  reason), which no MCO version does{retry}.\n"
-)
 
 
 def print_verdict(
     without: RunResult, with_: RunResult, out: TextIO, version: McoVersion = McoVersion.V4_15
 ) -> bool:
+    if version is not McoVersion.V4_15:
+        return _print_plane_verdict(without, with_, out, version)
     rows, ok = verdict(without, with_)
     head = ("", without.title, with_.title)
     widths = [max(len(r[i]) for r in (*rows, head)) for i in range(3)]
@@ -510,19 +616,50 @@ def print_verdict(
     out.write("\nDrains after the build, explained:\n")
     for c in with_.outcome.after_build():
         out.write(f"  - {_cordon_text(c, with_)}\n")
-    if version is McoVersion.V4_15:
-        out.write(EXPLAINED_4_15)
-    else:
-        retry = (
-            "; 4.18 retries an evicted build\n  pod (a Job, backoffLimit 3), but the build "
-            "starts over, and fails at the fourth"
-            if version.job_builds
-            else ""
-        )
-        out.write(EXPLAINED_LATER.format(v=version.value, retry=retry))
+    out.write(EXPLAINED_4_15)
     out.write(
         "\nPASS: no drain during the build, the build succeeded, no drain while the desired image\n"
         "was the booted one.\n"
+        if ok
+        else "\nFAIL: see the verdict above.\n"
+    )
+    return ok
+
+
+def _table(rows: list[tuple[str, str, str]], head: tuple[str, str, str], out: TextIO) -> None:
+    widths = [max(len(r[i]) for r in (*rows, head)) for i in range(3)]
+    out.write("\n== Verdict ==\n")
+    for row in (head, *rows):
+        out.write(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        )
+
+
+def _print_plane_verdict(
+    without: RunResult, with_: RunResult, out: TextIO, version: McoVersion
+) -> bool:
+    rows, ok = plane_verdict(without, with_)
+    _table(rows, ("", without.title, with_.title), out)
+    if version.job_builds:
+        lost = (
+            " (a Job: its pod is replaced and the build starts over, its first minutes lost;"
+            " a fourth lost pod fails it), and with it machine-os-builder, whose drain during a"
+            " build makes 4.18/4.19 build again and degrade the pool (OCPBUGS-58238, not played"
+            " by the simulator)"
+        )
+        builder = (
+            " With no build pod there, the agent would still hold the drain of the node that runs"
+            " machine-os-builder while a MachineOSBuild is in flight."
+        )
+    else:
+        lost, builder = " and the build fails: the worker pool's update stops", ""
+    text = EXPLAINED_PLANE.format(v=version.value, lost=lost, builder=builder)
+    wrapped = textwrap.fill(text, width=88, initial_indent="  ", subsequent_indent="  ")
+    out.write("\nExplained:\n" + wrapped + "\n")
+    if with_.holds == {}:
+        out.write("\nNothing needed holding in this run.\n")
+    out.write(
+        "\nPASS: no build pod evicted, the build succeeded, both pools rolled out.\n"
         if ok
         else "\nFAIL: see the verdict above.\n"
     )
@@ -569,9 +706,12 @@ async def _demo_in(args: argparse.Namespace, base: Path, out: TextIO) -> int:
         )
     else:
         out.write(
-            f"drain-guard demo: the seed report's steps on MCO {args.mco_version} in a simulated\n"
-            f"{args.nodes}-worker cluster. Creating a MachineConfig starts an image build on\n"
-            f"worker-0; MCO {args.mco_version} waits for it before it targets any node.\n"
+            f"drain-guard demo: MCO {args.mco_version} on-cluster layering in a simulated\n"
+            f"cluster of {args.nodes} layered workers and one control-plane node, master-0.\n"
+            "Creating a worker MachineConfig starts an image build on master-0 (MCO's build\n"
+            "pods tolerate the control-plane taint); while it runs, a MachineConfig of the\n"
+            f"control-plane pool makes MCO drain master-0. (MCO {args.mco_version} waits for\n"
+            "the build before it targets any worker: the seed's race is 4.15's.)\n"
         )
         if args.mco_version != version.value:
             out.write(f"(MCO {args.mco_version} is played by the simulator's {version.value}.)\n")

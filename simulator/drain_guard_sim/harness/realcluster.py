@@ -53,8 +53,8 @@ from drain_guard_sim.harness.scenario import (
     BuildResult,
     Scenario,
     ScenarioOptions,
+    cluster_label,
     machine_os_build_result,
-    pool_label,
 )
 
 __all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster", "agent_user"]
@@ -208,7 +208,7 @@ class _Observer(Actor):
     async def watch(self) -> None:
         c = self.custom
         self.nodes = Informer(
-            self.core.list_node, self._on_node, {"label_selector": pool_label(self.pool)}
+            self.core.list_node, self._on_node, {"label_selector": cluster_label(self.pool)}
         )
         self.pools = Informer(
             c.list_cluster_custom_object,
@@ -318,14 +318,14 @@ class RealCluster(Scenario):
         # The Nodes go, so that no other client of a shared control plane (another test's
         # drain controller) acts on one left mid-drain; the rest stays, named after the pool.
         if self._seeded:
-            for name in self.node_names:
+            for name in self.all_nodes:
                 with contextlib.suppress(ApiException):
                     await self._request("DELETE", f"/api/v1/nodes/{name}")
         await self._observer.stop()
 
     async def _server_actors(self) -> list[Actor]:
         kubelet = await self._actor_kubeconfig("kubelet")
-        return [PodKubelet(kubelet, self.timeline, self.timings, self.node_names)]
+        return [PodKubelet(kubelet, self.timeline, self.timings, self.all_nodes)]
 
     # -- identities ------------------------------------------------------------------------
 
@@ -462,10 +462,11 @@ class RealCluster(Scenario):
             )
         )  # fmt: skip
 
-    async def _pool_machine_configs(self) -> list[JsonObj]:
+    async def _pool_machine_configs(self, pool: str | None = None) -> list[JsonObj]:
         listed = await read_json(
             await self._observer.custom.list_cluster_custom_object(
-                GROUP_MCO, "v1", "machineconfigs", label_selector=f"{ROLE_LABEL}={self.pool}",
+                GROUP_MCO, "v1", "machineconfigs",
+                label_selector=f"{ROLE_LABEL}={pool or self.pool}",
                 _preload_content=False,
             )
         )  # fmt: skip
@@ -578,7 +579,7 @@ class RealCluster(Scenario):
         return [
             (e.t, e.node, f"{e.namespace}/{e.name}")
             for e in self.drain.evictions
-            if e.node in self.node_names
+            if e.node in self.all_nodes
         ]
 
 

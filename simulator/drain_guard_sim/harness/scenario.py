@@ -182,8 +182,9 @@ class Cordon:
 
     @property
     def unchanged_image(self) -> bool:
-        """The node's desired image equals its booted one: a pointless drain."""
-        return self.desired_image == self.current_image
+        """The node's desired image equals its booted one: a pointless drain (a node of a pool
+        without layering has no image: its drains are for its configs)."""
+        return bool(self.desired_image) and self.desired_image == self.current_image
 
 
 @dataclass
@@ -209,10 +210,12 @@ class Outcome:
     def unchanged_image_cordons(self) -> list[Cordon]:
         return [c for c in self.cordons if c.unchanged_image]
 
+    def build_pods_evicted(self) -> list[str]:
+        """The build pods (``namespace/name``) the drain controller evicted."""
+        return [p for _, _, p in self.evictions if p.startswith(f"{MCO_NAMESPACE}/build-")]
+
     def build_pod_evicted(self) -> bool:
-        b = self.build
-        prefix = f"{MCO_NAMESPACE}/{b.name}-" if b is not None else None
-        return prefix is not None and any(p.startswith(prefix) for _, _, p in self.evictions)
+        return bool(self.build_pods_evicted())
 
 
 class ReplicaSetController(Actor):
@@ -378,6 +381,18 @@ def pool_label(pool: str) -> str:
     return f"node-role.kubernetes.io/{pool}"
 
 
+def cluster_label(pool: str) -> str:
+    """The label of every Node of the cluster named after its layered ``pool`` (both pools'),
+    which its drain controller selects: clusters sharing a control plane never meet."""
+    return f"sim.drain-guard.io/cluster-{pool}"
+
+
+#: The taint of a control-plane Node; MCO's build pods tolerate it.
+CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"}
+#: The OS image a Node of a pool without layering boots.
+BASE_OS_IMAGE = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:" + "5" * 64
+
+
 #: The actors' identities a server provides (``Scenario._actor_kubeconfig``): on the real control
 #: plane a service account each (``realcluster.ACTOR_RULES``), on the simulator MCO's users.
 ACTOR_ROLES = (
@@ -399,6 +414,7 @@ class ScenarioOptions(TypedDict, total=False):
     timings: Timings | None
     build_node: str | None
     version: McoVersion
+    masters: int
 
 
 class Scenario(abc.ABC):
@@ -424,6 +440,7 @@ class Scenario(abc.ABC):
         build_node: str | None = None,
         version: McoVersion = McoVersion.V4_15,
         node_controller: bool = True,
+        masters: int = 0,
     ) -> None:
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if workdir is None:
@@ -432,8 +449,15 @@ class Scenario(abc.ABC):
         self.workdir = workdir
         self.pool = pool
         self.node_names = [f"{pool}-{i}" for i in range(nodes)]
+        #: The control-plane pool (without layering) of ``masters`` Nodes, if any: its own
+        #: MachineConfigs and node controller; the layered pool's build pods may run there
+        #: (they tolerate the control-plane taint), and its rollout drains them.
+        self.master_pool = "master" if pool == "worker" else f"{pool}-master"
+        self.master_names = [f"{self.master_pool}-{i}" for i in range(masters)]
+        self.master_config = ""
         self.timings = (timings or Timings()).scaled(time_factor)
         self.build_node = build_node or self.node_names[0]
+        assert self.build_node in self.node_names + self.master_names, self.build_node
         self.version = version
         self.with_node_controller = node_controller
         self.timeline = Timeline()
@@ -466,7 +490,7 @@ class Scenario(abc.ABC):
         mcc = kc["machine-config-controller"]
         # Its pool's Nodes only: on a shared control plane, another test's Nodes (left
         # mid-drain, their pods under budgets) kept its workers from this cluster's drain.
-        self.drain = DrainController(mcc, tl, t, v, node_selector=pool_label(self.pool))
+        self.drain = DrainController(mcc, tl, t, v, node_selector=cluster_label(self.pool))
         builder = MachineOSBuildController if v.gates_on_build else MachineOSBuilder
         self.builder = builder(kc["machine-os-builder"], tl, t, v)
         self.actors = [
@@ -479,9 +503,12 @@ class Scenario(abc.ABC):
         if self.with_node_controller:
             self.node_controller = NodeController(mcc, tl, t, pool=self.pool, version=v)
             self.actors.append(self.node_controller)
+            if self.master_names:
+                masters = NodeController(mcc, tl, t, pool=self.master_pool, version=v)
+                self.actors.append(masters)
         for actor in self.actors:
             await actor.start()
-        for name in self.node_names:
+        for name in self.all_nodes:
             machine = NodeMachine(name, self.hosts[name], kc["machine-config-daemon"], tl, t, v)
             machine.on_reboot.append(self._run_reboot_hooks)
             self.machines[name] = machine
@@ -576,19 +603,71 @@ class Scenario(abc.ABC):
         for name in self.node_names:
             node = worker_node(name, self.initial_config, self.initial_image)
             node["metadata"]["labels"][pool_label(self.pool)] = ""
+            node["metadata"]["labels"][cluster_label(self.pool)] = ""
             await self._create_node(node)
             host = HostFS(self.workdir / "hosts" / name, self.initial_image)
             host.write_mcd_current_config(self.initial_config, self.initial_image)
             self.hosts[name] = host
+        if self.master_names:
+            await self._seed_masters()
         for ns, ds in DAEMONSETS:
             owner = _owner_reference(await self._create_owner("DaemonSet", ns, ds, {"app": ds}))
-            for node_name in self.node_names:
+            for node_name in self.all_nodes:
                 name = f"{ds}-{_suffix(ds, node_name)}"
                 await self._create_pod(_pod(ns, name, node_name, {"app": ds}, owner))
         for ns, deploy, labels in DEPLOYMENTS:
             rs = f"{deploy}-{_suffix(deploy, self.pool, n=10)}"
             owner = _owner_reference(await self._create_owner("ReplicaSet", ns, rs, labels))
             await self._create_pod(_pod(ns, f"{rs}-{_suffix(rs)}", self.build_node, labels, owner))
+
+    @property
+    def all_nodes(self) -> list[str]:
+        """The layered pool's Nodes, then the control-plane pool's."""
+        return self.node_names + self.master_names
+
+    async def _seed_masters(self) -> None:
+        """The control-plane pool, without layering: its MachineConfigs, rendered config, pool
+        and Nodes (tainted ``NoSchedule`` for control-plane nodes), booted into the base OS
+        image, every config applied."""
+        configs = [
+            await self._create_machine_config(
+                _machine_config(base.replace("worker", self.master_pool), _EMPTY_CONFIG,
+                                self.master_pool)
+            )
+            for base in BASE_CONFIGS
+        ]  # fmt: skip
+        self.master_config = rendered_name(self.master_pool, configs)
+        await self._create_machine_config(_machine_config(self.master_config, _EMPTY_CONFIG, None))
+        pool = {
+            "apiVersion": f"{GROUP_MCO}/v1",
+            "kind": "MachineConfigPool",
+            "metadata": {"name": self.master_pool},
+            "spec": {
+                "configuration": {"name": self.master_config},
+                "nodeSelector": {"matchLabels": {pool_label(self.master_pool): ""}},
+                "maxUnavailable": 1,
+            },
+        }
+        status = updated_pool_status(self.master_config, len(self.master_names), McoVersion.V4_16)
+        await self._create_pool(pool, status)
+        for name in self.master_names:
+            node = worker_node(name, self.master_config, "")
+            labels = node["metadata"]["labels"]
+            labels.pop(WORKER_LABEL)
+            labels |= {pool_label(self.master_pool): "", cluster_label(self.pool): ""}
+            node["spec"]["taints"] = [dict(CONTROL_PLANE_TAINT)]
+            await self._create_node(node)
+            host = HostFS(self.workdir / "hosts" / name, BASE_OS_IMAGE)
+            host.write_mcd_current_config(self.master_config, "")
+            self.hosts[name] = host
+
+    async def create_master_config(self, name: str) -> str:
+        """``oc create`` a :func:`machine_config` for the control-plane pool; returns the
+        config it renders to."""
+        name = name.replace("master", self.master_pool)
+        made = await self._create_machine_config(machine_config(name, pool=self.master_pool))
+        self.timeline.add("user", None, f"oc create machineconfig {made['metadata']['name']}")
+        return rendered_name(self.master_pool, await self._pool_machine_configs(self.master_pool))
 
     async def _seed_machine_os(self) -> None:
         """4.16+: the pool's MachineOSConfig and the MachineOSBuild of its first build, which
@@ -635,8 +714,9 @@ class Scenario(abc.ABC):
         """Create ``pod`` as it is, its status too."""
 
     @abc.abstractmethod
-    async def _pool_machine_configs(self) -> list[JsonObj]:
-        """The pool's MachineConfigs (its rendered config's inputs)."""
+    async def _pool_machine_configs(self, pool: str | None = None) -> list[JsonObj]:
+        """``pool``'s MachineConfigs (its rendered config's inputs; default: the layered
+        pool's)."""
 
     # -- driving the scenario --------------------------------------------------------------
 
@@ -747,6 +827,21 @@ class Scenario(abc.ABC):
                 and ann.get(CURRENT_IMAGE) == image
                 and ann.get(STATE) == STATE_DONE
                 and ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN) == f"uncordon-{target}"
+            ):
+                return False
+        return True
+
+    def pool_updated(self, pool: str, config: str) -> bool:
+        """Whether every Node of ``pool`` (the layered pool or the control-plane pool) runs
+        ``config``, Done and uncordoned."""
+        names = self.node_names if pool == self.pool else self.master_names
+        nodes = {n["metadata"]["name"]: n for n in self._nodes()}
+        for name in names:
+            ann = annotations_of(nodes.get(name) or {})
+            if not (
+                ann.get(CURRENT_CONFIG) == config
+                and ann.get(STATE) == STATE_DONE
+                and ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN) == f"uncordon-{config}"
             ):
                 return False
         return True
