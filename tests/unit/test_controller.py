@@ -29,6 +29,7 @@ from drain_guard.kube.client import Applied, Conflict, PatchResult
 from drain_guard.kube.listwatch import WatchCache
 from drain_guard.node import host
 from drain_guard.node.controller import Controller
+from drain_guard.node.loop_settings import loop_settings
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard.settings.agent import add_run_arguments, settings_from
@@ -211,7 +212,8 @@ def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) ->
     cache = WatchCache()
     cache.replace_pods([])
     cache.node_synced = True
-    controller = Controller(settings, kube, metrics, Health(metrics), events, cache, clock=clock)
+    loop = loop_settings(settings)
+    controller = Controller(loop, kube, metrics, Health(metrics), events, cache, clock=clock)
     return Env(controller, kube, cache, clock, metrics, events, host)
 
 

@@ -32,14 +32,13 @@ from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.node import host
 from drain_guard.node.holdreport import EventSink, HoldReport
 from drain_guard.node.interfaces import Clock, NodeApi, SystemClock
+from drain_guard.node.loop_settings import LoopSettings
 from drain_guard.node.observeonly import ObserveOnly
 from drain_guard.node.releasing import ReleaseEscalation
-from drain_guard.node.watches import blocking_watch_namespaces, pod_watch_namespace
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard.runtime.logs import decision_fields, log_key
-from drain_guard.settings.agent import Settings
 from drain_guard.shield.loop import Shield
 from drain_guard.status.agent import AgentStatus
 from drain_guard.status.parts import AlertsStatus, WouldHoldStatus
@@ -68,7 +67,7 @@ class Controller:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: LoopSettings,
         kube: NodeApi,
         metrics: Metrics,
         counters: Health,
@@ -94,7 +93,7 @@ class Controller:
         #: The node's pods in each blocking-pod namespace the pod watch does not cover, each
         #: from a watch of its own (``runner``) that wakes the loop as the pod watch does.
         self.blocking_caches = {
-            ns: WatchCache(changed=cache.changed) for ns in blocking_watch_namespaces(settings)
+            ns: WatchCache(changed=cache.changed) for ns in settings.blocking_watch_namespaces
         }
         #: The named objects the guards read (``Guard.reads``), each from a watch of its own
         #: (``runner``) that wakes the loop as the pod watch does.
@@ -105,7 +104,7 @@ class Controller:
         #: watch of its own, ``runner``); none where the agent reads none (the node proxy).
         self.mco_caches = {resource: ObjectsCache(changed=cache.changed) for resource in mco}
         #: The alert query's latest answer (``alertsource.AlertSource``), with alert gating on.
-        self.alerts: AlertsSeen | None = None if settings.alerts is None else AlertsSeen()
+        self.alerts: AlertsSeen | None = None if settings.alert_url is None else AlertsSeen()
         self.started_at = self.clock.now()
         # What the agent knows of holds between passes (holds.py derives what happened).
         self._memory = holds.Memory()
@@ -150,14 +149,14 @@ class Controller:
             release_failing=self._release.failing,
             observed=None if self._observe_only is None else self._observe_only.observed,
             shield=None if self.shield is None else self.shield.status(),
-            build_pod_namespaces=tuple(self.settings.build_pod_scope.names()),
-            pod_watch_namespace=pod_watch_namespace(self.settings) or ALL_NAMESPACES,
+            build_pod_namespaces=self.settings.build_pod_namespaces,
+            pod_watch_namespace=self.settings.pod_watch_namespace or ALL_NAMESPACES,
             blocking_pod_namespaces=self.settings.blocking_pod_namespaces,
             blocking_watch_namespaces=tuple(self.blocking_caches),
             confinement=self.confinement.to_json(),
             alerts=None
-            if self.alerts is None or self.settings.alerts is None
-            else AlertsStatus(self.settings.alerts.url, self.alerts),
+            if self.alerts is None or self.settings.alert_url is None
+            else AlertsStatus(self.settings.alert_url, self.alerts),
         )
 
     def _blocking_pods(self) -> tuple[Pod, ...] | None:

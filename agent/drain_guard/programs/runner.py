@@ -24,7 +24,7 @@ from drain_guard.kube.listwatch import WATCH_TIMEOUT, ObjectsCache, WatchCache
 from drain_guard.node.alertsource import AlertSource
 from drain_guard.node.controller import Controller
 from drain_guard.node.events import EventQueue, EventRecorder
-from drain_guard.node.watches import pod_watch_namespace
+from drain_guard.node.loop_settings import loop_settings
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
@@ -127,8 +127,9 @@ class _Agent:
         watch_timeout = int(settings.watch_timeout.total_seconds())
         shield = make_shield(settings, kube, metrics, cache, watch_timeout)
         mco = await mco_resources(settings, kube)
+        loop = loop_settings(settings)
         controller = Controller(
-            settings, kube, metrics, self.counters, events, cache, shield, mco=tuple(mco)
+            loop, kube, metrics, self.counters, events, cache, shield, mco=tuple(mco)
         )
         if install.kind is InstallKind.STANDALONE:
             log.warning("--install standalone: holds are kept on exit")
@@ -149,7 +150,7 @@ class _Agent:
             "pods": kube.watch_pods(
                 settings.node_name,
                 cache,
-                pod_watch_namespace(settings),
+                loop.pod_watch_namespace,
                 watch_timeout,
                 counters=pod_watches.member(0),
             ),
