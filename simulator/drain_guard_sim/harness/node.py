@@ -703,6 +703,8 @@ class AddedNode:
     workdir: Path
     containerd_socket: Path
     _processes: list[ManagedProcess] = field(default_factory=list)
+    #: The cgroup roots it made (one per hierarchy): only these are removed at stop.
+    _made: list[Path] = field(default_factory=list)
     stopped: bool = False
 
     @property
@@ -737,7 +739,8 @@ class AddedNode:
             if hierarchy.is_symlink() or not (hierarchy / "cgroup.procs").exists():
                 continue
             root = hierarchy / self.cgroup_root.lstrip("/")
-            root.mkdir()
+            root.mkdir()  # one left by a killed run stops it here: never removed on a guess
+            self._made.append(root)
             for name in ("cpuset.cpus", "cpuset.mems"):
                 if (root / name).exists():
                     (root / name).write_text((hierarchy / name).read_text())
@@ -763,11 +766,11 @@ class AddedNode:
         ]
         for point in reversed(mounts):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-        for root in self.cgroups():
+        for root in self._made:
             for directory, _subdirectories, _files in sorted(
                 os.walk(root), key=lambda entry: len(entry[0]), reverse=True
             ):
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):  # busy: said below
                     os.rmdir(directory)
         left = [f"cgroup left: {root}" for root in self.cgroups()]
         left += [
