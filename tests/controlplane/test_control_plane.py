@@ -13,6 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import WAIT, api_client, own_namespace
+from tests.controlplane.test_disruption_budget import allows, budget, ready_pod
 
 GO_MOD = Path(__file__).resolve().parents[2] / "tools" / "control-plane" / "go.mod"
 
@@ -104,6 +105,13 @@ async def test_compaction_makes_an_old_resource_version_gone(control_plane: Cont
             await core.list_namespaced_config_map(
                 namespace, resource_version=old, resource_version_match="Exact"
             )
+        # The controllers see what is made after the restart: the disruption controller counts
+        # a new Ready pod for a new budget (a controller manager left to reconnect on its own
+        # after a long restart counted none for half a minute, and such a budget allowed no
+        # disruption whatever its minAvailable: the next test's hold was never released).
+        await ready_pod(admin, namespace, "worker-x")
+        await budget(admin, namespace, "quorum", 0)
+        await allows(admin, namespace, "quorum", 1)
     assert gone.value.status == 410
 
 

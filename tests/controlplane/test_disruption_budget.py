@@ -66,8 +66,14 @@ async def budget(admin: client.ApiClient, namespace: str, name: str, min_availab
     await client.PolicyV1Api(admin).create_namespaced_pod_disruption_budget(namespace, body)
 
 
-async def allows(admin: client.ApiClient, namespace: str, name: str, allowed: int) -> None:
-    """Until the disruption controller says the budget (as it now is) allows ``allowed``."""
+async def allows(
+    admin: client.ApiClient, namespace: str, name: str, allowed: int, healthy: int = 1
+) -> None:
+    """Until the disruption controller says the budget (as it now is) allows ``allowed``,
+    counting ``healthy`` Ready pods. A controller that has not seen the pods yet (its pod
+    informer behind: after an API server restart it reconnects after a backoff that grows
+    with the outage) counts none, and then allows no disruption whatever ``minAvailable``
+    says: "allows 0" alone is no proof that the budget is what the test made it."""
     policy = client.PolicyV1Api(admin)
 
     async def check() -> bool:
@@ -76,6 +82,8 @@ async def allows(admin: client.ApiClient, namespace: str, name: str, allowed: in
         return bool(
             status is not None
             and status.observed_generation == pdb.metadata.generation
+            and status.expected_pods == healthy
+            and status.current_healthy == healthy
             and status.disruptions_allowed == allowed
         )
 
@@ -101,7 +109,7 @@ async def test_a_budget_that_allows_no_disruption_holds_the_drain_read_by_name_a
     await budget(admin, db, "quorum", 1)
     await budget(admin, db, "other", 0)
     await budget(admin, elsewhere, "quorum", 0)
-    await allows(admin, db, "quorum", 0)
+    await allows(admin, db, "quorum", 0)  # the pod counted, and wanted
 
     # The agent's own token: the named budget, listed and watched by name; nothing else.
     policy = client.PolicyV1Api(installed.agent)
@@ -149,6 +157,7 @@ async def test_a_budget_that_allows_no_disruption_holds_the_drain_read_by_name_a
         # The budget relaxed: the disruption controller allows one; the hold ends.
         body = {"spec": {"minAvailable": 0}}
         await client.PolicyV1Api(admin).patch_namespaced_pod_disruption_budget("quorum", db, body)
+        await allows(admin, db, "quorum", 1)  # the controller's reaction, then the agent's
         await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
     finally:
         await reap(started)
