@@ -31,6 +31,7 @@ from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.core.exitcodes import EXIT_OK, EXIT_USAGE
 from drain_guard.settings.agent import add_run_arguments, default_max_hold, settings_from
+from drain_guard.settings.nodeproxy import add_node_proxy_arguments, node_proxy_settings
 from drain_guard.settings.shield import add_shield_arguments, shield_settings_from
 from drain_guard.settings.webhook import add_webhook_arguments
 
@@ -38,8 +39,6 @@ from drain_guard.settings.webhook import add_webhook_arguments
 # main() when they run.
 
 #: ``drain-guard node-proxy``'s defaults: the systemd unit's socket, the kubelet's kubeconfig.
-NODE_PROXY_SOCKET = "/run/drain-guard-node-proxy/api.sock"
-KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -93,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         "node-proxy",
         help="serve a local agent its own Node's requests with the node's credential (systemd)",
     )
-    _add_node_proxy_arguments(proxy)
+    add_node_proxy_arguments(proxy)
 
     origin = sub.add_parser(
         "copy-booted-origin",
@@ -191,29 +190,6 @@ def _duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _add_node_proxy_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--node-name",
-        default=os.environ.get("NODE_NAME"),
-        help="the Node whose agent this serves (default: NODE_NAME)",
-    )
-    parser.add_argument(
-        "--kubeconfig",
-        default=KUBELET_KUBECONFIG,
-        help=f"the node's own kubeconfig, system:node:NAME (default: {KUBELET_KUBECONFIG})",
-    )
-    parser.add_argument(
-        "--socket",
-        default=NODE_PROXY_SOCKET,
-        help=f"the Unix socket to serve the agent on (default: {NODE_PROXY_SOCKET})",
-    )
-    parser.add_argument(
-        "--agent-user",
-        default="drain-guard",
-        help="the one user (name or UID) whose requests are served (default: drain-guard)",
-    )
-
-
 def _add_client_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
@@ -257,9 +233,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return webhook.main(args)
     if args.command == "node-proxy":
+        try:
+            proxy_settings = node_proxy_settings(args, os.environ)
+        except SettingsError as exc:
+            print(f"drain-guard node-proxy: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         from drain_guard.programs.nodeproxy import main as nodeproxy_main
 
-        return nodeproxy_main(args)
+        return nodeproxy_main(proxy_settings)
     if args.command == "copy-booted-origin":
         return _copy_booted_origin(args)
     if args.command == "status":

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from drain_guard.cli import main
 from drain_guard.config.values import (
     Listen,
     LogFormat,
@@ -35,6 +36,11 @@ from drain_guard.settings.agent import (
 )
 from drain_guard.settings.host import BootedImageSource, HostSettings
 from drain_guard.settings.install import Install, InstallKind
+from drain_guard.settings.nodeproxy import (
+    NodeProxySettings,
+    add_node_proxy_arguments,
+    node_proxy_settings,
+)
 from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 
 
@@ -406,3 +412,25 @@ def test_run_options_are_grouped_once_each_as_its_help_shows_them() -> None:
     shown = parser.format_help()
     host = shown.index("\nhost:\n")
     assert host < shown.index("  --host-root", host) < shown.index("\nhold:\n")
+
+
+def test_node_proxy_settings_are_typed_and_need_a_node() -> None:
+    parser = argparse.ArgumentParser()
+    add_node_proxy_arguments(parser)
+    settings = node_proxy_settings(parser.parse_args([]), {"NODE_NAME": "worker-0"})
+    assert settings == NodeProxySettings("worker-0")
+    flagged = node_proxy_settings(parser.parse_args(["--node-name", "w1"]), {"NODE_NAME": "x"})
+    assert flagged.node_name == "w1"
+    with pytest.raises(SettingsError, match="--node-name"):
+        node_proxy_settings(parser.parse_args([]), {})
+
+
+def test_node_proxy_without_a_node_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert main(["node-proxy"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "drain-guard node-proxy: error: --node-name (NODE_NAME) is required\n"
+    )

@@ -14,7 +14,6 @@ no restart (drain_guard.kube.ApiClient). docs/install.md, section 7.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -36,6 +35,7 @@ from drain_guard.kube.call import REQUEST_TIMEOUT, describe
 from drain_guard.kube.credentials import ApiClient, load_api_client
 from drain_guard.runtime.lifecycle import Program, Running, run_program
 from drain_guard.runtime.logs import configure_logging
+from drain_guard.settings.nodeproxy import NodeProxySettings
 
 __all__ = ["NodeProxy", "main", "peer_uid"]
 
@@ -194,11 +194,8 @@ def notify_ready() -> None:
         sock.sendall(b"READY=1")
 
 
-async def serve(args: argparse.Namespace) -> int:
+async def serve(args: NodeProxySettings) -> int:
     prog = "drain-guard node-proxy"
-    if not args.node_name:
-        log.error("%s: --node-name (NODE_NAME) is required", prog)
-        return EXIT_USAGE
     if not nodeaccess.is_node_name(args.node_name):
         log.error("%s: --node-name %r is not a Node's name (a DNS subdomain)", prog, args.node_name)
         return EXIT_USAGE
@@ -249,6 +246,6 @@ async def serve(args: argparse.Namespace) -> int:
     )
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: NodeProxySettings) -> int:
     configure_logging(LogFormat.TEXT, "INFO")
     return asyncio.run(serve(args))
