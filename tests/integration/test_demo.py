@@ -147,7 +147,8 @@ async def test_demo_on_a_later_mco_saves_a_build_from_the_control_plane_pools_dr
     """Issue 38 item 5: MCO 4.16+ targets no worker during the build, but the control-plane
     pool's rollout drains the node the build runs on: without drain-guard the build pod is
     evicted (4.16: the build fails and the worker pool stops; 4.18: its Job starts it over),
-    with it that drain is held (build-pod) until the build ends."""
+    with it that drain is held (build-pod) until the build ends. The revert that follows (D1
+    on 4.16) is let through at once: no build will replace its same-image drains."""
     async with asyncio.timeout(190):
         code, text = await run_demo(
             "--mco-version", mco, "--nodes", "2", "--timeline", "none", "--workdir", str(tmp_path)
@@ -157,13 +158,19 @@ async def test_demo_on_a_later_mco_saves_a_build_from_the_control_plane_pools_dr
     assert re.search(r"holds \(reasons\) +- +master-0: build-pod\n", text), text
     assert re.search(r"control-plane pool's rollout +complete +complete\n", text), text
     assert re.search(r"worker pool's rollout \(new image\) +\S+( \S+)? +complete\n", text), text
+    # Then the worker MachineConfig is deleted: the pool goes back to a config built before.
+    assert re.search(r"revert: drains held +- +none: let through at once\n", text), text
+    assert re.search(r"revert: pool back on its config +\S+( \S+)? +complete\n", text), text
     if mco == "4.16":
         assert "Error (BuildPodDeleted)" in text
         assert "not complete" in text
+        # D1: every worker's drain is for the image it runs, and nothing will replace it.
+        assert re.search(r"revert: drains for the booted image +- +2 \(worker-0, worker-1\)", text)
     else:
         assert text.count("Complete after") == 2  # 4.18's Job builds again, later
         assert "OCPBUGS-58238" in text
-    assert "PASS: no build pod evicted, the build succeeded, both pools rolled out." in text
+        assert re.search(r"revert: drains for the booted image +0 +0\n", text), text
+    assert "PASS: no build pod evicted, the build succeeded, both pools rolled out, no" in text
 
 
 async def test_demo_on_the_real_api_without_its_binaries_says_so_in_one_line(

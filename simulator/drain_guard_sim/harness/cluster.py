@@ -158,6 +158,9 @@ class SimCluster(Scenario):
 
     # -- seed state: straight into the store -------------------------------------------------
 
+    async def _delete_machine_config(self, name: str) -> None:
+        self.api.delete("machineconfigs", name)
+
     async def _create_machine_config(self, config: JsonObj) -> JsonObj:
         return self.api.create("machineconfigs", config)
 

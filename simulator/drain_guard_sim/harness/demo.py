@@ -18,6 +18,7 @@ import re
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,6 +295,10 @@ class RunResult:
     gave_up: bool = False
     #: MCO 4.16+'s story: whether the control-plane pool finished its own rollout.
     masters_done: bool = False
+    #: MCO 4.16+'s story: when the worker MachineConfig was deleted (timeline seconds; None:
+    #: not reached), and whether the pool was back on the config before it.
+    revert_start: float | None = None
+    revert_done: bool = False
 
 
 async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) -> RunResult:
@@ -333,8 +338,12 @@ async def _run_once(args: argparse.Namespace, workdir: Path, with_agents: bool) 
                     await agents.start(node)
                 cluster.reboot_hooks.append(agents.restart)
             if masters:
-                masters_done, rollout_done, gave_up = await _control_plane_update(cluster, args)
-                return _result(title, cluster, agents, rollout_done, gave_up, masters_done)
+                story = await _control_plane_update(cluster, args)
+                result = _result(
+                    title, cluster, agents, story.rollout_done, story.gave_up, story.masters_done
+                )
+                result.revert_start, result.revert_done = story.revert_start, story.revert_done
+                return result
             # The seed's order: the node controller's sync lands between the render and the
             # build's BuildPending (only MCO 4.15 acts on it; cluster.create_machine_config).
             await cluster.create_machine_config("99-worker-seed", lose_build_race=True)
@@ -381,15 +390,23 @@ def _result(
     )
 
 
-async def _control_plane_update(
-    cluster: Cluster, args: argparse.Namespace
-) -> tuple[bool, bool, bool]:
+@dataclass
+class _PlaneStory:
+    masters_done: bool = False
+    rollout_done: bool = False
+    gave_up: bool = False
+    revert_start: float | None = None
+    revert_done: bool = False
+
+
+async def _control_plane_update(cluster: Cluster, args: argparse.Namespace) -> _PlaneStory:
     """MCO 4.16+'s story: a MachineConfig of the worker pool starts its build on the
     control-plane node; while it runs, a MachineConfig of the control-plane pool makes that
-    pool drain and reboot its node, which evicts the build pod. Returns whether the
-    control-plane pool and the worker pool finished their rollouts, and whether the run gave
-    up."""
-    masters_done = rollout_done = False
+    pool drain and reboot its node, which evicts the build pod. Once the worker pool has
+    rolled out, the worker MachineConfig is deleted: the pool goes back to the config built
+    before (D1: on 4.16/4.17 every worker is sent a same-image update that no build will
+    replace; 4.18+ rolls the old build's image out)."""
+    story = _PlaneStory()
     rendered = await cluster.create_machine_config("99-worker-seed")
     try:
         async with asyncio.timeout(args.timeout):
@@ -401,14 +418,21 @@ async def _control_plane_update(
         await cluster.wait_for(
             lambda: cluster.pool_updated(cluster.master_pool, master_config), args.timeout
         )
-        masters_done = True
-        if build.succeeded:
-            await cluster.wait_rollout_done(timeout=args.timeout, config=rendered)
-            rollout_done = True
+        story.masters_done = True
+        if not build.succeeded:
+            return story
+        await cluster.wait_rollout_done(timeout=args.timeout, config=rendered)
+        story.rollout_done = True
+        story.revert_start = cluster.timeline.since_start(time.monotonic())
+        await cluster.delete_machine_config("99-worker-seed")
+        await cluster.wait_for(
+            lambda: cluster.pool_updated(cluster.pool, cluster.initial_config), args.timeout
+        )
+        story.revert_done = True
     except TimeoutError:
         cluster.timeline.add("demo", None, f"gave up after {args.timeout:g}s")
-        return masters_done, rollout_done, True
-    return masters_done, rollout_done, False
+        story.gave_up = True
+    return story
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -556,6 +580,18 @@ def plane_verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str,
     def done(flag: bool) -> str:
         return "complete" if flag else "not complete"
 
+    def revert_drains(r: RunResult) -> str:
+        if r.revert_start is None:
+            return "-"
+        cs = [c for c in r.outcome.unchanged_image_cordons() if c.t >= r.revert_start]
+        return str(len(cs)) + (f" ({', '.join(c.node for c in cs)})" if cs else "")
+
+    def revert_holds(r: RunResult) -> str:
+        if r.holds is None or r.revert_start is None:
+            return "-"
+        held = revert_held(r)
+        return ", ".join(held) if held else "none: let through at once"
+
     rows = [
         ("build pods evicted", evicted(without), evicted(with_)),
         ("build outcome", build(without), build(with_)),
@@ -563,6 +599,9 @@ def plane_verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str,
         ("holds (reasons)", holds(without), holds(with_)),
         ("control-plane pool's rollout", done(without.masters_done), done(with_.masters_done)),
         ("worker pool's rollout (new image)", done(without.rollout_done), done(with_.rollout_done)),
+        ("revert: drains for the booted image", revert_drains(without), revert_drains(with_)),
+        ("revert: drains held", revert_holds(without), revert_holds(with_)),
+        ("revert: pool back on its config", done(without.revert_done), done(with_.revert_done)),
     ]
     b = with_.outcome.build
     ok = (
@@ -571,8 +610,35 @@ def plane_verdict(without: RunResult, with_: RunResult) -> tuple[list[tuple[str,
         and not with_.outcome.build_pods_evicted()
         and with_.masters_done
         and with_.rollout_done
+        and with_.revert_done
+        and not revert_held(with_)
     )
     return rows, ok
+
+
+def revert_held(r: RunResult) -> list[str]:
+    """The nodes whose agent held a drain after the revert began."""
+    if r.revert_start is None:
+        return []
+    start = r.revert_start
+    return sorted(
+        {
+            e.node or ""
+            for e in r.timeline.entries
+            if e.actor == AGENT_ACTOR and e.t >= start and e.message.startswith(tuple(HOLDING))
+        }
+    )
+
+
+def revert_decisions(r: RunResult) -> list[str]:
+    """Each agent's first decision after the revert began that was not idle."""
+    if r.revert_start is None:
+        return []
+    seen: dict[str, str] = {}
+    for e in r.timeline.entries:
+        if e.actor == AGENT_ACTOR and e.t >= r.revert_start and e.node and e.node not in seen:
+            seen[e.node] = f"{e.node}: {e.message}"
+    return [seen[n] for n in sorted(seen)]
 
 
 EXPLAINED_PLANE = (
@@ -654,12 +720,32 @@ def _print_plane_verdict(
     else:
         lost, builder = " and the build fails: the worker pool's update stops", ""
     text = EXPLAINED_PLANE.format(v=version.value, lost=lost, builder=builder)
-    wrapped = textwrap.fill(text, width=88, initial_indent="  ", subsequent_indent="  ")
+    wrapped = textwrap.fill(
+        text, width=88, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False
+    )
     out.write("\nExplained:\n" + wrapped + "\n")
+    if version.job_builds:
+        revert = (
+            "The revert: MCO {v} reuses the old MachineOSBuild and names its image, so every"
+            " worker's drain was for a real update: nothing needed holding."
+        )
+    else:
+        revert = (
+            "The revert: MCO {v} starts no build for a config it built before and sends every"
+            " worker that config with the image it runs (D1): a drain and a reboot that no build"
+            " will replace. drain-guard reads the pool's MachineOSBuild and MachineOSConfig,"
+            " sees nothing coming, and lets each such drain through at once rather than hold it"
+            " to --max-hold."
+        )
+    out.write(textwrap.fill(revert.format(v=version.value), width=88, initial_indent="  ",
+                            subsequent_indent="  ", break_on_hyphens=False) + "\n")  # fmt: skip
+    for line in revert_decisions(with_):
+        out.write(f"    {_short(line)}\n")
     if with_.holds == {}:
         out.write("\nNothing needed holding in this run.\n")
     out.write(
-        "\nPASS: no build pod evicted, the build succeeded, both pools rolled out.\n"
+        "\nPASS: no build pod evicted, the build succeeded, both pools rolled out, no drain"
+        " held in the revert.\n"
         if ok
         else "\nFAIL: see the verdict above.\n"
     )

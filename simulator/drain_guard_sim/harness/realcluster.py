@@ -395,6 +395,9 @@ class RealCluster(Scenario):
             f"/api/v1/namespaces/{MCO_NAMESPACE}/serviceaccounts", {"metadata": {"name": "builder"}}
         )
 
+    async def _delete_machine_config(self, name: str) -> None:
+        await self._request("DELETE", f"/apis/{GROUP_MCO}/v1/machineconfigs/{name}")
+
     async def _create_machine_config(self, config: JsonObj) -> JsonObj:
         """Create ``config``; after ``lose_build_races``, another controller's label follows."""
         made = await self._create_mco("machineconfigs", config)

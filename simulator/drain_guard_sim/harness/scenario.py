@@ -695,6 +695,10 @@ class Scenario(abc.ABC):
         """Create a MachineConfig as the administrator; the object created."""
 
     @abc.abstractmethod
+    async def _delete_machine_config(self, name: str) -> None:
+        """Delete a MachineConfig as the administrator."""
+
+    @abc.abstractmethod
     async def _create_pool(self, pool: JsonObj, status: JsonObj) -> None:
         """Create the MachineConfigPool ``pool`` with ``status``."""
 
@@ -735,6 +739,13 @@ class Scenario(abc.ABC):
         await self._create_machine_config(machine_config(name, kernel_arguments, pool=self.pool))
         self.timeline.add("user", None, f"oc create machineconfig {name}")
         return rendered_name(self.pool, await self._pool_machine_configs())
+
+    async def delete_machine_config(self, name: str) -> None:
+        """``oc delete`` the pool's MachineConfig ``name`` (as given to
+        :meth:`create_machine_config`): the pool goes back to the config rendered without it."""
+        name = name.replace("worker", self.pool)
+        await self._delete_machine_config(name)
+        self.timeline.add("user", None, f"oc delete machineconfig {name}")
 
     def lose_build_races(self, margin: float = RACE_MARGIN) -> None:
         """Arrange the order the seed's log shows for every MachineConfig created from now on.
