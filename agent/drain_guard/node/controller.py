@@ -21,8 +21,7 @@ from drain_guard import __version__, guards, protocol
 from drain_guard.core.alerts import AlertsSeen
 from drain_guard.core.nodes import NodeObj
 from drain_guard.core.operations import Watched
-from drain_guard.core.pods import ALL_NAMESPACES, Pod
-from drain_guard.core.replacement import McoObjects
+from drain_guard.core.pods import ALL_NAMESPACES
 from drain_guard.decision import decisions, holds
 from drain_guard.decision.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
@@ -35,6 +34,7 @@ from drain_guard.node.interfaces import Clock, NodeApi, SystemClock
 from drain_guard.node.loop_settings import LoopSettings
 from drain_guard.node.observeonly import ObserveOnly
 from drain_guard.node.releasing import ReleaseEscalation
+from drain_guard.node.watches import blocking_pods, mco_objects
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
@@ -159,13 +159,6 @@ class Controller:
             else AlertsStatus(self.settings.alert_url, self.alerts),
         )
 
-    def _blocking_pods(self) -> tuple[Pod, ...] | None:
-        """The pods of the blocking-pod namespaces' own watches; None until all have listed."""
-        caches = self.blocking_caches.values()
-        if not all(c.pods_synced for c in caches):
-            return None
-        return tuple(p for c in caches for p in c.pods.values())
-
     def alerts_changed(self, seen: AlertsSeen) -> None:
         """The alert query's answer changed: decide again on it."""
         self.alerts = seen
@@ -275,24 +268,6 @@ class Controller:
                     await self.cache.changed.wait()
         self.cache.changed.clear()
 
-    def _mco_objects(self) -> McoObjects | None:
-        """MCO's objects as listed; unreadable until every watch has listed (None: the agent
-        reads none, or MCO serves no pools here)."""
-        pools = self.mco_caches.get(Watched.MACHINECONFIGPOOL)
-        if pools is None:
-            return None
-        for resource, each in self.mco_caches.items():
-            if not each.listed:
-                failing = f": {each.error}" if each.error else ""
-                return McoObjects({}, unreadable=f"{resource.plural} not listed yet{failing}")
-        builds = self.mco_caches.get(Watched.MACHINEOSBUILD)
-        configs = self.mco_caches.get(Watched.MACHINEOSCONFIG)
-        return McoObjects(
-            pools.objects,
-            None if builds is None else tuple(builds.objects.values()),
-            None if configs is None else tuple(configs.objects.values()),
-        )
-
     def _current_node(self) -> NodeObj | None:
         """The newest Node known: the watch's, or the one our last patch returned."""
         node = self.cache.node
@@ -323,11 +298,11 @@ class Controller:
                 resource_version=node.resource_version,
                 alerts=self.alerts,
                 labels=node.labels,
-                blocking_pods=self._blocking_pods(),
+                blocking_pods=blocking_pods(self.blocking_caches),
                 known_hold=holds.known_hold(self._memory, self.clock.now(), self.clock.monotonic()),
                 unschedulable=node.unschedulable,
                 objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
-                mco=self._mco_objects(),
+                mco=mco_objects(self.mco_caches),
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

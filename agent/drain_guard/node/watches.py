@@ -1,11 +1,17 @@
-"""Which pod watches the agent keeps, from its settings: its one pod watch's namespace (the
-build-pod scope and, with the shield on, the shielded namespaces) and the blocking-pod
-namespaces that need a watch of their own (``runner`` starts them, the controller reads them).
+"""Which watches the agent keeps beside its Node's, and what the guards read of them: its one
+pod watch's namespace (the build-pod scope and, with the shield on, the shielded namespaces),
+the blocking-pod namespaces that need a watch of their own, and MCO's objects (``runner``
+starts the watches, the controller reads their caches through these).
 """
 
 from __future__ import annotations
 
-from drain_guard.core.pods import watch_namespace
+from collections.abc import Mapping
+
+from drain_guard.core.operations import Watched
+from drain_guard.core.pods import Pod, watch_namespace
+from drain_guard.core.replacement import McoObjects
+from drain_guard.kube.listwatch import ObjectsCache, WatchCache
 from drain_guard.settings.agent import Settings
 from drain_guard.shield.plan import shield_namespaces
 
@@ -24,3 +30,29 @@ def pod_watch_namespace(settings: Settings) -> str | None:
     shielded namespaces; a single namespace (the default: MCO's) or None for every one."""
     shielded = shield_namespaces(settings.shield_dependencies) if settings.shield_build_pods else ()
     return watch_namespace(settings.build_pod_scope, shielded)
+
+
+def blocking_pods(caches: Mapping[str, WatchCache]) -> tuple[Pod, ...] | None:
+    """The pods of the blocking-pod namespaces' own watches; None until all have listed."""
+    if not all(c.pods_synced for c in caches.values()):
+        return None
+    return tuple(p for c in caches.values() for p in c.pods.values())
+
+
+def mco_objects(caches: Mapping[Watched, ObjectsCache]) -> McoObjects | None:
+    """MCO's objects as listed; unreadable until every watch has listed (None: the agent
+    reads none, or MCO serves no pools here)."""
+    pools = caches.get(Watched.MACHINECONFIGPOOL)
+    if pools is None:
+        return None
+    for resource, each in caches.items():
+        if not each.listed:
+            failing = f": {each.error}" if each.error else ""
+            return McoObjects({}, unreadable=f"{resource.plural} not listed yet{failing}")
+    builds = caches.get(Watched.MACHINEOSBUILD)
+    configs = caches.get(Watched.MACHINEOSCONFIG)
+    return McoObjects(
+        pools.objects,
+        None if builds is None else tuple(builds.objects.values()),
+        None if configs is None else tuple(configs.objects.values()),
+    )
