@@ -67,7 +67,10 @@ async def _until_left(agent: AgentProcess, seconds: int) -> None:
     """Until the agent's /status says its hold has at most ``seconds`` left."""
     async with asyncio.timeout(MAX_HOLD.total_seconds() + 30):
         while True:
-            if (await _status(agent))["timeLeftSeconds"] <= seconds:
+            # None until the agent has taken in its own hold's write (the test may see the
+            # hold on the Node first).
+            left = (await _status(agent))["timeLeftSeconds"]
+            if left is not None and left <= seconds:
                 return
             await asyncio.sleep(0.2)
 

@@ -120,7 +120,11 @@ async def expired_though_unanswered(
         )
         await mcd_request(admin, node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
         await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
-        await _until_status(agent, lambda s: (s["timeLeftSeconds"] or 0) <= FREEZE_WITH_LEFT)
+        # timeLeftSeconds is None until the agent has taken in its own hold's write.
+        await _until_status(
+            agent,
+            lambda s: s["timeLeftSeconds"] is not None and s["timeLeftSeconds"] <= FREEZE_WITH_LEFT,
+        )
         with control_plane.paused("etcd", "kube-apiserver"):
             control_plane.pause("etcd")
             await _until_status(agent, _past_end)
