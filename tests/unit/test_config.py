@@ -42,6 +42,7 @@ from drain_guard.settings.nodeproxy import (
     node_proxy_settings,
 )
 from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
+from drain_guard.settings.webhook import add_webhook_arguments, webhook_settings
 
 
 def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
@@ -434,3 +435,20 @@ def test_node_proxy_without_a_node_is_one_line_and_exit_2(
         capsys.readouterr().err
         == "drain-guard node-proxy: error: --node-name (NODE_NAME) is required\n"
     )
+
+
+def test_webhook_settings_are_typed_and_checked() -> None:
+    parser = argparse.ArgumentParser()
+    add_webhook_arguments(parser)
+    base = ["--tls-cert-file", "c.pem", "--tls-private-key-file", "k.pem"]
+    settings = webhook_settings(parser.parse_args(base), {"KUBECONFIG": "/k"})
+    assert (str(settings.listen), settings.kubeconfig) == ("0.0.0.0:9443", "/k")
+    assert "ECDHE-RSA-AES128-GCM-SHA256" in settings.tls12_ciphers
+    for argv, error in [
+        (["--agent-account", "nocolon"], "expected NAMESPACE:NAME"),
+        (["--tls-cipher-suites", "TLS_RSA_WITH_RC4_128_SHA"], "unsupported suite"),
+        (["--tls-cipher-suites", "TLS_AES_128_GCM_SHA256"], "no TLS 1.2 suite"),
+        (["--listen", "nowhere"], "--listen"),
+    ]:
+        with pytest.raises(SettingsError, match=error):
+            webhook_settings(parser.parse_args([*base, *argv]), {})

@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from drain_guard.config.values import LogFormat, SettingsError, parse_listen
+from drain_guard.config.values import LogFormat, SettingsError
 from drain_guard.confine import admission
 from drain_guard.core.exitcodes import EXIT_USAGE
 from drain_guard.core.operations import Operation
@@ -35,7 +35,7 @@ from drain_guard.kube.client import Kube
 from drain_guard.runtime.connections import CappedSite
 from drain_guard.runtime.lifecycle import Program, Running, run_program
 from drain_guard.runtime.logs import configure_logging
-from drain_guard.settings.webhook import TLS12_SUITES, TLS13_SUITES
+from drain_guard.settings.webhook import WebhookSettings, webhook_settings
 
 log = logging.getLogger("drain_guard.programs.webhook")
 
@@ -65,16 +65,10 @@ class Tls:
     ciphers: str  # OpenSSL's names, the TLS 1.2 suites
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Tls:
-        names = [n.strip() for n in args.tls_cipher_suites.split(",") if n.strip()]
-        unknown = [n for n in names if n not in TLS12_SUITES and n not in TLS13_SUITES]
-        if unknown:
-            raise SettingsError(f"--tls-cipher-suites: unsupported suite {unknown[0]}")
-        tls12 = [TLS12_SUITES[n] for n in names if n in TLS12_SUITES]
-        version = TLS_VERSIONS[args.tls_min_version]
-        if version is ssl.TLSVersion.TLSv1_2 and not tls12:
-            raise SettingsError("--tls-cipher-suites: no TLS 1.2 suite for VersionTLS12")
-        return cls(args.tls_cert_file, args.tls_private_key_file, version, ":".join(tls12))
+    def of(cls, settings: WebhookSettings) -> Tls:
+        version = TLS_VERSIONS[settings.tls_min_version]
+        ciphers = ":".join(settings.tls12_ciphers)
+        return cls(settings.tls_cert_file, settings.tls_private_key_file, version, ciphers)
 
     def context(self) -> ssl.SSLContext:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -192,24 +186,17 @@ async def _follow_certificate(tls: Tls, ctx: ssl.SSLContext) -> None:
             log.warning("cannot read the serving certificate: %s", exc)
 
 
-async def serve(args: argparse.Namespace) -> int:
-    namespace, _, name = args.agent_account.partition(":")
-    if not namespace or not name or ":" in name:
-        log.error("--agent-account %r: expected NAMESPACE:NAME", args.agent_account)
-        return EXIT_USAGE
+async def serve(settings: WebhookSettings) -> int:
+    tls = Tls.of(settings)
+    listen = settings.listen
     try:
-        tls = Tls.from_args(args)
-        listen = parse_listen(args.listen)
         ctx = tls.context()
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return EXIT_USAGE
     except (OSError, ssl.SSLError) as exc:
         log.error("cannot load the serving certificate: %s", exc)
         return EXIT_USAGE
 
     async def serve_tls(kube: Kube) -> web.AppRunner:
-        webhook = Webhook(kube, args.agent_account)
+        webhook = Webhook(kube, settings.agent_account)
         runner = web.AppRunner(make_app(webhook), access_log=None, handle_signals=False)
         await runner.setup()
         try:
@@ -227,9 +214,9 @@ async def serve(args: argparse.Namespace) -> int:
 
     return await run_program(
         Program(
-            connect=lambda: Kube.connect(args.kubeconfig or os.environ.get("KUBECONFIG")),
+            connect=lambda: Kube.connect(settings.kubeconfig),
             serve=serve_tls,
-            listener=args.listen,
+            listener=str(settings.listen),
             start=start,
             close=Kube.close,
         )
@@ -237,5 +224,11 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    """Log as asked first, so that a bad flag is one line of the pod's log (exit 2)."""
     configure_logging(LogFormat(args.log_format), "INFO")
-    return asyncio.run(serve(args))
+    try:
+        settings = webhook_settings(args, os.environ)
+    except SettingsError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    return asyncio.run(serve(settings))
