@@ -8,7 +8,8 @@ budget of a build pod, so the policy refuses nothing the shield does.
 The account lives in a namespace of the test's own (the policy matches any namespace, as a
 renamed install's), and its Role and RoleBinding in MCO's namespace have names of their own:
 nothing here meets another test's objects but the policy, which binds only accounts named
-drain-guard-shield.
+drain-guard-shield. The policy is left in place at the end: this module's tests may run at
+once on two workers, and one's teardown would change the other's answers.
 """
 
 from __future__ import annotations

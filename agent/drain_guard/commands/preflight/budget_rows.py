@@ -98,17 +98,27 @@ async def budget_elsewhere(probe: Probe) -> tuple[Answer, str]:
 
 
 async def _existing_budget(probe: Probe, of_own: bool = True) -> str | None:
-    """A budget a shield keeps for the agent's own Node, or for any other Node (whichever
-    has one: the other Node the preflight writes to may have no build pod), if any (the
-    admin's read)."""
+    """A budget a shield keeps for the agent's own Node, or for another Node: the other Node
+    the preflight writes to first, else any (it may have no build pod), if any (the admin's
+    read)."""
     own = node_label_value(probe.who.node)
-    found = await api_call(
-        probe.admin.policy.list_namespaced_pod_disruption_budget,
-        MCO_NAMESPACES[0],
-        label_selector=f"{NODE_KEY}={own}" if of_own else f"{NODE_KEY},{NODE_KEY}!={own}",
-    )
-    items = found.get("items") or ()
-    return str(items[0]["metadata"]["name"]) if items else None
+    if of_own:
+        selectors = [f"{NODE_KEY}={own}"]
+    else:
+        other = (
+            [] if probe.who.other is None else [f"{NODE_KEY}={node_label_value(probe.who.other)}"]
+        )
+        selectors = [*other, f"{NODE_KEY},{NODE_KEY}!={own}"]
+    for selector in selectors:
+        found = await api_call(
+            probe.admin.policy.list_namespaced_pod_disruption_budget,
+            MCO_NAMESPACES[0],
+            label_selector=selector,
+        )
+        items = found.get("items") or ()
+        if items:
+            return str(items[0]["metadata"]["name"])
+    return None
 
 
 def delete_budget(of_own: bool) -> Request:
