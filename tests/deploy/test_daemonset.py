@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from drain_guard.config.values import WorkloadRef
+from drain_guard.confine.permissions import INSTALL_MODES
 from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
 from drain_guard.settings.install import Install, InstallKind
 from tests.deploy.tools import (
@@ -216,3 +217,15 @@ def test_4_15_runs_under_the_same_scc_as_4_17(rendered: Callable[[str], list[Obj
     }
     assert users == {"drain-guard": 65532, "kube-rbac-proxy": 65532, "booted-origin": 65532}
     assert [c["name"] for c in pod_spec(objects)["initContainers"]] == ["booted-origin"]
+
+
+@pytest.mark.parametrize(
+    "overlay", sorted(m.name for m in INSTALL_MODES.values() if m.name != "systemd")
+)
+def test_each_overlays_agent_runs_as_its_install_mode_says(
+    rendered: Callable[[str], list[Obj]], overlay: str
+) -> None:
+    """confine.permissions.INSTALL_MODES names the ``--install`` each install's agents run
+    with; the overlay's DaemonSet, parsed by the agent's settings, is that install."""
+    settings = agent_settings(rendered(overlay))
+    assert settings.install.kind is InstallKind(INSTALL_MODES[overlay].install)

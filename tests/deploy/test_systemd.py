@@ -21,6 +21,7 @@ import pytest
 
 from drain_guard.cli import build_parser
 from drain_guard.config.values import SettingsError
+from drain_guard.confine.permissions import INSTALL_MODES
 from drain_guard.node.host import read_booted_image_ostree
 from drain_guard.settings.agent import RUN_OPTIONS, add_run_arguments, settings_from
 from drain_guard.settings.install import InstallKind
@@ -244,6 +245,7 @@ def test_agent_accepts_the_command_line_and_environment_file() -> None:
     env = _unit_environment()
     settings = settings_from(_settings(env), env)
     assert settings.install.kind is InstallKind.SYSTEMD
+    assert settings.install.kind is InstallKind(INSTALL_MODES["systemd"].install)
     assert settings.listen.host == "127.0.0.1"
     # The proxy passes on no budget write: the central shield keeps them.
     assert not settings.shield_build_pods

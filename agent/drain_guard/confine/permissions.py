@@ -138,6 +138,9 @@ class InstallMode:
     node_identity: bool
     service_account: bool
     shield: bool
+    #: How its agents run: ``drain-guard run --install`` (``settings.install.InstallKind``),
+    #: as its manifests imply it (tests/deploy checks each against the settings they parse to).
+    install: str = "daemonset"
 
 
 #: Every install mode: the overlays (by directory name) and the systemd unit. 4.17+ and the
@@ -151,7 +154,9 @@ INSTALL_MODES: dict[str, InstallMode] = {
         InstallMode("openshift", node_identity=False, service_account=True, shield=True),
         InstallMode("kubernetes", node_identity=False, service_account=True, shield=True),
         InstallMode("openshift-4.15", node_identity=False, service_account=True, shield=True),
-        InstallMode("systemd", node_identity=True, service_account=False, shield=False),
+        InstallMode(
+            "systemd", node_identity=True, service_account=False, shield=False, install="systemd"
+        ),
     )
 }
 
