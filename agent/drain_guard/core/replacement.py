@@ -42,7 +42,8 @@ __all__ = [
 
 JsonObj = Mapping[str, Any]
 
-#: How long a build MCO is about to start, or an image it is about to name, is waited for: the
+#: How long a build MCO is about to start, or an image it is about to name, is waited for by
+#: default (``--noop-expect-within``): the
 #: build controller starts a build in its handler of the pool's new config, and writes a
 #: succeeded build's image in the same sync (4.18 before the backport: after its clean-up),
 #: seconds in both; past this, what was expected is not coming.
@@ -105,9 +106,11 @@ def foresee(
     mco: McoObjects | None,
     now: datetime,
     waiting_since: datetime,
+    expected_within: timedelta = EXPECTED_WITHIN,
 ) -> Replacement:
     """Whether MCO will replace the node's same-image target (``annotations``: the Node's);
-    ``waiting_since``: when the hold began (now if none), from which ``EXPECTED`` counts."""
+    ``waiting_since``: when the hold began (now if none), from which ``EXPECTED`` counts, for
+    at most ``expected_within``."""
     if mco is None:
         return Replacement(Foresight.UNKNOWN, "the agent does not read MCO's pools and builds here")
     if mco.unreadable is not None:
@@ -128,11 +131,18 @@ def foresee(
         return Replacement(Foresight.NONE, why)
     desired = _digest(annotations.get(DESIRED_IMAGE))
     config = _spec_config(pool)
-    expected_until = waiting_since + EXPECTED_WITHIN
+    expected_until = waiting_since + expected_within
     machine_os_config = _config_of(name, mco.configs)
     if machine_os_config is not None:
         return _from_build(
-            name, config, machine_os_config, mco.builds or (), annotations, now, expected_until
+            name,
+            config,
+            machine_os_config,
+            mco.builds or (),
+            annotations,
+            now,
+            expected_until,
+            expected_within,
         )
     if mco.builds is not None and not _has_build_conditions(pool):
         return Replacement(
@@ -172,7 +182,7 @@ def _from_pool(
         if now < expected_until:
             why = f"pool {name} moved to {config}: its build is about to start"
             return Replacement(Foresight.EXPECTED, why, expected_until)
-        why = f"pool {name} moved to {config}, and no build of it started within {EXPECTED_WITHIN}"
+        why = f"pool {name} moved to {config}, and no build of it started in time"
         return Replacement(Foresight.NONE, why)
     return Replacement(Foresight.NONE, f"pool {name} has built its config with the booted image")
 
@@ -185,6 +195,7 @@ def _from_build(
     annotations: Mapping[str, str],
     now: datetime,
     expected_until: datetime,
+    expected_within: timedelta,
 ) -> Replacement:
     """4.16 and later: the MachineOSBuild of the pool's config, and the MachineOSConfig."""
     desired = _digest(annotations.get(DESIRED_IMAGE))
@@ -218,10 +229,10 @@ def _from_build(
         why = f"MachineOSBuild {build_name} of {config} built the image the node runs"
         return Replacement(Foresight.NONE, why)
     succeeded = _transition(build, "Succeeded")
-    if succeeded is not None and now < succeeded + EXPECTED_WITHIN:
+    if succeeded is not None and now < succeeded + expected_within:
         # 4.18 before the backport marks a build succeeded, then names its image.
         why = f"MachineOSBuild {build_name} succeeded; MachineOSConfig {mosc} is about to name it"
-        return Replacement(Foresight.EXPECTED, why, succeeded + EXPECTED_WITHIN)
+        return Replacement(Foresight.EXPECTED, why, succeeded + expected_within)
     # 4.16/4.17 on a revert: the old build is found succeeded, and its image is never named
     # again; the node controller targets the MachineOSConfig's image, the booted one.
     why = (

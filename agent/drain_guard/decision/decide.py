@@ -25,7 +25,9 @@ from drain_guard.decision.decisions import (
 )
 from drain_guard.guards import (
     Block,
+    Clear,
     Guard,
+    ImageCompared,
     InvalidInput,
     NodeView,
     Unknown,
@@ -84,6 +86,20 @@ def _stale_marker(
     if RELEASED_BY in annotations and (not current or rewritten):
         keys += (RELEASED_BY,)
     return keys
+
+
+def _no_guard_blocks(verdicts: Sequence[Verdict]) -> str:
+    """Why a drain goes: no guard blocks, and for a same-image drain let go because nothing
+    will replace its target, why (the decision's log line says it, docs/protocol.md)."""
+    let_go = [
+        v.detail
+        for v in verdicts
+        if isinstance(v, Clear)
+        and isinstance(v.evidence, ImageCompared)
+        and v.evidence.replacement is not None
+        and not v.evidence.replacement.holds
+    ]
+    return "; ".join(["no guard blocks", *let_go])
 
 
 def _reasons(blocks: Sequence[Block]) -> str:
@@ -308,7 +324,7 @@ def _decide_held(
     if unknowns:
         patch = repair_since_patch(record, expires)
         return Wait(unknowns, record, original, verdicts, tuple(patch if repair else ()), repaired)
-    return release(Outcome.SAFE, "no guard blocks")
+    return release(Outcome.SAFE, _no_guard_blocks(verdicts))
 
 
 def _decide_unheld(
@@ -358,7 +374,7 @@ def _decide_unheld(
             # start to count from (it may be this pass's now, which would move the recheck
             # on with every pass); the hold, taken again, says when it began.
             return Wait(unknowns, record if repaired is None else None, desired, verdicts)
-        why = "no guard blocks"
+        why = _no_guard_blocks(verdicts)
 
     stale_keys = tuple(k for k in OWNED_KEYS if k in annotations)
     stale_keys += _stale_marker(annotations, desired, rewritten=ran_out)

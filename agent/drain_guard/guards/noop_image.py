@@ -4,10 +4,12 @@ no I/O)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from drain_guard.config.options import Option, env_name
+from drain_guard.config.values import SettingsError, format_duration, named, parse_duration
 from drain_guard.core.imageref import ImageRefError, digest_of
-from drain_guard.core.replacement import foresee
+from drain_guard.core.replacement import EXPECTED_WITHIN, foresee
 from drain_guard.guards.base import (
     AgentSettings,
     Block,
@@ -30,6 +32,10 @@ class NoopImageGuard:
 
     reason = Reason.NOOP_IMAGE
     reads: tuple[ObjectRef, ...] = ()
+
+    def __init__(self, expected_within: timedelta = EXPECTED_WITHIN) -> None:
+        #: How long a build or an image MCO is about to give is waited for (``expected``).
+        self.expected_within = expected_within
 
     def check(self, view: NodeView) -> Verdict:
         desired = view.annotations.get(DESIRED_IMAGE)
@@ -61,7 +67,9 @@ class NoopImageGuard:
                 # until max-hold, with the node cordoned and its pool waiting.
                 why += "; not held: the node is cordoned, and a cordoned node gets no new image"
                 return Clear(self.reason, why, evidence=ImageCompared(digest, True))
-            replacement = foresee(view.annotations, view.mco, view.now, _waiting_since(view))
+            replacement = foresee(
+                view.annotations, view.mco, view.now, _waiting_since(view), self.expected_within
+            )
             seen = ImageCompared(digest, True, replacement)
             if not replacement.holds:
                 # A hold nothing will end would end only at --max-hold, and the same drain
@@ -91,8 +99,22 @@ def _releases_when(_detail: str, _until: datetime | None) -> str:
     )
 
 
-def _build(_settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
-    return NoopImageGuard()
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "--noop-expect-within",
+        env_name("--noop-expect-within"),
+        format_duration(EXPECTED_WITHIN),
+        "how long a same-image drain waits for a build MCO is about to start, or an image it"
+        " is about to name (noop-image's 'expected', docs/protocol.md); then it goes",
+    ),
+)
 
 
-KIND = GuardKind(Reason.NOOP_IMAGE, _releases_when, _build)
+def _build(_settings: AgentSettings, raw: Mapping[str, object]) -> Guard:
+    within = named("--noop-expect-within", parse_duration, str(raw["noop_expect_within"]))
+    if within <= timedelta(0):
+        raise SettingsError("--noop-expect-within must be positive")
+    return NoopImageGuard(within)
+
+
+KIND = GuardKind(Reason.NOOP_IMAGE, _releases_when, _build, OPTIONS)

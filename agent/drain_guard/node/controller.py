@@ -26,15 +26,16 @@ from drain_guard.decision import decisions, holds
 from drain_guard.decision.decide import NothingHeldError, decide, force_release
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Applied, PatchResult
-from drain_guard.kube.listwatch import NamedCache, ObjectsCache, WatchCache
+from drain_guard.kube.listwatch import NamedCache, WatchCache
 from drain_guard.kube.retry import Backoff, Outage
 from drain_guard.node import host
 from drain_guard.node.holdreport import EventSink, HoldReport
 from drain_guard.node.interfaces import Clock, NodeApi, SystemClock
 from drain_guard.node.loop_settings import LoopSettings
+from drain_guard.node.mcowatch import McoWatches
 from drain_guard.node.observeonly import ObserveOnly
 from drain_guard.node.releasing import ReleaseEscalation
-from drain_guard.node.watches import blocking_pods, mco_objects
+from drain_guard.node.watches import blocking_pods
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
@@ -75,7 +76,7 @@ class Controller:
         cache: WatchCache,
         shield: Shield | None = None,
         clock: Clock | None = None,
-        mco: Sequence[Watched] = (),
+        mco: Mapping[Watched, str] | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.settings = settings
@@ -100,9 +101,9 @@ class Controller:
         self.named_caches = {
             ref: NamedCache(changed=cache.changed) for guard in self.guards for ref in guard.reads
         }
-        #: MCO's objects the noop-image guard reads (``mco``: the resources served, each from a
-        #: watch of its own, ``runner``); none where the agent reads none (the node proxy).
-        self.mco_caches = {resource: ObjectsCache(changed=cache.changed) for resource in mco}
+        #: MCO's objects the noop-image guard reads (``mco``: the resources served and their
+        #: versions), each from a watch of its own (``runner``); none through the node proxy.
+        self.mco = McoWatches(mco or {}, cache.changed)
         #: The alert query's latest answer (``alertsource.AlertSource``), with alert gating on.
         self.alerts: AlertsSeen | None = None if settings.alert_url is None else AlertsSeen()
         self.started_at = self.clock.now()
@@ -302,7 +303,7 @@ class Controller:
                 known_hold=holds.known_hold(self._memory, self.clock.now(), self.clock.monotonic()),
                 unschedulable=node.unschedulable,
                 objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
-                mco=mco_objects(self.mco_caches),
+                mco=self.mco.objects(),
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

@@ -19,12 +19,13 @@ from drain_guard.core.operations import Watched
 from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
-from drain_guard.kube.counters import Counters, Relay, WatchGroup
-from drain_guard.kube.listwatch import WATCH_TIMEOUT, ObjectsCache, WatchCache
+from drain_guard.kube.counters import Relay, WatchGroup
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
 from drain_guard.node.alertsource import AlertSource
 from drain_guard.node.controller import Controller
 from drain_guard.node.events import EventQueue, EventRecorder
 from drain_guard.node.loop_settings import loop_settings
+from drain_guard.node.mcowatch import discover
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
@@ -126,11 +127,9 @@ class _Agent:
         cache = WatchCache()
         watch_timeout = int(settings.watch_timeout.total_seconds())
         shield = make_shield(settings, kube, metrics, cache, watch_timeout)
-        mco = await mco_resources(settings, kube)
+        mco = await discover(kube, through_proxy=settings.api_socket is not None)
         loop = loop_settings(settings)
-        controller = Controller(
-            loop, kube, metrics, self.counters, events, cache, shield, mco=tuple(mco)
-        )
+        controller = Controller(loop, kube, metrics, self.counters, events, cache, shield, mco=mco)
         if install.kind is InstallKind.STANDALONE:
             log.warning("--install standalone: holds are kept on exit")
         self.source.target = controller
@@ -171,10 +170,7 @@ class _Agent:
                 watch_timeout,
                 _GuardRead(kube.counters),
             )
-        for resource, objects in controller.mco_caches.items():
-            parts[resource.plural] = kube.watch_cluster(
-                resource, mco[resource], objects, watch_timeout, _McoRead(kube.counters, objects)
-            )
+        parts.update(controller.mco.parts(kube, watch_timeout))
         if settings.alerts is not None:
             alerts = AlertSource(settings.alerts, controller.alerts_changed, controller.clock.now)
             parts["alerts"] = alerts.run()
@@ -209,36 +205,6 @@ class _Agent:
         # Events outlive the parts: the uninstall's release on exit still writes one.
         helpers = {"events": events.run(), "confinement": confinement}
         return Running(parts, on_exit, helpers)
-
-
-async def mco_resources(settings: Settings, kube: Kube) -> dict[Watched, str]:
-    """MCO's resources the noop-image guard reads and the version serving each (none through
-    the node proxy, whose identity reads no pool, nor where MCO serves no pools); a discovery
-    that fails reads none: the guard then holds up to --max-hold, as without them."""
-    if settings.api_socket is not None:
-        return {}
-    try:
-        served = await kube.mco_versions()
-    except KubeError as exc:
-        log.warning("MCO's APIs not discovered (%s): noop-image holds up to --max-hold", exc)
-        return {}
-    return served if Watched.MACHINECONFIGPOOL in served else {}
-
-
-class _McoRead(Relay):
-    """A watch of MCO's objects: its errors and restarts are counted, its failure is kept on
-    its cache for the guard to say (not reported as a watch of the agent's own: a cluster
-    whose RBAC predates these reads is not made unready by them)."""
-
-    def __init__(self, counters: Counters, cache: ObjectsCache) -> None:
-        super().__init__(counters)
-        self.cache = cache
-
-    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
-        error = state.error if state.failing_since is not None else None
-        if error != self.cache.error:
-            self.cache.error = error
-            self.cache.changed.set()
 
 
 class _GuardRead(Relay):

@@ -165,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
 # -- the agents ------------------------------------------------------------------------------
 
 
+#: The agent's --noop-expect-within default (5 min), in MCO seconds, scaled for its agents.
+NOOP_EXPECT_WITHIN = 300.0
+
+
 class Agents:
     """One agent per node, as a DaemonSet would run them; a node's reboot restarts its agent."""
 
@@ -173,6 +177,11 @@ class Agents:
         self.logdir = logdir
         # The agents' --max-hold in simulated seconds (MCO's scaled, as every duration here).
         self.max_hold = max(1, round(max_hold * cluster.timings.time_factor))
+        # How long the noop-image guard waits for a build MCO is about to start, scaled alike
+        # (the agent's --noop-expect-within is MCO's minutes, not the simulation's).
+        self.expect_within_ms = max(
+            1, round(NOOP_EXPECT_WITHIN * cluster.timings.time_factor * 1000)
+        )
         self.procs: dict[str, AgentProcess] = {}
         self.decisions: list[AgentDecision] = []
         self._last: dict[str, tuple[str, tuple[str, ...]]] = {}
@@ -186,6 +195,8 @@ class Agents:
             cluster.hosts[node],
             "--max-hold",
             f"{self.max_hold}s",
+            "--noop-expect-within",
+            f"{self.expect_within_ms}ms",
             log_path=self.logdir / f"agent-{node}.log",
             on_record=lambda record: self._decision(node, record),
         )

@@ -1,0 +1,81 @@
+"""MCO's objects the noop-image guard reads (drain_guard.core.replacement): which are served,
+the watches that keep them, and what the guard sees of them.
+
+Read only: MachineConfigPools, MachineOSBuilds and MachineOSConfigs, each listed and watched
+whole (cluster-scoped; the version each is served in found by discovery at start). None
+through the node proxy, whose identity reads no pool, nor where MCO serves no pools: the guard
+then holds up to --max-hold, as without them (docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from drain_guard.core.operations import Watched
+from drain_guard.core.replacement import McoObjects
+from drain_guard.core.watchstatus import WatchStatus
+from drain_guard.kube.call import KubeError
+from drain_guard.kube.client import Kube
+from drain_guard.kube.counters import Counters, Relay
+from drain_guard.kube.listwatch import ObjectsCache
+from drain_guard.node.watches import mco_objects
+
+log = logging.getLogger("drain_guard.node.mcowatch")
+
+
+async def discover(kube: Kube, *, through_proxy: bool) -> dict[Watched, str]:
+    """MCO's resources to read and the version serving each; a discovery that fails reads
+    none (logged once)."""
+    if through_proxy:
+        return {}
+    try:
+        served = await kube.mco_versions()
+    except KubeError as exc:
+        log.warning("MCO's APIs not discovered (%s): noop-image holds up to --max-hold", exc)
+        return {}
+    return served if Watched.MACHINECONFIGPOOL in served else {}
+
+
+class McoWatches:
+    """The caches of MCO's objects the agent watches (``served``: resource to version), each
+    waking the controller's loop through ``changed`` as the pod watch does."""
+
+    def __init__(self, served: Mapping[Watched, str], changed: asyncio.Event) -> None:
+        self.served = dict(served)
+        self.caches = {resource: ObjectsCache(changed=changed) for resource in served}
+
+    def objects(self) -> McoObjects | None:
+        """What the guard sees of them (``watches.mco_objects``)."""
+        return mco_objects(self.caches)
+
+    def parts(self, kube: Kube, watch_timeout: int) -> dict[str, Coroutine[Any, Any, None]]:
+        """One watch a resource, as parts of the agent's program."""
+        return {
+            resource.plural: kube.watch_cluster(
+                resource,
+                self.served[resource],
+                cache,
+                watch_timeout,
+                _McoRead(kube.counters, cache),
+            )
+            for resource, cache in self.caches.items()
+        }
+
+
+class _McoRead(Relay):
+    """A watch of MCO's objects: its errors and restarts are counted, its failure is kept on
+    its cache for the guard to say (not reported as a watch of the agent's own: a cluster
+    whose RBAC predates these reads is not made unready by them)."""
+
+    def __init__(self, counters: Counters, cache: ObjectsCache) -> None:
+        super().__init__(counters)
+        self.cache = cache
+
+    def watch_state(self, resource: Watched, state: WatchStatus) -> None:
+        error = state.error if state.failing_since is not None else None
+        if error != self.cache.error:
+            self.cache.error = error
+            self.cache.changed.set()
