@@ -2,13 +2,14 @@
 every one sent by real ``drain-guard run`` processes.
 
 How an hour is measured in minutes. The agent renews its watches itself: it asks for
-``timeoutSeconds`` = ``--watch-timeout`` (15 min) ±10 % (``drain_guard.kube.listwatch``), which
-a real API server honours, and a real server sends a bookmark about every 60 s; its
-confinement self-check runs hourly (``--confinement-check-interval``). So at rest the hourly
-load is set by those three clocks. This benchmark divides all three by ``--time-scale`` k
-(the agents' flags, the simulator's bookmark interval) and runs 3600/k seconds: one simulated
-hour, counted by the simulator per user and verb, not extrapolated from a rate. Nothing else
-the agent does at rest depends on time (no polling, no resync).
+``timeoutSeconds`` = ``--watch-timeout`` ±10 % (``drain_guard.kube.listwatch``), which a real
+API server honours, and a real server sends a bookmark about every 60 s; its confinement
+self-check runs every ``--confinement-check-interval``. So at rest the hourly load is set by
+those three clocks. This benchmark divides all three by ``--time-scale`` k (the agents' flags,
+taken from ``drain-guard run``'s own defaults, and the simulator's bookmark interval) and
+runs 3600/k seconds: one simulated hour, counted by the simulator per user and verb, not
+extrapolated from a rate. Nothing else the agent does at rest depends on time (no polling, no
+resync).
 
 Per cluster size (``--sizes``): the cluster's Nodes, ``--processes`` agent processes on the
 first of them, each with its own identity, counted apart from everything else. Bookmarks are
@@ -52,13 +53,11 @@ from benchmarks.common import (
     write_result,
 )
 from benchmarks.rollout import roll
-from drain_guard.kube.listwatch import WATCH_TIMEOUT
+from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from drain_guard_sim.harness.agentproc import agent_user
 
-#: The deployed agent's self-check interval (``--confinement-check-interval``).
-CONFINEMENT_INTERVAL = 3600.0
 #: The shortest ``--watch-timeout`` the agent takes (a smoke test's hour is shorter).
 MIN_WATCH_TIMEOUT = 5.0
 POLLER_NODE = "poll-0"
@@ -88,12 +87,7 @@ async def measure_size(params: Params, size: int, workdir: Path) -> dict[str, An
         bookmark_interval=REAL_BOOKMARK_INTERVAL / k, history=params.history
     ) as api:
         seed_api(api, [*nodes, POLLER_NODE])
-        flags = (
-            "--watch-timeout",
-            f"{max(MIN_WATCH_TIMEOUT, WATCH_TIMEOUT / k):g}s",
-            "--confinement-check-interval",
-            f"{CONFINEMENT_INTERVAL / k:g}s",
-        )
+        flags = scaled_clocks(k)
         here = workdir / f"size-{size}"
         before_start = _counts(api, agents)
         procs = [await start_agent(api, n, here, *flags) for n in agents]
@@ -172,6 +166,22 @@ async def measure_size(params: Params, size: int, workdir: Path) -> dict[str, An
     }
 
 
+def defaults() -> Settings:
+    """What ``drain-guard run`` runs with when no flag says otherwise (the deployed agent's
+    clocks: the benchmark divides these, never constants of its own)."""
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return settings_from(parser.parse_args(["--node-name", "any"]), {})
+
+
+def scaled_clocks(k: int) -> tuple[str, ...]:
+    """The agent's watch timeout and self-check interval, its defaults divided by ``k``."""
+    d = defaults()
+    watch = max(MIN_WATCH_TIMEOUT, d.watch_timeout.total_seconds() / k)
+    check = d.confinement_check_interval.total_seconds() / k
+    return ("--watch-timeout", f"{watch:g}s", "--confinement-check-interval", f"{check:g}s")
+
+
 def _relisted(now: Mapping[str, Mapping[str, int]], then: Mapping[str, Mapping[str, int]]) -> bool:
     """Whether every agent has listed its Node and its pods again since ``then``."""
     return all(
@@ -218,7 +228,7 @@ async def measure(params: Params, workdir: Path) -> dict[str, Any]:
     return {
         "params": asdict(params),
         "method": {
-            "agent_watch_timeout_s": max(MIN_WATCH_TIMEOUT, WATCH_TIMEOUT / params.time_scale),
+            "agent_flags": list(scaled_clocks(params.time_scale)),
             "bookmark_interval_s": REAL_BOOKMARK_INTERVAL / params.time_scale,
             "note": "every request of real drain-guard run processes, one hour of their clocks"
             " compressed by time_scale; counted, not extrapolated. Poller: real time, window"

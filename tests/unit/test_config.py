@@ -314,7 +314,9 @@ def test_api_stale_after_is_a_positive_duration() -> None:
 
 
 def test_watch_timeout_is_at_least_five_seconds() -> None:
-    assert _parse(["--node-name", "n1"]).watch_timeout == timedelta(minutes=10)
+    # Issue 36: the default the flags give, 30 minutes, is the one measured at rest.
+    assert _parse(["--node-name", "n1"]).watch_timeout == timedelta(minutes=30)
+    assert _parse(["--node-name", "n1"]).confinement_check_interval == timedelta(hours=1)
     assert _parse(["--node-name", "n1"], {"DRAIN_GUARD_WATCH_TIMEOUT": "5s"}).watch_timeout == (
         timedelta(seconds=5)
     )

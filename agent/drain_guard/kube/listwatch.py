@@ -43,9 +43,10 @@ log = logging.getLogger(__name__)
 
 #: ``timeoutSeconds`` asked for on watches (±10 %): client-go's reflector asks 5 to 10 minutes,
 #: kube-apiserver gives a watch that asks none 30 to 60. Each renewal is one request; at rest
-#: they are nearly all the agent sends (three watches: 12 an hour). A frozen stream is found
+#: they are nearly all the agent sends (two an hour a watch). The agent's ``--watch-timeout``
+#: sets it; this is the default of the parts that take none. A frozen stream is found
 #: by the quiet check (``QUIET_PERIODS``), not by this.
-WATCH_TIMEOUT = 900
+WATCH_TIMEOUT = 1800
 #: Items per page of a list (``limit``/``continue``), as client-go's reflector pages: the API
 #: server answers a large list in bounded pieces, and none is one response of the whole set.
 LIST_PAGE = 500

@@ -46,7 +46,7 @@ MAX_BODY = 64 * 1024
 #: Events created through the proxy, remembered for their aggregation (drain_guard.node.events
 #: keeps 64 keys).
 EVENTS_REMEMBERED = 256
-#: A watch stays open up to its timeoutSeconds (the agent's: 15 minutes ±10 %) plus this slack;
+#: A watch stays open up to its timeoutSeconds (the agent's: 30 minutes ±10 %) plus this slack;
 #: one that gives none, or more than an hour, up to the hour kube-apiserver gives it at most.
 WATCH_SLACK = 60
 LONGEST_WATCH = 3600

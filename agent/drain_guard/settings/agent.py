@@ -70,7 +70,7 @@ class Settings:
     shield_build_pods: bool = True
     shield_dependencies: bool = False
     api_stale_after: timedelta = timedelta(minutes=10)
-    watch_timeout: timedelta = timedelta(minutes=15)
+    watch_timeout: timedelta = timedelta(minutes=30)
     confinement_check_interval: timedelta = timedelta(hours=1)
     observe_only: bool = False
     api_socket: str | None = None
@@ -134,7 +134,7 @@ _OPTIONS: tuple[Option, ...] = (
     Option(
         "--watch-timeout",
         env_name("--watch-timeout"),
-        "10m",
+        "30m",
         "timeoutSeconds asked on the Node and pod watches (each ±10 %): the API server ends"
         " a watch then, after a bookmark 2 s before, and the agent renews it from there; at"
         " least 5s",
@@ -142,7 +142,7 @@ _OPTIONS: tuple[Option, ...] = (
     Option(
         "--confinement-check-interval",
         env_name("--confinement-check-interval"),
-        "10m",
+        "1h",
         "how often the confinement self-check runs again after the start (a dry-run write to"
         " another Node and a dry-run TokenRequest for another account must be denied)",
     ),
