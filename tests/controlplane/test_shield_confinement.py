@@ -6,10 +6,11 @@ answers it, request by request; and ``drain-guard shield`` itself, with that tok
 budget of a build pod, so the policy refuses nothing the shield does.
 
 The account lives in a namespace of the test's own (the policy matches any namespace, as a
-renamed install's), and its Role and RoleBinding in MCO's namespace have names of their own:
-nothing here meets another test's objects but the policy, which binds only accounts named
-drain-guard-shield. The policy is left in place at the end: this module's tests may run at
-once on two workers, and one's teardown would change the other's answers.
+renamed install's), named as shipped and renamed (a prefix and a suffix), and its Role and
+RoleBinding in MCO's namespace have names of their own: nothing here meets another test's
+objects but the policy, which binds only accounts whose name holds drain-guard-shield. The
+policy is left in place at the end: this module's tests may run at once on two workers, and
+one's teardown would change the other's answers.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ from tests.helpers import MCO_NS, metric, reap, require_tool
 RIGHTS = REPO / "docs" / "rights.md"
 INSTALL = "systemd: central shield"
 ACCOUNT = "drain-guard-shield"
+#: The account as shipped, and renamed as a namePrefix and a nameSuffix would: the policy
+#: matches any name that holds drain-guard-shield, so a renamed install stays confined.
+NAMES = {"shipped": ACCOUNT, "renamed": f"acme-{ACCOUNT}-x"}
 POLICY = "drain-guard-shield-confinement"
 DENIED = f"denied: {POLICY}"
 
@@ -57,6 +61,7 @@ class Shield:
     shield: client.ApiClient  # the token's
     kubeconfig: Path
     namespace: str  #: the account's
+    account: str  #: its name
     node: str
 
 
@@ -72,38 +77,42 @@ def kubectl(plane: ControlPlane, *args: str) -> str:
     return proc.stdout
 
 
-def accounts_objects(namespace: str, suffix: str) -> list[Obj]:
+def accounts_objects(namespace: str, account: str, suffix: str) -> list[Obj]:
     """The rendered overlay's account, its grants in MCO's namespace and the policy: the
-    account moved to ``namespace``, the Role and RoleBinding named with ``suffix``."""
+    account moved to ``namespace`` and named ``account``, the Role and RoleBinding named with
+    ``suffix``."""
     kept: list[Obj] = []
     for obj in render("systemd"):
         kind, meta = obj["kind"], obj["metadata"]
         if kind == "ServiceAccount":
-            meta["namespace"] = namespace
+            meta["namespace"], meta["name"] = namespace, account
         elif kind in ("Role", "RoleBinding") and meta.get("namespace") == MCO_NS:
             meta["name"] += suffix
             if kind == "RoleBinding":
                 obj["roleRef"]["name"] += suffix
                 for subject in obj["subjects"]:
-                    subject["namespace"] = namespace
+                    subject["namespace"], subject["name"] = namespace, account
         elif not kind.startswith("ValidatingAdmissionPolicy"):
             continue
         kept.append(obj)
     return kept
 
 
-@pytest.fixture
-async def installed(control_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[Shield]:
+@pytest.fixture(params=list(NAMES))
+async def installed(
+    request: pytest.FixtureRequest, control_plane: ControlPlane, tmp_path: Path
+) -> AsyncIterator[Shield]:
+    account = NAMES[request.param]
     async with api_client(control_plane.admin_kubeconfig) as admin:
         await shared_namespace(admin, MCO_NS)
         namespace = await own_namespace(admin, "shield")
-        objects = accounts_objects(namespace, "-" + namespace)
+        objects = accounts_objects(namespace, account, "-" + namespace)
         manifest = tmp_path / "shield.yaml"
         manifest.write_text(yaml.safe_dump_all(objects))
         kubectl(control_plane, "apply", "--server-side", "-f", str(manifest))
         core = client.CoreV1Api(admin)
         token = await core.create_namespaced_service_account_token(
-            ACCOUNT,
+            account,
             namespace,
             client.AuthenticationV1TokenRequest(
                 spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
@@ -113,7 +122,7 @@ async def installed(control_plane: ControlPlane, tmp_path: Path) -> AsyncIterato
         node = await create_worker(admin)
         try:
             async with api_client(kubeconfig) as shield:
-                setup = Shield(control_plane, admin, shield, kubeconfig, namespace, node)
+                setup = Shield(control_plane, admin, shield, kubeconfig, namespace, account, node)
                 await until(lambda: policy_in_force(setup))
                 yield setup
         finally:
@@ -269,7 +278,7 @@ async def own_token(setup: Shield) -> str:
     request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
     return await answer(
         client.CoreV1Api(setup.shield).create_namespaced_service_account_token(
-            ACCOUNT, setup.namespace, request
+            setup.account, setup.namespace, request
         )
     )
 
