@@ -632,6 +632,8 @@ def forged_pool_events() -> dict[str, Obj]:
         "a namespaced pool": mine
         | {"involvedObject": mine["involvedObject"] | {"namespace": "default"}},
         "a message over 1 KiB": mine | {"message": "x" * 1025},
+        # 600 characters, 1200 bytes: every checker counts bytes, as the recorder cuts them.
+        "a message over 1 KiB in two-byte characters": mine | {"message": "é" * 600},
     }
 
 

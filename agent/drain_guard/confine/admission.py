@@ -342,8 +342,9 @@ def review_event(request: Obj, node: str) -> Verdict:
             or involved.get("namespace")
         ):
             return _deny(f"an agent may write Events about its own Node ({node}) only")
-        if len(str(event.get("message") or "").encode()) > MAX_VALUE:
-            return _deny(f"an agent's Event message is at most {MAX_VALUE} bytes")
+        too_long = rules.event_message_problem(event.get("message"))
+        if too_long is not None:
+            return _deny(too_long)
         source = event.get("source") or {}
         if source.get("host", node) != node:
             return _deny("an Event's source host must be the agent's own node")
@@ -372,7 +373,7 @@ def _review_pool_event(event: Obj, node: str) -> Verdict | None:
         == {"apiVersion": "v1", "kind": "Node", "name": node}
         and event.get("reportingInstance") == f"{EVENT_COMPONENT}-{node}"
         and source.get("host") == node
-        and len(str(event.get("message") or "").encode()) <= MAX_VALUE
+        and rules.event_message_problem(event.get("message")) is None
     ):
         return _deny(
             "an agent's Event about a MachineConfigPool is a"

@@ -36,7 +36,6 @@ from drain_guard.confine.rules import (
     AGENT_KEYS,
     EVENT_COMPONENT,
     EVENT_NAMESPACE,
-    MAX_VALUE_BYTES,
 )
 
 __all__ = [
@@ -261,16 +260,18 @@ def _event(parts: Sequence[str], body: Any, node: str) -> Verdict:
         return _deny(f"an agent's Event is reported by {EVENT_COMPONENT} on {node}")
     if body.get("reason") not in reasons:
         return _deny(f"an agent's Event reason is one of {', '.join(sorted(reasons))}")
-    if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
-        return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
+    too_long = rules.event_message_problem(body.get("message"))
+    if too_long is not None:
+        return _deny(too_long)
     return _allow(parts)
 
 
 def _event_patch(parts: Sequence[str], body: Any) -> Verdict:
     if not isinstance(body, dict) or not set(body) <= {"count", "lastTimestamp", "message"}:
         return _deny("an agent's Event patch changes count, lastTimestamp and message only")
-    if len(str(body.get("message", "")).encode()) > MAX_VALUE_BYTES:
-        return _deny(f"an Event's message is at most {MAX_VALUE_BYTES} bytes")
+    too_long = rules.event_message_problem(body.get("message"))
+    if too_long is not None:
+        return _deny(too_long)
     return _allow(parts)
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_VALUE_BYTES",
     "annotations_problem",
     "drain_step_problem",
+    "event_message_problem",
     "hold_problem",
     "key_problem",
 ]
@@ -96,3 +97,11 @@ def annotations_problem(before: Mapping[str, str], after: Mapping[str, str]) -> 
     return drain_step_problem(old, new) or hold_problem(
         old, new, last_applied, after.get(protocol.HELD_DRAIN)
     )
+
+
+def event_message_problem(message: object) -> str | None:
+    """Why an Event's message is not one an agent writes (the recorder cuts at
+    :data:`MAX_VALUE_BYTES` bytes), or None; an absent message is an empty one."""
+    if len(str(message or "").encode()) > MAX_VALUE_BYTES:
+        return f"an agent's Event message is at most {MAX_VALUE_BYTES} bytes"
+    return None
