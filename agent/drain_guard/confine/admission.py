@@ -57,7 +57,6 @@ AGENT_ACCOUNT = "drain-guard:drain-guard"
 SHIELD_SUFFIX = "drain-guard-shield"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
-MAX_VALUE = rules.MAX_VALUE_BYTES
 #: Labels by which the shield's budgets select build pods (the default build-pod selectors'
 #: keys); a budget must carry one, and never ``k8s-app`` (MCO's own controller and builder).
 BUILD_POD_KEYS = (
@@ -319,7 +318,7 @@ def _budget_shape(budget: Obj) -> Verdict | None:
 
 def review_event(request: Obj, node: str) -> Verdict:
     """Events about the agent's own Node, as its recorder writes them (a message of at most
-    ``MAX_VALUE`` bytes, as the pool Events and the node proxy's), before and after."""
+    1024 bytes, ``rules.event_message_problem``, as the node proxy's), before and after."""
     operation = request.get("operation")
     if operation not in ("CREATE", "UPDATE"):
         return _deny("an agent never deletes an Event")
