@@ -1,0 +1,113 @@
+"""The noop-image rule with agents on the simulated MCO (issue 38 item 1): a same-image drain is
+held only while MCO's objects say a new image will come, on each modelled version; where
+nothing will, it goes at once and the decision says why, and no hold runs to --max-hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drain_guard_sim.actors.mco import (
+    CURRENT_CONFIG,
+    DESIRED_DRAIN,
+    LAST_APPLIED_DRAIN,
+    STATE,
+    McoVersion,
+    annotations_of,
+)
+from drain_guard_sim.harness.cluster import SimCluster
+from drain_guard_sim.harness.demo import AgentDecision, Agents
+
+#: MCO's --max-hold default, in MCO seconds (the agents' is scaled from it).
+MAX_HOLD = 2700.0
+FACTOR = 0.01
+
+
+def _done(cluster: SimCluster, config: str) -> bool:
+    for name in cluster.node_names:
+        ann = annotations_of(cluster.api.get("nodes", name))
+        if not (
+            ann.get(CURRENT_CONFIG) == config
+            and ann.get(STATE) == "Done"
+            and ann.get(DESIRED_DRAIN) == ann.get(LAST_APPLIED_DRAIN) == f"uncordon-{config}"
+        ):
+            return False
+    return True
+
+
+def _expired(agents: Agents) -> list[AgentDecision]:
+    return [d for d in agents.decisions if d.outcome == "release:expired"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("version", [McoVersion.V4_16_EARLY, McoVersion.V4_16])
+async def test_a_revert_to_a_built_config_is_let_go_at_once(
+    tmp_path: Path, version: McoVersion
+) -> None:
+    """D1: the pool goes back to a config whose MachineOSBuild succeeded before; MCO targets
+    every node with it and the image it runs, and nothing will retarget it. Each agent lets
+    its node's same-image drain go at once, saying why; none holds it to --max-hold."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=FACTOR, version=version) as cluster:
+        agents = Agents(cluster, tmp_path, MAX_HOLD)
+        try:
+            for node in cluster.node_names:
+                await agents.start(node)
+            cluster.reboot_hooks.append(agents.restart)
+            first = await cluster.create_machine_config("99-worker-first")
+            await cluster.wait_for(lambda: _done(cluster, first), timeout=120)
+            second = await cluster.create_machine_config("99-worker-second")
+            await cluster.wait_for(lambda: _done(cluster, second), timeout=120)
+            seen = len(agents.decisions)
+            cluster.api.delete("machineconfigs", "99-worker-second")
+            await cluster.wait_for(lambda: _done(cluster, first), timeout=120)
+            revert = [d for d in agents.decisions[seen:] if d.request == f"drain-{first}"]
+            let_go = [d for d in revert if d.outcome == "pass" and "not held" in d.why]
+            assert sorted({d.node for d in let_go}) == cluster.node_names, revert
+            assert all("succeeded before" in d.why for d in let_go), let_go
+            assert not [d for d in revert if d.outcome == "hold"], revert
+            assert _expired(agents) == []
+        finally:
+            cluster.reboot_hooks.clear()
+            await agents.stop_all()
+
+
+@pytest.mark.timeout(300)
+async def test_4_15_a_build_stuck_by_a_newer_config_ends_its_hold_at_once(tmp_path: Path) -> None:
+    """The seed's race on 4.15: the build node's same-image drain is held while its build
+    runs; a second MachineConfig during the build leaves the pool Building for good (D6), and
+    noop-image stops holding it then, not at --max-hold."""
+    async with SimCluster(tmp_path, nodes=2, time_factor=FACTOR) as cluster:
+        agents = Agents(cluster, tmp_path, MAX_HOLD)
+        try:
+            for node in cluster.node_names:
+                await agents.start(node)
+            cluster.reboot_hooks.append(agents.restart)
+            first = await cluster.create_machine_config("99-worker-first", lose_build_race=True)
+            held = await cluster.wait_for(
+                lambda: [
+                    d
+                    for d in agents.decisions
+                    if d.outcome == "hold" and d.request == f"drain-{first}"
+                ],
+                timeout=120,
+            )
+            assert "noop-image" in held[0].reasons, held
+            await cluster.create_machine_config("99-worker-second")
+            # The hold keeps only what still blocks (the build pod, until its build ends):
+            # noop-image goes at once, however long the pool stays Building.
+            dropped = await cluster.wait_for(
+                lambda: [
+                    d
+                    for d in agents.decisions
+                    if d.request == f"drain-{first}"
+                    and d.outcome in ("update-hold", "release:safe")
+                    and "noop-image" not in d.reasons
+                ],
+                timeout=120,
+            )
+            assert dropped, agents.decisions
+            assert _expired(agents) == []
+        finally:
+            cluster.reboot_hooks.clear()
+            await agents.stop_all()
