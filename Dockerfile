@@ -32,6 +32,8 @@ ARG PIP_NO_INDEX=0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY agent ./agent
+# The rights table: agent/drain_guard/rights.md is a link to it, resolved by the wheel build.
+COPY docs/rights.md ./docs/
 # pip lives in a venv of its own (/opt/pip, from Debian's ensurepip wheel) and installs into
 # the agent's, which gets none. The agent's venv sees Debian's packages (psutil, PyYAML); pip
 # installs the rest from wheels. The agent runs optimised (PYTHONOPTIMIZE=2 below) on a

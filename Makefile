@@ -29,7 +29,8 @@ control-plane:
 IMAGE_ARCHIVE := build/image/drain-guard.oci.tar
 image: $(IMAGE_ARCHIVE)
 
-$(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pyproject.toml README.md $(shell find agent -name '*.py')
+$(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pyproject.toml README.md docs/rights.md \
+		$(shell find agent -name '*.py')
 	scripts/system-deps.sh
 	scripts/build-image.sh
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: What the Dockerfile's builder copies from the repository (a test holds the two equal).
-BUILD_CONTEXT = ("pyproject.toml", "README.md", "agent")
+BUILD_CONTEXT = ("pyproject.toml", "README.md", "agent", "docs/rights.md")
 #: The Dockerfile's runtime ENV (besides PATH); ``{tree}`` is where it installs, /opt/drain-guard.
 DEPLOYED_ENV = {
     "MALLOC_MMAP_THRESHOLD_": "131072",
@@ -66,8 +66,11 @@ def build_context(source: Path, dest: Path) -> Path:
     for name in BUILD_CONTEXT:
         if (source / name).is_dir():
             skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-            shutil.copytree(source / name, dest / name, ignore=skip)
+            # Links kept, as the image's COPY keeps them: the build resolves
+            # agent/drain_guard/rights.md, a link to docs/rights.md, itself.
+            shutil.copytree(source / name, dest / name, ignore=skip, symlinks=True)
         else:
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / name, dest / name)
     return dest
 

@@ -75,7 +75,7 @@ fi
 # where it is, and the source tree stays clean.
 rm -rf "$OUT/wheels" "$OUT/context"
 mkdir "$OUT/context"
-tar -c --exclude=__pycache__ --exclude='*.egg-info' pyproject.toml README.md agent |
+tar -c --exclude=__pycache__ --exclude='*.egg-info' pyproject.toml README.md agent docs/rights.md |
     tar -x -C "$OUT/context"
 mapfile -t build_requires < <("$PYTHON" -c 'import tomllib
 print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requires"]))')

@@ -165,7 +165,7 @@ def test_builder_installs_this_project(stages: list[Stage], project: dict[str, A
     ]
     assert targets == ["."]
     assert all(
-        dest in {"./", "./agent"} for dest in (shlex.split(a)[-1] for a in builder.all("COPY"))
+        dest in {"./", "./agent", "./docs/"} for dest in (shlex.split(a)[-1] for a in builder.all("COPY"))
     )
     assert set(BUILD_CONTEXT) == copied, "the benchmarks (and tests) build what the image does"
     assert workdir.startswith("/")
@@ -234,6 +234,7 @@ def test_dockerignore_sends_what_the_build_needs_and_no_more() -> None:
         "README.md",
         "agent/drain_guard/__init__.py",
         "agent/drain_guard/cli.py",
+        "docs/rights.md",
     )
     for path in needed:
         assert not _dockerignored(path, patterns), path
@@ -243,6 +244,7 @@ def test_dockerignore_sends_what_the_build_needs_and_no_more() -> None:
         "tests/conftest.py",
         "agent/drain_guard/__pycache__/x.pyc",
         "simulator/drain_guard_sim/apiserver/server.py",
+        "docs/protocol.md",
     ):
         assert _dockerignored(unwanted, patterns), unwanted
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
 import zipfile
 from email.parser import Parser
+from pathlib import Path
 
 import pytest
 
 from benchmarks.deployed import ROOT, build_context
-from drain_guard.commands.preflight.run import DEFAULT_RIGHTS
+from drain_guard.confine.rights import table_rows
 
 
 @pytest.fixture(scope="module")
@@ -47,14 +49,36 @@ def test_the_wheel_holds_the_drain_guard_package_only(wheel: zipfile.ZipFile) ->
 
 
 def test_the_wheel_ships_the_rights_table(wheel: zipfile.ZipFile) -> None:
-    """drain-guard preflight's default --rights, installed with the package (the image, a pip
-    install), is docs/rights.md as it is: edit the doc, then
-    ``cp docs/rights.md agent/drain_guard/rights.md``."""
-    shipped = wheel.read("drain_guard/rights.md").decode()
-    assert shipped == (ROOT / "docs" / "rights.md").read_text(), (
-        "cp docs/rights.md agent/drain_guard/rights.md"
+    """The package's rights.md is a link to docs/rights.md (one table, no copy to keep): the
+    wheel holds the table's text, resolved by the build from a context that keeps the link,
+    as the image's COPY does."""
+    assert (ROOT / "agent" / "drain_guard" / "rights.md").is_symlink()
+    assert wheel.read("drain_guard/rights.md").decode() == (ROOT / "docs" / "rights.md").read_text()
+
+
+def test_the_installed_package_finds_its_rights_table(
+    wheel: zipfile.ZipFile, tmp_path: Path
+) -> None:
+    """drain-guard preflight's default --rights, in the wheel installed with no checkout near
+    it, is a table with the page's rows."""
+    target = tmp_path / "site"
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q"]
+    subprocess.run([*install, "--target", str(target), str(wheel.filename)], check=True)
+    program = (
+        "from drain_guard.commands.preflight.run import DEFAULT_RIGHTS\n"
+        "from drain_guard.confine.rights import table_rows\n"
+        "print(DEFAULT_RIGHTS)\n"
+        "print(len(list(table_rows(DEFAULT_RIGHTS.read_text()))))\n"
     )
-    assert DEFAULT_RIGHTS.read_text() == shipped
+    # The installed package before this checkout's editable one; run away from the checkout.
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run(
+        [sys.executable, "-c", program], env=env, cwd=tmp_path, check=True, capture_output=True
+    ).stdout.decode()
+    path, rows = out.split()
+    assert Path(path) == target / "drain_guard" / "rights.md"
+    assert not Path(path).is_symlink()
+    assert int(rows) == len(list(table_rows((ROOT / "docs" / "rights.md").read_text()))) > 0
 
 
 def test_the_wheel_needs_no_simulator_dependency(wheel: zipfile.ZipFile) -> None:

@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from drain_guard.kube.client import Kube
 
 PROG = "drain-guard preflight"
-#: The table, as the package ships it (a copy of docs/rights.md, checked equal by a test), so
-#: that an installed drain-guard (the image, a pip install) finds it with no checkout.
+#: The table, as the package ships it (docs/rights.md itself: the package's rights.md is a
+#: symlink to it that building the wheel resolves), so that an installed drain-guard (the
+#: image, a pip install) finds it with no checkout.
 DEFAULT_RIGHTS = Path(str(files("drain_guard").joinpath("rights.md")))
 
 
