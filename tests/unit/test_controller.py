@@ -110,13 +110,21 @@ class Events:
     pool: list[tuple[Any, ...]] = field(default_factory=list)
     #: Set by the first DrainReleased.
     released: asyncio.Event = field(default_factory=asyncio.Event)
+    #: What each DrainReleased says let the drain go (empty: nothing said).
+    whys: list[str] = field(default_factory=list)
 
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
         self.posted.append(("DrainHeld", held_drain, tuple(reasons)))
 
     def drain_released(
-        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+        self,
+        held_drain: str,
+        outcome: str,
+        held_for: timedelta,
+        released_by: str | None = None,
+        why: str = "",
     ) -> None:
+        self.whys.append(why)
         by = () if released_by is None else (released_by,)
         self.posted.append(("DrainReleased", held_drain, outcome, held_for, *by))
         self.released.set()

@@ -4,6 +4,7 @@ will replace its target (drain_guard.core.replacement), on each version's object
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,16 @@ from drain_guard.core.replacement import (
 )
 from drain_guard.decision.decide import decide
 from drain_guard.guards import Block, BootedImage, Clear, ImageCompared, NodeView, NoopImageGuard
-from drain_guard.protocol import DESIRED_CONFIG, DESIRED_DRAIN, DESIRED_IMAGE, format_rfc3339
+from drain_guard.protocol import (
+    DESIRED_CONFIG,
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    HELD_DRAIN,
+    HELD_SINCE,
+    HOLD_DETAIL,
+    HOLD_REASONS,
+    format_rfc3339,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 OLD = "sha256:" + "1" * 64
@@ -283,3 +293,24 @@ def test_without_the_objects_the_guard_holds_as_before() -> None:
     verdict = NoopImageGuard().check(node_view(None))
     assert isinstance(verdict, Block)
     assert "does not read MCO's pools and builds" in verdict.detail
+
+
+def test_a_held_same_image_drain_nothing_will_replace_is_released_saying_why() -> None:
+    """The release's Event says why (holds.Ended.why, from the decision's HoldEnd)."""
+    held = {
+        **NODE,
+        DESIRED_DRAIN: f"hold-drain-{A}",
+        HELD_DRAIN: f"drain-{A}",
+        HOLD_REASONS: "noop-image",
+        HELD_SINCE: format_rfc3339(NOW - timedelta(minutes=1)),
+        HOLD_DETAIL: "x",
+    }
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildFailed=True)})
+    view = replace(node_view(mco), annotations=held)
+    decision = decide(view, [NoopImageGuard()], timedelta(minutes=45))
+    assert decision.name == "release"
+    assert decision.hold_ended is not None
+    assert "not held: pool worker's build failed" in decision.hold_ended.why
+    building = McoObjects({"worker": pool(spec=A, status=B, Building=True)})
+    kept = decide(replace(view, mco=building), [NoopImageGuard()], timedelta(minutes=45))
+    assert kept.hold_ended is None

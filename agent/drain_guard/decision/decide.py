@@ -22,12 +22,11 @@ from drain_guard.decision.decisions import (
     UpdateHold,
     Wait,
     hold_detail,
+    let_go,
 )
 from drain_guard.guards import (
     Block,
-    Clear,
     Guard,
-    ImageCompared,
     InvalidInput,
     NodeView,
     Unknown,
@@ -91,15 +90,7 @@ def _stale_marker(
 def _no_guard_blocks(verdicts: Sequence[Verdict]) -> str:
     """Why a drain goes: no guard blocks, and for a same-image drain let go because nothing
     will replace its target, why (the decision's log line says it, docs/protocol.md)."""
-    let_go = [
-        v.detail
-        for v in verdicts
-        if isinstance(v, Clear)
-        and isinstance(v.evidence, ImageCompared)
-        and v.evidence.replacement is not None
-        and not v.evidence.replacement.holds
-    ]
-    return "; ".join(["no guard blocks", *let_go])
+    return "; ".join(["no guard blocks", *let_go(verdicts)])
 
 
 def _reasons(blocks: Sequence[Block]) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from drain_guard.guards import Block, Clear, InvalidInput, Unknown, Verdict
+from drain_guard.guards import Block, Clear, ImageCompared, InvalidInput, Unknown, Verdict
 from drain_guard.protocol import (
     OWNED_KEYS,
     HoldRecord,
@@ -90,6 +90,21 @@ class HoldEnd:
 
     record: HoldRecord | None
     outcome: Outcome
+    #: Why a guard let the drain go, when it says (``let_go``): the release's Event says it.
+    why: str = ""
+
+
+def let_go(verdicts: Sequence[Verdict]) -> tuple[str, ...]:
+    """What each guard that let a drain go because nothing would end its hold says (the
+    noop-image guard, for a same-image drain no new image will replace, docs/protocol.md)."""
+    return tuple(
+        v.detail
+        for v in verdicts
+        if isinstance(v, Clear)
+        and isinstance(v.evidence, ImageCompared)
+        and v.evidence.replacement is not None
+        and not v.evidence.replacement.holds
+    )
 
 
 class _Decided(ABC):
@@ -391,7 +406,7 @@ class Release(_Decided):
 
     @property
     def hold_ended(self) -> HoldEnd:
-        return HoldEnd(self.record, self.outcome)
+        return HoldEnd(self.record, self.outcome, "; ".join(let_go(self.verdicts)))
 
     @property
     def record_invalid(self) -> InvalidInput | None:

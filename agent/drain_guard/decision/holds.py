@@ -139,6 +139,8 @@ class Ended:
     desired: str | None
     held_for: timedelta
     released_by: str | None = None
+    #: Why a guard let the drain go, when it says (a same-image drain nothing will replace).
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -215,9 +217,10 @@ def _end(
     now: datetime,
     monotonic: float,
     released_by: str | None = None,
+    why: str = "",
 ) -> Change:
     held_for = _age(memory, record, now, monotonic)
-    ended = Ended(record, outcome, desired, held_for, released_by)
+    ended = Ended(record, outcome, desired, held_for, released_by, why)
     ended_memory = replace(
         memory, hold=None, anchor=None, last_ended=record, counted=frozenset(), releasing=None
     )
@@ -327,7 +330,9 @@ def applied(
         # A hold the Node's record does not show (unreadable) is the one the agent knew.
         record = end.record or memory.hold
         if record is not None and record != memory.last_ended:
-            change = _end(memory, record, end.outcome, decision.request, now, monotonic)
+            change = _end(
+                memory, record, end.outcome, decision.request, now, monotonic, why=end.why
+            )
             memory, transitions = change.memory, list(change.transitions)
         memory = replace(memory, hold=None, anchor=None)
     written = decision.hold_written

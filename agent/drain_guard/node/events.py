@@ -139,7 +139,12 @@ class EventRecorder:
         )
 
     async def drain_released(
-        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+        self,
+        held_drain: str,
+        outcome: str,
+        held_for: timedelta,
+        released_by: str | None = None,
+        why: str = "",
     ) -> None:
         """A hold ended; an ``expired`` hold is a Warning ``DrainHoldExpired``; a manual
         release says who released it, when the Node recorded it (``released-by``)."""
@@ -154,9 +159,10 @@ class EventRecorder:
             )
             return
         by = "" if released_by is None else f", released by {printable(released_by)}"
+        because = f": {why}" if why else ""
         await self.emit(
             DRAIN_RELEASED,
-            f"Released drain request {held_drain} after {took} (outcome {outcome}{by})",
+            f"Released drain request {held_drain} after {took} (outcome {outcome}{by}){because}",
             key=f"{held_drain} {outcome}",
         )
 
@@ -348,10 +354,17 @@ class EventQueue:
         self._post(partial(self.recorder.drain_held, held_drain, list(reasons), detail))
 
     def drain_released(
-        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+        self,
+        held_drain: str,
+        outcome: str,
+        held_for: timedelta,
+        released_by: str | None = None,
+        why: str = "",
     ) -> None:
         """Queue ``EventRecorder.drain_released``."""
-        write = partial(self.recorder.drain_released, held_drain, outcome, held_for, released_by)
+        write = partial(
+            self.recorder.drain_released, held_drain, outcome, held_for, released_by, why
+        )
         self._post(write)
 
     def pool_held(

@@ -27,7 +27,12 @@ class EventSink(Protocol):
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None: ...
 
     def drain_released(
-        self, held_drain: str, outcome: str, held_for: timedelta, released_by: str | None = None
+        self,
+        held_drain: str,
+        outcome: str,
+        held_for: timedelta,
+        released_by: str | None = None,
+        why: str = "",
     ) -> None: ...
 
     def pool_held(
@@ -112,7 +117,7 @@ class HoldReport:
         self.metrics.hold_released(outcome, ended.held_for.total_seconds())
         if not self.observe_only:  # an Event is a write too
             self.events.drain_released(
-                record.held_drain, outcome, ended.held_for, ended.released_by
+                record.held_drain, outcome, ended.held_for, ended.released_by, ended.why
             )
             held_on = self._held_pool or pool
             if held_on is not None:
