@@ -31,6 +31,7 @@ from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.core.exitcodes import EXIT_OK, EXIT_USAGE
 from drain_guard.settings.agent import add_run_arguments, default_max_hold, settings_from
+from drain_guard.settings.commands import hold_command, release_command, status_command
 from drain_guard.settings.nodeproxy import add_node_proxy_arguments, node_proxy_settings
 from drain_guard.settings.shield import add_shield_arguments, shield_settings_from
 from drain_guard.settings.webhook import add_webhook_arguments
@@ -244,13 +245,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "copy-booted-origin":
         return _copy_booted_origin(args)
     if args.command == "status":
-        return asyncio.run(run_status(args))
+        return asyncio.run(run_status(status_command(args, os.environ)))
     if args.command == "hold":
-        return asyncio.run(run_hold(args))
+        try:
+            hold = hold_command(args)
+        except SettingsError as exc:
+            print(f"drain-guard hold: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return asyncio.run(run_hold(hold))
     if args.command == "preflight":
         return run_preflight(args)
     assert args.command == "release", args.command  # "demo" never reaches the parser
-    return asyncio.run(run_release(args))
+    return asyncio.run(run_release(release_command(args)))
 
 
 def _copy_booted_origin(args: argparse.Namespace) -> int:

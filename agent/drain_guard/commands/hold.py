@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from drain_guard import guards, protocol
 from drain_guard.commands.base import connect
 from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from drain_guard.settings.agent import MCD_DRAIN_TIMEOUT
+from drain_guard.settings.commands import HoldCommand
 from drain_guard.status.holdrequest import printable
 
 
-async def run_hold(args: argparse.Namespace) -> int:
+async def run_hold(args: HoldCommand) -> int:
     """Write a valid ``drain-guard.io/hold-request`` (replacing any): the agent holds the
     node's drain requests until it expires, each at most its ``--max-hold`` (a hold in force
     says when it ends: ``hold-expires``)."""
     from drain_guard.kube.call import KubeError
     from drain_guard.kube.client import Applied
 
-    if args.duration <= timedelta(0):
-        print("drain-guard hold: error: --for must be above 0", file=sys.stderr)
-        return EXIT_USAGE
     until = datetime.now(UTC).replace(microsecond=0) + args.duration
     try:
         value = guards.format_hold_request(until, args.reason)

@@ -3,7 +3,6 @@ request, or remove stale drain-guard keys."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ from drain_guard import protocol
 from drain_guard.commands.base import connect
 from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from drain_guard.decision.decide import NothingHeldError, force_release, stale_keys
+from drain_guard.settings.commands import ReleaseCommand
 from drain_guard.status.holdrequest import printable
 
 if TYPE_CHECKING:
@@ -28,14 +28,14 @@ def releasable(annotations: Mapping[str, str]) -> bool:
     return True
 
 
-async def run_release(args: argparse.Namespace) -> int:
+async def run_release(args: ReleaseCommand) -> int:
     from drain_guard.kube.call import KubeError
 
     kube = await connect(args.kubeconfig, "release")
     if kube is None:
         return EXIT_USAGE
     try:
-        if args.all:
+        if args.node_name is None:
             nodes = [n for n in await kube.list_nodes() if releasable(n.annotations)]
             if not nodes:
                 print("nothing to release: no node has a hold or stale keys")

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,6 +11,7 @@ from typing import Any
 
 from drain_guard.commands.base import connect
 from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from drain_guard.settings.commands import StatusCommand
 from drain_guard.status.agent import AgentStatus
 from drain_guard.status.holdrequest import printable
 from drain_guard.status.node import NodeState, node_state
@@ -34,11 +33,11 @@ async def _fetch_endpoint(url: str) -> dict[str, Any]:
         return body
 
 
-async def run_status(args: argparse.Namespace) -> int:
+async def run_status(args: StatusCommand) -> int:
     from drain_guard.kube.call import KubeError
 
-    node_name = args.node_name or os.environ.get("NODE_NAME")
-    if args.max_hold is not None:
+    node_name = args.node_name
+    if args.max_hold_given:
         print(
             "drain-guard status: note: --max-hold is not needed any more and is ignored (a"
             " hold's end is on its Node: drain-guard.io/hold-expires)",
