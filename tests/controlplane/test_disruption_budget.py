@@ -7,6 +7,7 @@ and released once it allows one.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -90,26 +91,34 @@ async def allows(
     await until(check)
 
 
+async def quorum_budget(installed: Installed, tmp_path: Path) -> tuple[str, Path]:
+    """A namespace with the component's Role for its budget ``quorum`` (docs/install.md's
+    kustomization, applied as kubectl does; its manifest returned, to revoke it), one Ready
+    pod on another node and ``quorum`` wanting it: the disruption controller allows no
+    disruption."""
+    admin = installed.admin
+    db = await own_namespace(admin, "db")
+    directory = documented_kustomization("Disruption budgets", tmp_path / "roles", db)
+    kustomization = directory / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace("[NAME]", "[quorum]"))
+    manifest = tmp_path / "roles.yaml"
+    manifest.write_text(yaml.safe_dump_all(render_dir(directory)))
+    kubectl(installed.plane, "apply", "-f", str(manifest))
+    await ready_pod(admin, db, installed.other)
+    await budget(admin, db, "quorum", 1)
+    await allows(admin, db, "quorum", 0)  # the pod counted, and wanted
+    return db, manifest
+
+
 @pytest.mark.parametrize("installed", ["openshift"], indirect=True)
 async def test_a_budget_that_allows_no_disruption_holds_the_drain_read_by_name_alone(
     installed: Installed, tmp_path: Path
 ) -> None:
     admin, node = installed.admin, installed.node
-    db, elsewhere = await own_namespace(admin, "db"), await own_namespace(admin, "elsewhere")
-    directory = documented_kustomization("Disruption budgets", tmp_path / "roles", db)
-    kustomization = directory / "kustomization.yaml"
-    kustomization.write_text(kustomization.read_text().replace("[NAME]", "[quorum]"))
-    objects = render_dir(directory)
-    manifest = tmp_path / "roles.yaml"
-    manifest.write_text(yaml.safe_dump_all(objects))
-    kubectl(installed.plane, "apply", "-f", str(manifest))
-    # One Ready pod on another node, a budget that wants it: the disruption controller says
-    # no disruption is allowed. Another budget beside it, and one in another namespace.
-    await ready_pod(admin, db, installed.other)
-    await budget(admin, db, "quorum", 1)
+    db, _ = await quorum_budget(installed, tmp_path)
+    elsewhere = await own_namespace(admin, "elsewhere")
     await budget(admin, db, "other", 0)
     await budget(admin, elsewhere, "quorum", 0)
-    await allows(admin, db, "quorum", 0)  # the pod counted, and wanted
 
     # The agent's own token: the named budget, listed and watched by name; nothing else.
     policy = client.PolicyV1Api(installed.agent)
@@ -159,5 +168,83 @@ async def test_a_budget_that_allows_no_disruption_holds_the_drain_read_by_name_a
         await client.PolicyV1Api(admin).patch_namespaced_pod_disruption_budget("quorum", db, body)
         await allows(admin, db, "quorum", 1)  # the controller's reaction, then the agent's
         await wait_annotation(admin, node, protocol.DESIRED_DRAIN, lambda v: v == DRAIN_B)
+    finally:
+        await reap(started)
+
+
+@pytest.mark.parametrize("installed", ["openshift"], indirect=True)
+async def test_a_budget_the_agent_can_no_longer_read_is_reported_and_keeps_the_hold(
+    installed: Installed, tmp_path: Path
+) -> None:
+    """The budget's Role revoked while the agent holds on it: its next watch is refused (403,
+    retried); /status's watches name that watch, failing since then, /readyz is 503 with it
+    once it fails for longer than --api-stale-after, and the guard keeps deciding on the
+    budget it last saw (docs/protocol.md): the hold stays. Role restored: ready again."""
+    admin, node = installed.admin, installed.node
+    db, manifest = await quorum_budget(installed, tmp_path)
+    watch = f"poddisruptionbudget {db}/quorum"
+    started: list[AgentProcess] = []
+    try:
+        agent = await spawn(
+            node,
+            installed.kubeconfig,
+            HostFS(tmp_path / "host", IMAGE_A),
+            "--daemonset",
+            f"{AGENT_NS}/drain-guard",
+            "--pod-name",
+            installed.pod,
+            "--disruption-budget",
+            f"{db}/quorum",
+            # Renewed every 5 s, so that the revoked Role shows at once (a running watch
+            # outlives its Role).
+            "--watch-timeout",
+            "5s",
+            "--api-stale-after",
+            "10s",
+            started=started,
+        )
+        await mcd_request(admin, node, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+        held = await wait_annotation(
+            admin, node, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B
+        )
+        assert held[protocol.HOLD_REASONS] == "disruption-budget"
+
+        async def watch_state() -> dict[str, Any]:
+            code, body = await agent.http("/status")
+            assert code == 200
+            state: dict[str, Any] = json.loads(body)["watches"][watch]
+            return state
+
+        assert (await watch_state())["watching"] is True
+        kubectl(installed.plane, "delete", "-f", str(manifest))
+
+        async def failing() -> dict[str, Any] | None:
+            state = await watch_state()
+            return state if state["failingSince"] is not None else None
+
+        state = await until(failing)
+        assert state["listed"] is True
+        assert state["watching"] is False
+        assert "403" in state["error"]
+
+        async def unready() -> str | None:
+            code, body = await agent.http("/readyz")
+            return body if code == 503 else None
+
+        why = await until(unready)
+        assert f"{watch} watch failing since {state['failingSince']}" in why
+        # Deciding on the budget last seen: the hold stands, for the same reason.
+        annotations = (await client.CoreV1Api(admin).read_node(node)).metadata.annotations
+        assert annotations[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+        assert annotations[protocol.HOLD_DETAIL] == held[protocol.HOLD_DETAIL]
+
+        kubectl(installed.plane, "apply", "-f", str(manifest))
+
+        async def ready() -> bool:
+            code, _ = await agent.http("/readyz")
+            return code == 200
+
+        await until(ready)
+        assert (await watch_state())["failingSince"] is None
     finally:
         await reap(started)

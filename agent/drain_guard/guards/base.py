@@ -48,6 +48,12 @@ class ObjectRef:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def watch_name(self) -> str:
+        """Its watch's name in ``/status``'s watches and ``/readyz``: ``poddisruptionbudget
+        NS/NAME``."""
+        return f"{self.resource} {self}"
+
 
 @dataclass(frozen=True)
 class NodeView:

@@ -141,6 +141,9 @@ class NamedCache:
     obj: JsonObj | None = None
     listed: bool = False
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: How its watch stands (``/status``, ``/readyz``): while it fails, ``obj`` is the last
+    #: object seen, which the guard still decides on.
+    watch: WatchStatus = field(default_factory=WatchStatus)
 
     def replace(self, items: Sequence[JsonObj]) -> None:
         self.obj = items[0] if items else None

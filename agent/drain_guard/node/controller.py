@@ -38,7 +38,7 @@ from drain_guard.node.releasing import ReleaseEscalation
 from drain_guard.node.watches import blocking_pods
 from drain_guard.runtime import selfcheck
 from drain_guard.runtime.agent_metrics import Metrics
-from drain_guard.runtime.health import Health
+from drain_guard.runtime.health import Health, watch_unready
 from drain_guard.runtime.logs import decision_fields, log_key
 from drain_guard.shield.loop import Shield
 from drain_guard.status.agent import AgentStatus
@@ -145,7 +145,10 @@ class Controller:
         return replace(
             self._status,
             generated_at=self.clock.now(),
-            watches={r: self.counters.watch(r) for r in (Watched.NODE, Watched.POD)},
+            watches={
+                **{str(r): self.counters.watch(r) for r in (Watched.NODE, Watched.POD)},
+                **{ref.watch_name: c.watch for ref, c in self.named_caches.items()},
+            },
             last_api_contact=self.counters.last_contact,
             release_failing=self._release.failing,
             observed=None if self._observe_only is None else self._observe_only.observed,
@@ -173,9 +176,10 @@ class Controller:
         return started is None or self.clock.monotonic() - started < STUCK_AFTER
 
     def ready(self) -> tuple[bool, str]:
-        """health's rule on the Node and pod watches, the Node found, and its writes
-        committed (a write that failed without an answer or with a 5xx, until a pass
-        succeeds)."""
+        """health's rule on the Node and pod watches, the Node found, its writes committed (a
+        write that failed without an answer or with a 5xx, until a pass succeeds), and the
+        same rule on the guards' named watches (a guard deciding on an object it can no
+        longer read)."""
         return self.counters.ready(
             (Watched.NODE, Watched.POD),
             self.clock.now(),
@@ -189,6 +193,11 @@ class Controller:
         if self._writes_failing is not None:
             since, why = self._writes_failing
             return f"node writes failing since {protocol.format_rfc3339(since)} ({why})"
+        now, stale_after = self.clock.now(), self.settings.api_stale_after
+        for ref, named in self.named_caches.items():
+            unready = watch_unready(ref.watch_name, named.watch, now, stale_after)
+            if unready is not None:
+                return unready
         return None
 
     # The loop ---------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from drain_guard.core.operations import Watched
 from drain_guard.core.watchstatus import WatchStatus
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
-from drain_guard.kube.counters import Relay, WatchGroup
-from drain_guard.kube.listwatch import WATCH_TIMEOUT, WatchCache
+from drain_guard.kube.counters import Counters, Relay, WatchGroup
+from drain_guard.kube.listwatch import WATCH_TIMEOUT, NamedCache, WatchCache
 from drain_guard.node.alertsource import AlertSource
 from drain_guard.node.controller import Controller
 from drain_guard.node.events import EventQueue, EventRecorder
@@ -162,13 +162,13 @@ class _Agent:
                 settings.node_name, pods, namespace, watch_timeout, pod_watches.member(i)
             )
         for ref, named in controller.named_caches.items():
-            parts[f"{ref.resource} {ref}"] = kube.watch_named(
+            parts[ref.watch_name] = kube.watch_named(
                 ref.resource,
                 ref.namespace,
                 ref.name,
                 named,
                 watch_timeout,
-                _GuardRead(kube.counters),
+                _GuardRead(kube.counters, named),
             )
         parts.update(controller.mco.parts(kube, watch_timeout))
         if settings.alerts is not None:
@@ -209,11 +209,15 @@ class _Agent:
 
 class _GuardRead(Relay):
     """A guard's watch of one named object: its errors and restarts are counted, its state
-    is not reported as the resource's (the shield's budget watches report that); the guard
-    cannot decide until the object is listed, and says so."""
+    is kept on its cache (the controller's ``/status`` and ``/readyz`` report it under the
+    object's name), not reported as the resource's: the shield's budget watches report that."""
+
+    def __init__(self, counters: Counters, cache: NamedCache) -> None:
+        super().__init__(counters)
+        self.cache = cache
 
     def watch_state(self, resource: Watched, state: WatchStatus) -> None:
-        return None
+        self.cache.watch = state
 
 
 def run_agent(settings: Settings) -> int:

@@ -106,17 +106,27 @@ def _watches_unready(
 ) -> str | None:
     """Why the first of ``resources``' watches is not ready, or None."""
     for resource in resources:
-        watch = watches.get(resource, WatchStatus())
-        if not watch.listed:
-            return f"{resource} watch not listed yet"
-        since = watch.failing_since
-        if watch.silent and since is not None:
-            return f"{resource} watch silent since {format_rfc3339(since)} ({watch.error})"
-        if not watch.watching and since is not None and now - since > stale_after:
-            return (
-                f"{resource} watch failing since {format_rfc3339(since)} ({watch.error};"
-                f" --api-stale-after {format_duration(stale_after)})"
-            )
+        why = watch_unready(str(resource), watches.get(resource, WatchStatus()), now, stale_after)
+        if why is not None:
+            return why
+    return None
+
+
+def watch_unready(
+    name: str, watch: WatchStatus, now: datetime, stale_after: timedelta
+) -> str | None:
+    """The one rule on a watch the program needs (named ``name``): why it is not ready (not
+    listed, silent, failing for longer than ``stale_after``), or None."""
+    if not watch.listed:
+        return f"{name} watch not listed yet"
+    since = watch.failing_since
+    if watch.silent and since is not None:
+        return f"{name} watch silent since {format_rfc3339(since)} ({watch.error})"
+    if not watch.watching and since is not None and now - since > stale_after:
+        return (
+            f"{name} watch failing since {format_rfc3339(since)} ({watch.error};"
+            f" --api-stale-after {format_duration(stale_after)})"
+        )
     return None
 
 
