@@ -88,7 +88,8 @@ class AgentStatus:
     replacement: str | None = None
     replacement_why: str | None = None
     booted: BootedImageStatus = field(default_factory=BootedImageStatus)
-    watches: dict[str, WatchStatus] = field(default_factory=dict)  # node, pod, each guard's named object
+    #: By resource (node, pod) and by each guard's named object (``ObjectRef.watch_name``).
+    watches: dict[str, WatchStatus] = field(default_factory=dict)
     last_api_contact: datetime | None = None
     shield: ShieldStatus | None = None  # None when the shield is off
     # The namespaces whose pods may hold a drain ("*": every one), and the namespace the
