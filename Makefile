@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chaos bench system-deps control-plane image systemd-root clean
+.PHONY: demo test lint chaos bench system-deps control-plane image kube-rbac-proxy-image systemd-root clean
 
 $(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,18 @@ $(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pypro
 	scripts/system-deps.sh
 	scripts/build-image.sh
 
+# The kube-rbac-proxy sidecar's image for the node tests (the central shield's), built here:
+# kube-rbac-proxy v0.18.0 from the Go module proxy, an image of its one static binary by
+# buildah (scripts/build-kube-rbac-proxy.sh, docs/image.md): build/image/kube-rbac-proxy.oci.tar
+# holds localhost/kube-rbac-proxy:v0.18.0. Rebuilt when the script (which names the version)
+# changes.
+PROXY_ARCHIVE := build/image/kube-rbac-proxy.oci.tar
+kube-rbac-proxy-image: $(PROXY_ARCHIVE)
+
+$(PROXY_ARCHIVE): scripts/build-kube-rbac-proxy.sh
+	scripts/system-deps.sh
+	scripts/build-kube-rbac-proxy.sh
+
 # A Debian bookworm whose PID 1 is systemd, from make image's debootstrap'd base, for the tests
 # that boot the shipped units under it (scripts/build-systemd-root.sh).
 SYSTEMD_ROOT := build/systemd/bookworm-systemd.tar
@@ -49,7 +61,7 @@ demo: $(STAMP)
 # worksteal: a worker that runs out takes tests from another's queue (the slow tests vary).
 # The node tests (tests/node) run after, in one process of their own: one node per machine
 # (its bridge, sysctls and iptables guard are host-wide), shared by all of them.
-test: $(STAMP) system-deps control-plane image systemd-root
+test: $(STAMP) system-deps control-plane image kube-rbac-proxy-image systemd-root
 	status=0; $(BIN)/pytest -n auto --dist worksteal -m 'not node' || status=$$?; \
 	$(BIN)/pytest -p no:xdist -m node tests/node || status=$$?; exit $$status
 
@@ -67,4 +79,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin build/image build/systemd
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis tools/control-plane/bin build/image build/kube-rbac-proxy build/systemd

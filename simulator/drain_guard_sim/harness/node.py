@@ -81,6 +81,8 @@ POD_CIDR = "10.85.0.0/24"
 HOST_ADDRESS = "10.85.0.1"
 GUARD_CHAIN = "DRAIN-GUARD-NODE-GUARD"
 PAUSE_IMAGE = "drain-guard.local/pause:1"
+#: The image daemonset/components/kube-rbac-proxy pins (by digest).
+KUBE_RBAC_PROXY = "quay.io/brancz/kube-rbac-proxy"
 NAMESPACE = "k8s.io"  # containerd's namespace for the CRI's images and containers
 #: One node on a machine at a time: the sysctls, the bridge and the guard are host-wide.
 LOCK_FILE = Path("/run/drain-guard-node.lock")
@@ -186,21 +188,35 @@ def oci_archive(path: Path, name: str, files: Mapping[str, Path], entrypoint: li
     return path
 
 
-def user_kustomization(overlay: Path, archive: Path, directory: Path) -> Path:
-    """A user's kustomization in ``directory`` of ``overlay`` with the image ``drain-guard``
-    set to ``archive``'s (the name and tag its index gives), as docs/install.md writes one."""
+def _archive_image(archive: Path) -> tuple[str, str]:
+    """The name and tag of the one image of an OCI archive (its index's reference name)."""
     with tarfile.open(archive) as tar:
         member = tar.extractfile("index.json")
         if member is None:
             raise NodeError(f"{archive}: no index.json")
         (manifest,) = json.load(member)["manifests"]
     name, tag = manifest["annotations"]["org.opencontainers.image.ref.name"].rsplit(":", 1)
+    return name, tag
+
+
+def user_kustomization(
+    overlay: Path, archive: Path, directory: Path, proxy_archive: Path | None = None
+) -> Path:
+    """A user's kustomization in ``directory`` of ``overlay`` with the image ``drain-guard``
+    set to ``archive``'s (the name and tag its index gives), and kube-rbac-proxy's to
+    ``proxy_archive``'s when given, as docs/install.md writes one."""
+    name, tag = _archive_image(archive)
+    images = [{"name": "drain-guard", "newName": name, "newTag": tag}]
+    if proxy_archive is not None:
+        # The pinned name; a newTag drops the pin's digest (docs/install.md).
+        proxy_name, proxy_tag = _archive_image(proxy_archive)
+        images.append({"name": KUBE_RBAC_PROXY, "newName": proxy_name, "newTag": proxy_tag})
     directory.mkdir(parents=True, exist_ok=True)
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(overlay, directory)],  # kustomize: never absolute
-        "images": [{"name": "drain-guard", "newName": name, "newTag": tag}],
+        "images": images,
     }
     (directory / "kustomization.yaml").write_text(json.dumps(kustomization))
     return directory

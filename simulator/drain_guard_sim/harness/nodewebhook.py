@@ -24,7 +24,7 @@ import yaml
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.node import Node, NodeError, user_kustomization
 
-__all__ = ["WEBHOOK", "apply_webhook", "as_manifest", "webhook_objects"]
+__all__ = ["WEBHOOK", "apply_webhook", "as_manifest", "service_ca_secret", "webhook_objects"]
 
 WEBHOOK = "drain-guard-webhook"
 NAMESPACE = "drain-guard"
@@ -53,8 +53,9 @@ def webhook_objects(overlay: Path, archive: Path, workdir: Path) -> list[Obj]:
     return _as_service_ca(mine, workdir)
 
 
-def _as_service_ca(objects: list[Obj], workdir: Path) -> list[Obj]:
-    (service,) = (o for o in objects if o["kind"] == "Service")
+def service_ca_secret(service: Obj, workdir: Path) -> tuple[Obj, ServingCert]:
+    """The Secret OpenShift's service CA would issue for ``service`` (named by its
+    serving-cert annotation, for its DNS names), from a CA made in ``workdir``."""
     name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
     names = [f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"]
     cert = ServingCert.generate(workdir / "service-ca", names=names)
@@ -71,6 +72,12 @@ def _as_service_ca(objects: list[Obj], workdir: Path) -> list[Obj]:
             "tls.key": base64.b64encode(cert.key_file.read_bytes()).decode(),
         },
     }
+    return secret, cert
+
+
+def _as_service_ca(objects: list[Obj], workdir: Path) -> list[Obj]:
+    (service,) = (o for o in objects if o["kind"] == "Service")
+    secret, cert = service_ca_secret(service, workdir)
     (configuration,) = (o for o in objects if o["kind"] == "ValidatingWebhookConfiguration")
     if configuration["metadata"].get("annotations", {}).get(INJECT_CA) != "true":
         raise NodeError("the webhook's configuration no longer asks for the service CA's bundle")
