@@ -67,7 +67,8 @@ CRDS = Path(__file__).with_name("crds.yaml")
 #: The installs of the table: an overlay whose agent is its ServiceAccount, confined by the
 #: admission policies (Kubernetes 1.30+, OpenShift 4.17+), and the control plane it is applied
 #: to: the pinned Kubernetes, or the same emulating 1.31 (OpenShift 4.18, the oldest a 1.34
-#: binary emulates). openshift-4.15's rows are its own test's.
+#: binary emulates). openshift-4.15's rows are test_webhook's (with the webhook running), made
+#: with the same makers (``made``, ``probe_of``).
 INSTALLS = {
     "kubernetes": ("kubernetes", "control_plane"),
     "openshift": ("openshift", "control_plane"),
@@ -429,18 +430,21 @@ PREPARE: dict[str, Callable[[Installed], Awaitable[None]]] = {
 
 
 @contextlib.asynccontextmanager
-async def probe_of(setup: Installed, tmp_path: Path) -> AsyncIterator[Probe]:
+async def probe_of(
+    setup: Installed, tmp_path: Path, namespace: str = AGENT_NS, account: str = ACCOUNT
+) -> AsyncIterator[Probe]:
     """What ``drain-guard preflight`` makes its requests with, but with the agent's real
-    tokens in place of impersonation: the pod-bound one, and one bound to no pod."""
+    tokens in place of impersonation: the pod-bound one, and one bound to no pod (the agent's
+    account ``account`` in ``namespace``: the overlays', or test_webhook's renamed one)."""
     core = client.CoreV1Api(setup.admin)
     plain = await core.create_namespaced_service_account_token(
-        ACCOUNT,
-        AGENT_NS,
+        account,
+        namespace,
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[])),
     )
     unbound_config = setup.plane.token_kubeconfig(plain.status.token, tmp_path / "unbound")
-    pod = await core.read_namespaced_pod(setup.pod, AGENT_NS)
-    who = Agent(AGENT_NS, ACCOUNT, setup.pod, pod.metadata.uid, setup.node, setup.other)
+    pod = await core.read_namespaced_pod(setup.pod, namespace)
+    who = Agent(namespace, account, setup.pod, pod.metadata.uid, setup.node, setup.other)
     admin = Kube(await load_api_client(str(setup.plane.admin_kubeconfig)))
     agent = Kube(await load_api_client(str(setup.kubeconfig)))
     unbound = Kube(await load_api_client(str(unbound_config)))

@@ -28,14 +28,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
-from drain_guard.core.pods import Pod
+from drain_guard.commands.preflight.rows import UNMADE
 from drain_guard.protocol import Reason
-from drain_guard.shield.plan import Role, Want, budget_name
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import api_client, own_namespace, unique
-from tests.controlplane.test_rights import documented, pool_event, user_name
+from tests.controlplane.test_rights import Installed, documented, made, probe_of
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     Obj,
@@ -52,6 +51,8 @@ JSON_PATCH = "application/json-patch+json"
 REQUEST = "drain-rendered-worker-5620aa"
 LAST_APPLIED = "uncordon-rendered-worker-11b0cc"
 BUILD_LABELS = {"openshift.io/build.name": "build-rendered-worker-5620aa"}
+#: The pool its PoolRollout Events are about.
+POOL = "worker"
 
 
 async def _create(admin: client.ApiClient, obj: Obj) -> Any:
@@ -170,31 +171,6 @@ def _node(name: str, drain: str = REQUEST) -> Obj:
             },
         },
     }
-
-
-def _event(node: str) -> Obj:
-    """An Event as drain_guard.node.events.EventRecorder writes it."""
-    now = protocol.format_rfc3339(datetime.now(UTC))
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": unique(node), "namespace": "default"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node},
-        "reason": "DrainHeld",
-        "message": "Holding drain request",
-        "type": "Normal",
-        "count": 1,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "source": {"component": "drain-guard", "host": node},
-        "reportingComponent": "drain-guard",
-        "reportingInstance": f"drain-guard-{node}",
-    }
-
-
-def _denied(status: int, message: str, why: str) -> None:
-    assert status == 403, message
-    assert why in message, message
 
 
 #: The API server's answers by request, as docs/rights.md names them (install openshift-4.15).
@@ -384,12 +360,16 @@ async def _prove(
     account: str,
     daemonset: Any,
 ) -> None:
+    """Every row of this install that ``drain-guard preflight`` makes, by its own makers and
+    in the state each needs (test_rights.made, as for the other installs), with the agent's
+    real tokens: the one bound to its pod on a Node of its own (a build pod there), and one
+    bound to no pod."""
     core: Any = client.CoreV1Api(admin)
     own, other = unique("worker"), unique("worker")
     for name in (own, other):
         await core.create_node(_node(name))
     pod = await _agent_pod(admin, namespace, account, daemonset, own)
-    build = await core.create_namespaced_pod(
+    await core.create_namespaced_pod(
         MCO,
         {
             "metadata": {"name": unique("build"), "labels": BUILD_LABELS},
@@ -398,209 +378,11 @@ async def _prove(
     )
     kubeconfig = await _bound_kubeconfig(admin, plane, tmp_path / "agent", namespace, account, pod)
     async with api_client(kubeconfig) as agent:
-        as_agent: Any = client.CoreV1Api(agent)
-        policy: Any = client.PolicyV1Api(agent)
-
-        # Rights the node identity had and this account never has (RBAC).
-        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-        targets = {
-            "its own ServiceAccount": account,
-            "its namespace's default ServiceAccount": "default",
-            "the webhook's ServiceAccount": f"{account}-webhook",
-        }
-        for what, target in targets.items():
-            await _ask(
-                answers,
-                f"create a token for {what}",
-                as_agent.create_namespaced_service_account_token(target, namespace, request),
-            )
-        await _ask(
-            answers,
-            "list the Secrets of its own namespace",
-            as_agent.list_namespaced_secret(namespace),
-        )
-        await _ask(
-            answers,
-            "read a Secret in openshift-machine-config-operator",
-            as_agent.read_namespaced_secret("any", MCO),
-        )
-        csr = {
-            "metadata": {"name": unique("csr")},
-            "spec": {
-                "request": base64.b64encode(b"not a request").decode(),
-                "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
-                "usages": ["client auth"],
-            },
-        }
-        certificates: Any = client.CertificatesV1Api(agent)
-        await _ask(
-            answers,
-            "create a CertificateSigningRequest",
-            certificates.create_certificate_signing_request(csr),
-        )
-
-        # Another Node: its drain keys, its spec, its taints. The webhook denies each.
-        hold = protocol.hold_patch(
-            REQUEST,
-            LAST_APPLIED,
-            "0",
-            [Reason.BUILD_POD],
-            datetime.now(UTC),
-            "build pod",
-            expires=datetime.now(UTC) + timedelta(minutes=45),
-        )
-        status, message = await _ask(
-            answers,
-            "hold another Node's drain",
-            as_agent.patch_node(other, hold, _content_type=JSON_PATCH),
-        )
-        _denied(status, message, f"only the Node it runs on ({own})")
-        taint = {"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}}
-        for whose, name in (("another", other), ("its own", own)):
-            status, message = await _ask(
-                answers,
-                f"taint {whose} Node",
-                as_agent.patch_node(name, taint, _content_type="application/merge-patch+json"),
-            )
-            _denied(status, message, "drain-guard:")
-        label = {"metadata": {"labels": {"example.com/x": "y"}}}
-        status, message = await _ask(
-            answers,
-            "label its own Node",
-            as_agent.patch_node(own, label, _content_type="application/merge-patch+json"),
-        )
-        _denied(status, message, "labels")
-
-        # Its own hold and release: allowed, as the agent writes them.
-        status, message = await _ask(
-            answers,
-            "hold its own Node's drain (the agent's JSON Patch)",
-            as_agent.patch_node(own, hold, _content_type=JSON_PATCH),
-        )
-        assert status == 200, message
-        node = await core.read_node(own)
-        assert node.metadata.annotations[protocol.DESIRED_DRAIN] == "hold-" + REQUEST
-        release = protocol.release_patch(
-            REQUEST, LAST_APPLIED, node.metadata.resource_version, node.metadata.annotations
-        )
-        status, message = await _ask(
-            answers,
-            "release its own Node's hold (the agent's JSON Patch)",
-            as_agent.patch_node(own, release, _content_type=JSON_PATCH),
-        )
-        assert status == 200, message
-
-        # Who released: the releaser's record; the agent removes it, never writes it.
-        mine = {"metadata": {"annotations": {protocol.RELEASED_BY: await user_name(agent)}}}
-        status, message = await _ask(
-            answers,
-            "write drain-guard.io/released-by on its own Node (in its own name)",
-            as_agent.patch_node(own, mine, _content_type="application/merge-patch+json"),
-        )
-        _denied(status, message, "may remove drain-guard.io/released-by but not write it")
-        marker = {protocol.RELEASED: "drain-old", protocol.RELEASED_BY: await user_name(admin)}
-        await core.patch_node(own, {"metadata": {"annotations": marker}})
-        annotations = (await core.read_node(own)).metadata.annotations
-        cleanup = protocol.cleanup_patch(REQUEST, annotations, list(marker))
-        status, message = await _ask(
-            answers,
-            "remove drain-guard.io/released-by with the released marker (the agent's cleanup)",
-            as_agent.patch_node(own, cleanup, _content_type=JSON_PATCH),
-        )
-        assert status == 200, message
-
-        # Budgets: the shield's shape on its own node's build pod, and nothing else.
-        build_pod = Pod.from_dict(core.api_client.sanitize_for_serialization(build))
-        budget = Want(build_pod, Role.BUILD_POD, budget_name(build_pod.name, build_pod.uid))
-        manifest = budget.manifest()
-        wide = copy.deepcopy(manifest)
-        wide["metadata"]["name"] += "-mco"
-        wide["spec"]["selector"] = {"matchLabels": {"k8s-app": "machine-os-builder"}}
-        status, message = await _ask(
-            answers,
-            "create a budget selecting MCO's machine-os-builder",
-            policy.create_namespaced_pod_disruption_budget(MCO, wide),
-        )
-        _denied(status, message, "never k8s-app")
-        theirs = copy.deepcopy(manifest)
-        theirs["metadata"]["name"] += "-other"
-        theirs["metadata"]["labels"]["drain-guard.io/node"] = other
-        status, message = await _ask(
-            answers,
-            "create a budget labelled for another Node",
-            policy.create_namespaced_pod_disruption_budget(MCO, theirs),
-        )
-        _denied(status, message, "own node's")
-        status, message = await _ask(
-            answers,
-            "create a budget on its own Node's build pod",
-            policy.create_namespaced_pod_disruption_budget(MCO, manifest),
-        )
-        assert status == 200, message
-
-        # Events: about its own Node only.
-        status, message = await _ask(
-            answers,
-            "create an Event about another Node in default",
-            as_agent.create_namespaced_event("default", _event(other)),
-        )
-        _denied(status, message, "own Node")
-        status, message = await _ask(
-            answers,
-            "create an Event about its own Node in default",
-            as_agent.create_namespaced_event("default", _event(own)),
-        )
-        assert status == 200, message
-        # ... of a message the recorder would have cut (issue 34: 1 MiB was admitted; a review
-        # that large is now over the webhook's body limit, test_webhook_flood.py).
-        status, message = await _ask(
-            answers,
-            "create an Event about its own Node in default with a message of 4 KiB",
-            as_agent.create_namespaced_event(
-                "default", _event(own) | {"message": "x" * (4 * 1024)}
-            ),
-        )
-        _denied(status, message, "at most 1024 bytes")
-        # ... and its pool's Events, related to its own Node, with the pool reasons only.
-        pool = "worker"
-        machineconfig = pool_event(own, pool)
-        machineconfig["involvedObject"] |= {"kind": "MachineConfig", "name": "rendered-x"}
-        for row, body in (
-            (
-                "create a PoolRolloutHeld Event about a MachineConfigPool related to another Node",
-                pool_event(own, pool, related=other),
-            ),
-            (
-                "create a PoolRolloutHeld Event about a MachineConfigPool related to nothing",
-                pool_event(own, pool, related=""),
-            ),
-            (
-                "create an Event of another reason about a MachineConfigPool",
-                pool_event(own, pool, reason="Degraded"),
-            ),
-            ("create an Event about a MachineConfig", machineconfig),
-        ):
-            status, message = await _ask(
-                answers, row, as_agent.create_namespaced_event("default", body)
-            )
-            _denied(status, message, "drain-guard:")
-        status, message = await _ask(
-            answers,
-            "create a PoolRolloutHeld Event about a MachineConfigPool related to its own Node",
-            as_agent.create_namespaced_event("default", pool_event(own, pool)),
-        )
-        assert status == 200, message
-
-    # The same account with a token bound to no pod: no extras, every write denied.
-    unbound = await _bound_kubeconfig(admin, plane, tmp_path / "unbound", namespace, account, None)
-    async with api_client(unbound) as stranger:
-        as_stranger: Any = client.CoreV1Api(stranger)
-        status, message = await _ask(
-            answers,
-            "hold its own Node's drain with a token bound to no pod",
-            as_stranger.patch_node(own, hold, _content_type=JSON_PATCH),
-        )
-        _denied(status, message, "pod-name and pod-uid")
+        setup = Installed(INSTALL, plane, admin, agent, kubeconfig, own, other, pod[0], POOL)
+        async with probe_of(setup, tmp_path, namespace, account) as probe:
+            for request in documented(INSTALL):
+                if request not in UNMADE:
+                    answers[request] = await made(setup, probe, request)
 
 
 async def _prove_an_outage_strands_no_hold(
