@@ -215,3 +215,16 @@ def test_no_pip_compiler_or_source_tree_in_the_image(image: Image) -> None:
     assert ours == []
     for absent in ("src", "wheels", "opt/pip", "usr/share/python-wheels"):
         assert not (image.root / absent).exists(), absent
+
+
+def test_the_image_ships_the_rights_table_preflight_reads_by_default(image: Image) -> None:
+    """The package's rights.md, a symlink to docs/rights.md in the repository, is in the image
+    as a file with the page's text (the wheel build resolved it), and ``drain-guard
+    preflight``'s default ``--rights`` is that file."""
+    program = "from drain_guard.commands.preflight.run import DEFAULT_RIGHTS; print(DEFAULT_RIGHTS)"
+    proc = _run(image, ["/opt/drain-guard/bin/python", "-c", program])
+    assert proc.returncode == 0, proc.stderr
+    shipped = image.root / proc.stdout.strip().lstrip("/")
+    assert shipped.name == "rights.md"
+    assert not shipped.is_symlink()
+    assert shipped.read_text() == (REPO / "docs" / "rights.md").read_text()
