@@ -229,7 +229,7 @@ async def test_a_budget_the_agent_can_no_longer_read_is_reported_and_keeps_the_h
 
         async def unready() -> str | None:
             code, body = await agent.http("/readyz")
-            return body if code == 503 else None
+            return body if code == 503 and watch in body else None
 
         why = await until(unready)
         assert f"{watch} watch failing since {state['failingSince']}" in why
