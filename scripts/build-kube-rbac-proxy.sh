@@ -12,19 +12,26 @@
 #      written as an OCI archive, build/image/kube-rbac-proxy.oci.tar, named
 #      localhost/kube-rbac-proxy:VERSION, for `ctr -n k8s.io images import`.
 #
-# Make keys the archive on this script: a warm run does nothing. Needs root (buildah).
+# Does nothing when the archive is there and was built by this script as it is (its sha256 in
+# build/image/kube-rbac-proxy.key); the binary is kept by version. Needs root (buildah).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$self")/.."
+ARCHIVE=build/image/kube-rbac-proxy.oci.tar
+STAMP=build/image/kube-rbac-proxy.key
+key=$(sha256sum "$self" | cut -d' ' -f1)
+if [ -s "$ARCHIVE" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$key" ]; then
+    exit 0
+fi
 
 if [ -z "${DRAIN_GUARD_IMAGE_NAMESPACE:-}" ]; then
-    exec unshare --mount --propagation private env DRAIN_GUARD_IMAGE_NAMESPACE=1 "$0" "$@"
+    exec unshare --mount --propagation private env DRAIN_GUARD_IMAGE_NAMESPACE=1 "$self" "$@"
 fi
 
 VERSION=v0.18.0
 MODULE=github.com/brancz/kube-rbac-proxy
 IMAGE="localhost/kube-rbac-proxy:$VERSION"
 OUT=build/image
-ARCHIVE="$OUT/kube-rbac-proxy.oci.tar"
 WORK=build/kube-rbac-proxy
 BINARY="$WORK/kube-rbac-proxy-$VERSION"
 
@@ -56,4 +63,5 @@ buildah commit --quiet --rm "$container" "$IMAGE" >/dev/null
 rm -f "$ARCHIVE.part"
 buildah push --quiet "$IMAGE" "oci-archive:$ARCHIVE.part:$IMAGE"
 mv "$ARCHIVE.part" "$ARCHIVE"
+echo "$key" >"$STAMP"
 echo "kube-rbac-proxy: $IMAGE in $ARCHIVE" >&2
