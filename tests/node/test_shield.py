@@ -133,8 +133,9 @@ def test_the_shield_is_ready_and_its_metrics_go_to_the_platform_prometheus_only(
     node: Node, shield: Shield
 ) -> None:
     """Both containers Ready through the kubelet's HTTPS probes (the proxy passes /healthz
-    and /readyz unauthenticated); /metrics refused without a token (401) and with an account
-    the shipped Roles do not name (403), served with the platform Prometheus's token."""
+    and /readyz unauthenticated), with the shipped arguments and no restart; /metrics refused
+    without a token (401) and with an account the shipped Roles do not name (403), served
+    with the platform Prometheus's token."""
     pod = _shield_pod(node)
     statuses = pod["status"]["containerStatuses"]
     assert sorted((s["name"], s["ready"]) for s in statuses) == [
@@ -143,6 +144,12 @@ def test_the_shield_is_ready_and_its_metrics_go_to_the_platform_prometheus_only(
     ], statuses
     (proxy,) = (s for s in statuses if s["name"] == "kube-rbac-proxy")
     assert proxy["image"].endswith("localhost/kube-rbac-proxy:v0.18.0"), proxy["image"]
+    # The shipped flags, every one taken by v0.18.0 (it exits on a flag it does not know).
+    assert proxy["restartCount"] == 0, proxy
+    (deployment,) = (o for o in shield.objects if o["kind"] == "Deployment")
+    shipped = {c["name"]: c["args"] for c in deployment["spec"]["template"]["spec"]["containers"]}
+    running = {c["name"]: c["args"] for c in pod["spec"]["containers"]}
+    assert running == shipped, running
     address = pod["status"]["podIP"]
 
     assert _fetch(shield, address, "/healthz", None)[0] == 200
