@@ -37,6 +37,10 @@ BINARY="$WORK/kube-rbac-proxy-$VERSION"
 
 mkdir -p "$OUT" "$WORK"
 if [ ! -x "$BINARY" ]; then
+    if ! command -v go >/dev/null 2>&1; then
+        echo "kube-rbac-proxy: needs Go 1.22 or newer on the PATH (as make control-plane does)" >&2
+        exit 2
+    fi
     echo "kube-rbac-proxy: building $MODULE@$VERSION (a first build takes minutes)" >&2
     dir=$(cd /tmp && go mod download -json "$MODULE@$VERSION" |
         sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
