@@ -16,7 +16,7 @@ import pytest
 
 from drain_guard import protocol
 from drain_guard.kube.client import NODE_WRITE_TIMEOUT
-from drain_guard.runtime.metrics import WATCH_RESOURCES
+from drain_guard.runtime.metrics import SYNCED_RESOURCES
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.faults import Fault, FaultKind
 from drain_guard_sim.apiserver.server import SimApiServer
@@ -273,7 +273,7 @@ async def test_an_outage_shows_the_watches_not_watching_and_the_contact_stale_th
         "node": (True, True),
         "pod": (True, True),
     }
-    for resource in WATCH_RESOURCES:
+    for resource in SYNCED_RESOURCES:
         assert await metric(agent, "drain_guard_synced", resource=resource) == 1
 
     fault = api.faults.error(503, user=AGENT_USER)
@@ -292,7 +292,7 @@ async def test_an_outage_shows_the_watches_not_watching_and_the_contact_stale_th
         assert (watch["listed"], watch["watching"]) == (True, False)
         assert _time(watch["failingSince"]) >= contact
         assert watch["error"].startswith("503 ")
-    for resource in WATCH_RESOURCES:
+    for resource in SYNCED_RESOURCES:
         assert await metric(agent, "drain_guard_synced", resource=resource) == 0
     assert int(await metric(agent, "drain_guard_last_api_contact_timestamp_seconds")) == int(
         contact.timestamp()
@@ -326,6 +326,6 @@ async def test_an_outage_shows_the_watches_not_watching_and_the_contact_stale_th
         "node": (True, True, None),
         "pod": (True, True, None),
     }
-    for resource in WATCH_RESOURCES:
+    for resource in SYNCED_RESOURCES:
         assert await metric(agent, "drain_guard_synced", resource=resource) == 1
     assert await agent.http("/readyz") == (200, "ok\n")

@@ -22,6 +22,7 @@ from drain_guard.runtime.agent_metrics import (
 )
 from drain_guard.runtime.metrics import (
     API_OPERATIONS,
+    SYNCED_RESOURCES,
     WATCH_RESOURCES,
     WATCH_RESTART_REASONS,
     BaseMetrics,
@@ -61,7 +62,8 @@ def test_bounded_series_exist_from_start_at_zero() -> None:
     for op in API_OPERATIONS:
         assert value(m, "drain_guard_api_errors_total", operation=op) == 0
     for resource in WATCH_RESOURCES:
-        assert value(m, "drain_guard_synced", resource=resource) == 0
+        synced = value(m, "drain_guard_synced", resource=resource)
+        assert synced == (0 if resource in SYNCED_RESOURCES else None)
         for why in WATCH_RESTART_REASONS:
             assert value(m, "drain_guard_watch_restarts_total", resource=resource, reason=why) == 0
     for kind in INVALID_INPUT_KINDS:
@@ -195,7 +197,7 @@ def drain_guard_samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ..
         ("drain_guard_drain_requests_total", VERBS),
         ("drain_guard_api_errors_total", API_OPERATIONS),
         ("drain_guard_watch_restarts_total", WATCH_RESOURCES + WATCH_RESTART_REASONS),
-        ("drain_guard_synced", WATCH_RESOURCES),
+        ("drain_guard_synced", SYNCED_RESOURCES),
         ("drain_guard_invalid_input_total", INVALID_INPUT_KINDS),
         ("drain_guard_events_emitted_total", EVENT_REASONS),
     ],

@@ -50,6 +50,11 @@ API_OPERATIONS: tuple[Operation, ...] = permissions.operations(
 RETRY_PARTS: tuple[str, ...] = ("controller", "shield")
 #: Resources the agent watches.
 WATCH_RESOURCES: tuple[Watched, ...] = tuple(Watched)
+#: The watches whose state ``drain_guard_synced`` shows: the programs' own (``/status``'s
+#: watches). MCO's objects, read by the noop-image guard alone, show theirs in its replacement
+#: (``unknown`` while unread), not here: a series made for them would stay 0 where the agent
+#: does not watch them (4.15, plain Kubernetes, no noop-image guard) and alert for nothing.
+SYNCED_RESOURCES: tuple[Watched, ...] = (Watched.NODE, Watched.POD, Watched.PODDISRUPTIONBUDGET)
 #: What the central shield calls and watches: the pods and budgets of MCO's namespace.
 SHIELD_API_OPERATIONS: tuple[Operation, ...] = permissions.operations(
     permissions.SHIELD_PERMISSIONS
@@ -157,7 +162,8 @@ class BaseMetrics:
         for operation in api_operations:
             self.api_errors_total.labels(operation=operation)
         for resource in watch_resources:
-            self.synced.labels(resource=resource).set(0)
+            if resource in SYNCED_RESOURCES:
+                self.synced.labels(resource=resource).set(0)
             for why in WATCH_RESTART_REASONS:
                 self.watch_restarts_total.labels(resource=resource, reason=why)
         for part in retry_parts:
