@@ -53,8 +53,9 @@ def _free_ports(count: int) -> list[int]:
 
 def _status_of(node: str, out: str) -> str:
     """The text /status of ``node``'s agent holding a drain (decision ``hold`` or ``holding``),
-    as the script printed it."""
-    start = out.index(f"node {node}: hold")
+    as the script's curl printed it last (``drain-guard status --endpoint`` before it shows the
+    same lines, each after ``agent:``)."""
+    start = out.rindex(f"node {node}: hold")
     return out[start : out.index("\n  agent:", start)]
 
 
@@ -144,9 +145,10 @@ async def test_try_it_by_hand_as_written(tmp_path: Path) -> None:
     assert "pod/build-by-hand created" in out
     assert "machineconfig.machineconfiguration.openshift.io/99-worker-seed created" in out
     assert re.search(r"worker-0 +hold-drain-rendered-worker-\w+ +drain-rendered-worker-", out)
-    assert "HELD since" in out
-    assert "reason:        build-pod" in out
-    assert "reason:        noop-image" in out
+    held = _status_of("worker-0", out)
+    assert "held since:" in held
+    assert "reason:        build-pod" in held
+    assert "reason:        noop-image" in held
     assert "node/worker-1 condition met" in out
     assert (
         "reason:        build-pod: build pod openshift-machine-config-operator/build-by-hand"
