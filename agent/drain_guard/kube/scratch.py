@@ -9,6 +9,11 @@ added one. So each process writes them in a directory of its own, which it holds
 exclusive ``flock`` on for its life: the kernel lets the lock go however the process ends,
 and every start removes the directories whose lock it can take, those of processes that
 are gone (in any PID namespace: the lock is on the directory, not on a process id).
+
+The sweep removes only what is certainly such a directory: its name has a prefix no other
+program of drain-guard's uses, it belongs to this user, and it holds the marker its process
+wrote once locked (or nothing at all: a process killed between the two). A user's
+``/tmp/drain-guard-demo-*`` or any other unlocked directory of a similar name is not its own.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import tempfile
 
 __all__ = ["own_directory"]
 
-PREFIX = "drain-guard-"
+PREFIX = "drain-guard-scratch-"
+#: Written in a directory once its process holds the lock: the sweep's proof of ownership.
+MARKER = ".drain-guard-scratch"
 
 #: This process's directory in each temporary directory it used, and the descriptor its
 #: lock is held on.
@@ -52,9 +59,14 @@ def _made(base: str) -> tuple[str, int]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             if os.path.samestat(os.stat(path), os.fstat(fd)):
+                with open(os.path.join(path, MARKER), "x"):
+                    pass
                 return path, fd
         except FileNotFoundError:
             pass
+        except OSError:
+            os.close(fd)
+            raise
         os.close(fd)
 
 
@@ -77,6 +89,19 @@ def _sweep(base: str) -> None:
             os.close(fd)
             continue  # a live process's
         try:
-            shutil.rmtree(entry.path, ignore_errors=True)
+            if _ours(entry.path, fd):
+                shutil.rmtree(entry.path, ignore_errors=True)
         finally:
             os.close(fd)
+
+
+def _ours(path: str, fd: int) -> bool:
+    """Whether the unlocked directory ``path`` (open as ``fd``) is a scratch directory of this
+    user's: its marker, or nothing at all, inside."""
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            return False
+        entries = os.listdir(fd)
+    except OSError:
+        return False
+    return not entries or MARKER in entries
