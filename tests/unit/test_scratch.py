@@ -52,5 +52,6 @@ def test_a_start_removes_dead_scratch_directories_and_leaves_everything_else(
     assert (demo / "kubeconfig").read_text() == "x"
     assert (unmarked / "notes.txt").read_text() == "x"
     assert alive.exists()
-    assert Path(own).parent == tmp_path and Path(own).name.startswith(scratch.PREFIX)
+    assert Path(own).parent == tmp_path
+    assert Path(own).name.startswith(scratch.PREFIX)
     assert not Path(own).exists()  # removed at the process's exit
