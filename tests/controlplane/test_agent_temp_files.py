@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
+from drain_guard.kube import scratch
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
@@ -25,7 +26,8 @@ KILLS = 3
 
 
 def _files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.rglob("*") if p.is_file())
+    """The library's files (not the scratch directories' markers)."""
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != scratch.MARKER)
 
 
 async def test_the_files_of_killed_agents_are_removed_and_a_stopped_agent_leaves_none(
