@@ -168,6 +168,9 @@ async def installed(
         await shared_namespace(admin, AGENT_NS)
         node, other = await create_worker(admin), await create_worker(admin)
         pool = await create_pool(plane, admin)
+        # A second pool: the watch rows' answer is then a stream of two events, one a line,
+        # which a reader of one JSON body refuses (as every real cluster's several pools do).
+        second = await create_pool(plane, admin)
         in_pool = {"metadata": {"annotations": {protocol.DESIRED_CONFIG: rendered(pool)}}}
         await core.patch_node(node, in_pool)
         daemonset = await client.AppsV1Api(admin).read_namespaced_daemon_set(
@@ -198,7 +201,8 @@ async def installed(
                 yield setup
         finally:
             await core.delete_namespaced_pod(pod.metadata.name, AGENT_NS, grace_period_seconds=0)
-            await client.CustomObjectsApi(admin).delete_cluster_custom_object(*POOLS, pool)
+            for each in (pool, second):
+                await client.CustomObjectsApi(admin).delete_cluster_custom_object(*POOLS, each)
             rest = [o for o in objects if o["kind"] != "Namespace"]
             manifest.write_text(yaml.safe_dump_all(rest))
             kubectl(plane, "delete", "--ignore-not-found", "-f", str(manifest))

@@ -89,6 +89,21 @@ async def call_api_within(
     return body
 
 
+async def watch_answer(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> None:
+    """Open a watch with ``fn`` and close it once the server has answered, as
+    :func:`call_api` would raise: the answer is the status alone. A watch's body is a stream of
+    events, one JSON object a line, never one JSON body (``drain-guard preflight``'s rows)."""
+    try:
+        resp = await fn(
+            *args, watch=True, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs
+        )
+        async with resp:
+            if not 200 <= resp.status <= 299:
+                raise await error_from(resp)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise KubeError(0, f"{_name(fn)}: {describe(exc, REQUEST_TIMEOUT)}") from exc
+
+
 def describe(exc: BaseException, timeout: float | None = None) -> str:
     """``Type: message`` on one line; never empty, as a bare TimeoutError's message is."""
     text = " ".join(str(exc).split())

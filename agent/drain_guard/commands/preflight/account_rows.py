@@ -14,6 +14,7 @@ from drain_guard.commands.preflight.probe import (
     api_call,
     made,
     unique_name,
+    watch_call,
 )
 from drain_guard.commands.preflight.survey import MCO_GROUP
 from drain_guard.confine.permissions import MCO_NAMESPACES
@@ -69,8 +70,10 @@ def mco_read(plural: str, *, watch: bool = False) -> Request:
 
     async def make(probe: Probe) -> tuple[Answer, str]:
         list_all = probe.agent.custom.list_cluster_custom_object
-        extra = {"watch": True, "timeout_seconds": 1} if watch else {}
-        return made(await answer_of(api_call(list_all, MCO_GROUP, "v1", plural, **extra)))
+        if watch:
+            opened = watch_call(list_all, MCO_GROUP, "v1", plural, timeout_seconds=1)
+            return made(await answer_of(opened))
+        return made(await answer_of(api_call(list_all, MCO_GROUP, "v1", plural)))
 
     return make
 

@@ -141,6 +141,12 @@ def api_call(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Aw
     return call_api(fn, *args, **kwargs)
 
 
+def watch_call(fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Awaitable[None]:
+    from drain_guard.kube.call import watch_answer
+
+    return watch_answer(fn, *args, **kwargs)
+
+
 def made(answer: str) -> tuple[Answer, str]:
     return answer, ""
 
