@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonpatch
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from drain_guard.core.pods import Pod
@@ -797,6 +797,18 @@ def test_the_decisions_facts_agree_with_the_node(
 
 @settings(max_examples=200)
 @given(annotation_maps, pod_sets, booted_images)
+@example(  # a hold beside another writer's released-by with no released marker
+    before={
+        HELD_DRAIN: "drain-rendered-worker-aaa",
+        HOLD_REASONS: "build-pod",
+        HELD_SINCE: "2026-03-01T11:59:00Z",
+        DESIRED_DRAIN: "hold-drain-rendered-worker-aaa",
+        DESIRED_IMAGE: f"{IMAGE}@{D1}",
+        RELEASED_BY: "kube:admin",
+    },
+    pods=None,
+    booted=BOOTED,
+)
 def test_no_agent_key_without_a_reason(
     before: dict[str, str], pods: tuple[Pod, ...] | None, booted: BootedImage
 ) -> None:

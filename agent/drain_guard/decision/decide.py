@@ -307,10 +307,14 @@ def _decide_held(
             and hold_detail(blocks) == record.detail
             and _same_second(record.expires, expires)
         )
-        if same and not repair:
+        # A released-by with no released marker names no release: another writer's leftover.
+        stray = (RELEASED_BY,) if RELEASED_BY in annotations and RELEASED not in annotations else ()
+        if same and not repair and not stray:
             return Keep(record, blocks, verdicts)
         reasons, detail = (b.reason for b in blocks), hold_detail(blocks)
-        patch = update_hold_patch(record, reasons, detail, expires, repair_since=repair)
+        patch = update_hold_patch(
+            record, reasons, detail, expires, repair_since=repair, remove=stray
+        )
         return UpdateHold(record, blocks, tuple(patch), verdicts, since_repaired=repaired)
     if unknowns:
         patch = repair_since_patch(record, expires)

@@ -104,9 +104,11 @@ def update_hold_patch(
     expires: datetime,
     *,
     repair_since: bool = False,
+    remove: Iterable[str] = (),
 ) -> list[JsonPatchOp]:
     """Change the reasons, detail and expiry of a hold in place; ``held-since`` is kept, unless
-    ``repair_since`` rewrites it to ``record.since`` (it was unreadable or in the future)."""
+    ``repair_since`` rewrites it to ``record.since`` (it was unreadable or in the future);
+    the keys in ``remove`` (present, stale) go."""
     ops = [
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
@@ -116,6 +118,7 @@ def update_hold_patch(
     ]
     if repair_since:
         ops.append(_set(HELD_SINCE, format_rfc3339(record.since)))
+    ops.extend(_remove(key) for key in remove)
     return ops
 
 
