@@ -217,6 +217,23 @@ def test_a_new_config_whose_build_is_not_created_yet_is_waited_for() -> None:
     assert look(mco)[0] is Foresight.EXPECTED
 
 
+@pytest.mark.parametrize("builds", [False, True])
+def test_a_pool_read_before_its_move_to_the_nodes_config_is_waited_for(builds: bool) -> None:
+    """The Node's watch delivered its new target (config B) before the pool's watch delivered
+    the pool's move to B: the pool as read names A, built with the booted image. Letting go on
+    that view would drain for nothing; waited for, bounded by --noop-expect-within."""
+    node = {**NODE, DESIRED_CONFIG: B}
+    if builds:
+        mco = McoObjects({"worker": pool(spec=A)}, [mosb(A, OLD, Succeeded=True)], [mosc(OLD)])
+    else:
+        mco = McoObjects({"worker": pool(spec=A, BuildSuccess=True)})
+    foresight, why, until = look(mco, node)
+    assert foresight is Foresight.EXPECTED
+    assert until == NOW + EXPECTED_WITHIN
+    assert "as last read" in why
+    assert look(mco, node, since=NOW - EXPECTED_WITHIN)[0] is Foresight.NONE
+
+
 def test_a_pool_no_machine_os_config_names_lets_go_where_builds_are_served() -> None:
     mco = McoObjects({"worker": pool(spec=A, image=None)}, [], [])
     assert look(mco)[0] is Foresight.NONE

@@ -184,7 +184,31 @@ def _from_pool(
             return Replacement(Foresight.EXPECTED, why, expected_until)
         why = f"pool {name} moved to {config}, and no build of it started in time"
         return Replacement(Foresight.NONE, why)
+    behind = _pool_behind(name, config, annotations, now, expected_until)
+    if behind is not None:
+        return behind
     return Replacement(Foresight.NONE, f"pool {name} has built its config with the booted image")
+
+
+def _pool_behind(
+    name: str,
+    config: str | None,
+    annotations: Mapping[str, str],
+    now: datetime,
+    expected_until: datetime,
+) -> Replacement | None:
+    """The node is targeted with a config the pool, as last read, does not name: the pool's
+    watch may not have delivered the pool's move yet (the Node's and the pool's watches are
+    separate streams), so a build of the new config may be on its way. Waited for, bounded,
+    rather than let go on a view older than the node's (None: the views agree)."""
+    node_config = annotations.get(DESIRED_CONFIG)
+    if node_config is None or config is None or node_config == config or now >= expected_until:
+        return None
+    why = (
+        f"the node's config {node_config} is not pool {name}'s {config} as last read: waiting"
+        " for the pool's move"
+    )
+    return Replacement(Foresight.EXPECTED, why, expected_until)
 
 
 def _from_build(
@@ -225,6 +249,9 @@ def _from_build(
         _get(build, "status", "digestedImagePushSpec")
         or _get(build, "status", "finalImagePullspec")
     )
+    behind = _pool_behind(name, config, annotations, now, expected_until)
+    if behind is not None:
+        return behind
     if image is None or image == desired:
         why = f"MachineOSBuild {build_name} of {config} built the image the node runs"
         return Replacement(Foresight.NONE, why)
