@@ -203,8 +203,8 @@ def test_pool(tmp_path: Path) -> None:
     assert set(runs) == {False, True}
     for run in runs.values():
         assert (run["version"], run["scenario"]) == ("4.18", "seed")
-        assert (run["pointless"], run["evicted"]) == (0, 0)
-        assert run["finished"] is not None
+        assert (run["pointless"], run["evicted"]) == (0, 0), run  # which run: with agents or not
+        assert run["finished"] is not None, run
     assert runs[True]["max_hold_ends"] == 0
     assert "| 4.18 | seed | 0 / 0 | 0 / 0 |" in doc["table"]
     assert runs[False]["agent_restarts"] == 0
