@@ -27,6 +27,8 @@ from drain_guard.protocol import (
     HELD_SINCE,
     HOLD_DETAIL,
     HOLD_REASONS,
+    HoldRecord,
+    Reason,
     format_rfc3339,
 )
 
@@ -331,3 +333,16 @@ def test_a_held_same_image_drain_nothing_will_replace_is_released_saying_why() -
     building = McoObjects({"worker": pool(spec=A, status=B, Building=True)})
     kept = decide(replace(view, mco=building), [NoopImageGuard()], timedelta(minutes=45))
     assert kept.hold_ended is None
+
+
+def test_a_released_expected_wait_does_not_start_again_while_its_request_pends() -> None:
+    """The expected window ran out and the hold was released; MCO had not acted on the
+    release when the agent looked again (the degraded-pool benchmark): the same request is the
+    same wait, let go, not held for a new window (a hold every 5 minutes, for an hour)."""
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildSuccess=True)})
+    ended = HoldRecord(f"drain-{A}", (Reason.NOOP_IMAGE,), NOW - EXPECTED_WITHIN, "x")
+    verdict = NoopImageGuard().check(replace(node_view(mco), ended_hold=ended))
+    assert isinstance(verdict, Clear)
+    assert "no build of it started in time" in verdict.detail
+    other = replace(ended, held_drain=f"drain-{B}")
+    assert isinstance(NoopImageGuard().check(replace(node_view(mco), ended_hold=other)), Block)

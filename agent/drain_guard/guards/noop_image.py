@@ -22,7 +22,7 @@ from drain_guard.guards.base import (
     ObjectRef,
     Verdict,
 )
-from drain_guard.protocol import DESIRED_IMAGE, Reason
+from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, Reason
 
 
 class NoopImageGuard:
@@ -81,9 +81,15 @@ class NoopImageGuard:
 
 
 def _waiting_since(view: NodeView) -> datetime:
-    """Since when a same-image drain has waited: its hold's start, else now."""
+    """Since when a same-image drain has waited: its hold's start; the start of its hold that
+    ended while the request still pends (a release MCO has not acted on yet must not open a
+    new ``expected`` wait: the window would restart with every release, and the drain wait
+    forever); else now."""
     if view.known_hold is not None:
         return view.known_hold.since
+    ended = view.ended_hold
+    if ended is not None and ended.held_drain == view.annotations.get(DESIRED_DRAIN):
+        return ended.since
     return view.now
 
 
