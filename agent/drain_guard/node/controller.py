@@ -178,8 +178,7 @@ class Controller:
     def ready(self) -> tuple[bool, str]:
         """health's rule on the Node and pod watches, the Node found, its writes committed (a
         write that failed without an answer or with a 5xx, until a pass succeeds), and the
-        same rule on the guards' named watches (a guard deciding on an object it can no
-        longer read)."""
+        guards' named watches (a guard deciding on an object it can no longer read)."""
         return self.counters.ready(
             (Watched.NODE, Watched.POD),
             self.clock.now(),
