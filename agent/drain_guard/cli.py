@@ -31,7 +31,14 @@ from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.core.exitcodes import EXIT_OK, EXIT_USAGE
 from drain_guard.settings.agent import add_run_arguments, default_max_hold, settings_from
-from drain_guard.settings.commands import hold_command, release_command, status_command
+from drain_guard.settings.commands import (
+    CopyOriginCommand,
+    copy_origin_command,
+    hold_command,
+    preflight_command,
+    release_command,
+    status_command,
+)
 from drain_guard.settings.nodeproxy import add_node_proxy_arguments, node_proxy_settings
 from drain_guard.settings.shield import add_shield_arguments, shield_settings_from
 from drain_guard.settings.webhook import add_webhook_arguments
@@ -243,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return nodeproxy_main(proxy_settings)
     if args.command == "copy-booted-origin":
-        return _copy_booted_origin(args)
+        return _copy_booted_origin(copy_origin_command(args))
     if args.command == "status":
         return asyncio.run(run_status(status_command(args, os.environ)))
     if args.command == "hold":
@@ -254,12 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         return asyncio.run(run_hold(hold))
     if args.command == "preflight":
-        return run_preflight(args)
+        return run_preflight(preflight_command(args))
     assert args.command == "release", args.command  # "demo" never reaches the parser
     return asyncio.run(run_release(release_command(args)))
 
 
-def _copy_booted_origin(args: argparse.Namespace) -> int:
+def _copy_booted_origin(command: CopyOriginCommand) -> int:
     """One line either way, and exit 0 even when the host's booted image cannot be read: the
     agent then reads the same failure from the empty copy and its no-op guard abstains (a
     failed init container would keep the agent, and its build-pod guard, from starting)."""
@@ -268,12 +275,12 @@ def _copy_booted_origin(args: argparse.Namespace) -> int:
     from drain_guard.node.host import HostError, copy_booted_origin
 
     prog = "drain-guard copy-booted-origin"
-    target = Path(args.to)
+    target = Path(command.to)
     if not target.is_dir():
         print(f"{prog}: error: --to {target} is not a directory", file=sys.stderr)
         return EXIT_USAGE
     try:
-        copied = copy_booted_origin(Path(args.host_root), Path(args.cmdline_file), target)
+        copied = copy_booted_origin(Path(command.host_root), Path(command.cmdline_file), target)
     except HostError as exc:
         print(f"{prog}: nothing copied, the booted image is unknown: {exc}", file=sys.stderr)
         return EXIT_OK

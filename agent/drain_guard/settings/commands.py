@@ -1,6 +1,6 @@
-"""The cluster-side commands' settings, typed (``status``, ``hold``, ``release``): each command
-is given its value instead of the parsed command line; a bad one is a ``SettingsError``, one
-line and exit 2 (``cli``)."""
+"""The commands' settings, typed (``status``, ``hold``, ``release``, ``preflight``,
+``copy-booted-origin``): each command is given its value instead of the parsed command line; a
+bad one is a ``SettingsError``, one line and exit 2 (``cli``)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,30 @@ class ReleaseCommand:
     kubeconfig: str | None
 
 
+@dataclass(frozen=True)
+class PreflightCommand:
+    """``drain-guard preflight``: the caller's kubeconfig, the agent's namespace and account,
+    the node whose agent to impersonate (None: the first agent pod's), the install whose rows
+    to prove (None: the one that fits) and the rights table's file."""
+
+    kubeconfig: str | None
+    namespace: str
+    service_account: str
+    node_name: str | None
+    install: str | None
+    rights: str
+
+
+@dataclass(frozen=True)
+class CopyOriginCommand:
+    """``drain-guard copy-booted-origin``: where the host's / is mounted, the kernel command
+    line, and the directory to copy into."""
+
+    host_root: str
+    cmdline_file: str
+    to: str
+
+
 def status_command(args: argparse.Namespace, environ: Mapping[str, str]) -> StatusCommand:
     return StatusCommand(
         node_name=args.node_name or environ.get("NODE_NAME") or None,
@@ -61,3 +85,18 @@ def hold_command(args: argparse.Namespace) -> HoldCommand:
 
 def release_command(args: argparse.Namespace) -> ReleaseCommand:
     return ReleaseCommand(None if args.all else args.node_name, args.kubeconfig)
+
+
+def preflight_command(args: argparse.Namespace) -> PreflightCommand:
+    return PreflightCommand(
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        service_account=args.service_account,
+        node_name=args.node_name,
+        install=args.install,
+        rights=args.rights,
+    )
+
+
+def copy_origin_command(args: argparse.Namespace) -> CopyOriginCommand:
+    return CopyOriginCommand(args.host_root, args.cmdline_file, args.to)

@@ -13,7 +13,6 @@ as not tried, with why. Nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from drain_guard.commands.preflight.rows import REQUESTS, UNMADE
 from drain_guard.commands.preflight.survey import MCO_GROUP, survey
 from drain_guard.confine.rights import expected
 from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from drain_guard.settings.commands import PreflightCommand
 
 if TYPE_CHECKING:
     from drain_guard.kube.client import Kube
@@ -39,10 +39,10 @@ PROG = "drain-guard preflight"
 DEFAULT_RIGHTS = Path(str(files("drain_guard").joinpath("rights.md")))
 
 
-def run_preflight(args: argparse.Namespace) -> int:
+def run_preflight(command: PreflightCommand) -> int:
     """Read the table, then survey and prove (a missing table is a usage error, before any
     request)."""
-    rights = Path(args.rights)
+    rights = Path(command.rights)
     try:
         table = rights.read_text(encoding="utf-8")
     except OSError as exc:
@@ -52,13 +52,13 @@ def run_preflight(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    return asyncio.run(_preflight(args, rights, table))
+    return asyncio.run(_preflight(command, rights, table))
 
 
-async def _preflight(args: argparse.Namespace, rights: Path, table: str) -> int:
+async def _preflight(command: PreflightCommand, rights: Path, table: str) -> int:
     from drain_guard.kube.call import KubeError
 
-    admin = await connect(args.kubeconfig, "preflight")
+    admin = await connect(command.kubeconfig, "preflight")
     if admin is None:
         return EXIT_USAGE
     try:
@@ -68,19 +68,19 @@ async def _preflight(args: argparse.Namespace, rights: Path, table: str) -> int:
         print(f"MCO's API ({MCO_GROUP}): {mco}; on-cluster layering: {fit.layering}")
         print(f"build-pod forms served: {', '.join(fit.build_forms) or 'none'}")
         print(f"install that fits: {fit.overlay or 'none'} ({fit.why})")
-        install = args.install or fit.overlay
+        install = command.install or fit.overlay
         if install is None:
             return EXIT_FAILURE
         rows = expected(table, install)
         if not rows:
             print(f"{PROG}: error: {rights} has no row for install {install}", file=sys.stderr)
             return EXIT_USAGE
-        who = await find_agent(admin, args.namespace, args.service_account, args.node_name)
+        who = await find_agent(admin, command.namespace, command.service_account, command.node_name)
         if isinstance(who, str):
             print(f"{PROG}: error: {who}", file=sys.stderr)
             return EXIT_FAILURE
         print(f"confinement of {install} as {who.user} on node {who.node} (pod {who.pod}):")
-        return await prove(admin, args.kubeconfig, who, rows)
+        return await prove(admin, command.kubeconfig, who, rows)
     except KubeError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
