@@ -206,7 +206,12 @@ class Env:
         self.cache.replace_pods([pod] if running else [])
 
 
-def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) -> Env:
+def make_env(
+    tmp_path: Path,
+    *flags: str,
+    node: dict[str, Any] | None = None,
+    mco: Mapping[Watched, str] | None = None,
+) -> Env:
     host = HostFS(tmp_path / "host", IMAGE_A)
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
@@ -221,7 +226,9 @@ def make_env(tmp_path: Path, *flags: str, node: dict[str, Any] | None = None) ->
     cache.replace_pods([])
     cache.node_synced = True
     loop = loop_settings(settings)
-    controller = Controller(loop, kube, metrics, Health(metrics), events, cache, clock=clock)
+    controller = Controller(
+        loop, kube, metrics, Health(metrics), events, cache, clock=clock, mco=mco
+    )
     return Env(controller, kube, cache, clock, metrics, events, host)
 
 
@@ -984,3 +991,55 @@ async def test_readyz_fails_while_node_writes_fail_though_reads_answer(
     monkeypatch.setattr(env.kube, "patch_node_json", real_patch)
     await env.step()
     assert env.controller.ready() == (True, "")
+
+
+def _pool_moved_to_b(env: Env) -> None:
+    """4.15's pool, listed: moved to config B, still BuildSuccess of A (the build about to
+    start: noop-image's ``expected``)."""
+    pools = env.controller.mco.caches[Watched.MACHINECONFIGPOOL]
+    built = {"type": "BuildSuccess", "status": "True"}
+    pools.replace(
+        [
+            {
+                "metadata": {"name": "worker"},
+                "spec": {"configuration": {"name": CONFIG_B}},
+                "status": {"configuration": {"name": CONFIG_A}, "conditions": [built]},
+            }
+        ]
+    )
+
+
+async def test_a_request_written_again_after_desired_drain_moved_on_is_a_new_wait(
+    tmp_path: Path,
+) -> None:
+    """noop-image's expected wait is keyed by the request's stay in desiredDrain, not by its
+    name. The window of drain-B runs out and the hold is released; while MCO has not acted,
+    drain-B is the same wait (not held again). Once desiredDrain moved on (drained, uncordoned)
+    the same name requested again (a revert X→Y→X, the config requested again) is a new wait
+    and gets its own window, bounded as the first."""
+    env = make_env(tmp_path, mco={Watched.MACHINECONFIGPOOL: "v1"})
+    _pool_moved_to_b(env)
+    same_image = {protocol.DESIRED_CONFIG: CONFIG_B, protocol.DESIRED_IMAGE: IMAGE_A}
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, **same_image})
+    until = await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert until == env.clock.wall + timedelta(minutes=5)
+    env.clock.advance(300)
+    await env.step()  # no build came in time: let go
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    env.clock.advance(60)
+    await env.step()  # MCO has not acted yet: the same wait, not held again
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    for drain, applied in (
+        (DRAIN_B, DRAIN_B),
+        (f"uncordon-{CONFIG_B}", DRAIN_B),
+        (f"uncordon-{CONFIG_B}", f"uncordon-{CONFIG_B}"),
+    ):
+        env.kube.write({protocol.DESIRED_DRAIN: drain, protocol.LAST_APPLIED_DRAIN: applied})
+        env.clock.advance(30)
+        await env.step()
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B})
+    until = await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == "hold-" + DRAIN_B
+    assert until == env.clock.wall + timedelta(minutes=5)
+    assert env.value("drain_guard_holds_total", reason="noop-image") == 2

@@ -398,3 +398,26 @@ def test_the_known_hold_is_aged_by_the_monotonic_clock_whatever_the_wall_clock_d
     ahead = {**holding(B), **held(B, NOW + timedelta(minutes=5))}
     seen = observe(Memory(), ahead, now=NOW, monotonic=100.0, seen_at=99.0).memory
     assert holds.known_hold(seen, later, 700.0) == record(B, NOW)
+
+
+def test_an_ended_hold_pends_with_its_request_until_desired_drain_moves_on() -> None:
+    """What noop-image's expected wait counts from (Memory.pending_end): a hold released while
+    its request stays in desiredDrain is still that request's wait, at the earliest start of
+    its holds; once desiredDrain moves on, the same request written again is a new wait."""
+    early = NOW - timedelta(minutes=9)
+    first = {**holding(B), **held(B, early)}
+    released = apply(observe(_knowing(B), first, now=NOW, monotonic=1, seen_at=1).memory, first)
+    assert released.memory.pending_end == record(B, early)
+    pending = {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: UNCORDON_A}
+    again = observe(released.memory, pending, now=NOW, monotonic=2, seen_at=2).memory
+    assert again.pending_end == record(B, early)
+    # Held again (another reason, say) and released again: the first start still counts.
+    rehold = observe(again, holding(B), now=NOW, monotonic=3, seen_at=3).memory
+    twice = apply(rehold, holding(B)).memory
+    assert twice.pending_end == record(B, early)
+    drained = {DESIRED_DRAIN: B, LAST_APPLIED_DRAIN: B}
+    assert observe(twice, drained, now=NOW, monotonic=4, seen_at=4).memory.pending_end
+    moved = {DESIRED_DRAIN: "uncordon-rendered-worker-b", LAST_APPLIED_DRAIN: B}
+    assert observe(twice, moved, now=NOW, monotonic=5, seen_at=5).memory.pending_end is None
+    newer = {DESIRED_DRAIN: C, **held(B)}
+    assert observe(_knowing(B), newer, now=NOW, monotonic=6, seen_at=6).memory.pending_end is None

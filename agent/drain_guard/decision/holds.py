@@ -62,6 +62,12 @@ class Memory:
     hold: HoldRecord | None = None
     #: The last hold counted as ended, so that an end seen twice is counted once.
     last_ended: HoldRecord | None = None
+    #: The hold the agent saw end while its request stays in ``desiredDrain`` (released, and
+    #: MCO not past it yet), at the start of the request's first hold: the same wait, which
+    #: noop-image's ``expected`` does not start again. None once ``desiredDrain`` moves on:
+    #: the same request written later (a revert X→Y→X, or a config requested again) is a new
+    #: wait, keyed by this, not by its name.
+    pending_end: HoldRecord | None = None
     #: The ``desiredDrain`` value last seen, and when (monotonic seconds) it was delivered.
     request: str | None = None
     request_seen_at: float = 0.0
@@ -222,9 +228,34 @@ def _end(
     held_for = _age(memory, record, now, monotonic)
     ended = Ended(record, outcome, desired, held_for, released_by, why)
     ended_memory = replace(
-        memory, hold=None, anchor=None, last_ended=record, counted=frozenset(), releasing=None
+        memory,
+        hold=None,
+        anchor=None,
+        last_ended=record,
+        pending_end=_still_pending(memory, record, desired),
+        counted=frozenset(),
+        releasing=None,
     )
     return Change(ended_memory, (ended,))
+
+
+def _still_pending(memory: Memory, record: HoldRecord, desired: str | None) -> HoldRecord | None:
+    """``record``, ended with ``desiredDrain`` = ``desired``, if its request still pends: at the
+    earliest start of that request's holds (held again after a release, the wait began then)."""
+    if desired != record.held_drain:
+        return None
+    earlier = memory.pending_end
+    if earlier is not None and earlier.held_drain == record.held_drain:
+        return replace(record, since=min(earlier.since, record.since))
+    return record
+
+
+def _moved_on(memory: Memory, desired: str | None) -> Memory:
+    """Forget the ended hold once ``desiredDrain`` is neither its request nor a hold of it."""
+    ended = memory.pending_end
+    if ended is None or desired in (ended.held_drain, HOLD_PREFIX + ended.held_drain):
+        return memory
+    return replace(memory, pending_end=None)
 
 
 def attempted(memory: Memory, release: decisions.Release) -> Memory:
@@ -262,6 +293,7 @@ def observe(
     transitions: list[Transition] = []
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
+    memory = _moved_on(memory, desired)
     if desired != memory.request:
         # The value found at start counts only if it still waits for the drain controller:
         # an old, applied request is not new to anyone, and a hold- value is drain-guard's

@@ -78,8 +78,9 @@ class NodeView:
     #: The hold this agent knows on the Node (its memory): when the Node's ``held-since``
     #: turns unreadable, the hold keeps the age it had rather than starting again.
     known_hold: HoldRecord | None = None
-    #: The hold this agent last ended (its memory): a request still pending after its hold
-    #: ended is the same wait, not a new one (noop-image's ``expected`` does not start again).
+    #: The hold this agent ended whose request is still pending, unchanged since (its memory,
+    #: ``holds.Memory.pending_end``): the same wait, not a new one (noop-image's ``expected``
+    #: does not start again); a request written again after ``desiredDrain`` moved on is new.
     ended_hold: HoldRecord | None = None
     #: The Node's ``spec.unschedulable`` (cordoned): MCO's node controller gives a cordoned
     #: node no new target, so a ``noop-image`` hold there could not save its drain.

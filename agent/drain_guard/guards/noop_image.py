@@ -81,16 +81,17 @@ class NoopImageGuard:
 
 
 def _waiting_since(view: NodeView) -> datetime:
-    """Since when a same-image drain has waited: its hold's start; the start of its hold that
-    ended while the request still pends (a release MCO has not acted on yet must not open a
-    new ``expected`` wait: the window would restart with every release, and the drain wait
-    forever); else now."""
-    if view.known_hold is not None:
-        return view.known_hold.since
+    """Since when a same-image drain has waited: the earliest start of its request's holds,
+    the one in force and one that ended while the request still pends (a release MCO has not
+    acted on yet must not open a new ``expected`` wait: the window would restart with every
+    release, and the drain wait forever); now for a request not held before."""
+    known = view.known_hold
+    request = known.held_drain if known is not None else view.annotations.get(DESIRED_DRAIN)
+    starts = [] if known is None else [known.since]
     ended = view.ended_hold
-    if ended is not None and ended.held_drain == view.annotations.get(DESIRED_DRAIN):
-        return ended.since
-    return view.now
+    if ended is not None and ended.held_drain == request:
+        starts.append(ended.since)
+    return min(starts, default=view.now)
 
 
 def _short(digest: str) -> str:

@@ -309,7 +309,7 @@ class Controller:
                 labels=node.labels,
                 blocking_pods=blocking_pods(self.blocking_caches),
                 known_hold=holds.known_hold(self._memory, self.clock.now(), self.clock.monotonic()),
-                ended_hold=self._memory.last_ended,
+                ended_hold=self._memory.pending_end,
                 unschedulable=node.unschedulable,
                 objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
                 mco=self.mco.objects(),
