@@ -10,8 +10,8 @@ from typing import Any
 from drain_guard import guards, protocol
 from drain_guard.commands.base import connect
 from drain_guard.core.exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from drain_guard.settings.agent import MCD_DRAIN_TIMEOUT
 from drain_guard.settings.commands import HoldCommand
+from drain_guard.settings.hold import MCD_DRAIN_TIMEOUT
 from drain_guard.status.holdrequest import printable
 
 

@@ -9,18 +9,17 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from drain_guard.config.alerts import ALERT_OPTIONS, AlertSettings, alert_settings
-from drain_guard.config.blocking import BLOCKING_POD_OPTIONS, blocking_pod_settings
+from drain_guard.config.blocking import blocking_pod_settings
 from drain_guard.config.effective import effective, shown_by
 from drain_guard.config.options import (
     Option,
     OptionGroup,
     add_groups,
-    env_name,
     options_of,
     validated,
 )
+from drain_guard.config.scope import SCOPE_OPTIONS
 from drain_guard.config.values import (
-    LOG_LEVELS,
     Listen,
     LogFormat,
     SettingsError,
@@ -32,20 +31,15 @@ from drain_guard.config.values import (
     parse_listen,
     parse_scope,
 )
-from drain_guard.core.pods import ALL_NAMESPACES, DEFAULT_SCOPE, PodScope
-from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
+from drain_guard.core.pods import DEFAULT_SCOPE, PodScope
+from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.guards import Guard, registry
+from drain_guard.settings.api import API_OPTIONS, MIN_WATCH_TIMEOUT
+from drain_guard.settings.hold import HOLD_OPTIONS, MCD_DRAIN_TIMEOUT
 from drain_guard.settings.host import HOST_OPTIONS, HostSettings, host_settings
-from drain_guard.settings.install import INSTALL_OPTION, Install, install_from
-
-DEFAULT_LISTEN = "127.0.0.1:9797"
-# The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
-# long would turn "drain later" into "node degraded", and the drain itself needs time after
-# the release, so holds of an hour or more are refused outright rather than merely warned.
-MCD_DRAIN_TIMEOUT = timedelta(hours=1)
-#: kube-apiserver's watch cache sends a watch's last bookmark 2 s before its end (within a
-#: second): a shorter watch would end without one, and its renewal would start behind.
-MIN_WATCH_TIMEOUT = timedelta(seconds=5)
+from drain_guard.settings.install import INSTALL_OPTIONS, Install, install_from
+from drain_guard.settings.reporting import REPORTING_OPTIONS
+from drain_guard.settings.shielding import SHIELDING_OPTIONS
 
 
 def _reasons(guards: tuple[Guard, ...]) -> list[str]:
@@ -89,138 +83,15 @@ class Settings:
 
 _OPTIONS: tuple[Option, ...] = (
     Option("--node-name", "NODE_NAME", None, "name of the Node this agent guards (required)"),
-    Option(
-        "--kubeconfig",
-        "KUBECONFIG",
-        None,
-        "kubeconfig file; without it the in-cluster config, else ~/.kube/config",
-    ),
-    Option(
-        "--api-socket",
-        env_name("--api-socket"),
-        None,
-        "Unix socket of drain-guard node-proxy (the systemd install): every API request goes"
-        " there, with no credential of the agent's own, and the proxy passes on only this"
-        " Node's reads, hold, release and Events (docs/install.md, section 7); excludes"
-        " --kubeconfig",
-    ),
-    Option(
-        "--pod-name",
-        "POD_NAME",
-        None,
-        "this agent's pod (downward API metadata.name); with --daemonset, checked at start to"
-        " be that DaemonSet's",
-    ),
+    *INSTALL_OPTIONS,
+    *API_OPTIONS,
     *HOST_OPTIONS,
-    Option(
-        "--listen",
-        env_name("--listen"),
-        DEFAULT_LISTEN,
-        "HOST:PORT of the status/metrics endpoint (port 0: any free port)",
-    ),
-    Option(
-        "--max-hold",
-        env_name("--max-hold"),
-        "45m",
-        "longest hold, e.g. 90s, 30m, 50m; must be below 1h (the MCD's drain timeout)",
-    ),
-    Option(
-        "--api-stale-after",
-        env_name("--api-stale-after"),
-        "10m",
-        "/readyz fails when the API server has not answered for this long (watch events and"
-        " bookmarks count)",
-    ),
-    Option(
-        "--watch-timeout",
-        env_name("--watch-timeout"),
-        "30m",
-        "timeoutSeconds asked on the Node and pod watches (each ±10 %): the API server ends"
-        " a watch then, after a bookmark 2 s before, and the agent renews it from there; at"
-        " least 5s",
-    ),
-    Option(
-        "--confinement-check-interval",
-        env_name("--confinement-check-interval"),
-        "1h",
-        "how often the confinement self-check runs again after the start (a dry-run write to"
-        " another Node and a dry-run TokenRequest for another account must be denied)",
-    ),
-    Option(
-        "--build-pod-selector",
-        env_name("--build-pod-selector"),
-        None,
-        "build pods: [NAMESPACE:]LABEL-SELECTOR[@KIND[/NAME]] (repeatable; replaces the"
-        " defaults; in the environment separate selectors with ';')",
-        repeatable=True,
-    ),
-    Option(
-        "--build-pod-namespace",
-        env_name("--build-pod-namespace"),
-        None,
-        f"let build pods of this namespace hold drains too (repeatable; '{ALL_NAMESPACES}': every"
-        f" namespace). Without it only pods of {MCO_NAMESPACE} can: elsewhere any user who can"
-        " create a pod could hold drains. The agent then watches pods cluster-wide (still only"
-        " its node's) and needs the ClusterRole of docs/install.md; in the environment separate"
-        " namespaces with ';'",
-        repeatable=True,
-    ),
-    *BLOCKING_POD_OPTIONS,
-    INSTALL_OPTION,
-    Option(
-        "--daemonset",
-        env_name("--daemonset"),
-        None,
-        "NAMESPACE/NAME of the agent's DaemonSet: on SIGTERM holds are released only if it is"
-        " gone or being deleted",
-    ),
-    Option(
-        "--release-on-exit",
-        env_name("--release-on-exit"),
-        None,
-        "release holds on SIGTERM/SIGINT (for systemd, where there is no DaemonSet)",
-        boolean=True,
-    ),
-    Option(
-        "--shield-build-pods",
-        env_name("--shield-build-pods"),
-        "true",
-        "keep a PodDisruptionBudget on each build pod running on the node, so that a drain"
-        " that gets past the hold cannot evict it (docs/shield.md)",
-        boolean=True,
-    ),
-    Option(
-        "--shield-dependencies",
-        env_name("--shield-dependencies"),
-        None,
-        "while a build runs, also shield the machine-os-builder and image registry pods on the"
-        " node (off: their budgets outlive a dead agent; docs/shield.md)",
-        boolean=True,
-    ),
-    Option(
-        "--observe-only",
-        env_name("--observe-only"),
-        None,
-        "decide as usual but write nothing (no Node patch, no budget, no Event): report what"
-        " would have been done in the log, /status and metrics, for a first rollout",
-        boolean=True,
-    ),
+    *HOLD_OPTIONS,
+    *SCOPE_OPTIONS,
+    *SHIELDING_OPTIONS,
     *ALERT_OPTIONS,
     *registry.options(),
-    Option(
-        "--log-format",
-        env_name("--log-format"),
-        LogFormat.TEXT.value,
-        "log line format",
-        choices=tuple(f.value for f in LogFormat),
-    ),
-    Option(
-        "--log-level",
-        env_name("--log-level"),
-        "INFO",
-        "log level",
-        choices=LOG_LEVELS,
-    ),
+    *REPORTING_OPTIONS,
 )
 
 
@@ -238,22 +109,15 @@ def _flags(options: tuple[Option, ...]) -> tuple[str, ...]:
 #: ``drain-guard run``'s options by group: the groups of its settings and of its ``--help``.
 RUN_GROUPS: tuple[OptionGroup, ...] = (
     _group("node", "--node-name"),
-    _group("install", "--install", "--daemonset", "--pod-name", "--release-on-exit"),
-    _group("api", "--kubeconfig", "--api-socket", "--api-stale-after", "--watch-timeout"),
+    _group("install", *_flags(INSTALL_OPTIONS)),
+    _group("api", *_flags(API_OPTIONS)),
     _group("host", *_flags(HOST_OPTIONS)),
-    _group("hold", "--max-hold", "--observe-only"),
-    _group(
-        "scope",
-        "--build-pod-selector",
-        "--build-pod-namespace",
-        *_flags(BLOCKING_POD_OPTIONS),
-    ),
-    _group("shield", "--shield-build-pods", "--shield-dependencies"),
+    _group("hold", *_flags(HOLD_OPTIONS)),
+    _group("scope", *_flags(SCOPE_OPTIONS)),
+    _group("shield", *_flags(SHIELDING_OPTIONS)),
     _group("alerts", *_flags(ALERT_OPTIONS)),
     _group("guards", *_flags(registry.options())),
-    _group(
-        "status and logs", "--listen", "--confinement-check-interval", "--log-format", "--log-level"
-    ),
+    _group("status and logs", *_flags(REPORTING_OPTIONS)),
 )
 assert not _BY_FLAG, f"options in no group of drain-guard run: {sorted(_BY_FLAG)}"
 RUN_OPTIONS = options_of(RUN_GROUPS)

@@ -27,14 +27,37 @@ class InstallKind(enum.StrEnum):
     STANDALONE = "standalone"
 
 
-INSTALL_OPTION = Option(
-    "--install",
-    env_name("--install"),
-    None,
-    "how this agent is installed: daemonset (needs --daemonset and --pod-name), systemd"
-    " (releases holds on stop) or standalone (keeps them); default: what --daemonset or"
-    " --release-on-exit imply, else standalone",
-    choices=tuple(kind.value for kind in InstallKind),
+INSTALL_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "--install",
+        env_name("--install"),
+        None,
+        "how this agent is installed: daemonset (needs --daemonset and --pod-name), systemd"
+        " (releases holds on stop) or standalone (keeps them); default: what --daemonset or"
+        " --release-on-exit imply, else standalone",
+        choices=tuple(kind.value for kind in InstallKind),
+    ),
+    Option(
+        "--daemonset",
+        env_name("--daemonset"),
+        None,
+        "NAMESPACE/NAME of the agent's DaemonSet: on SIGTERM holds are released only if it is"
+        " gone or being deleted",
+    ),
+    Option(
+        "--pod-name",
+        "POD_NAME",
+        None,
+        "this agent's pod (downward API metadata.name); with --daemonset, checked at start to"
+        " be that DaemonSet's",
+    ),
+    Option(
+        "--release-on-exit",
+        env_name("--release-on-exit"),
+        None,
+        "release holds on SIGTERM/SIGINT (for systemd, where there is no DaemonSet)",
+        boolean=True,
+    ),
 )
 
 

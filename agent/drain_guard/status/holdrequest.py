@@ -31,7 +31,7 @@ from drain_guard.protocol import (
     parse_rfc3339_or_none,
     truncate_utf8,
 )
-from drain_guard.settings.agent import MCD_DRAIN_TIMEOUT
+from drain_guard.settings.hold import MCD_DRAIN_TIMEOUT
 
 
 @dataclass(frozen=True)
