@@ -29,7 +29,7 @@ from benchmarks import deployed
 from drain_guard import protocol
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import AgentProcess, agent_user, spawn_agent
 from drain_guard_sim.harness.scenario import worker_node
 

@@ -52,7 +52,8 @@ from benchmarks.common import (
     write_result,
 )
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
-from drain_guard_sim.apiserver.store import Watcher, WriteRecord
+from drain_guard_sim.apiserver.watchcache import Watcher
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import AgentProcess, agent_user
 
 MIB = 2**20

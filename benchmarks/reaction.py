@@ -61,7 +61,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.actors.mco import MCC_USER, Timings, read_json
 from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import agent_user
 
 AGENT_NODE = "worker-0"

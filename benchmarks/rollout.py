@@ -33,7 +33,7 @@ from benchmarks.common import IMAGE_B, MCD_USER, WAIT, is_hold_of
 from drain_guard import protocol
 from drain_guard_sim.actors.mco import MCC_USER
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 
 NodeMatcher = Callable[[WriteRecord], bool]
 

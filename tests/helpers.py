@@ -23,7 +23,7 @@ from drain_guard.guards import Guard
 from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import AgentProcess, clean_environment, spawn_agent
 
 NODE = "worker-0"

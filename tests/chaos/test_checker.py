@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.checker import (
     Checked,
     CheckerConfig,

@@ -17,7 +17,7 @@ from drain_guard import protocol
 from drain_guard.confine import permissions
 from drain_guard.core import pods
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import AgentProcess
 from tests.helpers import (
     AGENT_USER,

@@ -10,8 +10,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.apiserver.identities import DISRUPTION_CONTROLLER
 from drain_guard_sim.apiserver.server import SimApiServer
-from drain_guard_sim.apiserver.store import DISRUPTION_CONTROLLER
 from tests.sim.helpers import NS, pdb, pod, status_body
 
 

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 
 from drain_guard_sim.apiserver import nodeauth, rbac
 from drain_guard_sim.apiserver.authn import User
+from drain_guard_sim.apiserver.identities import ADMIN
 from drain_guard_sim.apiserver.requestinfo import Target
-from drain_guard_sim.apiserver.store import ADMIN
 
 __all__ = ["Rbac", "authorized"]
 

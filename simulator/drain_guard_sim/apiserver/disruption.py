@@ -7,10 +7,12 @@ import copy
 import math
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drain_guard_sim.apiserver import labels
+from drain_guard_sim.apiserver.identities import DISRUPTION_CONTROLLER
 from drain_guard_sim.apiserver.labels import labels_of
+from drain_guard_sim.apiserver.resources import ResourceType
 from drain_guard_sim.timestamps import rfc3339
 
 JsonObj = dict[str, Any]
@@ -154,3 +156,66 @@ def set_condition(
             "observedGeneration": status.get("observedGeneration", 1),
         }
     )
+
+
+class DisruptionController:
+    """The disruption controller's part of :class:`~drain_guard_sim.apiserver.store.Store`: after
+    a pod or budget write, the namespace's budgets' status, written by the controller's identity."""
+
+    pdb_controller: bool
+    clock: Callable[[], datetime]
+
+    if TYPE_CHECKING:
+
+        def rt(self, resource: str | ResourceType) -> ResourceType: ...
+
+        def _bucket(self, rt: ResourceType) -> dict[tuple[str, str], JsonObj]: ...
+
+        def try_get(
+            self, resource: str | ResourceType, name: str, namespace: str | None = None
+        ) -> JsonObj | None: ...
+
+        def _commit(
+            self,
+            rt: ResourceType,
+            verb: str,
+            user: str,
+            new: JsonObj | None,
+            old: JsonObj | None,
+            subresource: str = "",
+        ) -> JsonObj | None: ...
+
+    def _controller_scale(self, namespace: str, ref: Mapping[str, Any]) -> int | None:
+        """The scale of a pod's controller, as the disruption controller's finders read it
+        (a kind with a scale subresource: of those the simulator serves, a Deployment's
+        ``spec.replicas``); None when none is found (a DaemonSet, a Job, a missing one)."""
+        if (ref.get("apiVersion"), ref.get("kind")) != ("apps/v1", "Deployment"):
+            return None
+        found = self.try_get("deployments", str(ref.get("name")), namespace)
+        if found is None or found["metadata"].get("uid") != ref.get("uid"):
+            return None
+        return int((found.get("spec") or {}).get("replicas", 1))
+
+    def _sync_pdbs(self, namespace: str) -> None:
+        pdb_rt = self.rt("poddisruptionbudgets")
+        pdbs = sorted((k, v) for k, v in self._bucket(pdb_rt).items() if k[0] == namespace)
+        if not pdbs:
+            return
+        pods = [p for (ns, _n), p in self._bucket(self.rt("pods")).items() if ns == namespace]
+        for (_ns, _name), pdb in pdbs:
+            status = compute_pdb_status(pdb, pods, self.clock(), self._controller_scale)
+            if status == pdb.get("status"):
+                continue
+            new = copy.deepcopy(pdb)
+            new["status"] = status
+            self.write_budget_status(DISRUPTION_CONTROLLER, new, copy.deepcopy(pdb))
+
+    def write_budget_status(self, user: str, new: JsonObj, old: JsonObj) -> None:
+        """A budget's status written by ``user`` (the disruption controller, the eviction
+        handler) without recomputing the budgets on it: the controller acts on pod writes."""
+        saved = self.pdb_controller
+        self.pdb_controller = False
+        try:
+            self._commit(self.rt("poddisruptionbudgets"), "update", user, new, old, "status")
+        finally:
+            self.pdb_controller = saved

@@ -10,8 +10,9 @@ from typing import Any
 
 from drain_guard_sim.apiserver import errors, labels
 from drain_guard_sim.apiserver.disruption import pod_ready, set_condition
+from drain_guard_sim.apiserver.identities import ADMIN, APISERVER
 from drain_guard_sim.apiserver.labels import labels_of
-from drain_guard_sim.apiserver.store import ADMIN, APISERVER, JsonObj, Store
+from drain_guard_sim.apiserver.store import JsonObj, Store
 from drain_guard_sim.timestamps import rfc3339
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drain_guard_sim.apiserver import errors
+from drain_guard_sim.apiserver import errors, labels
 from drain_guard_sim.apiserver.resources import FIELD_ALIASES, ResourceType, field_value
 
 _KIND_WITH_CONVERSION = {"Pod", "Node", "Event", "Namespace"}
@@ -109,3 +109,29 @@ def _find_unescaped(text: str, token: str) -> int:
             return i
         i += 1
     return -1
+
+
+def parse_labels(text: str | None) -> labels.Selector:
+    try:
+        return labels.parse(text)
+    except labels.SelectorError as err:
+        raise errors.bad_request(f"unable to parse requirement: {err}") from None
+
+
+def parse_selectors(
+    rt: ResourceType,
+    label_selector: str | labels.Selector | None,
+    field_selector: str | FieldSelector | None,
+) -> tuple[labels.Selector, FieldSelector]:
+    """The selectors of a list or watch, given as query text or already parsed."""
+    selected = (
+        label_selector
+        if isinstance(label_selector, labels.Selector)
+        else parse_labels(label_selector)
+    )
+    fields = (
+        field_selector
+        if isinstance(field_selector, FieldSelector)
+        else parse_field_selector(field_selector or "", rt)
+    )
+    return selected, fields

@@ -85,7 +85,8 @@ from drain_guard_sim.apiserver.authz import Rbac, authorized
 from drain_guard_sim.apiserver.discovery import discovery
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.faults import FaultKind, Faults
-from drain_guard_sim.apiserver.fieldselectors import parse_field_selector
+from drain_guard_sim.apiserver.fieldselectors import parse_field_selector, parse_labels
+from drain_guard_sim.apiserver.identities import ADMIN
 from drain_guard_sim.apiserver.patching import APPLY_PATCH, PATCH_TYPES
 from drain_guard_sim.apiserver.requestinfo import Target, json_response
 from drain_guard_sim.apiserver.resources import (
@@ -93,13 +94,7 @@ from drain_guard_sim.apiserver.resources import (
     RESOURCES,
     ResourceType,
 )
-from drain_guard_sim.apiserver.store import (
-    ADMIN,
-    Store,
-    Watcher,
-    WriteRecord,
-    parse_labels,
-)
+from drain_guard_sim.apiserver.store import Store
 from drain_guard_sim.apiserver.subresources import (
     serve_eviction,
     serve_token_request,
@@ -107,6 +102,8 @@ from drain_guard_sim.apiserver.subresources import (
 )
 from drain_guard_sim.apiserver.tables import to_table
 from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.apiserver.watchcache import Watcher
+from drain_guard_sim.apiserver.writelog import WriteRecord
 
 __all__ = [
     "ADMIN",

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.resources import ResourceType
-from drain_guard_sim.apiserver.store import Store, Watcher
+from drain_guard_sim.apiserver.store import Store
+from drain_guard_sim.apiserver.watchcache import Watcher
 
 __all__ = ["stream"]
 

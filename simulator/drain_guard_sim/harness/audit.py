@@ -35,7 +35,7 @@ from typing import Any
 
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.patching import apply_json_patch, apply_strategic_merge_patch
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 
 __all__ = ["write_log"]
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 
 #: The label the shield puts on its budgets (docs/shield.md), restated, not imported:
 #: the checker judges the agent from the outside.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from drain_guard_sim.actors.mco import ADMIN_USER, DESIRED_DRAIN, MCO_NAMESPACE, annotations_of
-from drain_guard_sim.apiserver.store import WriteRecord
+from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import agent_user
 from drain_guard_sim.harness.chaos.agents import AgentFleet, Note, Spawn
 from drain_guard_sim.harness.chaos.schedule import Action
