@@ -44,9 +44,12 @@ def pytest_xdist_auto_num_workers() -> int:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test on the real control plane ``controlplane`` (``-m controlplane``)."""
     for item in items:
-        if {"control_plane", "control_plane_1_31", "control_plane_quiet"} & set(
-            getattr(item, "fixturenames", ())
-        ):
+        if {
+            "control_plane",
+            "control_plane_1_31",
+            "control_plane_quiet",
+            "control_plane_mco",
+        } & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.controlplane)
 
 
@@ -92,6 +95,14 @@ def control_plane_quiet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Co
     no bookmark. Apart from ``control_plane``, whose tests' writes would move it on; only
     tests/controlplane/test_quiet_watch.py uses it, each test watching from its own list."""
     yield from _control_plane(tmp_path_factory, progress_notify_interval="10m")
+
+
+@pytest.fixture(scope="session")
+def control_plane_mco(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane whose MCO CRDs are structural, one MCO version's at a time
+    (tests/controlplane/mco.py swaps them): apart from ``control_plane``, whose tests create
+    the simulator's open CRDs of the same names. Started only by the tests that ask for it."""
+    yield from _control_plane(tmp_path_factory)
 
 
 @pytest.fixture
