@@ -49,6 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             "control_plane_1_31",
             "control_plane_quiet",
             "control_plane_mco",
+            "control_plane_no_policy",
         } & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.controlplane)
 
@@ -57,6 +58,8 @@ def _control_plane(
     tmp_path_factory: pytest.TempPathFactory,
     emulated_version: str | None = None,
     progress_notify_interval: str = "5s",
+    *,
+    policies: bool = True,
 ) -> Iterator[ControlPlane]:
     bin_dir = default_bin_dir()
     missing = missing_binaries(bin_dir)
@@ -68,6 +71,7 @@ def _control_plane(
         workdir,
         emulated_version=emulated_version,
         progress_notify_interval=progress_notify_interval,
+        policies=policies,
     ) as plane:
         yield plane
 
@@ -103,6 +107,15 @@ def control_plane_mco(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cont
     (tests/controlplane/mco.py swaps them): apart from ``control_plane``, whose tests create
     the simulator's open CRDs of the same names. Started only by the tests that ask for it."""
     yield from _control_plane(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def control_plane_no_policy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane that serves and enforces no ValidatingAdmissionPolicy, as Kubernetes
+    1.28/1.29 (OpenShift 4.15/4.16): what confines an account there is an admission webhook
+    or nothing. Apart from ``control_plane``, whose tests leave policies in force; started
+    only by the tests that ask for it."""
+    yield from _control_plane(tmp_path_factory, policies=False)
 
 
 @pytest.fixture

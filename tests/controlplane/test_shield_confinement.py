@@ -39,6 +39,7 @@ from tests.controlplane.nodes import (
     shared_namespace,
     until,
 )
+from tests.controlplane.test_webhook import WEBHOOK_DENIAL
 from tests.deploy.tools import REPO, Obj, render
 from tests.helpers import MCO_NS, metric, reap, require_tool
 
@@ -139,12 +140,17 @@ async def policy_in_force(setup: Shield) -> bool:
 
 
 async def answer(call: Awaitable[Any]) -> str:
-    """What the API server said: allowed, or who denied it (RBAC, or which policy)."""
+    """What the API server said: allowed, or who denied it (RBAC, which policy, or which
+    admission webhook entry: daemonset/overlays/systemd-4.15's, tests/controlplane/
+    test_shield_webhook.py)."""
     try:
         await call
     except ApiException as error:
         if error.status == 403 and "ValidatingAdmissionPolicy" in str(error.body):
             return f"denied: {POLICY}" if POLICY in str(error.body) else str(error.body)
+        webhook = WEBHOOK_DENIAL.search(str(error.body))
+        if error.status == 403 and webhook:
+            return f"denied: webhook {webhook.group(1)}"
         if error.status != 403:
             return f"error {error.status}: {error.body!r}"
         return RBAC

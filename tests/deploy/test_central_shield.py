@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -22,7 +21,6 @@ from drain_guard.confine.permissions import (
 )
 from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
 from tests.deploy.rbac import Grant, granted
-from tests.deploy.test_webhook import documented_patches
 from tests.deploy.tools import (
     MIN_KUBERNETES,
     OVERLAYS,
@@ -33,8 +31,6 @@ from tests.deploy.tools import (
     expand_args,
     one,
     render,
-    render_dir,
-    user_kustomization,
 )
 
 ACCOUNT = ("drain-guard", "drain-guard-shield")
@@ -240,21 +236,3 @@ def test_prometheus_scrapes_it_as_its_own_job(objects: list[Obj]) -> None:
     ]
     assert [m["metadata"]["name"] for m in monitors] == ["drain-guard-shield"]
     assert [e["port"] for e in monitors[0]["spec"]["endpoints"]] == [port["name"]]
-
-
-def test_the_documented_install_for_4_15_leaves_the_policy_out(tmp_path: Path) -> None:
-    """install.md's systemd cluster side for OpenShift 4.15/4.16 (no policy API served): the
-    overlay with its patch renders with no policy and everything else, valid on 1.28."""
-    patches = documented_patches(
-        "kind: ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding}"
-    )
-    objects = render_dir(user_kustomization(tmp_path, "systemd", patches=patches))
-    assert not [o for o in objects if o["kind"].startswith("ValidatingAdmissionPolicy")]
-    kept = {(o["kind"], o["metadata"]["name"]) for o in render("systemd")} - {
-        ("ValidatingAdmissionPolicy", "drain-guard-shield-confinement"),
-        ("ValidatingAdmissionPolicyBinding", "drain-guard-shield-confinement"),
-    }
-    assert {(o["kind"], o["metadata"]["name"]) for o in objects} == kept
-    for obj in objects:
-        if f"{obj['apiVersion']} {obj['kind']}" not in CUSTOM_KINDS:
-            kubernetes_validate.validate(obj, MIN_KUBERNETES["openshift-4.15"], strict=True)

@@ -302,6 +302,22 @@ def test_the_shields_budget_is_allowed_to_the_agent_and_the_central_shield(
     assert cluster.review("DELETE", "poddisruptionbudgets", other, None, user=SHIELD).allowed
 
 
+@pytest.mark.parametrize(
+    "account", ["drain-guard-shield", "acme-drain-guard-shield", "drain-guard-shield-x"]
+)
+def test_the_central_shield_is_any_account_whose_name_holds_drain_guard_shield(
+    cluster: Cluster, account: str
+) -> None:
+    """As the webhook configuration of daemonset/overlays/systemd-4.15 and the policy on
+    1.30+ match it: a nameSuffix is judged as the shield, not let through as a stranger."""
+    user = f"system:serviceaccount:{NAMESPACE}:{account}"
+    assert cluster.review("CREATE", "poddisruptionbudgets", None, budget(), user=user).allowed
+    stall = budget(spec__maxUnavailable=0)
+    assert denied(cluster.review("CREATE", "poddisruptionbudgets", None, stall, user=user))
+    node_write = cluster.review("UPDATE", "nodes", node(), held(), user=user)
+    assert denied(node_write, "budgets only")
+
+
 @pytest.mark.parametrize("change", DENIED_BUDGETS)
 @pytest.mark.parametrize("user", [AGENT, SHIELD])
 def test_what_the_policy_denies_of_budgets_is_denied(

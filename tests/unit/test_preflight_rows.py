@@ -13,6 +13,7 @@ from tests.controlplane import (
     test_node_proxy,
     test_rights,
     test_shield_confinement,
+    test_shield_webhook,
     test_webhook,
     test_webhook_rights,
 )
@@ -26,6 +27,7 @@ RIGHTS = Path(__file__).resolve().parents[2] / "docs" / "rights.md"
 #: the node's identity the proxy holds (test_node_proxy, with a node's certificate).
 NOT_PREFLIGHTS = {
     test_shield_confinement.INSTALL,
+    test_shield_webhook.INSTALL,
     test_webhook_rights.INSTALL,
     test_node_proxy.INSTALL,
     test_node_proxy.NODE_INSTALL,
@@ -61,9 +63,9 @@ def test_every_install_of_the_rights_table_is_made_on_the_real_api_server() -> N
     of, holding the table to the API server's answers (a row that lies fails there): the
     agents' by preflight's makers with their real token (test_rights), openshift-4.15's with
     its webhook running (test_webhook), the central shield's with its token
-    (test_shield_confinement), the webhook's account's with its token (test_webhook_rights),
-    the systemd agent's through its node proxy (test_node_proxy). A row of an install none of
-    them makes fails here."""
+    (test_shield_confinement; on 4.15/4.16's admission, test_shield_webhook), the webhook's
+    account's with its token (test_webhook_rights), the systemd agent's through its node
+    proxy (test_node_proxy). A row of an install none of them makes fails here."""
     installs = {row.install for row in table_rows(RIGHTS.read_text())}
     checked = {*test_rights.INSTALLS, test_webhook.INSTALL, *NOT_PREFLIGHTS}
     assert installs == checked

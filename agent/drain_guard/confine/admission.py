@@ -7,15 +7,17 @@ network-node-identity webhook confines each node's ovnkube. A bound token carrie
 and uid of the pod it was made for (``authentication.kubernetes.io/pod-name``, ``pod-uid``);
 the webhook looks that pod up and, from its owner and ``spec.nodeName``, knows the node:
 
-- an agent (a service account named ``drain-guard``, or ``<prefix>-drain-guard``, in any
-  namespace: a renamed namespace or a kustomize ``namePrefix`` keeps it matched) may change
+- an agent (the agents' account exactly, ``--agent-account``: a renamed install's is written
+  into the webhook's flags by the renamed-namespace transformer) may change
   only its own Node's ``desiredDrain`` (hold and release, docs/protocol.md) and drain-guard's
   own keys, create and
   delete budgets of the shield's shape on its own node's build pods in MCO's namespace, and
   write Events about its own Node (and pool Events related to it: ``PoolRolloutHeld``,
   ``PoolRolloutReleased``);
-- the central shield (``drain-guard-shield``, with any prefix) may create and delete budgets
-  of the shield's shape in MCO's namespace, on a pod that exists, and nothing else;
+- the central shield (an account whose name holds ``drain-guard-shield``: with any prefix or
+  suffix, as the policy drain-guard-shield-confinement matches it on 1.30+) may create and
+  delete budgets of the shield's shape in MCO's namespace, on a pod that exists, and nothing
+  else;
 - a pod that runs as an agent's service account is admitted only as the DaemonSet ships it
   (the one read-only host path, UID 65532, no privilege): the same rules as the policy
   drain-guard-pod-confinement.
@@ -40,7 +42,7 @@ __all__ = [
     "AGENT_ACCOUNT",
     "POD_NAME_EXTRA",
     "POD_UID_EXTRA",
-    "SHIELD_SUFFIX",
+    "SHIELD_NAME",
     "PodKey",
     "Verdict",
     "decide",
@@ -53,8 +55,9 @@ SA_PREFIX = "system:serviceaccount:"
 #: The agents' service account, ``namespace:name``, exactly (``--agent-account``: a renamed
 #: install's, which the renamed-namespace transformer writes into the webhook's flags).
 AGENT_ACCOUNT = "drain-guard:drain-guard"
-#: The central shield's account (systemd's cluster side): its name, with any namePrefix.
-SHIELD_SUFFIX = "drain-guard-shield"
+#: The central shield's account (systemd's cluster side): any name that holds this, as the
+#: policy and the webhook configuration match it (a namePrefix or nameSuffix stays confined).
+SHIELD_NAME = "drain-guard-shield"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 #: Labels by which the shield's budgets select build pods (the default build-pod selectors'
@@ -93,19 +96,12 @@ class PodKey:
 
 @dataclass(frozen=True)
 class Caller:
-    """A drain-guard service account: ``namespace`` and ``name`` from the username."""
+    """A drain-guard service account: ``namespace`` and ``name`` from the username, and
+    whether it is the central shield's (else the agents')."""
 
     namespace: str
     name: str
-
-    @property
-    def is_shield(self) -> bool:
-        return _named(self.name, SHIELD_SUFFIX)
-
-
-def _named(name: str, suffix: str) -> bool:
-    """``suffix`` itself, or with a kustomize ``namePrefix`` (``acme-drain-guard``)."""
-    return name == suffix or name.endswith("-" + suffix)
+    is_shield: bool
 
 
 def caller(request: Obj, agent: str) -> Caller | None:
@@ -115,9 +111,13 @@ def caller(request: Obj, agent: str) -> Caller | None:
     if not username.startswith(SA_PREFIX):
         return None
     namespace, _, name = username[len(SA_PREFIX) :].partition(":")
-    if not namespace or not (username == SA_PREFIX + agent or _named(name, SHIELD_SUFFIX)):
+    if not namespace or ":" in name:
         return None
-    return Caller(namespace, name)
+    if username == SA_PREFIX + agent:
+        return Caller(namespace, name, is_shield=False)
+    if SHIELD_NAME in name:
+        return Caller(namespace, name, is_shield=True)
+    return None
 
 
 def _get(obj: Any, *path: str) -> Any:

@@ -56,6 +56,9 @@ __all__ = [
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.0.0.0/24"
+#: What ``policies=False`` stops serving: the API of ValidatingAdmissionPolicy (1.30+).
+POLICY_API = "admissionregistration.k8s.io/v1"
+POLICY_RESOURCES = ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
 # The controllers the agent, its shield and the MCO actors meet; the rest of a real controller
 # manager (nodes, volumes, workloads) has nothing to act on without kubelets.
 CONTROLLERS = (
@@ -194,6 +197,9 @@ class ControlPlane:
     etcd_url: str
     emulated_version: str | None
     feature_gates: Mapping[str, bool]
+    #: False: ValidatingAdmissionPolicy neither served nor enforced, as on Kubernetes 1.28/1.29
+    #: (OpenShift 4.15/4.16), where only admission webhooks confine drain-guard's accounts.
+    policies: bool
     #: kube-apiserver writes an audit log of every Node and Pod write (``audit_log``).
     audit: bool
     #: Where the API server listens and what it advertises when a node runs beside it (a
@@ -211,6 +217,7 @@ class ControlPlane:
         *,
         emulated_version: str | None = None,
         feature_gates: Mapping[str, bool] | None = None,
+        policies: bool = True,
         audit: bool = False,
         progress_notify_interval: str = "5s",
         node_address: str | None = None,
@@ -219,7 +226,8 @@ class ControlPlane:
         """Start etcd, kube-apiserver and kube-controller-manager on free loopback ports and
         return once the API server is ready and the controllers have made the ``default``
         namespace's service account. ``emulated_version`` (1.31 at the lowest for a 1.34
-        binary) and ``feature_gates`` go to the API server as its flags; ``audit`` makes it
+        binary) and ``feature_gates`` go to the API server as its flags; ``policies=False``
+        turns ValidatingAdmissionPolicy off (its API and its plugin); ``audit`` makes it
         log every Node and Pod write with the objects (``audit_log``).
         ``progress_notify_interval`` is etcd's ``--watch-progress-notify-interval``: 5 s as
         kubeadm sets it, "10m" for etcd's default (a cluster whose etcd does not set it).
@@ -253,6 +261,7 @@ class ControlPlane:
             etcd_url=f"http://127.0.0.1:{etcd_port}",
             emulated_version=emulated_version,
             feature_gates=dict(feature_gates or {}),
+            policies=policies,
             audit=audit,
             address=address,
             _certs=certs,
@@ -391,6 +400,11 @@ class ControlPlane:
             "--audit-log-format=json",
             "--audit-log-mode=blocking",  # written before the response: nothing missing
         ]
+        if not self.policies:
+            flags += [
+                "--disable-admission-plugins=ValidatingAdmissionPolicy",
+                "--runtime-config=" + ",".join(f"{POLICY_API}/{r}=false" for r in POLICY_RESOURCES),
+            ]
         if self.feature_gates:
             gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
             flags.append(f"--feature-gates={gates}")
