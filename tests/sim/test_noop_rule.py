@@ -14,9 +14,10 @@ from drain_guard_sim.actors.mco import (
     LAST_APPLIED_DRAIN,
     STATE,
     McoVersion,
+    Timings,
     annotations_of,
 )
-from drain_guard_sim.harness.cluster import SimCluster
+from drain_guard_sim.harness.cluster import AGENT_USER, SimCluster
 from drain_guard_sim.harness.demo import AgentDecision, Agents
 
 #: MCO's --max-hold default, in MCO seconds (the agents' is scaled from it).
@@ -107,6 +108,56 @@ async def test_4_15_a_build_stuck_by_a_newer_config_ends_its_hold_at_once(tmp_pa
                 timeout=120,
             )
             assert dropped, agents.decisions
+            assert _expired(agents) == []
+        finally:
+            cluster.reboot_hooks.clear()
+            await agents.stop_all()
+
+
+@pytest.mark.timeout(300)
+async def test_a_pool_read_behind_the_nodes_target_is_waited_for(tmp_path: Path) -> None:
+    """The race bc05fe9's branch guards: the agents' pool watches have not delivered the
+    pool's move (frozen here, half-open: their streams separate from the Node's) when the seed's
+    race targets a node with the new config and the image it runs. The pool as read names the
+    old config, built with that image; rather than let the drain go on that older view, the
+    agent waits ('as last read'); once its pool watch is renewed it sees the build and holds
+    until the image comes: no drain for nothing, no hold to --max-hold."""
+    pools = "machineconfigpools.machineconfiguration.openshift.io"
+    # The agent's race with the MCC's cordon is not this test's (test_short_window's): played
+    # as test_agent_seed plays it, the cordon 0.8 to 0.9 s of real time after the request.
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.05, timings=Timings(mcc_update_delay=20.0)
+    ) as cluster:
+        agents = Agents(cluster, tmp_path, MAX_HOLD)
+        # The window outlasts the test's own reaction to the hold (renewing the watch) on a
+        # loaded machine; its length is not what is tested here.
+        agents.expect_within_ms = 60_000
+        api = cluster.api
+        try:
+            for node in cluster.node_names:
+                await agents.start(node)
+            cluster.reboot_hooks.append(agents.restart)
+            await cluster.wait_for(
+                lambda: api.request_count(user=AGENT_USER, verb="watch", resource=pools) >= 2,
+                timeout=60,
+            )
+            assert api.freeze_watches(resource=pools, user=AGENT_USER) == 2
+            first = await cluster.create_machine_config("99-worker-first", lose_build_race=True)
+            decided = await cluster.wait_for(
+                lambda: [
+                    d
+                    for d in agents.decisions
+                    if d.outcome in ("hold", "pass") and d.request == f"drain-{first}"
+                ],
+                timeout=120,
+            )
+            held = decided[0]  # the agent's first word on the same-image request
+            assert held.outcome == "hold", decided
+            assert "noop-image" in held.reasons, decided
+            assert "as last read" in held.why, decided
+            api.cut_watches(resource=pools, user=AGENT_USER)
+            await cluster.wait_for(lambda: _done(cluster, first), timeout=120)
+            assert not [c for c in cluster.cordons() if c.unchanged_image]
             assert _expired(agents) == []
         finally:
             cluster.reboot_hooks.clear()
