@@ -18,10 +18,8 @@ part in ``disruption``, what a registry's strategy does to a create or an update
 from __future__ import annotations
 
 import asyncio
-import base64
 import builtins
 import copy
-import json
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -30,18 +28,11 @@ from typing import Any
 
 from drain_guard_sim.apiserver import errors, labels
 from drain_guard_sim.apiserver.disruption import DisruptionController
-from drain_guard_sim.apiserver.fieldselectors import (
-    FieldSelector,
-    parse_selectors,
-)
+from drain_guard_sim.apiserver.fieldselectors import FieldSelector, parse_selectors
 from drain_guard_sim.apiserver.identities import ADMIN
 from drain_guard_sim.apiserver.labels import labels_of
 from drain_guard_sim.apiserver.patching import apply_patch
-from drain_guard_sim.apiserver.resources import (
-    RESOURCES,
-    ResourceIndex,
-    ResourceType,
-)
+from drain_guard_sim.apiserver.resources import RESOURCES, ResourceIndex, ResourceType
 from drain_guard_sim.apiserver.strategy import prepare_update, reset_status
 from drain_guard_sim.apiserver.watchcache import StoreEvent, WatchCache, Watcher
 from drain_guard_sim.apiserver.writelog import WriteLog, WriteRecord
@@ -389,23 +380,6 @@ class Store(WatchCache, WriteLog, DisruptionController):
                         verb="deletecollection")
             for o in doomed
         ]  # fmt: skip
-
-    # --- list continuation ---
-
-    @staticmethod
-    def encode_continue(rv: int, ns: str, name: str) -> str:
-        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": f"{ns}/{name}\x00"})
-        return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-    @staticmethod
-    def decode_continue(token: str) -> tuple[int, str, str]:
-        try:
-            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-            data = json.loads(raw)
-            ns, _, name = str(data["start"]).rstrip("\x00").partition("/")
-            return int(data["rv"]), ns, name
-        except (ValueError, KeyError, TypeError) as err:
-            raise errors.bad_request(f"continue key is not valid: {err}") from None
 
 
 # --- helpers ----------------------------------------------------------------------------

@@ -19,10 +19,7 @@ from drain_guard_sim.apiserver import errors, labels
 from drain_guard_sim.apiserver.fieldselectors import FieldSelector, parse_selectors
 from drain_guard_sim.apiserver.identities import ADMIN
 from drain_guard_sim.apiserver.labels import labels_of
-from drain_guard_sim.apiserver.resources import (
-    ResourceType,
-    field_value,
-)
+from drain_guard_sim.apiserver.resources import ResourceType, field_value
 
 JsonObj = dict[str, Any]
 
