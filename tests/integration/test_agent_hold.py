@@ -233,6 +233,23 @@ async def test_a_hold_after_the_cordon_is_counted_as_a_lost_race(
     assert DRAIN_B in held[0]["message"]
 
 
+async def test_a_cordon_just_after_the_hold_is_counted_as_a_lost_race(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """The MCC's sync read the request before the hold landed and cordons after it (it acts
+    on no hold- value): the race was lost all the same, and counted."""
+    add_build_pod(api)
+    agent = await start_agent()
+    request = {protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B}
+    api.patch("nodes", NODE, {"metadata": {"annotations": request}})
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
+    assert await metric(agent, "drain_guard_race_lost_total") == 0
+    api.patch("nodes", NODE, {"spec": {"unschedulable": True}})
+    warning = await agent.wait_log(lambda r: "race lost" in str(r.get("message")))
+    assert "just after the hold" in str(warning["message"])
+    assert await metric(agent, "drain_guard_race_lost_total") == 1
+
+
 async def test_a_reboot_into_another_image_is_noticed(
     api: SimApiServer, start_agent: StartAgent, host: HostFS
 ) -> None:

@@ -486,6 +486,33 @@ async def test_a_hold_written_after_the_cordon_counts_a_lost_race(env: Env) -> N
     assert env.value("drain_guard_race_lost_total") == 1
 
 
+async def test_a_cordon_just_after_the_hold_counts_a_lost_race_once(env: Env) -> None:
+    """The MCC's sync read the request before the hold landed and cordons a second after it
+    (the drain controller acts on no hold- value): a lost race, as a hold written on a
+    cordoned Node is. Its drain then completes (released race-lost): the same race, not
+    counted again."""
+    await _hold_b(env)
+    env.clock.advance(1)
+    env.kube.write({}, unschedulable=True)
+    await env.step()
+    assert env.value("drain_guard_race_lost_total") == 1
+    env.clock.advance(60)
+    env.kube.write({protocol.LAST_APPLIED_DRAIN: DRAIN_B})
+    await env.step()
+    assert env.annotations()[protocol.DESIRED_DRAIN] == DRAIN_B
+    assert env.value("drain_guard_releases_total", outcome="race-lost") == 1
+    assert env.value("drain_guard_race_lost_total") == 1
+
+
+async def test_a_cordon_long_after_the_hold_is_no_lost_race(env: Env) -> None:
+    """An operator cordons the held node ten minutes into the hold: not the MCC's race."""
+    await _hold_b(env)
+    env.clock.advance(600)
+    env.kube.write({}, unschedulable=True)
+    await env.step()
+    assert env.value("drain_guard_race_lost_total") == 0
+
+
 async def test_a_lost_compare_and_swap_is_decided_again_on_the_current_node(env: Env) -> None:
     env.build_pod()
     env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_B})

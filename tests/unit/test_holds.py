@@ -9,10 +9,12 @@ from drain_guard.decision import decisions, holds
 from drain_guard.decision.decide import decide as decide_now
 from drain_guard.decision.decide import force_release
 from drain_guard.decision.holds import (
+    RACE_REACH,
     Began,
     Ended,
     Found,
     Memory,
+    RaceEvidence,
     RaceLost,
     Requested,
     Resumed,
@@ -290,7 +292,10 @@ def test_a_release_ends_the_hold_with_its_outcome() -> None:
     for outcome, node in cases.items():
         memory = observe(_knowing(B), node, now=NOW, monotonic=1, seen_at=1).memory
         change = apply(memory, node)
-        [ended] = change.transitions
+        ended, *lost = change.transitions
+        # The MCC completed the held request's drain: it began before the hold took effect.
+        drained = [RaceLost(B, RaceEvidence.DRAINED)] if outcome is Outcome.RACE_LOST else []
+        assert lost == drained
         assert isinstance(ended, Ended)
         assert (ended.outcome, ended.desired) == (outcome, B)
         assert change.memory.hold is None
@@ -421,3 +426,30 @@ def test_an_ended_hold_pends_with_its_request_until_desired_drain_moves_on() -> 
     assert observe(twice, moved, now=NOW, monotonic=5, seen_at=5).memory.pending_end is None
     newer = {DESIRED_DRAIN: C, **held(B)}
     assert observe(_knowing(B), newer, now=NOW, monotonic=6, seen_at=6).memory.pending_end is None
+
+
+def test_a_cordon_just_after_the_hold_is_a_lost_race_counted_once() -> None:
+    """The drain controller acts on no hold- value: a cordon that comes just after the
+    agent's hold on a schedulable Node is its sync that read the request before the hold.
+    Counted once, however the race shows again (the drain completed: released race-lost); a
+    cordon later than RACE_REACH (an operator's) is not counted."""
+    seen = observe(Memory(), _pending(), now=NOW, monotonic=100.0, seen_at=100.0).memory
+    began = apply(seen, _pending())
+    assert [type(t) for t in began.transitions] == [Began]
+    on_node = after(decide(_pending()), _pending())
+    cordon = observe(began.memory, on_node, now=NOW, monotonic=103.0, seen_at=103.0, cordoned=True)
+    assert cordon.transitions == (RaceLost(B, RaceEvidence.CORDONED_AFTER),)
+    again = observe(cordon.memory, on_node, now=NOW, monotonic=104, seen_at=104, cordoned=True)
+    assert again.transitions == ()
+    drained = {**on_node, LAST_APPLIED_DRAIN: B}
+    memory = observe(again.memory, drained, now=NOW, monotonic=105, seen_at=105).memory
+    assert [type(t) for t in apply(memory, drained).transitions] == [Ended]
+    late = observe(
+        began.memory,
+        on_node,
+        now=NOW,
+        monotonic=102.5 + RACE_REACH + 1,
+        seen_at=102.5 + RACE_REACH + 1,
+        cordoned=True,
+    )
+    assert late.transitions == ()

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from drain_guard.decision import decisions
 from drain_guard.decision.decisions import HoldWrite
@@ -36,11 +37,13 @@ from drain_guard.protocol import (
 )
 
 __all__ = [
+    "RACE_REACH",
     "Began",
     "Change",
     "Ended",
     "Found",
     "Memory",
+    "RaceEvidence",
     "RaceLost",
     "Requested",
     "Resumed",
@@ -52,6 +55,14 @@ __all__ = [
     "known_hold",
     "observe",
 ]
+
+
+#: How soon (seconds) after the agent wrote a hold on a schedulable Node a cordon counts as
+#: the MCC's lost race: the drain controller acts on no ``hold-`` value, so a cordon then comes
+#: from a sync that read the request before the hold took effect, and that sync cordons in its
+#: next calls (MCO retries a failed cordon 10 s later). An operator's cordon that close is
+#: counted too; a later one is not.
+RACE_REACH = 30.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,11 @@ class Memory:
     #: together: from then on the hold's age is counted by the monotonic clock, which no step
     #: of the wall clock moves (issue 35 F2). None without a hold.
     anchor: tuple[float, datetime] | None = None
+    #: The request the agent held on a schedulable Node, and when (monotonic), for
+    #: ``RACE_REACH``: a cordon seen by then is the MCC's lost race.
+    race_window: tuple[str, float] | None = None
+    #: The request whose lost race was counted: once per request, however it shows.
+    race_lost: str | None = None
 
 
 @dataclass(frozen=True)
@@ -149,11 +165,24 @@ class Ended:
     why: str = ""
 
 
+class RaceEvidence(StrEnum):
+    """How the agent knows the MCC began a drain before the hold took effect (the log's
+    words)."""
+
+    CORDONED_BEFORE = "node was already cordoned when the hold was written"
+    CORDONED_AFTER = (
+        "node was cordoned just after the hold was written (the MCC had read the request before it)"
+    )
+    DRAINED = "the MCC completed the held request's drain"
+
+
 @dataclass(frozen=True)
 class RaceLost:
-    """The MCC had cordoned before the hold landed (docs/troubleshooting.md)."""
+    """The MCC began the drain before the hold took effect (docs/troubleshooting.md): counted
+    once per request."""
 
     request: str
+    evidence: RaceEvidence = RaceEvidence.CORDONED_BEFORE
 
 
 Transition = Requested | Began | Found | Resumed | Updated | Ended | RaceLost
@@ -251,11 +280,38 @@ def _still_pending(memory: Memory, record: HoldRecord, desired: str | None) -> H
 
 
 def _moved_on(memory: Memory, desired: str | None) -> Memory:
-    """Forget the ended hold once ``desiredDrain`` is neither its request nor a hold of it."""
-    ended = memory.pending_end
-    if ended is None or desired in (ended.held_drain, HOLD_PREFIX + ended.held_drain):
-        return memory
-    return replace(memory, pending_end=None)
+    """Forget the ended hold, and the lost race counted, once ``desiredDrain`` is neither
+    their request nor a hold of it."""
+    ended, lost = memory.pending_end, memory.race_lost
+    if ended is not None and desired not in (ended.held_drain, HOLD_PREFIX + ended.held_drain):
+        memory = replace(memory, pending_end=None)
+    if lost is not None and desired not in (lost, HOLD_PREFIX + lost):
+        memory = replace(memory, race_lost=None)
+    return memory
+
+
+def _cordoned_after_hold(
+    memory: Memory, desired: str | None, seen_at: float, *, cordoned: bool
+) -> tuple[Memory, tuple[RaceLost, ...]]:
+    """A cordon seen within ``RACE_REACH`` of the agent's hold on a schedulable Node, while
+    that hold is still in force: the MCC's lost race."""
+    if memory.race_window is None:
+        return memory, ()
+    request, written_at = memory.race_window
+    if desired != HOLD_PREFIX + request or seen_at - written_at > RACE_REACH:
+        return replace(memory, race_window=None), ()
+    if not cordoned:
+        return memory, ()
+    return _race_lost(replace(memory, race_window=None), request, RaceEvidence.CORDONED_AFTER)
+
+
+def _race_lost(
+    memory: Memory, request: str, evidence: RaceEvidence
+) -> tuple[Memory, tuple[RaceLost, ...]]:
+    """``request``'s lost race, unless already counted."""
+    if memory.race_lost == request:
+        return memory, ()
+    return replace(memory, race_lost=request), (RaceLost(request, evidence),)
 
 
 def attempted(memory: Memory, release: decisions.Release) -> Memory:
@@ -284,16 +340,19 @@ def observe(
     now: datetime,
     monotonic: float,
     seen_at: float,
+    cordoned: bool = False,
 ) -> Change:
     """What the Node as the watch shows it says happened since the agent last looked.
 
     ``now`` and ``monotonic`` are the two clocks, read together; ``seen_at`` is when
-    (monotonic) the watch delivered this Node.
+    (monotonic) the watch delivered this Node; ``cordoned``: its ``spec.unschedulable``.
     """
     transitions: list[Transition] = []
     desired = annotations.get(DESIRED_DRAIN)
     request = parse_drain_request(desired)
     memory = _moved_on(memory, desired)
+    memory, lost = _cordoned_after_hold(memory, desired, seen_at, cordoned=cordoned)
+    transitions.extend(lost)
     if desired != memory.request:
         # The value found at start counts only if it still waits for the drain controller:
         # an old, applied request is not new to anyone, and a hold- value is drain-guard's
@@ -366,7 +425,10 @@ def applied(
                 memory, record, end.outcome, decision.request, now, monotonic, why=end.why
             )
             memory, transitions = change.memory, list(change.transitions)
-        memory = replace(memory, hold=None, anchor=None)
+            if end.outcome is Outcome.RACE_LOST:
+                memory, lost = _race_lost(memory, record.held_drain, RaceEvidence.DRAINED)
+                transitions.extend(lost)
+        memory = replace(memory, hold=None, anchor=None, race_window=None)
     written = decision.hold_written
     if written is not None:
         record = hold_on(after)
@@ -382,7 +444,10 @@ def applied(
             transitions.append(Resumed(written.request, reasons, detail, since, gained))
         else:
             transitions.append(Updated(written.request, reasons, detail, since, gained))
-        if cordoned and written.starts:
-            transitions.append(RaceLost(written.request))
+        if written.starts and cordoned:
+            memory, lost = _race_lost(memory, written.request, RaceEvidence.CORDONED_BEFORE)
+            transitions.extend(lost)
+        elif written.starts:
+            memory = replace(memory, race_window=(written.request, monotonic))
         memory = replace(_know(memory, record, now, monotonic), counted=counted | set(gained))
     return Change(memory, tuple(transitions))

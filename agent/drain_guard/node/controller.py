@@ -364,16 +364,16 @@ class Controller:
             self.shield.node_seen(node.unschedulable)
         self.events.node_uid = node.uid or None
         seen_at = self.cache.node_seen_at or self.clock.monotonic()
-        self._apply(
-            holds.observe(
-                self._memory,
-                node.annotations,
-                now=self.clock.now(),
-                monotonic=self.clock.monotonic(),
-                seen_at=seen_at,
-            ),
-            node,
+        now, monotonic = self.clock.now(), self.clock.monotonic()
+        change = holds.observe(
+            self._memory,
+            node.annotations,
+            now=now,
+            monotonic=monotonic,
+            seen_at=seen_at,
+            cordoned=node.unschedulable,
         )
+        self._apply(change, node)
 
     def _applied(self, decision: decisions.Decision, before: NodeObj, after: NodeObj) -> None:
         """What our own write of ``decision`` did."""

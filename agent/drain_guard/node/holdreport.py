@@ -100,12 +100,14 @@ class HoldReport:
                     extra={"fields": hold_fields(node, t.record, self.max_hold)},
                 )
             elif isinstance(t, holds.RaceLost):
-                # The MCC cordoned before the hold landed. Held anyway: an eviction already
-                # running is not stopped, but a failed or retried drain attempt will see the
-                # hold verb and stop, and the MCD cannot proceed (docs/troubleshooting.md).
+                # The MCC began the drain before the hold took effect. Held anyway: an eviction
+                # already running is not stopped, but a failed or retried drain attempt will
+                # see the hold verb and stop, and the MCD cannot proceed
+                # (docs/troubleshooting.md).
                 self.metrics.race_lost()
                 log.warning(
-                    "node was already cordoned when the hold was written (race lost)",
+                    "%s (race lost)",
+                    t.evidence.value,
                     extra={"fields": {"node": node, "request": t.request}},
                 )
             else:
