@@ -177,8 +177,8 @@ def defaults() -> Settings:
 def scaled_clocks(k: int) -> tuple[str, ...]:
     """The agent's watch timeout and self-check interval, its defaults divided by ``k``."""
     d = defaults()
-    watch = max(MIN_WATCH_TIMEOUT, d.watch_timeout.total_seconds() / k)
-    check = d.confinement_check_interval.total_seconds() / k
+    watch = max(MIN_WATCH_TIMEOUT, d.api.watch_timeout.total_seconds() / k)
+    check = d.reporting.confinement_check_interval.total_seconds() / k
     return ("--watch-timeout", f"{watch:g}s", "--confinement-check-interval", f"{check:g}s")
 
 

@@ -30,7 +30,7 @@ from drain_guard.commands.release import run_release
 from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
 from drain_guard.config.values import SettingsError, parse_duration
 from drain_guard.core.exitcodes import EXIT_OK, EXIT_USAGE
-from drain_guard.settings.agent import add_run_arguments, default_max_hold, settings_from
+from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard.settings.commands import (
     CopyOriginCommand,
     copy_origin_command,
@@ -39,6 +39,7 @@ from drain_guard.settings.commands import (
     release_command,
     status_command,
 )
+from drain_guard.settings.hold import default_max_hold
 from drain_guard.settings.nodeproxy import add_node_proxy_arguments, node_proxy_settings
 from drain_guard.settings.shield import add_shield_arguments, shield_settings_from
 from drain_guard.settings.webhook import add_webhook_arguments

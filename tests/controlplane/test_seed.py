@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from drain_guard.settings.agent import default_max_hold
+from drain_guard.settings.hold import default_max_hold
 from drain_guard_sim.actors.mco import MCO_NAMESPACE, McoVersion, Timings
 from drain_guard_sim.harness.cluster import SimCluster
 from drain_guard_sim.harness.demo import Agents

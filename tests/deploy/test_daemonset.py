@@ -162,11 +162,11 @@ def test_probes_reach_the_agent(rendered: Callable[[str], list[Obj]]) -> None:
     objects = rendered("kubernetes")
     agent = agent_container(objects)
     settings = agent_settings(objects)
-    assert settings.listen.host == "0.0.0.0"
+    assert settings.reporting.listen.host == "0.0.0.0"
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = agent[probe]["httpGet"]
         assert get["path"] == path
-        assert probe_port(agent, get["port"]) == settings.listen.port
+        assert probe_port(agent, get["port"]) == settings.reporting.listen.port
         assert get.get("scheme", "HTTP") == "HTTP"
 
 
@@ -181,7 +181,7 @@ def test_openshift_serves_metrics_only_through_the_proxy(
         objects,
         one(objects, "DaemonSet", "drain-guard"),
         agent_container(objects),
-        str(agent_settings(objects).listen),
+        str(agent_settings(objects).reporting.listen),
         service="drain-guard-metrics",
         monitor="drain-guard",
     )

@@ -51,7 +51,7 @@ def test_component_switches_the_agent_to_observe_only_and_changes_nothing_else(
     settings = config.settings_from(
         parser.parse_args([]), {"NODE_NAME": "n", "DRAIN_GUARD_OBSERVE_ONLY": "true"}
     )
-    assert settings.observe_only
+    assert settings.hold.observe_only
     # Without the env entry, the rendering is the overlay's own.
     agent_container(observing)["env"] = [
         e for e in agent_container(observing)["env"] if e["name"] != "DRAIN_GUARD_OBSERVE_ONLY"

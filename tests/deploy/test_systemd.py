@@ -246,11 +246,11 @@ def test_agent_accepts_the_command_line_and_environment_file() -> None:
     settings = settings_from(_settings(env), env)
     assert settings.install.kind is InstallKind.SYSTEMD
     assert settings.install.kind is InstallKind(INSTALL_MODES["systemd"].install)
-    assert settings.listen.host == "127.0.0.1"
+    assert settings.reporting.listen.host == "127.0.0.1"
     # The proxy passes on no budget write: the central shield keeps them.
-    assert not settings.shield_build_pods
-    assert settings.api_socket == "/run/drain-guard-node-proxy/api.sock"
-    assert settings.kubeconfig is None
+    assert not settings.shield.build_pods
+    assert settings.api.socket == "/run/drain-guard-node-proxy/api.sock"
+    assert settings.api.kubeconfig is None
 
 
 def test_a_kubeconfig_in_the_settings_file_is_refused() -> None:

@@ -104,13 +104,13 @@ async def test_start_up_line_has_the_effective_settings_and_debug_shows_watch_ev
     agent = await start_agent("--log-level", "debug", "--max-hold", "2700s")
     settings = await agent.wait_log(lambda r: r.get("message") == "settings")
     assert settings["apiServer"] == api.url
-    assert settings["maxHold"] == "45m"
+    assert settings["hold"] == {"maxHold": "45m", "observeOnly": False}
     assert settings["nodeName"] == NODE
     assert settings["install"] == {"kind": "standalone", "daemonset": None, "podName": None}
-    assert settings["buildPodScope"] == [MCO_NS]
+    assert settings["scope"]["buildPodScope"] == [MCO_NS]
     assert settings["shieldNamespaces"] == [MCO_NS]
-    assert "openshift.io/build.name" in settings["buildPodSelectors"]
-    assert settings["logLevel"] == "DEBUG"
+    assert "openshift.io/build.name" in settings["scope"]["buildPodSelectors"]
+    assert settings["reporting"]["logLevel"] == "DEBUG"
     mcd_request(api, f"uncordon-{CONFIG_B}")
     await agent.wait_log(
         lambda r: (

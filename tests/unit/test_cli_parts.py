@@ -173,7 +173,7 @@ def test_demo_hands_the_agents_own_max_hold_default_to_the_simulator(
     assert handed[1:4] == ["-m", "drain_guard_sim", "--as-drain-guard-demo"]
     assert handed[5:] == ["--nodes", "2"]
     demo_parser = build_drain_guard_demo_parser(float(handed[4]))
-    assert demo_parser.parse_args(handed[5:]).agent_max_hold == run.max_hold.total_seconds()
+    assert demo_parser.parse_args(handed[5:]).agent_max_hold == run.hold.max_hold.total_seconds()
     assert demo_parser.parse_args(["--agent-max-hold", "5"]).agent_max_hold == 5
 
 

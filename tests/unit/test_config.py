@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -54,16 +55,16 @@ def _parse(argv: list[str], env: dict[str, str] | None = None) -> Settings:
 def test_defaults() -> None:
     s = _parse(["--node-name", "n1"])
     assert s.node_name == "n1"
-    assert s.kubeconfig is None
+    assert s.api.kubeconfig is None
     assert s.host == HostSettings("/", "/proc/cmdline")
     assert s.host.booted_image_source is BootedImageSource.OSTREE
     assert s.host.rpm_ostree_command == ("rpm-ostree",)
-    assert s.listen == Listen("127.0.0.1", 9797)
-    assert s.max_hold == timedelta(minutes=45)
-    assert tuple(str(sel) for sel in s.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
+    assert s.reporting.listen == Listen("127.0.0.1", 9797)
+    assert s.hold.max_hold == timedelta(minutes=45)
+    assert tuple(str(sel) for sel in s.scope.build_pod_selectors) == DEFAULT_BUILD_POD_SELECTORS
     assert s.install == Install(InstallKind.STANDALONE)
-    assert s.log_format is LogFormat.TEXT
-    assert s.log_level == "INFO"
+    assert s.reporting.log_format is LogFormat.TEXT
+    assert s.reporting.log_level == "INFO"
 
 
 def test_environment_fills_in_and_flags_win() -> None:
@@ -81,28 +82,28 @@ def test_environment_fills_in_and_flags_win() -> None:
     }
     s = _parse([], env)
     assert s.node_name == "from-env"
-    assert s.kubeconfig == "/env/kubeconfig"
-    assert s.max_hold == timedelta(minutes=10)
-    assert s.listen == Listen("0.0.0.0", 0)
+    assert s.api.kubeconfig == "/env/kubeconfig"
+    assert s.hold.max_hold == timedelta(minutes=10)
+    assert s.reporting.listen == Listen("0.0.0.0", 0)
     assert s.install == Install(InstallKind.DAEMONSET, WorkloadRef("ns", "dg"), "dg-x7k2p")
-    assert s.log_format is LogFormat.JSON
-    assert s.log_level == "DEBUG"
-    assert [str(sel) for sel in s.build_pod_selectors] == ["app=a,tier=b", "other=c"]
+    assert s.reporting.log_format is LogFormat.JSON
+    assert s.reporting.log_level == "DEBUG"
+    assert [str(sel) for sel in s.scope.build_pod_selectors] == ["app=a,tier=b", "other=c"]
     assert s.host.rpm_ostree_command == ("chroot", "/host", "rpm-ostree")
 
     s = _parse(["--node-name", "flag", "--max-hold", "90s", "--build-pod-selector", "x=y"], env)
     assert s.node_name == "flag"
-    assert s.max_hold == timedelta(seconds=90)
-    assert [str(sel) for sel in s.build_pod_selectors] == ["x=y"]
+    assert s.hold.max_hold == timedelta(seconds=90)
+    assert [str(sel) for sel in s.scope.build_pod_selectors] == ["x=y"]
 
 
 def test_build_pod_scope_is_mco_unless_namespaces_are_opted_in() -> None:
-    assert _parse(["--node-name", "n"]).build_pod_scope.names() == [MCO_NAMESPACE]
+    assert _parse(["--node-name", "n"]).scope.build_pod_scope.names() == [MCO_NAMESPACE]
     flags = ["--build-pod-namespace", "tenant-b", "--build-pod-namespace", "tenant-a"]
     s = _parse(["--node-name", "n", *flags])
-    assert s.build_pod_scope.names() == [MCO_NAMESPACE, "tenant-a", "tenant-b"]
+    assert s.scope.build_pod_scope.names() == [MCO_NAMESPACE, "tenant-a", "tenant-b"]
     env = {"DRAIN_GUARD_BUILD_POD_NAMESPACE": "tenant-a; *"}
-    assert _parse(["--node-name", "n"], env).build_pod_scope.names() == ["*"]
+    assert _parse(["--node-name", "n"], env).scope.build_pod_scope.names() == ["*"]
 
 
 @pytest.mark.parametrize(
@@ -124,7 +125,7 @@ def test_build_pod_scope_refusals(argv: list[str], message: str) -> None:
 def test_a_selector_namespace_that_is_opted_in_is_accepted() -> None:
     argv = ["--build-pod-selector", "tenant-a:app=build", "--build-pod-namespace", "tenant-a"]
     s = _parse(["--node-name", "n", *argv])
-    assert [sel.namespace for sel in s.build_pod_selectors] == ["tenant-a"]
+    assert [sel.namespace for sel in s.scope.build_pod_selectors] == ["tenant-a"]
 
 
 def test_release_on_exit_from_environment_is_the_systemd_install() -> None:
@@ -185,18 +186,19 @@ def test_every_boolean_takes_the_same_spellings(text: str, value: bool) -> None:
         env = {f"DRAIN_GUARD_{flag}": text}
         if flag == "SHIELD_DEPENDENCIES":
             env["DRAIN_GUARD_SHIELD_BUILD_PODS"] = "true"
-        assert getattr(_parse(["--node-name", "n"], env), flag.lower()) is value
+        shield = _parse(["--node-name", "n"], env).shield
+        assert getattr(shield, flag.lower().removeprefix("shield_")) is value
     released = _parse(["--node-name", "n"], {"DRAIN_GUARD_RELEASE_ON_EXIT": text})
     assert (released.install.kind is InstallKind.SYSTEMD) is value
-    assert _parse(["--node-name", "n", "--shield-build-pods", text]).shield_build_pods is value
+    assert _parse(["--node-name", "n", "--shield-build-pods", text]).shield.build_pods is value
 
 
 def test_an_empty_variable_is_unset() -> None:
     s = _parse(
         ["--node-name", "n"], {"DRAIN_GUARD_SHIELD_BUILD_PODS": "", "DRAIN_GUARD_MAX_HOLD": ""}
     )
-    assert s.shield_build_pods is True
-    assert s.max_hold == timedelta(minutes=45)
+    assert s.shield.build_pods is True
+    assert s.hold.max_hold == timedelta(minutes=45)
 
 
 @pytest.mark.parametrize(
@@ -305,8 +307,8 @@ def test_parse_listen_rejects(listen: str, why: str) -> None:
 
 
 def test_api_stale_after_is_a_positive_duration() -> None:
-    assert _parse(["--node-name", "n1"]).api_stale_after == timedelta(minutes=10)
-    assert _parse(["--node-name", "n1", "--api-stale-after", "90s"]).api_stale_after == (
+    assert _parse(["--node-name", "n1"]).api.stale_after == timedelta(minutes=10)
+    assert _parse(["--node-name", "n1", "--api-stale-after", "90s"]).api.stale_after == (
         timedelta(seconds=90)
     )
     with pytest.raises(SettingsError, match="--api-stale-after must be greater than 0"):
@@ -315,9 +317,9 @@ def test_api_stale_after_is_a_positive_duration() -> None:
 
 def test_watch_timeout_is_at_least_five_seconds() -> None:
     # Issue 36: the default the flags give, 30 minutes, is the one measured at rest.
-    assert _parse(["--node-name", "n1"]).watch_timeout == timedelta(minutes=30)
-    assert _parse(["--node-name", "n1"]).confinement_check_interval == timedelta(hours=1)
-    assert _parse(["--node-name", "n1"], {"DRAIN_GUARD_WATCH_TIMEOUT": "5s"}).watch_timeout == (
+    assert _parse(["--node-name", "n1"]).api.watch_timeout == timedelta(minutes=30)
+    assert _parse(["--node-name", "n1"]).reporting.confinement_check_interval == timedelta(hours=1)
+    assert _parse(["--node-name", "n1"], {"DRAIN_GUARD_WATCH_TIMEOUT": "5s"}).api.watch_timeout == (
         timedelta(seconds=5)
     )
     with pytest.raises(SettingsError, match=r"--watch-timeout must be at least 5s: the API"):
@@ -386,21 +388,40 @@ def test_a_listen_address_without_a_host_says_which_to_write() -> None:
 
 
 def test_the_start_up_line_shows_every_setting_as_a_flag_takes_it() -> None:
-    """Derived from the fields (config/effective.py): a new setting shows with no second list."""
+    """Derived from the fields (config/effective.py): a new setting shows with no second list,
+    under its group, as ``run --help`` lists them."""
     s = _parse(["--node-name", "n", "--max-hold", "90s", "--daemonset", "ns/dg", "--pod-name", "p"])
-    shown = s.effective()
-    names = [f.name for f in dataclasses.fields(Settings)]
-    assert len(shown) == len(names)
-    assert all(name.replace("_", "").lower() in {k.lower() for k in shown} for name in names)
+    shown: dict[str, Any] = s.effective()
+    assert list(shown) == [_camel(f.name) for f in dataclasses.fields(Settings)]
+    for group in dataclasses.fields(Settings):
+        value = getattr(s, group.name)
+        if dataclasses.is_dataclass(value):
+            assert list(shown[_camel(group.name)]) == [
+                _camel(f.name) for f in dataclasses.fields(value)
+            ]
     assert json.loads(json.dumps(shown)) == shown
-    assert (shown["nodeName"], shown["maxHold"], shown["listen"]) == (
+    assert (shown["nodeName"], shown["hold"]["maxHold"], shown["reporting"]["listen"]) == (
         "n",
         "1m30s",
         "127.0.0.1:9797",
     )
     assert shown["install"] == {"kind": "daemonset", "daemonset": "ns/dg", "podName": "p"}
-    assert shown["buildPodScope"] == ["openshift-machine-config-operator"]
+    assert shown["scope"]["buildPodScope"] == ["openshift-machine-config-operator"]
     assert shown["guards"] == [guard.reason.value for guard in s.guards]
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def test_each_group_of_run_help_is_one_field_of_its_settings() -> None:
+    """The groups of ``run --help`` are the typed groups of :class:`Settings`, in its order
+    (the node's name, the guards and the status group named for what they hold)."""
+    fields = [f.name for f in dataclasses.fields(Settings)]
+    titles = [group.title for group in RUN_GROUPS]
+    named = {"node": "node_name", "status and logs": "reporting"}
+    assert [named.get(title, title) for title in titles] == fields
 
 
 def test_run_options_are_grouped_once_each_as_its_help_shows_them() -> None:

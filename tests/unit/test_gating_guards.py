@@ -34,7 +34,7 @@ from drain_guard.guards import (
     Unknown,
 )
 from drain_guard.protocol import Reason
-from drain_guard.settings.agent import add_run_arguments, settings_from
+from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
 from tests.helpers import agent_guards
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -119,7 +119,7 @@ def test_the_named_alerts_are_bounded() -> None:
     assert seen.named().endswith("A09 and 15 more")
 
 
-def settings(*flags: str) -> Any:
+def settings(*flags: str) -> Settings:
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
     return settings_from(parser.parse_args(["--node-name=n", *flags]), {})
@@ -171,8 +171,8 @@ def test_blocking_settings() -> None:
         "--blocking-pod-namespace=batch",
         "--blocking-pod-namespace=etl",
     )
-    assert [str(s) for s in got.blocking_pod_selectors] == ["app=etl", "batch:job-name"]
-    assert got.blocking_pod_namespaces == ("batch", "etl")
+    assert [str(s) for s in got.scope.blocking_pod_selectors] == ["app=etl", "batch:job-name"]
+    assert got.scope.blocking_pod_namespaces == ("batch", "etl")
 
 
 @pytest.mark.parametrize(

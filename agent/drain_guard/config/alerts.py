@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from drain_guard.config.options import Option, env_name
+from drain_guard.config.options import Option, SettingsGroup, env_name
 from drain_guard.config.values import SettingsError, format_duration, named, parse_duration
 from drain_guard.core.alerts import PLATFORM_NAMESPACES, AlertApi, AlertFilter, OnUnreachable
 
@@ -148,3 +148,6 @@ def alert_settings(raw: Mapping[str, object]) -> AlertSettings | None:
         token_file=token_file,
         ca_file=None if raw["alert_ca_file"] is None else str(raw["alert_ca_file"]),
     )
+
+
+ALERTS = SettingsGroup("alerts", ALERT_OPTIONS, alert_settings)

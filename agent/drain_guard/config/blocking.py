@@ -4,7 +4,6 @@ namespaces where they may run."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError, named
@@ -39,13 +38,16 @@ BLOCKING_POD_OPTIONS: tuple[Option, ...] = (
 )
 
 
-def blocking_pod_settings(raw: Mapping[str, object]) -> dict[str, Any]:
+def blocking_pods(
+    raw: Mapping[str, object],
+) -> tuple[tuple[BuildPodSelector, ...], tuple[str, ...]]:
+    """The blocking pods' selectors and the namespaces where they may run (none: off)."""
     texts = raw["blocking_pod_selector"]
     names = raw["blocking_pod_namespace"]
     if texts is None:
         if names is not None:
             raise SettingsError("--blocking-pod-namespace needs --blocking-pod-selector")
-        return {}
+        return (), ()
     assert isinstance(texts, list)
     selectors = tuple(named("--blocking-pod-selector", _parse_pod_selector, str(t)) for t in texts)
     if not selectors:
@@ -69,7 +71,7 @@ def blocking_pod_settings(raw: Mapping[str, object]) -> dict[str, Any]:
                 f"--blocking-pod-selector {selector} names namespace {selector.namespace}; opt"
                 f" it in with --blocking-pod-namespace {selector.namespace}"
             )
-    return {"blocking_pod_selectors": selectors, "blocking_pod_namespaces": namespaces}
+    return selectors, namespaces
 
 
 def _parse_pod_selector(text: str) -> BuildPodSelector:

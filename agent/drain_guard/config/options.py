@@ -7,7 +7,7 @@ import argparse
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from drain_guard.config.values import BOOL_HELP, SettingsError, named, parse_bool
 
@@ -37,6 +37,14 @@ class OptionGroup:
 
     title: str
     options: tuple[Option, ...]
+
+
+@dataclass(frozen=True)
+class SettingsGroup(OptionGroup, Generic[_T]):
+    """A group of options and the typed settings it is built into, once, from the merged
+    values of its options (by their ``dest``; a bad one is a ``SettingsError``)."""
+
+    build: Callable[[Mapping[str, object]], _T]
 
 
 def options_of(groups: tuple[OptionGroup, ...]) -> tuple[Option, ...]:
@@ -83,7 +91,7 @@ def validated(
     options: tuple[Option, ...],
     args: argparse.Namespace,
     environ: Mapping[str, str],
-    build: Callable[[dict[str, object]], _T],
+    build: Callable[[Mapping[str, object]], _T],
 ) -> _T:
     from_env: list[Option] = []
     try:

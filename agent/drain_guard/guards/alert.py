@@ -7,11 +7,11 @@ from datetime import datetime
 
 from drain_guard.core.alerts import OnUnreachable
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     NodeView,
     ObjectRef,
     Unknown,
@@ -51,7 +51,7 @@ def _releases_when(detail: str, _until: datetime | None) -> str:
     return f"{Reason.ALERT}: when the matching alerts resolve (or are silenced)"
 
 
-def _build(settings: AgentSettings, _raw: Mapping[str, object]) -> Guard | None:
+def _build(settings: GuardSettings, _raw: Mapping[str, object]) -> Guard | None:
     """On with alert gating (``--alert-url``)."""
     return None if settings.alerts is None else AlertGuard(settings.alerts.on_unreachable)
 

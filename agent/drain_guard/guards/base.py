@@ -14,11 +14,11 @@ from typing import Any, Protocol, TypeVar
 
 from drain_guard.config.alerts import AlertSettings
 from drain_guard.config.options import Option
+from drain_guard.config.scope import ScopeSettings
 from drain_guard.core.alerts import AlertsSeen
 from drain_guard.core.operations import Watched
-from drain_guard.core.pods import Pod, PodScope
+from drain_guard.core.pods import Pod
 from drain_guard.core.replacement import McoObjects, Replacement
-from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.protocol import HoldRecord, Reason, truncate_utf8
 
 # --- what the guards look at --------------------------------------------------------------
@@ -200,27 +200,21 @@ class Guard(Protocol):
 ReleasesWhen = Callable[[str, datetime | None], str]
 
 
-class AgentSettings(Protocol):
-    """What the guards read of ``drain-guard run``'s settings (``settings.agent.Settings``, which
-    is built through the registry, so the guards name only these)."""
+@dataclass(frozen=True)
+class GuardSettings:
+    """What the guards read of ``drain-guard run``'s settings besides their own options: the
+    scope group (which pods may hold), alert gating (None: off), and whether the agent's API
+    requests go through the node proxy (the node's identity, which reads no more than its own
+    Node, pods and Events)."""
 
-    @property
-    def build_pod_selectors(self) -> tuple[BuildPodSelector, ...]: ...
-    @property
-    def build_pod_scope(self) -> PodScope: ...
-    @property
-    def alerts(self) -> AlertSettings | None: ...
-    @property
-    def blocking_pod_selectors(self) -> tuple[BuildPodSelector, ...]: ...
-    @property
-    def blocking_pod_namespaces(self) -> tuple[str, ...]: ...
-    @property
-    def api_socket(self) -> str | None: ...
+    scope: ScopeSettings
+    alerts: AlertSettings | None
+    through_node_proxy: bool
 
 
 #: The guard the agent's settings ask for (None: off), from its validated settings and the
 #: raw values of the guard's own ``options`` (by their ``dest``); ``SettingsError`` if bad.
-Build = Callable[[AgentSettings, Mapping[str, object]], "Guard | None"]
+Build = Callable[[GuardSettings, Mapping[str, object]], "Guard | None"]
 
 
 @dataclass(frozen=True)

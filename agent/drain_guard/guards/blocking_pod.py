@@ -8,11 +8,11 @@ from datetime import datetime
 from drain_guard.core.pods import running_blocking_pods
 from drain_guard.core.selectors import BuildPodSelector
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     NodeView,
     ObjectRef,
     Unknown,
@@ -53,11 +53,12 @@ def _releases_when(detail: str, _until: datetime | None) -> str:
     return f"{Reason.BLOCKING_POD}: when {pods} {ends} running (completes, fails or is deleted)"
 
 
-def _build(settings: AgentSettings, _raw: Mapping[str, object]) -> Guard | None:
+def _build(settings: GuardSettings, _raw: Mapping[str, object]) -> Guard | None:
     """On with ``--blocking-pod-selector``."""
-    if not settings.blocking_pod_selectors:
+    scope = settings.scope
+    if not scope.blocking_pod_selectors:
         return None
-    return BlockingPodGuard(settings.blocking_pod_selectors, settings.blocking_pod_namespaces)
+    return BlockingPodGuard(scope.blocking_pod_selectors, scope.blocking_pod_namespaces)
 
 
 KIND = GuardKind(Reason.BLOCKING_POD, _releases_when, _build)

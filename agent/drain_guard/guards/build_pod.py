@@ -18,12 +18,12 @@ from drain_guard.core.pods import DEFAULT_SCOPE, Pod, PodScope, running_build_po
 from drain_guard.core.replacement import McoObjects
 from drain_guard.core.selectors import MCO_NAMESPACE, BuildPodSelector
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     BuildPodsSeen,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     NodeView,
     ObjectRef,
     Unknown,
@@ -105,8 +105,8 @@ def _releases_when(detail: str, _until: datetime | None) -> str:
     return f"{Reason.BUILD_POD}: when {pods} {'end' if pods.startswith('build pods') else 'ends'}"
 
 
-def _build(settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
-    return BuildPodGuard(settings.build_pod_selectors, settings.build_pod_scope)
+def _build(settings: GuardSettings, _raw: Mapping[str, object]) -> Guard:
+    return BuildPodGuard(settings.scope.build_pod_selectors, settings.scope.build_pod_scope)
 
 
 KIND = GuardKind(Reason.BUILD_POD, _releases_when, _build)

@@ -21,11 +21,11 @@ from drain_guard.config.values import SettingsError
 from drain_guard.core.operations import Watched
 from drain_guard.core.selectors import is_namespace_name
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     NodeView,
     ObjectRef,
     Unknown,
@@ -109,14 +109,14 @@ def _budget(text: str) -> ObjectRef:
     return ObjectRef(Watched.PODDISRUPTIONBUDGET, namespace, name)
 
 
-def _build(settings: AgentSettings, raw: Mapping[str, object]) -> Guard | None:
+def _build(settings: GuardSettings, raw: Mapping[str, object]) -> Guard | None:
     """On with ``--disruption-budget``; refused through the node proxy (no account of its own
     to read a budget with)."""
     texts = raw["disruption_budget"]
     if texts is None:
         return None
     assert isinstance(texts, list)
-    if settings.api_socket is not None:
+    if settings.through_node_proxy:
         raise SettingsError(
             "--disruption-budget needs the agent's own account: through --api-socket it has"
             " the node's identity, which may read no PodDisruptionBudget"

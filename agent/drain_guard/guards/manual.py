@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     InvalidInput,
     NodeView,
     ObjectRef,
@@ -68,7 +68,7 @@ def _releases_when(_detail: str, until: datetime | None) -> str:
     return f"{Reason.MANUAL}: when the hold request {when} or is removed"
 
 
-def _build(_settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
+def _build(_settings: GuardSettings, _raw: Mapping[str, object]) -> Guard:
     return ManualGuard()
 
 

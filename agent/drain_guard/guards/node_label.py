@@ -6,11 +6,11 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     NodeView,
     ObjectRef,
     Verdict,
@@ -36,7 +36,7 @@ def _releases_when(_detail: str, _until: datetime | None) -> str:
     return f"{Reason.NODE_LABEL}: when the label {BLOCK_DRAINS_LABEL} is removed from the node"
 
 
-def _build(_settings: AgentSettings, _raw: Mapping[str, object]) -> Guard:
+def _build(_settings: GuardSettings, _raw: Mapping[str, object]) -> Guard:
     return NodeLabelGuard()
 
 

@@ -11,11 +11,11 @@ from drain_guard.config.values import SettingsError, format_duration, named, par
 from drain_guard.core.imageref import ImageRefError, digest_of
 from drain_guard.core.replacement import EXPECTED_WITHIN, foresee
 from drain_guard.guards.base import (
-    AgentSettings,
     Block,
     Clear,
     Guard,
     GuardKind,
+    GuardSettings,
     ImageCompared,
     InvalidInput,
     NodeView,
@@ -117,7 +117,7 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
-def _build(_settings: AgentSettings, raw: Mapping[str, object]) -> Guard:
+def _build(_settings: GuardSettings, raw: Mapping[str, object]) -> Guard:
     within = named("--noop-expect-within", parse_duration, str(raw["noop_expect_within"]))
     if within <= timedelta(0):
         raise SettingsError("--noop-expect-within must be positive")

@@ -21,7 +21,7 @@ from drain_guard.guards import (
     node_label,
     noop_image,
 )
-from drain_guard.guards.base import AgentSettings, Guard, GuardKind
+from drain_guard.guards.base import Guard, GuardKind, GuardSettings
 
 KINDS: tuple[GuardKind, ...] = (
     build_pod.KIND,
@@ -41,8 +41,9 @@ def options() -> tuple[Option, ...]:
     return tuple(option for kind in KINDS for option in kind.options)
 
 
-def build(settings: AgentSettings, raw: Mapping[str, object]) -> tuple[Guard, ...]:
-    """The guards ``settings`` turn on; ``raw``: the merged values of the guards' options."""
+def build(settings: GuardSettings, raw: Mapping[str, object]) -> tuple[Guard, ...]:
+    """The guards ``settings`` (the groups they read) turn on; ``raw``: the merged values of
+    the guards' options."""
     built = (kind.build(settings, raw) for kind in KINDS)
     return tuple(guard for guard in built if guard is not None)
 

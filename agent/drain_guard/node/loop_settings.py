@@ -36,16 +36,17 @@ class LoopSettings:
 
 def loop_settings(settings: Settings) -> LoopSettings:
     """What the loop reads of ``settings``."""
+    scope, shield = settings.scope, settings.shield
     return LoopSettings(
         node_name=settings.node_name,
-        max_hold=settings.max_hold,
-        observe_only=settings.observe_only,
+        max_hold=settings.hold.max_hold,
+        observe_only=settings.hold.observe_only,
         guards=settings.guards,
         host=settings.host,
-        api_stale_after=settings.api_stale_after,
+        api_stale_after=settings.api.stale_after,
         alert_url=None if settings.alerts is None else settings.alerts.url,
-        build_pod_namespaces=tuple(settings.build_pod_scope.names()),
-        pod_watch_namespace=pod_watch_namespace(settings),
-        blocking_pod_namespaces=settings.blocking_pod_namespaces,
-        blocking_watch_namespaces=blocking_watch_namespaces(settings),
+        build_pod_namespaces=tuple(scope.build_pod_scope.names()),
+        pod_watch_namespace=pod_watch_namespace(scope, shield),
+        blocking_pod_namespaces=scope.blocking_pod_namespaces,
+        blocking_watch_namespaces=blocking_watch_namespaces(scope, shield),
     )

@@ -8,28 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from drain_guard.config.scope import ScopeSettings
 from drain_guard.core.operations import Watched
 from drain_guard.core.pods import Pod, watch_namespace
 from drain_guard.core.replacement import McoObjects
 from drain_guard.kube.listwatch import ObjectsCache, WatchCache
-from drain_guard.settings.agent import Settings
+from drain_guard.settings.shielding import ShieldingSettings
 from drain_guard.shield.plan import shield_namespaces
 
 
-def blocking_watch_namespaces(settings: Settings) -> tuple[str, ...]:
+def blocking_watch_namespaces(scope: ScopeSettings, shield: ShieldingSettings) -> tuple[str, ...]:
     """The blocking-pod namespaces that need a pod watch of their own: those the agent's pod
     watch does not cover (each read with a Role there, never with a cluster-wide watch)."""
-    covered = pod_watch_namespace(settings)
+    covered = pod_watch_namespace(scope, shield)
     if covered is None:
         return ()
-    return tuple(ns for ns in settings.blocking_pod_namespaces if ns != covered)
+    return tuple(ns for ns in scope.blocking_pod_namespaces if ns != covered)
 
 
-def pod_watch_namespace(settings: Settings) -> str | None:
+def pod_watch_namespace(scope: ScopeSettings, shield: ShieldingSettings) -> str | None:
     """Where the agent's one pod watch looks: the build-pod scope and, with the shield on, the
     shielded namespaces; a single namespace (the default: MCO's) or None for every one."""
-    shielded = shield_namespaces(settings.shield_dependencies) if settings.shield_build_pods else ()
-    return watch_namespace(settings.build_pod_scope, shielded)
+    shielded = shield_namespaces(shield.dependencies) if shield.build_pods else ()
+    return watch_namespace(scope.build_pod_scope, shielded)
 
 
 def blocking_pods(caches: Mapping[str, WatchCache]) -> tuple[Pod, ...] | None:

@@ -57,7 +57,7 @@ async def shutdown_releases(settings: Settings, kube: Kube, stopped: Stopped) ->
     crashed = kept_after_error(stopped, "holds")
     if crashed is not None:
         return False, crashed
-    if settings.observe_only:
+    if settings.hold.observe_only:
         return False, "--observe-only: nothing is written"
     install = settings.install
     if install.kind is InstallKind.SYSTEMD:
@@ -78,17 +78,17 @@ def make_shield(
     watch_timeout: int = WATCH_TIMEOUT,
 ) -> Shield | None:
     """The shield as ``drain-guard run`` starts it, on ``pods`` (the agent's pod watch)."""
-    if not settings.shield_build_pods or settings.observe_only:  # budgets are writes
+    if not settings.shield.build_pods or settings.hold.observe_only:  # budgets are writes
         # No shield, no watch of budgets: drop the series rather than show it unsynced forever.
         metrics.synced.remove("poddisruptionbudget")
         return None
     return Shield(
         kube,
         NodeScope(settings.node_name),
-        settings.build_pod_selectors,
+        settings.scope.build_pod_selectors,
         pods,
-        scope=settings.build_pod_scope,
-        dependencies=settings.shield_dependencies,
+        scope=settings.scope.build_pod_scope,
+        dependencies=settings.shield.dependencies,
         metrics=metrics,
         on_blocked_drain=metrics.count_shield_blocked_drain,
         watch_timeout=watch_timeout,
@@ -106,9 +106,9 @@ class _Agent:
 
     def program(self) -> Program[Kube]:
         settings = self.settings
-        connect = partial(Kube.connect, settings.kubeconfig, self.counters, settings.api_socket)
+        connect = partial(Kube.connect, settings.api.kubeconfig, self.counters, settings.api.socket)
         return status_server_program(
-            connect, settings.listen, self.source, self.metrics, self.start
+            connect, settings.reporting.listen, self.source, self.metrics, self.start
         )
 
     async def start(self, kube: Kube) -> Running:
@@ -120,14 +120,14 @@ class _Agent:
         # Through the node proxy (systemd) the node's identity may not read pools: their
         # Events then carry no uid (docs/install.md).
         recorder = EventRecorder(
-            kube, settings.node_name, metrics=metrics, pool_uids=settings.api_socket is None
+            kube, settings.node_name, metrics=metrics, pool_uids=settings.api.socket is None
         )
         events = EventQueue(recorder)
-        metrics.set_observe_only(settings.observe_only)
+        metrics.set_observe_only(settings.hold.observe_only)
         cache = WatchCache()
-        watch_timeout = int(settings.watch_timeout.total_seconds())
+        watch_timeout = int(settings.api.watch_timeout.total_seconds())
         shield = make_shield(settings, kube, metrics, cache, watch_timeout)
-        mco = await discover(kube, through_proxy=settings.api_socket is not None)
+        mco = await discover(kube, through_proxy=settings.api.socket is not None)
         loop = loop_settings(settings)
         controller = Controller(loop, kube, metrics, self.counters, events, cache, shield, mco=mco)
         if install.kind is InstallKind.STANDALONE:
@@ -137,8 +137,8 @@ class _Agent:
             "drain-guard %s guarding node %s (max-hold %s)%s",
             __version__,
             settings.node_name,
-            settings.max_hold,
-            "; observe-only: deciding, writing nothing" if settings.observe_only else "",
+            settings.hold.max_hold,
+            "; observe-only: deciding, writing nothing" if settings.hold.observe_only else "",
         )
         shielded = [] if shield is None else list(shield.status().namespaces)
         effective = {"apiServer": kube.api.configuration.host, **settings.effective()}
@@ -200,7 +200,7 @@ class _Agent:
             settings.node_name,
             metrics,
             lambda c: setattr(controller, "confinement", c),
-            settings.confinement_check_interval.total_seconds(),
+            settings.reporting.confinement_check_interval.total_seconds(),
         )
         # Events outlive the parts: the uninstall's release on exit still writes one.
         helpers = {"events": events.run(), "confinement": confinement}
@@ -222,6 +222,6 @@ class _GuardRead(Relay):
 
 def run_agent(settings: Settings) -> int:
     """``drain-guard run``: the agent until SIGTERM/SIGINT; 0 after a clean shutdown."""
-    configure_logging(settings.log_format, settings.log_level)
-    warn_short_api_stale_after(settings.api_stale_after)
+    configure_logging(settings.reporting.log_format, settings.reporting.log_level)
+    warn_short_api_stale_after(settings.api.stale_after)
     return asyncio.run(run_program(_Agent(settings).program()))

@@ -3,9 +3,12 @@ at all (``--observe-only``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 
-from drain_guard.config.options import Option, env_name
+from drain_guard.config.options import Option, SettingsGroup, env_name
+from drain_guard.config.values import SettingsError, named, parse_duration
 
 # The MCD gives up waiting for a drain after one hour (Degraded, FailedToDrain). A hold that
 # long would turn "drain later" into "node degraded", and the drain itself needs time after
@@ -28,3 +31,35 @@ HOLD_OPTIONS: tuple[Option, ...] = (
         boolean=True,
     ),
 )
+
+
+@dataclass(frozen=True)
+class HoldSettings:
+    """The longest hold (below :data:`MCD_DRAIN_TIMEOUT`), and whether holds are only decided
+    and reported, never written (``--observe-only``)."""
+
+    max_hold: timedelta
+    observe_only: bool = False
+
+
+def hold_settings(raw: Mapping[str, object]) -> HoldSettings:
+    max_hold = named("--max-hold", parse_duration, str(raw["max_hold"]))
+    if max_hold <= timedelta(0):
+        raise SettingsError("--max-hold must be greater than 0")
+    if max_hold >= MCD_DRAIN_TIMEOUT:
+        raise SettingsError(
+            f"--max-hold {raw['max_hold']} is not below 1h: the MCD marks the node Degraded"
+            " after waiting 1h for a drain"
+        )
+    return HoldSettings(max_hold, bool(raw["observe_only"]))
+
+
+def default_max_hold() -> timedelta:
+    """``--max-hold``'s default, defined once in :data:`HOLD_OPTIONS`; ``drain-guard demo``
+    hands it to the simulator's demo, which cannot import the agent."""
+    default = next(opt.default for opt in HOLD_OPTIONS if opt.flag == "--max-hold")
+    assert default is not None
+    return parse_duration(default)
+
+
+HOLD = SettingsGroup("hold", HOLD_OPTIONS, hold_settings)

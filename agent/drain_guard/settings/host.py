@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import enum
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from drain_guard.config.options import Option, env_name
+from drain_guard.config.options import Option, SettingsGroup, env_name
 from drain_guard.config.values import SettingsError
 
 
@@ -58,7 +59,7 @@ class HostSettings:
     rpm_ostree_command: tuple[str, ...] = ("rpm-ostree",)
 
 
-def host_settings(raw: dict[str, object]) -> HostSettings:
+def host_settings(raw: Mapping[str, object]) -> HostSettings:
     """The host group from the merged values of :data:`HOST_OPTIONS`."""
     return HostSettings(
         host_root=str(raw["host_root"]),
@@ -77,3 +78,6 @@ def _split_command(text: str) -> tuple[str, ...]:
     if not words:
         raise SettingsError("--rpm-ostree-command is empty")
     return tuple(words)
+
+
+HOST = SettingsGroup("host", HOST_OPTIONS, host_settings)

@@ -11,9 +11,10 @@ The rights of each install are ``confine.permissions.INSTALL_MODES`` (``agent_ri
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from drain_guard.config.options import Option, env_name
+from drain_guard.config.options import Option, SettingsGroup, env_name
 from drain_guard.config.values import SettingsError, WorkloadRef, parse_workload
 
 
@@ -77,7 +78,7 @@ class Install:
         return "release" if self.kind is InstallKind.SYSTEMD else "keep holds"
 
 
-def install_from(raw: dict[str, object]) -> Install:
+def install_from(raw: Mapping[str, object]) -> Install:
     """The install from ``--install``, ``--daemonset``, ``--pod-name`` and
     ``--release-on-exit`` as merged (flag over environment over default)."""
     daemonset = (
@@ -111,3 +112,6 @@ def install_from(raw: dict[str, object]) -> Install:
     if release_on_exit and kind is not InstallKind.SYSTEMD:
         raise SettingsError(f"--install {kind} excludes --release-on-exit")
     return Install(kind)
+
+
+INSTALL = SettingsGroup("install", INSTALL_OPTIONS, install_from)

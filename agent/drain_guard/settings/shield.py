@@ -85,7 +85,7 @@ def shield_settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -
     return validated(SHIELD_OPTIONS, args, environ, _shield_settings)
 
 
-def _shield_settings(raw: dict[str, object]) -> ShieldSettings:
+def _shield_settings(raw: Mapping[str, object]) -> ShieldSettings:
     selectors = parse_build_pod_selectors(raw)
     for selector in selectors:
         if selector.namespace not in (None, MCO_NAMESPACE):

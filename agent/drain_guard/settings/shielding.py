@@ -3,7 +3,11 @@ node's build pods, and on their dependencies (docs/shield.md)."""
 
 from __future__ import annotations
 
-from drain_guard.config.options import Option, env_name
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from drain_guard.config.options import Option, SettingsGroup, env_name
+from drain_guard.config.values import SettingsError
 
 SHIELDING_OPTIONS: tuple[Option, ...] = (
     Option(
@@ -23,3 +27,23 @@ SHIELDING_OPTIONS: tuple[Option, ...] = (
         boolean=True,
     ),
 )
+
+
+@dataclass(frozen=True)
+class ShieldingSettings:
+    """Whether the agent keeps budgets on its node's build pods (``--shield-build-pods``) and,
+    while a build runs, on their dependencies (``--shield-dependencies``)."""
+
+    build_pods: bool = True
+    dependencies: bool = False
+
+
+def shielding_settings(raw: Mapping[str, object]) -> ShieldingSettings:
+    build_pods = bool(raw["shield_build_pods"])
+    dependencies = bool(raw["shield_dependencies"])
+    if dependencies and not build_pods:
+        raise SettingsError("--shield-dependencies needs --shield-build-pods=true")
+    return ShieldingSettings(build_pods, dependencies)
+
+
+SHIELDING = SettingsGroup("shield", SHIELDING_OPTIONS, shielding_settings)

@@ -24,7 +24,7 @@ from drain_guard.commands.preflight.probe import (
 )
 from drain_guard.confine.permissions import MCO_NAMESPACES
 from drain_guard.decision.decide import stale_keys
-from drain_guard.settings.agent import default_max_hold
+from drain_guard.settings.hold import default_max_hold
 
 if TYPE_CHECKING:
     pass
