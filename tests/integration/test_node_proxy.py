@@ -190,12 +190,15 @@ async def agents() -> AsyncIterator[list[AgentProcess]]:
     await reap(started)
 
 
-async def start_agent(root: Path, agents: list[AgentProcess], node: str = NODE) -> AgentProcess:
+async def start_agent(
+    root: Path, agents: list[AgentProcess], node: str = NODE, **more: str
+) -> AgentProcess:
     """drain-guard.service on the scratch host: the agent's user and group, no capability, no
-    credential, the unit's socket and the settings file's shield setting."""
+    credential, the unit's socket and the settings file's shield setting (``more``: other
+    settings of that file)."""
     settings = env_file(ENV_FILE.read_text())
     assert "KUBECONFIG" not in settings
-    env = {"DRAIN_GUARD_SHIELD_BUILD_PODS": settings["DRAIN_GUARD_SHIELD_BUILD_PODS"]}
+    env = {"DRAIN_GUARD_SHIELD_BUILD_PODS": settings["DRAIN_GUARD_SHIELD_BUILD_PODS"], **more}
     env["DRAIN_GUARD_API_SOCKET"] = agent_socket(root)
     host = HostFS(root / "host", IMAGE_A)
     agent = await spawn_agent(
@@ -443,6 +446,38 @@ async def test_the_agent_holds_and_releases_through_the_proxy_and_can_do_nothing
         (NODE_USER, "patch", "nodes", f"/api/v1/nodes/{NODE}")
     ]
     assert await agent.stop() == 0
+
+
+async def test_through_the_proxy_a_same_image_drain_waits_briefly_then_goes(
+    root: Path,
+    api: SimApiServer,
+    kubelet: Kubelet,
+    proxy: asyncio.subprocess.Process,
+    agents: list[AgentProcess],
+) -> None:
+    """The systemd agent reads no pool (the node's identity may not, and the proxy passes on
+    nothing more): it cannot tell whether a build will replace a same-image target, so it holds
+    the drain for --noop-expect-within, then lets it go saying why; never to --max-hold (45
+    minutes here, the settings file's)."""
+    agent = await start_agent(root, agents, DRAIN_GUARD_NOOP_EXPECT_WITHIN="2s")
+    rv = api.resource_version
+    mcd_request(
+        api,
+        f"drain-{CONFIG_B}",
+        **{protocol.DESIRED_CONFIG: CONFIG_B, protocol.DESIRED_IMAGE: IMAGE_A},
+    )
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == HELD)
+    assert node_annotations(api)[protocol.HOLD_REASONS] == "noop-image"
+    await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == f"drain-{CONFIG_B}")
+    released = await api.wait_for_write(
+        lambda w: w.resource == "events" and w.obj.get("reason") == "DrainReleased", since=rv
+    )
+    message = str(released.obj.get("message"))
+    assert "(outcome safe)" in message, message
+    assert "reads none of MCO's pools and builds here" in message, message
+    _, body = await agent.http("/status")
+    image = json.loads(body)["image"]
+    assert image["replacement"] == "none", image
 
 
 async def test_only_the_agents_user_is_served(

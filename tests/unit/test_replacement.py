@@ -245,9 +245,23 @@ def test_a_pool_no_machine_os_config_names_lets_go_where_builds_are_served() -> 
 
 
 def test_unreadable_objects_hold_bounded_by_max_hold() -> None:
-    assert look(None)[0] is Foresight.UNKNOWN
+    """A watch not listed yet or failing: the read comes back and decides; till then held, as
+    every hold, up to --max-hold (no ``until``)."""
     unreadable = McoObjects({}, unreadable="machineosbuilds: 403 Forbidden")
-    assert look(unreadable)[:2] == (Foresight.UNKNOWN, "machineosbuilds: 403 Forbidden")
+    assert look(unreadable) == (Foresight.UNKNOWN, "machineosbuilds: 403 Forbidden", None)
+
+
+def test_objects_the_agent_never_reads_are_waited_for_briefly_then_let_go() -> None:
+    """The systemd install reads no pool (the node's identity may not): nothing would ever
+    tell it that nothing comes, so the hold is the short wait of --noop-expect-within from
+    the hold's start, then the drain goes (a revert to a built config on 4.16/4.17 would
+    otherwise wait --max-hold a node)."""
+    foresight, why, until = look(None)
+    assert (foresight, until) == (Foresight.UNKNOWN, NOW + EXPECTED_WITHIN)
+    assert "reads none of MCO's pools and builds here" in why
+    later = look(None, since=NOW - EXPECTED_WITHIN)
+    assert later[0] is Foresight.NONE
+    assert "no new image came" in later[1]
 
 
 @pytest.mark.parametrize(
@@ -308,10 +322,11 @@ def test_an_expected_build_is_asked_again_when_its_wait_ends() -> None:
     assert decision.recheck_at == NOW + EXPECTED_WITHIN
 
 
-def test_without_the_objects_the_guard_holds_as_before() -> None:
+def test_without_the_objects_the_guard_holds_for_its_short_wait() -> None:
     verdict = NoopImageGuard().check(node_view(None))
     assert isinstance(verdict, Block)
-    assert "does not read MCO's pools and builds" in verdict.detail
+    assert "reads none of MCO's pools and builds" in verdict.detail
+    assert verdict.until == NOW + EXPECTED_WITHIN
 
 
 def test_a_held_same_image_drain_nothing_will_replace_is_released_saying_why() -> None:

@@ -67,8 +67,9 @@ class Foresight(StrEnum):
     EXPECTED = "expected"
     #: Nothing will replace the target: let the drain go now.
     NONE = "none"
-    #: The agent cannot read MCO's objects: hold, bounded by --max-hold (the rule fails toward
-    #: a bounded hold, never toward holding with no end).
+    #: The agent cannot read MCO's objects: a watch not listed yet or failing, hold, bounded by
+    #: --max-hold (the read comes back and decides); where it reads none at all (the systemd
+    #: install), hold until ``until`` (--noop-expect-within), then ``NONE``.
     UNKNOWN = "unknown"
 
 
@@ -112,7 +113,7 @@ def foresee(
     ``waiting_since``: when the hold began (now if none), from which ``EXPECTED`` counts, for
     at most ``expected_within``."""
     if mco is None:
-        return Replacement(Foresight.UNKNOWN, "the agent does not read MCO's pools and builds here")
+        return _unread(now, waiting_since + expected_within)
     if mco.unreadable is not None:
         return Replacement(Foresight.UNKNOWN, mco.unreadable)
     name = pool_of(annotations)
@@ -149,6 +150,19 @@ def foresee(
             Foresight.NONE, f"no MachineOSConfig names pool {name}: nothing builds for it"
         )
     return _from_pool(name, pool, config, annotations, desired, now, expected_until)
+
+
+def _unread(now: datetime, until: datetime) -> Replacement:
+    """The agent reads none of MCO's objects here (the systemd install: the node's identity
+    reads no pool; or discovery failed at start) and never will in this process: a short wait
+    for what MCO may be about to do (4.18 before the backport names the build's image seconds
+    after the target), then the drain goes. Never a hold that only --max-hold would end: on a
+    revert to a config built before (4.16/4.17) that would be 45 minutes a node, one node after
+    another, for no drain saved."""
+    why = "the agent reads none of MCO's pools and builds here"
+    if now < until:
+        return Replacement(Foresight.UNKNOWN, f"{why}: waiting for a new image", until)
+    return Replacement(Foresight.NONE, f"{why}, and no new image came within its wait")
 
 
 def _from_pool(

@@ -4,7 +4,7 @@ the watches that keep them, and what the guard sees of them.
 Read only: MachineConfigPools, MachineOSBuilds and MachineOSConfigs, each listed and watched
 whole (cluster-scoped; the version each is served in found by discovery at start). None
 through the node proxy, whose identity reads no pool, nor where MCO serves no pools: the guard
-then holds up to --max-hold, as without them (docs/protocol.md).
+then holds a same-image drain for --noop-expect-within at most (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,11 @@ async def discover(kube: Kube, *, through_proxy: bool) -> dict[Watched, str]:
     try:
         served = await kube.mco_versions()
     except KubeError as exc:
-        log.warning("MCO's APIs not discovered (%s): noop-image holds up to --max-hold", exc)
+        log.warning(
+            "MCO's APIs not discovered (%s): noop-image holds a same-image drain for"
+            " --noop-expect-within at most",
+            exc,
+        )
         return {}
     return served if Watched.MACHINECONFIGPOOL in served else {}
 
