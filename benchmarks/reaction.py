@@ -143,9 +143,12 @@ def _mcc_sync_after(t0: float) -> Callable[[TimelineEntry], bool]:
 
 
 def _event_by(user: str, node: str) -> Callable[[WriteRecord], bool]:
+    """An Event of ``user`` about ``node``: on the Node, or on its pool related to it."""
+
     def match(rec: WriteRecord) -> bool:
-        involved = (rec.after or {}).get("involvedObject") or {}
-        return rec.resource == "events" and rec.user == user and involved.get("name") == node
+        event = rec.after or {}
+        names = {(event.get(k) or {}).get("name") for k in ("involvedObject", "related")}
+        return rec.resource == "events" and rec.user == user and node in names
 
     return match
 
@@ -160,8 +163,8 @@ async def cycle(
     held = await wait_write(api, _hold_on(node, request), start)
     user = agent_user(node)
     if settle_events:
-        # The DrainHeld Event follows the hold: wait for it so it does not overlap the next
-        # request (it is not on the critical path of this one).
+        # The hold's Event (PoolRolloutHeld) follows the hold: wait for it so it does not
+        # overlap the next request (it is not on the critical path of this one).
         await wait_write(api, _event_by(user, node), start)
     mark = len(api.write_log)
     api.patch("nodes", node, reset_patch(config_name(i)), user=ADMIN)
@@ -281,7 +284,7 @@ async def _supersede(params: Params, workdir: Path, event_latency: float) -> dic
                 landed = await mcd.request(AGENT_NODE, request)
                 held = await wait_write(api, _hold_on(AGENT_NODE, request), start)
                 reactions.append(held.time - landed.time)
-                # The DrainHeld Event follows the hold; let it land before the next request.
+                # The hold's Event follows the hold; let it land before the next request.
                 after_hold = api.write_log.index(held) + 1
                 await wait_write(api, _event_by(user, AGENT_NODE), after_hold)
         finally:

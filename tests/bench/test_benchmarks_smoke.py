@@ -98,6 +98,12 @@ def test_apiload(tmp_path: Path) -> None:
         "patch events", 0
     )
     assert size["rollout_event_writes_per_hold"] >= 2
+    # Told by reason: the hold's start once, on its pool (the node's rendered config names
+    # "worker"), none on the Node (its annotations say it); the end's follow the release.
+    by_reason = size["rollout_event_writes_per_hold_by_reason"]
+    assert sum(by_reason.values()) == size["rollout_event_writes_per_hold"]
+    assert by_reason["create PoolRolloutHeld"] == 1.0
+    assert "create DrainHeld" not in by_reason
     assert size["poller"]["requests_per_hour"]["get nodes"] > 0
 
 

@@ -529,15 +529,9 @@ async def test_the_agent_holds_shields_and_releases_with_its_own_token(
 
         assert await until(shielded)
 
-        async def held_event() -> bool:
-            events = await client.CoreV1Api(admin).list_namespaced_event(
-                "default", field_selector=f"involvedObject.name={installed.node}"
-            )
-            return any(e.reason == "DrainHeld" for e in events.items)
-
-        assert await until(held_event)
         # Its pool says so where operators look: kubectl describe finds the pool's Events by
-        # its kind, name and uid (the agent read the uid with its own token).
+        # its kind, name and uid (the agent read the uid with its own token). The Node's
+        # annotations say it on the Node: no Event there until the hold ends.
         waiting = f"{installed.pool} pool waiting: {installed.node} held (build-pod, since "
         described = await until(lambda: describe_pool(installed, "PoolRolloutHeld"))
         assert waiting in described, described
@@ -546,6 +540,16 @@ async def test_the_agent_holds_shields_and_releases_with_its_own_token(
         await agent.wait_log(lambda r: r.get("outcome") == "release:safe")
         described = await until(lambda: describe_pool(installed, "PoolRolloutReleased"))
         assert f"{installed.pool} pool goes on: {installed.node} released after" in described
+
+        async def node_events() -> list[client.CoreV1Event]:
+            events = await client.CoreV1Api(admin).list_namespaced_event(
+                "default", field_selector=f"involvedObject.name={installed.node}"
+            )
+            return [e for e in events.items if e.reason == "DrainReleased"]
+
+        # The Node's one Event of the hold, its end, says what the hold was for.
+        (ended,) = await until(node_events)
+        assert "(outcome safe); held for build-pod: build pod " in ended.message
         for operation in (*WRITES, "machineconfigpool_get"):
             assert await metric(agent, "drain_guard_api_errors_total", operation=operation) == 0
     finally:

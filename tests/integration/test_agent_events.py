@@ -1,5 +1,5 @@
 """The agent's Events through the real process: written off the hold path (a slow events
-endpoint never delays a hold); a hold's Events on the Node and on its MachineConfigPool."""
+endpoint never delays a hold); a hold's three Events, on its MachineConfigPool and the Node."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ async def test_a_slow_events_endpoint_does_not_delay_the_next_hold(
     await start_agent()
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
-    await api.wait_for(lambda: _event_writes(api, "DrainHeld"), timeout=15)
+    await api.wait_for(lambda: _event_writes(api, "PoolRolloutHeld"), timeout=15)
 
     # From now on every Event write of the agent takes seconds (an overloaded API server).
     api.faults.latency(2.0, user=AGENT_USER, resource="events")
@@ -112,7 +112,23 @@ async def test_a_held_node_says_so_on_its_pool(api: SimApiServer, start_agent: S
     message = (released.after or {})["message"]
     assert message.startswith("worker pool goes on: worker-0 released after ")
     assert message.endswith("(outcome safe)")
-    # What a hold costs on the pool: those two creates (unpacked above: one each) and one read
-    # of the pool for its uid.
+    # On the Node, the hold's one Event: its end, saying what the hold was for (the Node's
+    # annotations said it while it lasted; they are gone).
+    [ended] = await api.wait_for(lambda: _event_writes(api, "DrainReleased"), timeout=15)
+    assert (ended.after or {})["involvedObject"]["name"] == "worker-0"
+    assert (ended.after or {})["message"].endswith(
+        f"(outcome safe); held for build-pod: build pod {MCO_NS}/build-pod"
+    )
+    # What a hold costs: three Event writes, each an API (etcd) write, the pool's two creates
+    # (unpacked above: one each) and the Node's one; no DrainHeld; and one read of the pool
+    # for its uid.
+    writes = [
+        (w.verb, (w.after or {}).get("reason")) for w in api.writes("events", user=AGENT_USER)
+    ]
+    assert sorted(writes) == [
+        ("create", "DrainReleased"),
+        ("create", "PoolRolloutHeld"),
+        ("create", "PoolRolloutReleased"),
+    ]
     pools = "machineconfigpools.machineconfiguration.openshift.io"
     assert api.request_count(user=AGENT_USER, verb="get", resource=pools) == 1

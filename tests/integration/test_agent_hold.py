@@ -122,6 +122,8 @@ async def test_releases_at_max_hold(api: SimApiServer, start_agent: StartAgent) 
     )
     assert len(events) == 1
     assert events[0]["involvedObject"]["name"] == NODE
+    # The hold's one Event on the Node says what held it (no DrainHeld before it says so).
+    assert "although a guard still blocked; held for build-pod: build pod " in events[0]["message"]
 
 
 async def test_a_newer_mcd_request_supersedes_the_hold(
@@ -225,12 +227,12 @@ async def test_a_hold_after_the_cordon_is_counted_as_a_lost_race(
     warning = await agent.wait_log(lambda r: "race lost" in str(r.get("message")))
     assert warning["level"] == "WARNING"
     assert await metric(agent, "drain_guard_race_lost_total") == 1
-    # The Event follows the hold (and the warning); wait for it on the write log.
+    # The Event follows the hold (and the warning): on the node's pool (its rendered config's).
     held = await api.wait_for(
-        lambda: [e for e in api.list("events", "default") if e["reason"] == "DrainHeld"]
+        lambda: [e for e in api.list("events", "default") if e["reason"] == "PoolRolloutHeld"]
     )
     assert len(held) == 1
-    assert DRAIN_B in held[0]["message"]
+    assert held[0]["message"].startswith(f"worker pool waiting: {NODE} held (")
 
 
 async def test_a_cordon_just_after_the_hold_is_counted_as_a_lost_race(

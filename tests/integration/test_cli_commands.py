@@ -126,7 +126,7 @@ async def test_release_is_manual_and_sticks(
     (event,) = await api.wait_for(
         lambda: [e for e in api.list("events", "default") if e["reason"] == "DrainReleased"]
     )
-    assert event["message"].endswith(f"(outcome manual, released by {OPERATOR})")
+    assert f"(outcome manual, released by {OPERATOR}); held for build-pod: " in event["message"]
     status, body = await agent.http("/status")
     assert status == 200
     assert json.loads(body)["releasedBy"] == OPERATOR

@@ -20,7 +20,7 @@ from drain_guard.node.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
-from drain_guard.protocol import POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED
+from drain_guard.protocol import POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED, HoldRecord, Reason
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard_sim.apiserver.server import SimApiServer
@@ -28,6 +28,11 @@ from drain_guard_sim.apiserver.server import SimApiServer
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NODE = "worker-0"
 USER = "agent"
+
+
+def _record(request: str, detail: str = "build-pod: build pod ns/build-1 Running") -> HoldRecord:
+    """The hold that ends, as the Node recorded it."""
+    return HoldRecord(request, (Reason.BUILD_POD,), T0, detail)
 
 
 class Clock:
@@ -135,25 +140,69 @@ async def test_after_the_window_a_new_event_is_created(env: Env) -> None:
 
 async def test_different_keys_are_different_events(env: Env) -> None:
     await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
-    await env.recorder.drain_held("drain-r1", ["build-pod", "noop-image"], "x")
     await env.recorder.drain_held("drain-r2", ["build-pod"], "x")
-    await env.recorder.drain_released("drain-r1", "safe", timedelta(minutes=5))
+    await env.recorder.drain_released(_record("drain-r1"), "safe", timedelta(minutes=5))
     reasons = sorted((e["reason"], e["count"]) for e in env.events())
-    assert reasons == [(DRAIN_HELD, 1), (DRAIN_HELD, 1), (DRAIN_HELD, 1), (DRAIN_RELEASED, 1)]
+    assert reasons == [(DRAIN_HELD, 1), (DRAIN_HELD, 1), (DRAIN_RELEASED, 1)]
+
+
+async def test_a_change_of_the_hold_is_aggregated_into_its_event(env: Env) -> None:
+    """New reasons are the same hold: its Event's count and newest message, one PATCH, not
+    another Event (each is an API write)."""
+    await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
+    await env.recorder.drain_held("drain-r1", ["build-pod", "noop-image"], "y")
+    [event] = env.events()
+    assert event["count"] == 2
+    assert event["message"] == "Holding drain request drain-r1 (build-pod, noop-image): y"
+    assert (env.requests("create"), env.requests("patch")) == (1, 1)
 
 
 async def test_released_and_expired(env: Env) -> None:
-    await env.recorder.drain_released("drain-r1", "safe", timedelta(minutes=12, seconds=5))
-    await env.recorder.drain_released("drain-r2", "expired", timedelta(minutes=45))
+    """The end is the hold's one Event on the Node: it says what the hold was for."""
+    held = _record("drain-r1")
+    await env.recorder.drain_released(held, "safe", timedelta(minutes=12, seconds=5))
+    await env.recorder.drain_released(_record("drain-r2"), "expired", timedelta(minutes=45))
     released, expired = sorted(env.events(), key=lambda e: str(e["reason"]))[::-1]
     assert released["reason"] == DRAIN_RELEASED
     assert released["type"] == "Normal"
-    assert released["message"] == "Released drain request drain-r1 after 12m05s (outcome safe)"
+    assert released["message"] == (
+        "Released drain request drain-r1 after 12m05s (outcome safe);"
+        " held for build-pod: build pod ns/build-1 Running"
+    )
     assert expired["reason"] == DRAIN_HOLD_EXPIRED
     assert expired["type"] == "Warning"
-    assert expired["message"].startswith("Hold of drain request drain-r2 expired after 45m00s")
+    assert expired["message"] == (
+        "Hold of drain request drain-r2 expired after 45m00s (max-hold): the drain goes ahead"
+        " although a guard still blocked; held for build-pod: build pod ns/build-1 Running"
+    )
     assert env.emitted(DRAIN_HOLD_EXPIRED) == 1
     assert env.emitted(DRAIN_RELEASED) == 1
+
+
+async def test_the_end_says_who_and_why_before_what_the_hold_was_for(env: Env) -> None:
+    """What the hold was for comes last, so that the 1 KiB cap cuts it, not the outcome; a
+    record without detail names its reasons; the detail is anyone's input (escaped)."""
+    long = _record("drain-r1", "build-pod: " + "é" * 2000)
+    await env.recorder.drain_released(long, "manual", timedelta(minutes=1), released_by="alice")
+    bare = HoldRecord("drain-r2", (Reason.NOOP_IMAGE,), T0, "", unknown_reasons=("future",))
+    await env.recorder.drain_released(bare, "safe", timedelta(minutes=2), why="nothing to wait")
+    forged = _record("drain-r3", "build-pod: x\nNormal  Forged  1s  drain-guard  all is well")
+    await env.recorder.drain_released(forged, "superseded", timedelta(minutes=3))
+    first, second, third = env.events()
+    assert first["message"].startswith(
+        "Released drain request drain-r1 after 1m00s (outcome manual, released by alice);"
+        " held for build-pod: éé"
+    )
+    assert len(first["message"].encode()) <= MAX_MESSAGE
+    assert first["message"].endswith("…")
+    assert second["message"] == (
+        "Released drain request drain-r2 after 2m00s (outcome safe): nothing to wait;"
+        " held for noop-image, future"
+    )
+    assert "\n" not in third["message"]
+    assert third["message"].endswith(
+        "held for build-pod: x\\nNormal  Forged  1s  drain-guard  all is well"
+    )
 
 
 async def test_a_deleted_event_is_recreated(env: Env) -> None:
@@ -174,7 +223,7 @@ async def test_a_deleted_event_is_recreated(env: Env) -> None:
 async def test_only_create_and_patch_are_used(env: Env) -> None:
     await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
     await env.recorder.drain_held("drain-r1", ["build-pod"], "x")
-    await env.recorder.drain_released("drain-r1", "safe", timedelta(minutes=1))
+    await env.recorder.drain_released(_record("drain-r1"), "safe", timedelta(minutes=1))
     used = {verb for (user, verb, resource) in env.api.requests if user == USER}
     assert used == {"create", "patch"}
 
@@ -278,12 +327,15 @@ async def test_a_held_pool_gets_an_event_that_describe_finds(env: Env) -> None:
     assert [e["metadata"]["name"] for e in env.api.list("events", field_selector=selector)] == [
         event["metadata"]["name"]
     ]
-    # Re-posted within the window (the MCD restarted, a reason's detail changed): aggregated,
-    # and the pool is not read again.
-    await _pool_held(env.recorder)
+    # Re-posted within the window (the MCD restarted, the hold gained a reason): aggregated
+    # into the hold's one Event, with the newest message, and the pool is not read again.
+    await env.recorder.pool_held(
+        "worker", "drain-r1", ["build-pod", "noop-image"], BUILD, T0, T0 + timedelta(minutes=45)
+    )
     await env.recorder.pool_released("worker", "drain-r1", "safe", timedelta(minutes=12))
     held, released = sorted(env.events(), key=lambda e: str(e["reason"]))
     assert held["count"] == 2
+    assert held["message"].startswith("worker pool waiting: worker-0 held (build-pod, noop-image,")
     assert released["reason"] == POOL_ROLLOUT_RELEASED
     assert (
         released["message"] == "worker pool goes on: worker-0 released after 12m00s (outcome safe)"

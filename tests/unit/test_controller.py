@@ -30,6 +30,7 @@ from drain_guard.kube.listwatch import WatchCache
 from drain_guard.node import host
 from drain_guard.node.controller import Controller
 from drain_guard.node.loop_settings import loop_settings
+from drain_guard.protocol import HoldRecord
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard.settings.agent import add_run_arguments, settings_from
@@ -112,21 +113,24 @@ class Events:
     released: asyncio.Event = field(default_factory=asyncio.Event)
     #: What each DrainReleased says let the drain go (empty: nothing said).
     whys: list[str] = field(default_factory=list)
+    #: The hold each DrainReleased ends, as its message tells what it was for.
+    ended: list[HoldRecord] = field(default_factory=list)
 
     def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
         self.posted.append(("DrainHeld", held_drain, tuple(reasons)))
 
     def drain_released(
         self,
-        held_drain: str,
+        record: HoldRecord,
         outcome: str,
         held_for: timedelta,
         released_by: str | None = None,
         why: str = "",
     ) -> None:
         self.whys.append(why)
+        self.ended.append(record)
         by = () if released_by is None else (released_by,)
-        self.posted.append(("DrainReleased", held_drain, outcome, held_for, *by))
+        self.posted.append(("DrainReleased", record.held_drain, outcome, held_for, *by))
         self.released.set()
 
     def pool_held(
@@ -266,17 +270,55 @@ async def test_a_hold_begins_and_ends_with_its_reaction_and_duration_exact(env: 
     assert env.value("drain_guard_releases_total", outcome="safe") == 1
     assert env.value("drain_guard_hold_duration_seconds_sum") == 600
     assert env.value("drain_guard_hold_active", reason="build-pod") == 0
-    assert env.events.posted == [
-        ("DrainHeld", DRAIN_B, ("build-pod",)),
-        ("DrainReleased", DRAIN_B, "safe", timedelta(seconds=600)),
-    ]
-    # The pool (of rendered-worker-…) waited on the hold, at the latest until since + max-hold.
+    # Three Events (each an API write): the start on the pool (of rendered-worker-…), which
+    # waited on the hold, at the latest until since + max-hold; none on the Node, whose
+    # annotations say the hold while it lasts; the end on both, the Node's with what the hold
+    # was for.
     expires = env.clock.wall - timedelta(seconds=600) + MAX_HOLD
     assert env.events.pool == [
         ("PoolRolloutHeld", "worker", DRAIN_B, ("build-pod",), expires),
         ("PoolRolloutReleased", "worker", DRAIN_B, "safe"),
     ]
+    assert env.events.posted == [("DrainReleased", DRAIN_B, "safe", timedelta(seconds=600))]
+    [ended] = env.events.ended
+    assert ended.reason_names == ("build-pod",)
+    assert ended.detail.startswith(f"build-pod: build pod {MCO_NS}/build-pod")
     assert env.controller.status().held_request is None
+
+
+async def test_a_hold_of_a_node_in_no_pool_is_told_on_the_node(tmp_path: Path) -> None:
+    """Without a rendered config of MCO's form no pool can be told: the start is a DrainHeld
+    on the Node, the end its DrainReleased; two Events."""
+    node = worker_node(NODE, CONFIG_A, IMAGE_A)
+    for key in (protocol.DESIRED_CONFIG, protocol.CURRENT_CONFIG):
+        del node["metadata"]["annotations"][key]
+    env = make_env(tmp_path, node=node)
+    await _hold_b(env)
+    env.clock.advance(60)
+    env.build_pod(running=False)
+    await env.step()
+    assert env.events.posted == [
+        ("DrainHeld", DRAIN_B, ("build-pod",)),
+        ("DrainReleased", DRAIN_B, "safe", timedelta(seconds=60)),
+    ]
+    assert env.events.pool == []
+
+
+async def test_a_change_of_the_hold_refreshes_its_start_event_on_the_pool(env: Env) -> None:
+    """A build pod starts on a node held for its image: the pool's Event says the new reasons
+    (the recorder aggregates it into the hold's one Event); nothing is posted on the Node."""
+    env.kube.write({protocol.DESIRED_DRAIN: DRAIN_B, protocol.DESIRED_IMAGE: IMAGE_A})
+    await env.step()
+    assert env.annotations()[protocol.HOLD_REASONS] == "noop-image"
+    env.build_pod()
+    env.clock.advance(10)
+    await env.step()
+    assert env.annotations()[protocol.HOLD_REASONS] == "build-pod,noop-image"
+    assert [(e[0], e[2], e[3]) for e in env.events.pool] == [
+        ("PoolRolloutHeld", DRAIN_B, ("noop-image",)),
+        ("PoolRolloutHeld", DRAIN_B, ("build-pod", "noop-image")),
+    ]
+    assert env.events.posted == []
 
 
 async def test_a_hold_expires_at_max_hold_by_the_decisions_own_recheck(env: Env) -> None:
@@ -298,9 +340,11 @@ async def test_the_mcds_newer_request_supersedes_the_hold_and_is_held_anew(env: 
     assert env.annotations()[protocol.HELD_DRAIN] == DRAIN_C
     assert env.value("drain_guard_releases_total", outcome="superseded") == 1
     assert env.value("drain_guard_holds_total", reason="build-pod") == 2
-    assert env.events.posted[1:] == [
-        ("DrainReleased", DRAIN_B, "superseded", timedelta(seconds=30)),
-        ("DrainHeld", DRAIN_C, ("build-pod",)),
+    assert env.events.posted == [("DrainReleased", DRAIN_B, "superseded", timedelta(seconds=30))]
+    assert [(e[0], e[2]) for e in env.events.pool] == [
+        ("PoolRolloutHeld", DRAIN_B),
+        ("PoolRolloutReleased", DRAIN_B),
+        ("PoolRolloutHeld", DRAIN_C),
     ]
 
 
@@ -425,9 +469,12 @@ async def test_a_hold_found_at_start_is_resumed_not_counted(
     for verb in protocol.Verb:
         assert env.value("drain_guard_drain_requests_total", verb=verb.value) == 0, verb
     assert env.value("drain_guard_hold_started_timestamp_seconds") == since.timestamp()
-    # The stale detail was rewritten: an update of the same hold, with its Event.
+    # The stale detail was rewritten: an update of the same hold, with its Event (on its pool).
     assert env.controller.status().decision == "update-hold"
-    assert env.events.posted == [("DrainHeld", DRAIN_B, ("build-pod",))]
+    assert env.events.pool == [
+        ("PoolRolloutHeld", "worker", DRAIN_B, ("build-pod",), since + MAX_HOLD)
+    ]
+    assert env.events.posted == []
 
 
 async def test_a_hold_found_at_start_counts_only_the_reasons_it_gains(env: Env) -> None:

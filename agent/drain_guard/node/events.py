@@ -1,6 +1,13 @@
-"""Kubernetes Events on the agent's Node (``DrainHeld``, ``DrainReleased``, ``DrainHoldExpired``,
-``HoldRequestInvalid``) and on its MachineConfigPool (``PoolRolloutHeld``,
-``PoolRolloutReleased``: the pool's rollout waits on this node's hold, and goes on).
+"""Kubernetes Events on the agent's Node (``DrainReleased``, ``DrainHoldExpired``,
+``HoldRequestInvalid``; ``DrainHeld`` only for a node whose pool cannot be told) and on its
+MachineConfigPool (``PoolRolloutHeld``, ``PoolRolloutReleased``: the pool's rollout waits on
+this node's hold, and goes on).
+
+Each Event is an API write (an etcd write), so a hold costs three (docs/protocol.md, Events):
+its start is told once, on the pool, where nothing else says it (the Node's own annotations
+say it on the Node while it lasts); its end on the Node, carrying what the hold was for, and
+on the pool. Without a pool, two: ``DrainHeld`` and the end, on the Node. A hold's later
+changes refresh its start Event in place (a PATCH of its count and message), never a new one.
 
 A pool's Event is what ``oc describe mcp worker`` shows: kubectl lists the Events whose
 ``involvedObject`` has the pool's kind, name, empty namespace and, when the pool's uid is known,
@@ -28,12 +35,12 @@ API (the controller)::
 
     events = EventRecorder(kube, node_name, metrics=metrics)
     events.node_uid = node.uid                       # once known; sets involvedObject.uid
-    await events.drain_held(held_drain, reasons, detail)
     await events.pool_held(pool, held_drain, reasons, detail, since, expires)
+    await events.drain_held(held_drain, reasons, detail)    # instead, when no pool is known
     await events.pool_released(pool, held_drain, outcome, held_for)
-    await events.drain_released(held_drain, outcome, held_for)   # outcome "expired" →
-                                                                 # DrainHoldExpired (Warning)
-    await events.drain_released(held_drain, "manual", held_for, released_by="alice")
+    await events.drain_released(record, outcome, held_for)  # outcome "expired" →
+                                                            # DrainHoldExpired (Warning)
+    await events.drain_released(record, "manual", held_for, released_by="alice")
     await events.emit(reason, message, type="Normal", key=None, pool=None)  # the general form
 """
 
@@ -57,6 +64,7 @@ from drain_guard.protocol import (
     POOL_KIND,
     POOL_ROLLOUT_HELD,
     POOL_ROLLOUT_RELEASED,
+    HoldRecord,
     format_rfc3339,
     truncate_utf8,
 )
@@ -130,30 +138,36 @@ class EventRecorder:
         self._last_name_ns = 0
 
     async def drain_held(self, held_drain: str, reasons: Sequence[str], detail: str) -> None:
-        """A drain request is held (new hold or changed reasons); ``detail``: pods, digests."""
+        """A drain request is held, on a node whose pool cannot be told (else ``pool_held``
+        tells it); a change of the hold refreshes the same Event (its count, the newest
+        message)."""
         why = ", ".join(str(r) for r in reasons)
         await self.emit(
             DRAIN_HELD,
             f"Holding drain request {held_drain} ({why}): {detail}",
-            key=f"{held_drain} {why}",
+            key=held_drain,
         )
 
     async def drain_released(
         self,
-        held_drain: str,
+        record: HoldRecord,
         outcome: str,
         held_for: timedelta,
         released_by: str | None = None,
         why: str = "",
     ) -> None:
         """A hold ended; an ``expired`` hold is a Warning ``DrainHoldExpired``; a manual
-        release says who released it, when the Node recorded it (``released-by``)."""
+        release says who released it, when the Node recorded it (``released-by``). The message
+        ends with what the hold was for (its reasons and detail, as last written): the hold's
+        one Event on the Node, which the Node's annotations no longer show once it ended."""
         took = format_duration(held_for)
+        held_drain = record.held_drain
+        held = f"; held for {_held_for(record)}"
         if str(outcome) == "expired":
             await self.emit(
                 DRAIN_HOLD_EXPIRED,
                 f"Hold of drain request {held_drain} expired after {took} (max-hold): "
-                "the drain goes ahead although a guard still blocked",
+                f"the drain goes ahead although a guard still blocked{held}",
                 type=WARNING,
                 key=held_drain,
             )
@@ -162,7 +176,8 @@ class EventRecorder:
         because = f": {why}" if why else ""
         await self.emit(
             DRAIN_RELEASED,
-            f"Released drain request {held_drain} after {took} (outcome {outcome}{by}){because}",
+            f"Released drain request {held_drain} after {took} (outcome {outcome}{by})"
+            f"{because}{held}",
             key=f"{held_drain} {outcome}",
         )
 
@@ -175,7 +190,9 @@ class EventRecorder:
         since: datetime,
         expires: datetime,
     ) -> None:
-        """The hold stalls ``pool``'s rollout: the pool waits on this node until it ends."""
+        """The hold stalls ``pool``'s rollout: the pool waits on this node until it ends. One
+        Event per hold: a change of its reasons or detail (or the MCD asking again) refreshes
+        it (its count, the newest message), as client-go's aggregation does a repeat."""
         why = ", ".join(str(r) for r in reasons)
         details = split_hold_detail(detail)
         clears = releases_when([(str(r), details.get(str(r), "")) for r in reasons], None)
@@ -184,7 +201,7 @@ class EventRecorder:
             POOL_ROLLOUT_HELD,
             f"{pool} pool waiting: {self.node_name} held ({why}, since {format_rfc3339(since)},"
             f" ends {whens} or at {format_rfc3339(expires)})",
-            key=f"{held_drain} {why}",
+            key=held_drain,
             pool=pool,
         )
 
@@ -329,6 +346,12 @@ class EventRecorder:
         seen.last = now
 
 
+def _held_for(record: HoldRecord) -> str:
+    """What a hold was for, as its record says: the detail (which names each reason), or the
+    reasons alone when it has none."""
+    return printable(record.detail) if record.detail else ", ".join(record.reason_names)
+
+
 class EventQueue:
     """Writes a recorder's Events in order from a background task.
 
@@ -355,16 +378,14 @@ class EventQueue:
 
     def drain_released(
         self,
-        held_drain: str,
+        record: HoldRecord,
         outcome: str,
         held_for: timedelta,
         released_by: str | None = None,
         why: str = "",
     ) -> None:
         """Queue ``EventRecorder.drain_released``."""
-        write = partial(
-            self.recorder.drain_released, held_drain, outcome, held_for, released_by, why
-        )
+        write = partial(self.recorder.drain_released, record, outcome, held_for, released_by, why)
         self._post(write)
 
     def pool_held(

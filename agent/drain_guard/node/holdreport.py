@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from drain_guard.decision import holds
+from drain_guard.protocol import HoldRecord
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.logs import hold_fields
 
@@ -28,7 +29,7 @@ class EventSink(Protocol):
 
     def drain_released(
         self,
-        held_drain: str,
+        record: HoldRecord,
         outcome: str,
         held_for: timedelta,
         released_by: str | None = None,
@@ -55,12 +56,15 @@ class EventSink(Protocol):
 class HoldReport:
     """Tells a node's hold transitions; an observe-only agent posts no Event (a write too).
 
-    A hold stalls the rollout of the node's MachineConfigPool: each Node Event of a hold's
-    start or change has a ``PoolRolloutHeld`` on the pool beside it, and its end a
-    ``PoolRolloutReleased`` (the pool's Events would otherwise say "waiting" for the Event TTL
-    after the rollout went on). Found (a restart) posts neither, as it posts no ``DrainHeld``.
-    The release goes to the pool the hold was posted on, should the node have moved to another
-    pool meanwhile (its new pool's request supersedes the hold).
+    Each Event is an API write, so a hold costs three (docs/protocol.md, Events). Its start is
+    told where nothing else says it: a hold stalls the rollout of the node's MachineConfigPool,
+    so a ``PoolRolloutHeld`` on the pool (the Node's own annotations say the hold on the Node
+    while it lasts; a ``DrainHeld`` on the Node stands in only when the pool cannot be told). A
+    change of the hold refreshes that Event. Its end: ``DrainReleased`` (or ``DrainHoldExpired``)
+    on the Node, with what the hold was for, and ``PoolRolloutReleased`` on the pool (its
+    Events would otherwise say "waiting" for the Event TTL after the rollout went on). Found
+    (a restart) posts nothing. The release goes to the pool the hold was posted on, should the
+    node have moved to another pool meanwhile (its new pool's request supersedes the hold).
     """
 
     def __init__(
@@ -87,11 +91,8 @@ class HoldReport:
                 else:
                     self.metrics.count_hold_reasons(t.gained)
                     self.metrics.set_hold(t.reasons, t.since)
-                self.events.drain_held(t.request, t.reasons, t.detail)
-                if pool is not None and not self.observe_only:
-                    expires = t.since + self.max_hold
-                    self.events.pool_held(pool, t.request, t.reasons, t.detail, t.since, expires)
-                    self._held_pool = pool
+                if not self.observe_only:  # an Event is a write too
+                    self._held(t, pool)
             elif isinstance(t, holds.Found):
                 if t.record.reasons:  # else only reasons this agent does not know: no series
                     self.metrics.set_hold([r.value for r in t.record.reasons], t.record.since)
@@ -113,13 +114,22 @@ class HoldReport:
             else:
                 self._ended(t, node, pool)
 
+    def _held(self, held: holds.Began | holds.Resumed | holds.Updated, pool: str | None) -> None:
+        """The hold's start Event, or its refresh: on the pool, on the Node without one."""
+        if pool is None:
+            self.events.drain_held(held.request, held.reasons, held.detail)
+            return
+        expires = held.since + self.max_hold
+        self.events.pool_held(pool, held.request, held.reasons, held.detail, held.since, expires)
+        self._held_pool = pool
+
     def _ended(self, ended: holds.Ended, node: str, pool: str | None) -> None:
         record = ended.record
         outcome = ended.outcome.value
         self.metrics.hold_released(outcome, ended.held_for.total_seconds())
         if not self.observe_only:  # an Event is a write too
             self.events.drain_released(
-                record.held_drain, outcome, ended.held_for, ended.released_by, ended.why
+                record, outcome, ended.held_for, ended.released_by, ended.why
             )
             held_on = self._held_pool or pool
             if held_on is not None:
