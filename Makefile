@@ -35,9 +35,9 @@ $(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pypro
 	scripts/build-image.sh
 
 # The kube-rbac-proxy sidecar's image for the node tests (the central shield's), built here:
-# kube-rbac-proxy v0.18.0 from the Go module proxy, an image of its one static binary by
+# kube-rbac-proxy v0.19.1 from the Go module proxy, an image of its one static binary by
 # buildah (scripts/build-kube-rbac-proxy.sh, docs/image.md): build/image/kube-rbac-proxy.oci.tar
-# holds localhost/kube-rbac-proxy:v0.18.0. Does nothing when the archive was built by the
+# holds localhost/kube-rbac-proxy:v0.19.1. Does nothing when the archive was built by the
 # script as it is (keyed on its content, not its date: a rebase rewrites the file).
 kube-rbac-proxy-image: system-deps
 	scripts/build-kube-rbac-proxy.sh

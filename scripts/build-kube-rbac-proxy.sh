@@ -4,9 +4,10 @@
 #
 #   1. kube-rbac-proxy VERSION from the Go module proxy (`go mod download`), built with
 #      CGO_ENABLED=0 in a writable copy of the module's directory (the module cache is
-#      read-only), into build/kube-rbac-proxy/. The module proxy serves v0.18.0; it refuses
-#      v0.21.0, the version daemonset/components/kube-rbac-proxy pins from quay.io
-#      (docs/control-plane.md says what that leaves untested).
+#      read-only), into build/kube-rbac-proxy/. v0.19.1 is the newest the module proxy
+#      serves: it refuses v0.20.0, v0.20.1 and v0.21.0, the version
+#      daemonset/components/kube-rbac-proxy pins from quay.io ("This module version is not
+#      available"; docs/control-plane.md says what that leaves untested).
 #   2. An image of that one static binary, `buildah from scratch` (no network: --network none
 #      is the default of a build with nothing to run), user 65532 as the shipped image's,
 #      written as an OCI archive, build/image/kube-rbac-proxy.oci.tar, named
@@ -28,7 +29,7 @@ if [ -z "${DRAIN_GUARD_IMAGE_NAMESPACE:-}" ]; then
     exec unshare --mount --propagation private env DRAIN_GUARD_IMAGE_NAMESPACE=1 "$self" "$@"
 fi
 
-VERSION=v0.18.0
+VERSION=v0.19.1
 MODULE=github.com/brancz/kube-rbac-proxy
 IMAGE="localhost/kube-rbac-proxy:$VERSION"
 OUT=build/image

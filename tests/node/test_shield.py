@@ -1,7 +1,7 @@
 """The central shield as ``daemonset/overlays/systemd`` ships it, on the real node: its
-Deployment with the kube-rbac-proxy sidecar (``make kube-rbac-proxy-image``: v0.18.0, built
+Deployment with the kube-rbac-proxy sidecar (``make kube-rbac-proxy-image``: v0.19.1, built
 here from the Go module proxy, which serves no later version; the manifest pins v0.21.0 from
-quay.io, and every flag it passes is v0.18.0's too), Ready through the real kubelet's probes,
+quay.io, and every flag it passes is v0.19.1's too), Ready through the real kubelet's probes,
 which pass the proxy unauthenticated; its /metrics through the proxy only with the token of
 the identity the shipped Roles let scrape (the platform Prometheus's account), refused
 without a token and with another account's; and its budget on a build pod, confined by the
@@ -15,6 +15,7 @@ docs/install.md has a user point them at a mirror; the service CA is played
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +38,10 @@ from tests.node.helpers import (
 )
 
 PROXY_ARCHIVE = REPO / "build" / "image" / "kube-rbac-proxy.oci.tar"
+#: The version ``make kube-rbac-proxy-image`` builds (its script's VERSION).
+PROXY_BUILT = re.findall(
+    r"^VERSION=(v[0-9.]+)$", (REPO / "scripts" / "build-kube-rbac-proxy.sh").read_text(), re.M
+)[0]
 SYSTEMD = REPO / "daemonset" / "overlays" / "systemd"
 MASTER = "node-role.kubernetes.io/master"
 #: The platform Prometheus's account: the one the shipped Role drain-guard-metrics lets scrape.
@@ -143,8 +148,9 @@ def test_the_shield_is_ready_and_its_metrics_go_to_the_platform_prometheus_only(
         ("kube-rbac-proxy", True),
     ], statuses
     (proxy,) = (s for s in statuses if s["name"] == "kube-rbac-proxy")
-    assert proxy["image"].endswith("localhost/kube-rbac-proxy:v0.18.0"), proxy["image"]
-    # The shipped flags, every one taken by v0.18.0 (it exits on a flag it does not know).
+    assert proxy["image"].endswith(f"localhost/kube-rbac-proxy:{PROXY_BUILT}"), proxy["image"]
+    # The shipped flags, every one taken by the built version (it exits on a flag it does not
+    # know).
     assert proxy["restartCount"] == 0, proxy
     (deployment,) = (o for o in shield.objects if o["kind"] == "Deployment")
     shipped = {c["name"]: c["args"] for c in deployment["spec"]["template"]["spec"]["containers"]}
