@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from drain_guard_sim.harness.controlplane import ControlPlaneError
-from drain_guard_sim.harness.node import PAUSE_IMAGE, Node
+from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.nodeimages import PAUSE_IMAGE
 from tests.deploy.tools import REPO
 
 NAMESPACE = "default"

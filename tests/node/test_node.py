@@ -9,16 +9,16 @@ import subprocess
 import time
 
 from drain_guard_sim.harness.controlplane import SERVICE_CIDR
-from drain_guard_sim.harness.node import (
+from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.nodeimages import PAUSE_IMAGE
+from drain_guard_sim.harness.nodenet import (
     BRIDGE,
     GUARD_CHAIN,
     HOST_ADDRESS,
-    NO_PULL_PROXY,
-    PAUSE_IMAGE,
     POD_CIDR,
-    Node,
     routed_via_bridge,
 )
+from drain_guard_sim.harness.noderuntime import NO_PULL_PROXY
 from tests.node.helpers import delete_pod, kubectl, run_pod
 
 

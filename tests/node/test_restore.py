@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from drain_guard_sim.harness.node import BRIDGE, GUARD_CHAIN, Node
+from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.nodenet import BRIDGE, GUARD_CHAIN
 
 
 def test_stopping_the_node_puts_the_host_back(node: Node) -> None:

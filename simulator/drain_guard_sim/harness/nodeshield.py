@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from drain_guard_sim.apiserver.tls import ServingCert
-from drain_guard_sim.harness.node import NodeError, user_kustomization
+from drain_guard_sim.harness.nodeimages import user_kustomization
+from drain_guard_sim.harness.nodenet import NodeError
 from drain_guard_sim.harness.nodewebhook import service_ca_secret
 
 __all__ = ["SHIELD", "Shield", "shield_objects"]

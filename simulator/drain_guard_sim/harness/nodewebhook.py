@@ -22,7 +22,9 @@ from typing import Any
 import yaml
 
 from drain_guard_sim.apiserver.tls import ServingCert
-from drain_guard_sim.harness.node import Node, NodeError, user_kustomization
+from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.nodeimages import user_kustomization
+from drain_guard_sim.harness.nodenet import NodeError
 
 __all__ = ["WEBHOOK", "apply_webhook", "as_manifest", "service_ca_secret", "webhook_objects"]
 
