@@ -6,11 +6,11 @@ What ``SimCluster`` writes into the simulator's store in-process, this harness c
 the API as an administrator: the project's CRDs (``crds.py``), the MCO namespaces, the worker
 pool with its MachineConfigs, the worker Nodes, DaemonSets and ReplicaSets with their pods
 (valid objects: a real server validates and garbage-collects them). Each actor runs as a
-service account of its own, bound to a ClusterRole of what it calls (``ACTOR_RULES``); the
+service account of its own, bound to a ClusterRole of what it calls (``actorrbac``); the
 real controller manager's garbage collector and disruption controller replace the simulator's.
-There is no kubelet: :class:`PodKubelet` plays its end of a pod's deletion, the actors set
-their pods' status. What happened is read from watches (the Nodes' cordons, the Builds'
-phases) and the actors' records, not from a write log.
+There is no kubelet: ``podkubelet`` plays its end of a pod's deletion, the actors set
+their pods' status. What happened is read from watches (``realobserver``: the Nodes'
+cordons, the Builds' phases) and the actors' records, not from a write log.
 
 Several clusters may share one control plane: each names its pool, MachineConfigs and Nodes
 after ``pool`` and selects its Nodes by a label of that name.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar, Unpack
@@ -33,19 +32,16 @@ from drain_guard_sim.actors.mco import (
     GROUP_MCO,
     MCO_NAMESPACE,
     ROLE_LABEL,
-    TARGET_POOL_LABEL,
     Actor,
-    Informer,
     JsonObj,
-    McoVersion,
-    Timings,
-    annotations_of,
     read_json,
 )
 from drain_guard_sim.actors.nodewriters import label_patch
-from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
+from drain_guard_sim.harness.actorrbac import ACTOR_NAMESPACE, ACTOR_RULES
 from drain_guard_sim.harness.controlplane import ControlPlane
+from drain_guard_sim.harness.podkubelet import PodKubelet
+from drain_guard_sim.harness.realobserver import Observer
 from drain_guard_sim.harness.scenario import (
     DAEMONSETS,
     DEPLOYMENTS,
@@ -53,225 +49,14 @@ from drain_guard_sim.harness.scenario import (
     BuildResult,
     Scenario,
     ScenarioOptions,
-    cluster_label,
     machine_os_build_result,
 )
 
-__all__ = ["ACTOR_RULES", "PodKubelet", "RealCluster", "agent_user"]
+__all__ = ["RealCluster", "agent_user"]
 
 MERGE = "application/merge-patch+json"
 RBAC = "rbac.authorization.k8s.io"
-#: The namespace of the actors' service accounts (MCO's own; openshift-infra's build
-#: controller and kube-system's ReplicaSet controller live here too, for one place).
-ACTOR_NAMESPACE = MCO_NAMESPACE
 T = TypeVar("T")
-
-_NODES_RW = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]}
-_EVENTS = {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}
-_POOLS = {"apiGroups": [GROUP_MCO], "resources": ["machineconfigpools"],
-          "verbs": ["get", "list", "watch", "patch"]}  # fmt: skip
-_POOL_STATUS = {"apiGroups": [GROUP_MCO], "resources": ["machineconfigpools/status"],
-                "verbs": ["get", "patch"]}  # fmt: skip
-_BUILDS_READ = {"apiGroups": ["build.openshift.io"], "resources": ["builds"],
-                "verbs": ["get", "list", "watch"]}  # fmt: skip
-_MACHINE_OS_READ = {"apiGroups": [GROUP_MCO], "resources": ["machineosconfigs", "machineosbuilds"],
-                    "verbs": ["get", "list", "watch"]}  # fmt: skip
-
-#: Each actor's service account and what it calls, nothing more.
-ACTOR_RULES: dict[str, list[JsonObj]] = {
-    "machine-config-daemon": [
-        _NODES_RW,
-        _EVENTS,
-        {"apiGroups": [GROUP_MCO], "resources": ["machineconfigs"], "verbs": ["get"]},
-    ],
-    # The drain controller and the render and node controllers: the machine-config-controller.
-    "machine-config-controller": [
-        _NODES_RW,
-        _EVENTS,
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
-        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"]},
-        {
-            "apiGroups": [GROUP_MCO],
-            "resources": ["machineconfigs"],
-            "verbs": ["get", "list", "watch", "create"],
-        },
-        _POOLS,
-        _POOL_STATUS,
-        _BUILDS_READ,
-        _MACHINE_OS_READ,
-    ],
-    "machine-os-builder": [
-        _POOLS,
-        _POOL_STATUS,
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
-        {
-            "apiGroups": ["build.openshift.io"],
-            "resources": ["builds"],
-            "verbs": ["get", "list", "watch", "create", "delete"],
-        },
-        # 4.16+: the MachineOSBuilds it creates, their status and the MachineOSConfig's
-        # (image, 4.18+'s current-build annotation); the build pods and Jobs it follows.
-        {
-            "apiGroups": [GROUP_MCO],
-            "resources": ["machineosbuilds", "machineosconfigs"],
-            "verbs": ["get", "list", "watch", "create", "patch"],
-        },
-        {
-            "apiGroups": [GROUP_MCO],
-            "resources": ["machineosbuilds/status", "machineosconfigs/status"],
-            "verbs": ["patch"],
-        },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "delete"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list", "watch"]},
-    ],
-    # openshift-controller-manager's build controller, 4.16+'s build pods, 4.18's Job
-    # controller, and the kubelet for the build pod (its status, the end of its deletion).
-    "build-controller": [
-        {
-            "apiGroups": ["build.openshift.io"],
-            "resources": ["builds", "builds/status"],
-            "verbs": ["get", "list", "watch", "patch"],
-        },
-        {
-            "apiGroups": [""],
-            "resources": ["pods"],
-            "verbs": ["get", "list", "watch", "create", "delete"],
-        },
-        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete"]},
-        {"apiGroups": ["batch"], "resources": ["jobs/status"], "verbs": ["patch"]},
-        {"apiGroups": [GROUP_MCO], "resources": ["machineosbuilds"], "verbs": ["list", "watch"]},
-    ],
-    "replicaset-controller": [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "create"]},
-        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    ],
-    "kubelet": [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch", "delete"]},
-    ],
-}
-
-
-class PodKubelet(Actor):
-    """The kubelets' end of a pod's deletion on ``nodes``: a real API server marks a bound pod
-    deleted (an eviction too) and keeps it until its kubelet has stopped it; here it stops at
-    once (the pod is deleted with grace period 0)."""
-
-    actor_name = "kubelet"
-
-    def __init__(
-        self, kubeconfig: Path, timeline: Timeline, timings: Timings, nodes: list[str]
-    ) -> None:
-        super().__init__(kubeconfig, timeline, timings)
-        self.nodes = set(nodes)
-
-    async def started(self) -> None:
-        pods = Informer(self.core.list_pod_for_all_namespaces, self._on_pod)
-        self.spawn(pods.run(), "kubelet-pods")
-        await pods.synced.wait()
-
-    def _on_pod(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        meta = obj["metadata"]
-        bound_here = (obj.get("spec") or {}).get("nodeName") in self.nodes
-        if etype != "DELETED" and meta.get("deletionTimestamp") and bound_here:
-            self.spawn(self._stopped(meta["namespace"], meta["name"]), f"stop-{meta['name']}")
-
-    async def _stopped(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(ApiException):  # gone already
-            await read_json(
-                await self.core.delete_namespaced_pod(
-                    name, namespace, grace_period_seconds=0, _preload_content=False
-                )
-            )
-
-
-class _Observer(Actor):
-    """The administrator: creates the seed's objects, then watches the pool's Nodes (each
-    cordon, with the node's annotations then) and Builds (created, ended)."""
-
-    actor_name = "observer"
-
-    def __init__(
-        self, kubeconfig: Path, timeline: Timeline, timings: Timings, pool: str, version: McoVersion
-    ) -> None:
-        super().__init__(kubeconfig, timeline, timings, version)
-        self.pool = pool
-        self.nodes: Informer | None = None
-        self.pools: Informer | None = None
-        self.os_configs: Informer | None = None
-        self.cordons: list[tuple[float, str, dict[str, str]]] = []
-        self.builds: list[tuple[str, float, JsonObj | None, float]] = []  # name, t0, end, t1
-        self.changed = asyncio.Event()
-
-    async def watch(self) -> None:
-        c = self.custom
-        self.nodes = Informer(
-            self.core.list_node, self._on_node, {"label_selector": cluster_label(self.pool)}
-        )
-        self.pools = Informer(
-            c.list_cluster_custom_object,
-            self._on_any,
-            {"group": GROUP_MCO, "version": "v1", "plural": "machineconfigpools",
-             "field_selector": f"metadata.name={self.pool}"},
-        )  # fmt: skip
-        informers = [(self.nodes, "nodes"), (self.pools, "pools")]
-        if self.version.gates_on_build:
-            kind = {"group": GROUP_MCO, "version": api_version(self.version)}
-            self.os_configs = Informer(
-                c.list_cluster_custom_object,
-                self._on_any,
-                {
-                    **kind,
-                    "plural": "machineosconfigs",
-                    "field_selector": f"metadata.name={self.pool}",
-                },
-            )
-            builds = Informer(
-                c.list_cluster_custom_object, self._on_build, {**kind, "plural": "machineosbuilds"}
-            )
-            informers += [(self.os_configs, "moscs"), (builds, "mosbs")]
-        else:
-            builds = Informer(
-                c.list_namespaced_custom_object,
-                self._on_build,
-                {"group": "build.openshift.io", "version": "v1", "namespace": MCO_NAMESPACE,
-                 "plural": "builds", "label_selector": f"{TARGET_POOL_LABEL}={self.pool}"},
-            )  # fmt: skip
-            informers.append((builds, "builds"))
-        for inf, name in informers:
-            self.spawn(inf.run(), f"observer-{name}")
-            await inf.synced.wait()
-
-    def _now(self) -> float:
-        return self.timeline.since_start(time.monotonic())
-
-    def _on_any(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        self.changed.set()
-
-    def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        was = bool(((old or {}).get("spec") or {}).get("unschedulable"))
-        if bool((obj.get("spec") or {}).get("unschedulable")) and not was:
-            self.cordons.append((self._now(), obj["metadata"]["name"], annotations_of(obj)))
-        self.changed.set()
-
-    def _on_build(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        name = obj["metadata"]["name"]
-        if self.version.gates_on_build:
-            if (obj.get("spec") or {}).get("machineOSConfig", {}).get("name") != self.pool:
-                return  # another cluster's (MachineOSConfigs are named after their pools)
-            ended = machine_os_build_result(self.version, obj) is not None
-        else:
-            phase = (obj.get("status") or {}).get("phase")
-            ended = phase in ("Complete", "Failed", "Error", "Cancelled")
-        if etype == "ADDED" and not any(b[0] == name and b[2] is None for b in self.builds):
-            self.builds.append((name, self._now(), None, 0.0))
-        if ended:
-            for i, (bname, t0, end, _) in enumerate(self.builds):
-                if bname == name and end is None:
-                    self.builds[i] = (bname, t0, obj, self._now())
-        self.changed.set()
 
 
 def agent_user(node: str) -> str:
@@ -299,7 +84,7 @@ class RealCluster(Scenario):
     ) -> None:
         super().__init__(workdir, pool=pool, **options)
         self.plane = plane
-        self._observer = _Observer(
+        self._observer = Observer(
             plane.admin_kubeconfig, self.timeline, self.timings, pool, self.version
         )
         self._label_margin: float | None = None

@@ -394,7 +394,7 @@ BASE_OS_IMAGE = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:" + "5" *
 
 
 #: The actors' identities a server provides (``Scenario._actor_kubeconfig``): on the real control
-#: plane a service account each (``realcluster.ACTOR_RULES``), on the simulator MCO's users.
+#: plane a service account each (``actorrbac.ACTOR_RULES``), on the simulator MCO's users.
 ACTOR_ROLES = (
     "machine-config-daemon",
     "machine-config-controller",
