@@ -25,7 +25,8 @@ from pathlib import Path
 
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
-from drain_guard_sim.harness.controlplane import AUDITED_GROUP, ControlPlane
+from drain_guard_sim.harness.audit import AUDITED_GROUP
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.conformance.client import Client, JsonObj
 from tests.controlplane.helpers import api_client, unique
 from tests.controlplane.nodes import add_build_pod, create_worker, shared_namespace, until

@@ -34,7 +34,8 @@ import yaml
 from kubernetes_asyncio import client
 
 from drain_guard import protocol
-from drain_guard_sim.harness.controlplane import ControlPlane, free_port
+from drain_guard_sim.harness.controlplane import ControlPlane
+from drain_guard_sim.harness.processes import free_port
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,

@@ -25,7 +25,8 @@ from kubernetes_asyncio import client
 from drain_guard import protocol
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess
-from drain_guard_sim.harness.controlplane import AUDITED_GROUP, ControlPlane
+from drain_guard_sim.harness.audit import AUDITED_GROUP
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane.helpers import unique
 from tests.controlplane.nodes import (
     DRAIN_B,

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from drain_guard_sim.harness.controlplane import ControlPlaneError
 from drain_guard_sim.harness.node import Node
 from drain_guard_sim.harness.nodeimages import PAUSE_IMAGE
+from drain_guard_sim.harness.processes import ControlPlaneError
 from tests.deploy.tools import REPO
 
 NAMESPACE = "default"

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from drain_guard_sim.harness.controlplane import ControlPlaneError, ManagedProcess, wait_ready
 from drain_guard_sim.harness.noderuntime import (
     CGROUP_ROOT,
     START_TIMEOUT,
@@ -20,6 +19,7 @@ from drain_guard_sim.harness.noderuntime import (
     start_kubelet,
     stop_runtime,
 )
+from drain_guard_sim.harness.processes import ControlPlaneError, ManagedProcess, wait_ready
 
 if TYPE_CHECKING:
     from drain_guard_sim.harness.node import Node

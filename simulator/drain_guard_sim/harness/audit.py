@@ -1,5 +1,6 @@
-"""A real API server's audit log read as the simulator's write log, so that one invariant
-checker (``checker.py``) judges runs on either server.
+"""A real API server's audit: the policy the control plane is started with (``audit_policy``),
+and its log read as the simulator's write log, so that one invariant checker
+(``checker.py``) judges runs on either server.
 
 ``ControlPlane(audit=True)`` logs every Node and Pod write with its request and response
 (``AUDIT_WRITES``). Each successful write (not a dry run) becomes a :class:`WriteRecord`:
@@ -37,7 +38,7 @@ from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.patching import apply_json_patch, apply_strategic_merge_patch
 from drain_guard_sim.apiserver.writelog import WriteRecord
 
-__all__ = ["write_log"]
+__all__ = ["AUDITED_GROUP", "AUDIT_WRITES", "audit_policy", "write_log"]
 
 JsonObj = dict[str, Any]
 WRITE_VERBS = ("create", "update", "patch", "delete")
@@ -224,3 +225,31 @@ def write_log(path: Path, since: datetime, clock_offset: float) -> list[WriteRec
 
 def _received(event: JsonObj) -> datetime:
     return datetime.fromisoformat(event.get("requestReceivedTimestamp") or event["stageTimestamp"])
+
+
+#: Users in this group have every request logged (its metadata: verb, URI with the query,
+#: response code) in ``audit_log``, with or without ``audit``: a test gives it to the one
+#: identity whose requests it counts (an agent's LISTs and watches), and no other request is
+#: logged for it.
+AUDITED_GROUP = "drain-guard.io:audited"
+#: What ``audit`` adds: every write to a Node or a Pod (and its status and evictions), with
+#: the request and the response, as a chaos run's checker needs them.
+AUDIT_WRITES: dict[str, Any] = {
+    "level": "RequestResponse",
+    "verbs": ["create", "update", "patch", "delete"],
+    "resources": [{"group": "", "resources": ["nodes", "pods", "pods/status", "pods/eviction"]}],
+}
+
+
+def audit_policy(writes: bool) -> dict[str, Any]:
+    """kube-apiserver's audit policy: the audited group's requests, and with ``writes``
+    every Node and Pod write; nothing else."""
+    rules: list[dict[str, Any]] = [{"level": "Metadata", "userGroups": [AUDITED_GROUP]}]
+    if writes:
+        rules.append(AUDIT_WRITES)
+    return {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["RequestReceived"],
+        "rules": [*rules, {"level": "None"}],
+    }

@@ -23,11 +23,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
-import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,17 +38,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from drain_guard_sim.apiserver.tls import ServingCert
+from drain_guard_sim.harness.audit import audit_policy
+from drain_guard_sim.harness.processes import (
+    ControlPlaneError,
+    ManagedProcess,
+    free_port,
+    spawn,
+    wait_ready,
+)
 
-__all__ = [
-    "BINARIES",
-    "ControlPlane",
-    "ControlPlaneError",
-    "ManagedProcess",
-    "default_bin_dir",
-    "free_port",
-    "spawn",
-    "wait_ready",
-]
+__all__ = ["BINARIES", "ControlPlane", "default_bin_dir"]
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -70,39 +66,6 @@ CONTROLLERS = (
     "root-ca-certificate-publisher-controller",
     "validatingadmissionpolicy-status-controller",
 )
-#: Users in this group have every request logged (its metadata: verb, URI with the query,
-#: response code) in ``audit_log``, with or without ``audit``: a test gives it to the one
-#: identity whose requests it counts (an agent's LISTs and watches), and no other request is
-#: logged for it.
-AUDITED_GROUP = "drain-guard.io:audited"
-#: What ``audit`` adds: every write to a Node or a Pod (and its status and evictions), with
-#: the request and the response, as a chaos run's checker needs them.
-AUDIT_WRITES: dict[str, Any] = {
-    "level": "RequestResponse",
-    "verbs": ["create", "update", "patch", "delete"],
-    "resources": [{"group": "", "resources": ["nodes", "pods", "pods/status", "pods/eviction"]}],
-}
-
-
-def audit_policy(writes: bool) -> dict[str, Any]:
-    """kube-apiserver's audit policy: the audited group's requests, and with ``writes``
-    every Node and Pod write; nothing else."""
-    rules: list[dict[str, Any]] = [{"level": "Metadata", "userGroups": [AUDITED_GROUP]}]
-    if writes:
-        rules.append(AUDIT_WRITES)
-    return {
-        "apiVersion": "audit.k8s.io/v1",
-        "kind": "Policy",
-        "omitStages": ["RequestReceived"],
-        "rules": [*rules, {"level": "None"}],
-    }
-
-
-START_TIMEOUT = 120.0  # seconds: a cold kube-apiserver on a loaded two-core machine
-
-
-class ControlPlaneError(RuntimeError):
-    """The control plane could not start or answer; the message ends with its log's tail."""
 
 
 def default_bin_dir() -> Path:
@@ -116,73 +79,6 @@ def default_bin_dir() -> Path:
 
 def missing_binaries(bin_dir: Path) -> list[str]:
     return [name for name in BINARIES if not os.access(bin_dir / name, os.X_OK)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-@dataclass
-class ManagedProcess:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    #: The command line it was started with (to start it again).
-    argv: tuple[str, ...] = ()
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])
-
-    def stop(self, grace: float = 10.0) -> None:
-        if self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
-
-
-def spawn(
-    name: str, argv: Sequence[str], logdir: Path, env: Mapping[str, str] | None = None
-) -> ManagedProcess:
-    """Start ``argv`` in a session of its own, its output in ``logdir/name.log``."""
-    log = logdir / f"{name}.log"
-    with log.open("ab") as out:
-        popen = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # a Ctrl-C in the terminal reaches us, not them
-            env=None if env is None else {**os.environ, **env},
-        )
-    return ManagedProcess(name, popen, log, tuple(argv))
-
-
-def wait_ready(
-    process: ManagedProcess, ready: Callable[[], bool], timeout: float = START_TIMEOUT
-) -> None:
-    """Return once ``ready()``; raise with the log's tail if the process exits first or
-    ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.popen.poll() is not None:
-            raise ControlPlaneError(
-                f"{process.name} exited with {process.popen.returncode}:\n{process.tail()}"
-            )
-        if ready():
-            return
-        time.sleep(0.2)
-    raise ControlPlaneError(f"{process.name} not ready after {timeout:.0f} s:\n{process.tail()}")
 
 
 @dataclass

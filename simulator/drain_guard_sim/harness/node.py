@@ -41,14 +41,7 @@ from typing import Any
 import yaml
 
 from drain_guard_sim.harness.addednode import AddedNode
-from drain_guard_sim.harness.controlplane import (
-    ControlPlane,
-    ControlPlaneError,
-    ManagedProcess,
-    free_port,
-    spawn,
-    wait_ready,
-)
+from drain_guard_sim.harness.controlplane import ControlPlane
 from drain_guard_sim.harness.hoststate import HostState
 from drain_guard_sim.harness.nodeimages import PAUSE_IMAGE, oci_archive, user_kustomization
 from drain_guard_sim.harness.nodenet import (
@@ -70,6 +63,13 @@ from drain_guard_sim.harness.noderuntime import (
     start_containerd,
     start_kubelet,
     stop_runtime,
+)
+from drain_guard_sim.harness.processes import (
+    ControlPlaneError,
+    ManagedProcess,
+    free_port,
+    spawn,
+    wait_ready,
 )
 
 __all__ = [

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from drain_guard_sim.harness.controlplane import ManagedProcess, free_port, spawn, wait_ready
 from drain_guard_sim.harness.nodeimages import PAUSE_IMAGE
 from drain_guard_sim.harness.nodenet import HOST_ADDRESS, NodeError, cni_config
+from drain_guard_sim.harness.processes import ManagedProcess, free_port, spawn, wait_ready
 
 if TYPE_CHECKING:
     from drain_guard_sim.harness.node import Node
