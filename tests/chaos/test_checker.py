@@ -16,14 +16,9 @@ import pytest
 
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.writelog import WriteRecord
-from drain_guard_sim.harness.checker import (
-    Checked,
-    CheckerConfig,
-    Interval,
-    check,
-    intersect,
-    longest,
-)
+from drain_guard_sim.harness.checker import check
+from drain_guard_sim.harness.checkresult import Checked, CheckerConfig
+from drain_guard_sim.harness.intervals import Interval, intersect, longest
 from drain_guard_sim.timestamps import rfc3339
 
 MCO = "machineconfiguration.openshift.io/"

@@ -28,27 +28,20 @@ schedule). Times are ``time.monotonic()`` values of the simulator's process.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from drain_guard_sim.apiserver.writelog import WriteRecord
+from drain_guard_sim.harness.checkresult import Checked, CheckerConfig, Violation
+from drain_guard_sim.harness.intervals import Interval, intersect, longest, normalise
 
 #: The label the shield puts on its budgets (docs/shield.md), restated, not imported:
 #: the checker judges the agent from the outside.
 SHIELD_NODE_LABEL = "drain-guard.io/node"
 
-__all__ = [
-    "Checked",
-    "CheckerConfig",
-    "Interval",
-    "Violation",
-    "check",
-    "intersect",
-    "longest",
-]
+__all__ = ["check"]
 
 JsonObj = dict[str, Any]
 
@@ -64,100 +57,8 @@ HOLD = "hold-"
 #: Object fields a write may change without the writer having changed them.
 _SERVER_FIELDS = ("resourceVersion", "managedFields", "generation")
 
-Interval = tuple[float, float]
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule: which, where, when (monotonic), and the write that shows it."""
-
-    rule: str
-    node: str
-    t: float
-    message: str
-    rv: int | None = None
-
-    def __str__(self) -> str:
-        where = f" (write rv={self.rv})" if self.rv is not None else ""
-        return f"[{self.rule}] {self.node} at t={self.t:.3f}: {self.message}{where}"
-
-
-@dataclass(frozen=True)
-class CheckerConfig:
-    """What the checker needs to know besides the write log."""
-
-    #: Agent user name → the node that agent runs on.
-    agent_users: Mapping[str, str]
-    mcd_user: str
-    mcc_user: str
-    max_hold: float
-    #: How late past ``max-hold`` a release may land (one pass of the agent's loop).
-    reconcile_interval: float
-    #: How long an agent may take to react to a request it can see.
-    grace: float
-    #: node → intervals in which its agent was up, synced and not hit by faults.
-    clean: Mapping[str, Sequence[Interval]]
-    #: Whether a Pod object is a build pod (decided here, not by the agent's selectors).
-    is_build_pod: Callable[[JsonObj], bool]
-    #: When the run ended (monotonic); holds still in force are judged up to here.
-    end: float
-    #: The run was brought to rest (faults off, agents up, rollout done): no hold may remain.
-    settled: bool = True
-
-
-@dataclass
-class Checked:
-    """The checker's verdict plus the figures a long run reports."""
-
-    violations: list[Violation] = field(default_factory=list)
-    holds: int = 0
-    releases: int = 0
-    race_lost_releases: int = 0
-    supersedes: int = 0
-    build_pod_evictions: int = 0
-    #: Why the evictions that are not violations are not: the agent was down or impaired,
-    #: or the request was never un-held long enough (held, released on purpose, a race).
-    evictions_excused: Counter[str] = field(default_factory=Counter)
-    requests: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
 
 # --- interval arithmetic ------------------------------------------------------------------
-
-
-def intersect(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
-    """Intersection of two sorted lists of disjoint intervals."""
-    out: list[Interval] = []
-    i = j = 0
-    while i < len(a) and j < len(b):
-        lo = max(a[i][0], b[j][0])
-        hi = min(a[i][1], b[j][1])
-        if lo < hi:
-            out.append((lo, hi))
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def longest(intervals: Iterable[Interval]) -> float:
-    return max((hi - lo for lo, hi in intervals), default=0.0)
-
-
-def _normalise(intervals: Iterable[Interval]) -> list[Interval]:
-    out: list[Interval] = []
-    for lo, hi in sorted(intervals):
-        if hi <= lo:
-            continue
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -242,7 +143,7 @@ class _Replay:
         self.result.violations.append(Violation(rule, node, t, message, rv))
 
     def clean(self, node: str) -> list[Interval]:
-        return _normalise(self.config.clean.get(node, ()))
+        return normalise(self.config.clean.get(node, ()))
 
     # -- per write ---------------------------------------------------------------------------
 
@@ -487,7 +388,7 @@ class _Replay:
         key = (w.namespace, w.name)
         alive = list(self.pod_alive.get(key, []))
         alive.append((self.pod_since.get(key, w.time), w.time))
-        unheld = intersect(intersect(window, _normalise(pending)), _normalise(alive))
+        unheld = intersect(intersect(window, normalise(pending)), normalise(alive))
         exposed = intersect(unheld, self.clean(node))
         if longest(exposed) < self.config.grace:
             why = "agent down or impaired"

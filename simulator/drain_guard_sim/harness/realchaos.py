@@ -28,8 +28,10 @@ from drain_guard_sim.actors.build import is_build_pod
 from drain_guard_sim.actors.mco import MCC_USER, MCD_USER, McoVersion, Timings
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
 from drain_guard_sim.harness.audit import write_log
-from drain_guard_sim.harness.checker import Checked, CheckerConfig, Interval, check
+from drain_guard_sim.harness.checker import check
+from drain_guard_sim.harness.checkresult import Checked, CheckerConfig
 from drain_guard_sim.harness.controlplane import ControlPlane
+from drain_guard_sim.harness.intervals import Interval
 from drain_guard_sim.harness.realcluster import RealCluster, agent_user
 
 __all__ = ["RealChaosReport", "RealChaosStalledError", "run_real_chaos"]

@@ -17,8 +17,9 @@ from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import agent_user
 from drain_guard_sim.harness.chaos.agents import AgentFleet, Note, Spawn
 from drain_guard_sim.harness.chaos.schedule import Action
-from drain_guard_sim.harness.checker import HOLD_REQUEST, Interval
+from drain_guard_sim.harness.checker import HOLD_REQUEST
 from drain_guard_sim.harness.cluster import SimCluster
+from drain_guard_sim.harness.intervals import Interval
 
 #: After a fault that hit an agent, how long it may take to be current again: a watch's
 #: backoff after a few failed attempts (``drain_guard.kube.retry.Backoff``: 0.5 s doubling,

@@ -25,7 +25,7 @@ from drain_guard_sim.harness.chaos.agents import AgentFleet
 from drain_guard_sim.harness.chaos.faults import FaultPlayer
 from drain_guard_sim.harness.chaos.schedule import Action, ChaosConfig, make_schedule
 from drain_guard_sim.harness.chaos.verdict import check_run, mco_stall, node_timeline, pool_state
-from drain_guard_sim.harness.checker import Checked
+from drain_guard_sim.harness.checkresult import Checked
 from drain_guard_sim.harness.cluster import SimCluster
 
 

@@ -23,8 +23,10 @@ from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess, agent_user
 from drain_guard_sim.harness.chaos.faults import RECOVERY
 from drain_guard_sim.harness.chaos.schedule import ChaosConfig
-from drain_guard_sim.harness.checker import Checked, CheckerConfig, Interval, Violation, check
+from drain_guard_sim.harness.checker import check
+from drain_guard_sim.harness.checkresult import Checked, CheckerConfig, Violation
 from drain_guard_sim.harness.cluster import SimCluster
+from drain_guard_sim.harness.intervals import Interval
 
 #: The run's own notes: (time.monotonic(), node or None, text).
 Events = Sequence[tuple[float, str | None, str]]
