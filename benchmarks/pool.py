@@ -52,7 +52,7 @@ from drain_guard_sim.actors.mco import (
     condition_true,
 )
 from drain_guard_sim.harness.cluster import SimCluster
-from drain_guard_sim.harness.demo import Agents
+from drain_guard_sim.harness.demoagents import Agents
 
 SCENARIOS = ("seed", "revert", "stuck-build", "failed-build", "admin-cordon", "degraded-pool")
 #: MCO's own --max-hold default, in MCO seconds.

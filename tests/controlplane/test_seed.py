@@ -22,7 +22,7 @@ import pytest
 from drain_guard.settings.hold import default_max_hold
 from drain_guard_sim.actors.mco import MCO_NAMESPACE, McoVersion, Timings
 from drain_guard_sim.harness.cluster import SimCluster
-from drain_guard_sim.harness.demo import Agents
+from drain_guard_sim.harness.demoagents import Agents
 from drain_guard_sim.harness.realcluster import RealCluster
 from tests.controlplane.helpers import unique
 

@@ -12,7 +12,7 @@ import pytest
 
 from drain_guard_sim.actors.mco import MCO_NAMESPACE, McoVersion
 from drain_guard_sim.harness.cluster import SimCluster
-from drain_guard_sim.harness.demo import Agents
+from drain_guard_sim.harness.demoagents import Agents
 
 #: A machine-os-builder replica on the control-plane node (its Deployment runs there on
 #: OpenShift); the build itself runs on a worker.

@@ -15,15 +15,9 @@ from drain_guard_sim.actors.mco import McoVersion
 from drain_guard_sim.actors.timeline import Timeline
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import DECISION
-from drain_guard_sim.harness.demo import (
-    MCO_NAMES,
-    AgentDecision,
-    RunResult,
-    configure_parser,
-    held_reasons,
-    times_note,
-    verdict,
-)
+from drain_guard_sim.harness.demo import MCO_NAMES, configure_parser
+from drain_guard_sim.harness.demoagents import AgentDecision, held_reasons
+from drain_guard_sim.harness.demoreport import RunResult, times_note, verdict
 from drain_guard_sim.harness.scenario import BuildResult, Cordon, Outcome
 from tests.helpers import (
     CONFIG_B,

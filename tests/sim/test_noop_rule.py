@@ -18,7 +18,7 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
 )
 from drain_guard_sim.harness.cluster import AGENT_USER, SimCluster
-from drain_guard_sim.harness.demo import AgentDecision, Agents
+from drain_guard_sim.harness.demoagents import AgentDecision, Agents
 
 #: MCO's --max-hold default, in MCO seconds (the agents' is scaled from it).
 MAX_HOLD = 2700.0

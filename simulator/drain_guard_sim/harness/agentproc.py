@@ -41,7 +41,7 @@ _T = TypeVar("_T")
 
 
 #: The message of the agent's decision records (``drain_guard.controller``), one per change
-#: of decision; their fields are what the demo reads (``demo.AgentDecision``).
+#: of decision; their fields are what the demo reads (``demoagents.AgentDecision``).
 DECISION = "decision"
 
 
