@@ -36,7 +36,11 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
     condition_true,
 )
-from drain_guard_sim.actors.nodecontroller import UPDATE_IN_PROGRESS, rollout_targets
+from drain_guard_sim.actors.nodecontroller import (
+    UPDATE_IN_PROGRESS,
+    node_changed,
+    rollout_targets,
+)
 from drain_guard_sim.apiserver.server import WriteRecord
 from drain_guard_sim.harness.cluster import SimCluster
 from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
@@ -225,6 +229,18 @@ def test_a_node_failing_to_reach_the_target_keeps_the_capacity_at_zero() -> None
     assert rollout_targets(nodes, "new", "x", 1) == []
     nodes[0] = _node("worker-0", desired="old", current="old", state="Done")
     assert [n["metadata"]["name"] for n in rollout_targets(nodes, "new", "x", 1)] == ["worker-0"]
+
+
+def test_a_cordon_and_an_uncordon_queue_the_pool() -> None:
+    """updateNode queues the pool when checkNodeReady's answer changes, and a cordoned node is
+    not ready to it (every version since 2019): an uncordon (the MCC's after a reboot, an
+    admin's) lets the rollout go on with no other event. The simulator missed it: a node
+    repaired while the daemon rebooted it (its state already Done) stalled the pool."""
+    node = _node("worker-0", desired="old", current="old", state="Done")
+    cordoned = {**node, "spec": {"unschedulable": True}}
+    assert node_changed(cordoned, node)
+    assert node_changed(node, cordoned)
+    assert not node_changed(node, {**node, "status": {"conditions": []}})
 
 
 @pytest.mark.parametrize("version", [McoVersion.V4_18_EARLY, McoVersion.V4_18])

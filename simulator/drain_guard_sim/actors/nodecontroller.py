@@ -144,31 +144,31 @@ def rollout_targets(
 _WATCHED_ANNOTATIONS = (CURRENT_CONFIG, DESIRED_CONFIG, STATE, REASON, CURRENT_IMAGE, DESIRED_IMAGE)
 
 
-def _node_changed(old: JsonObj, new: JsonObj) -> bool:
-    """What updateNode calls a change: readiness, its MCO annotations, labels, taints."""
+def node_changed(old: JsonObj, new: JsonObj) -> bool:
+    """What updateNode calls a change: readiness (``checkNodeReady``'s answer, so a cordon
+    and an uncordon are changes), its MCO annotations, labels, taints."""
     old_ann, new_ann = annotations_of(old), annotations_of(new)
     return (
-        _ready_condition(old) != _ready_condition(new)
+        _unready(old) != _unready(new)
         or any(old_ann.get(k) != new_ann.get(k) for k in _WATCHED_ANNOTATIONS)
         or labels_of(old) != labels_of(new)
         or (old.get("spec") or {}).get("taints") != (new.get("spec") or {}).get("taints")
     )
 
 
-def _ready_condition(node: JsonObj) -> str | None:
+def _unready(node: JsonObj) -> str | None:
+    """checkNodeReady (every version since 2019): why the node is not ready, or None. A
+    node whose Ready condition is not True, or that is cordoned (``spec.unschedulable``)."""
     for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return str(cond.get("status"))
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            return f"NotReady={cond.get('status')}"
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "Unschedulable"
     return None
 
 
 def _node_ready(node: JsonObj) -> bool:
-    if (node.get("spec") or {}).get("unschedulable"):
-        return False
-    for cond in (node.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") != "True":
-            return False
-    return True
+    return _unready(node) is None
 
 
 class NodeController(Actor):
@@ -276,7 +276,7 @@ class NodeController(Actor):
     def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         """updateNode: the pool is queued when a node's readiness, MCO annotations, labels or
         taints change; a status heartbeat alone queues nothing."""
-        if etype != "MODIFIED" or old is None or _node_changed(old, obj):
+        if etype != "MODIFIED" or old is None or node_changed(old, obj):
             self._enqueue()
 
     async def _worker(self, queue: WorkQueue, sync: Callable[[], Awaitable[None]]) -> None:
