@@ -12,10 +12,12 @@ from drain_guard_sim.actors.mco import (
     CURRENT_CONFIG,
     DESIRED_DRAIN,
     LAST_APPLIED_DRAIN,
+    REASON,
     STATE,
     McoVersion,
     Timings,
     annotations_of,
+    condition_true,
 )
 from drain_guard_sim.harness.cluster import AGENT_USER, SimCluster
 from drain_guard_sim.harness.demoagents import AgentDecision, Agents
@@ -159,6 +161,49 @@ async def test_a_pool_read_behind_the_nodes_target_is_waited_for(tmp_path: Path)
             await cluster.wait_for(lambda: _done(cluster, first), timeout=120)
             assert not [c for c in cluster.cordons() if c.unchanged_image]
             assert _expired(agents) == []
+        finally:
+            cluster.reboot_hooks.clear()
+            await agents.stop_all()
+
+
+@pytest.mark.timeout(300)
+async def test_4_15_a_build_refused_while_the_pool_was_degraded_is_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    """D4 after the repair: the pool moved to the new config while a node was Degraded, so
+    4.15's build controller started no build, and starts none once the node is repaired; the
+    node controller then targets every node with the new config and the image it runs. Each
+    agent saw the pool degraded at that config with no build of it, and lets its node's
+    same-image drain go at once, saying why, rather than hold it for the expected window.
+    (worker-1's daemon is down meanwhile, so that it does not repair its node itself.)"""
+    async with SimCluster(tmp_path, nodes=2, time_factor=FACTOR) as cluster:
+        api = cluster.api
+        agents = Agents(cluster, tmp_path, MAX_HOLD)
+        try:
+            for node in cluster.node_names:
+                await agents.start(node)
+            cluster.reboot_hooks.append(agents.restart)
+            await cluster.machines["worker-1"].stop()
+            broken = {STATE: "Degraded", REASON: "failed to drain node: timed out"}
+            api.patch("nodes", "worker-1", {"metadata": {"annotations": broken}})
+            await api.wait_for(
+                lambda: condition_true(api.get("machineconfigpools", "worker"), "Degraded"), 30
+            )
+            config = await cluster.create_machine_config("99-worker-files")
+            await cluster.timeline.wait_for(
+                lambda e: f"No build for MachineConfigPool worker, config {config}" in e.message
+            )
+            repaired = {STATE: "Done", REASON: ""}
+            api.patch("nodes", "worker-1", {"metadata": {"annotations": repaired}})
+            await cluster.machines["worker-1"].start()
+            await cluster.wait_for(lambda: _done(cluster, config), timeout=120)
+            asked = [d for d in agents.decisions if d.request == f"drain-{config}"]
+            first = {d.node: d for d in reversed(asked)}
+            assert sorted(first) == cluster.node_names, asked
+            for decision in first.values():
+                assert decision.outcome == "pass", asked
+                assert "not held: pool worker was Degraded at" in decision.why, asked
+            assert not [d for d in asked if d.outcome == "hold"], asked
         finally:
             cluster.reboot_hooks.clear()
             await agents.stop_all()

@@ -15,7 +15,9 @@ from drain_guard.core.replacement import (
     POOL_IMAGE,
     Foresight,
     McoObjects,
+    Refusal,
     foresee,
+    refusal,
 )
 from drain_guard.decision.decide import decide
 from drain_guard.guards import Block, BootedImage, Clear, ImageCompared, NodeView, NoopImageGuard
@@ -141,6 +143,45 @@ def test_4_15_a_build_stuck_by_a_newer_config_lets_go() -> None:
 def test_4_15_a_failed_build_lets_go() -> None:
     mco = McoObjects({"worker": pool(spec=A, status=B, BuildFailed=True)})
     assert look(mco)[0] is Foresight.NONE
+
+
+def test_4_15_a_build_refused_while_degraded_lets_go_once_the_pool_is_repaired() -> None:
+    """D4 after the repair: the pool moved to the node's config while degraded, so 4.15's
+    build controller refused that config's build and starts none later; the pool, repaired,
+    looks as in the seed's race (BuildSuccess of the old build, a new config), and only the
+    refusal the agent saw tells them apart."""
+    repaired = pool(spec=A, status=B, BuildSuccess=True)
+    refused = McoObjects({"worker": repaired}, refusals={"worker": Refusal(A, "NodeDegraded")})
+    foresight, why, _ = look(refused)
+    assert foresight is Foresight.NONE
+    assert "was NodeDegraded at rendered-worker-aaaaaaaa before any build of it" in why
+    other = McoObjects({"worker": repaired}, refusals={"worker": Refusal(B, "NodeDegraded")})
+    assert look(other)[0] is Foresight.EXPECTED
+    # A build that did start for the config wins.
+    building = pool(spec=A, status=B, Building=True)
+    assert look(McoObjects({"worker": building}, refusals=refused.refusals))[0] is (
+        Foresight.COMING
+    )
+
+
+@pytest.mark.parametrize("kind", ["Degraded", "NodeDegraded", "RenderDegraded"])
+def test_a_refusal_is_seen_in_a_degraded_pool_whose_config_no_build_started(kind: str) -> None:
+    refused = pool(spec=A, status=B, more={kind: True}, BuildSuccess=True)
+    assert refusal(None, refused) == Refusal(A, kind)
+    repaired = pool(spec=A, status=B, BuildSuccess=True)
+    assert refusal(None, repaired) is None
+    assert refusal(Refusal(A, kind), repaired) == Refusal(A, kind)  # kept once repaired
+    assert refusal(Refusal(A, kind), pool(spec=B, status=B, BuildSuccess=True)) is None  # moved
+    not_refused = (
+        pool(spec=A, status=B, more={kind: True, "BuildPending": True}, BuildSuccess=True),
+        pool(spec=A, status=B, more={kind: True, "Building": True}, BuildSuccess=False),
+        pool(spec=A, status=A, more={kind: True}, BuildSuccess=True),  # built, degraded later
+        # A pool without an image gets a build on any update once repaired (HasOSImage).
+        pool(spec=A, status=B, image=None, more={kind: True}, BuildSuccess=True),
+        {"spec": ["not", "a", "mapping"]},
+    )
+    for each in not_refused:
+        assert refusal(None, each) is None, each
 
 
 @pytest.mark.parametrize("kind", ["Degraded", "NodeDegraded", "RenderDegraded"])

@@ -9,7 +9,9 @@ objects say about the node's pool, read as each version's controllers read them
 (docs/protocol.md, "What a noop-image hold waits for"):
 
 - 4.15: the pool's build conditions (``BuildPending``, ``Building``, ``BuildSuccess``,
-  ``BuildFailed``) and its image annotation;
+  ``BuildFailed``), its image annotation, and whether the agent saw the pool degraded at its
+  config before any build of it started (``refusal``): 4.15 starts a build only in its
+  handler of the pool's move, and refuses it while the pool is degraded;
 - 4.16 and later: the MachineOSConfig naming the pool and the MachineOSBuild of that config
   and the pool's rendered config (``machineconfiguration.openshift.io/v1alpha1`` on 4.16, 4.17
   and 4.18 before the on-cluster-layering backport, ``v1`` after: the field names differ, both
@@ -23,7 +25,7 @@ them is not the agent's).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -36,8 +38,10 @@ __all__ = [
     "POOL_IMAGE",
     "Foresight",
     "McoObjects",
+    "Refusal",
     "Replacement",
     "foresee",
+    "refusal",
 ]
 
 JsonObj = Mapping[str, Any]
@@ -88,18 +92,59 @@ class Replacement:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A config of a 4.15 pool whose build MCO refused: the agent saw the pool at ``config``,
+    ``degraded`` (the condition), with no build of it started (``refusal``)."""
+
+    config: str
+    degraded: str
+
+
+@dataclass(frozen=True)
 class McoObjects:
     """MCO's objects as the agent's watches last listed them.
 
     ``pools`` by name; ``builds`` and ``configs`` the MachineOSBuilds and MachineOSConfigs, or
     None where the API does not serve them (4.15). ``unreadable`` says why the agent cannot
-    tell (a watch not listed yet, or failing): then nothing else is read.
+    tell (a watch not listed yet, or failing): then nothing else is read. ``refusals``: what
+    the agent saw of each pool's current config while it was degraded (``refusal``).
     """
 
     pools: Mapping[str, JsonObj]
     builds: Sequence[JsonObj] | None = None
     configs: Sequence[JsonObj] | None = None
     unreadable: str | None = None
+    refusals: Mapping[str, Refusal] = field(default_factory=dict)
+
+
+def refusal(kept: Refusal | None, pool: JsonObj) -> Refusal | None:
+    """What the agent keeps of a 4.15 pool's refused build, given what it kept and the pool's
+    newest version (each one a list or a watch delivers).
+
+    4.15's build controller starts a build only in its handler of the pool's move to a new
+    config (``shouldWeDoABuild``: ``isPoolConfigChange``, or a pool with no image yet) and
+    refuses it while the pool is degraded (``canPoolBuild``: ``IsAnyDegraded``); nothing
+    builds that config later, repaired or not, and nothing in the pool keeps the refusal. A
+    version that is degraded, names a config no build of which started (still ``BuildSuccess``
+    of an earlier build, none pending or running, the pool's status on another config) and
+    has an image shows one: either the move came while degraded, or the pool degraded in the
+    seconds between a move and its build's ``BuildPending``, which then shows. Dropped when
+    the pool names another config (a new move, a new decision)."""
+    config = _spec_config(pool)
+    if config is None:
+        return None
+    if kept is not None and kept.config != config:
+        kept = None
+    degraded = next((c for c in _DEGRADED if _condition(pool, c)), None)
+    unbuilt = (
+        _condition(pool, "BuildSuccess")
+        and not any(_condition(pool, c) for c in ("BuildPending", "Building"))
+        and config != _status_config(pool)
+        and _digest(_annotations(pool).get(POOL_IMAGE)) is not None
+    )
+    if degraded is not None and unbuilt:
+        return Refusal(config, degraded)
+    return kept
 
 
 def foresee(
@@ -149,7 +194,8 @@ def foresee(
         return Replacement(
             Foresight.NONE, f"no MachineOSConfig names pool {name}: nothing builds for it"
         )
-    return _from_pool(name, pool, config, annotations, desired, now, expected_until)
+    refused = mco.refusals.get(name)
+    return _from_pool(name, pool, config, refused, annotations, desired, now, expected_until)
 
 
 def _unread(now: datetime, until: datetime) -> Replacement:
@@ -169,12 +215,13 @@ def _from_pool(
     name: str,
     pool: JsonObj,
     config: str | None,
+    refused: Refusal | None,
     annotations: Mapping[str, str],
     desired: str | None,
     now: datetime,
     expected_until: datetime,
 ) -> Replacement:
-    """4.15: the pool's build conditions."""
+    """4.15: the pool's build conditions, and the refusal of its build the agent saw."""
     if _condition(pool, "BuildFailed"):
         why = f"pool {name}'s build failed: MCO builds nothing more until the pool is reset"
         return Replacement(Foresight.NONE, why)
@@ -193,6 +240,14 @@ def _from_pool(
     if image is not None and image != desired:
         return Replacement(Foresight.COMING, f"pool {name} names a new image {_short(image)}")
     if config is not None and config != _status_config(pool):
+        if refused is not None and refused.config == config:
+            # The repair starts no build: the node controller goes on targeting the old image
+            # (release-4.15 build_controller.go, updateMachineConfigPool and canPoolBuild).
+            why = (
+                f"pool {name} was {refused.degraded} at {config} before any build of it:"
+                " 4.15 builds a config only when the pool moves to it, and refused it then"
+            )
+            return Replacement(Foresight.NONE, why)
         if now < expected_until:
             why = f"pool {name} moved to {config}: its build is about to start"
             return Replacement(Foresight.EXPECTED, why, expected_until)

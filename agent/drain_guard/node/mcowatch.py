@@ -2,7 +2,8 @@
 the watches that keep them, and what the guard sees of them.
 
 Read only: MachineConfigPools, MachineOSBuilds and MachineOSConfigs, each listed and watched
-whole (cluster-scoped; the version each is served in found by discovery at start). None
+whole (cluster-scoped; the version each is served in found by discovery at start); of the
+pools, also what the agent saw of a refused build (``PoolsCache``). None
 through the node proxy, whose identity reads no pool, nor where MCO serves no pools: the guard
 then holds a same-image drain for --noop-expect-within at most (docs/protocol.md).
 """
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from drain_guard.core.operations import Watched
-from drain_guard.core.replacement import McoObjects
+from drain_guard.core.replacement import McoObjects, Refusal, refusal
 from drain_guard.core.watchstatus import WatchStatus
-from drain_guard.kube.call import KubeError
+from drain_guard.kube.call import JsonObj, KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Counters, Relay
 from drain_guard.kube.listwatch import ObjectsCache
@@ -43,17 +45,49 @@ async def discover(kube: Kube, *, through_proxy: bool) -> dict[Watched, str]:
     return served if Watched.MACHINECONFIGPOOL in served else {}
 
 
+@dataclass
+class PoolsCache(ObjectsCache):
+    """The pools, and what the agent saw of each one's current config while it was degraded
+    (``replacement.refusal``, from every version a list or the watch delivers): 4.15's build
+    controller refuses a build then, and nothing in the pool keeps it."""
+
+    refusals: dict[str, Refusal] = field(default_factory=dict)
+
+    def replace(self, items: Sequence[JsonObj]) -> None:
+        super().replace(items)
+        kept = {name: self._refusal(pool) for name, pool in self.objects.items()}
+        self.refusals = {name: refused for name, refused in kept.items() if refused is not None}
+
+    def apply(self, kind: str, obj: JsonObj) -> None:
+        super().apply(kind, obj)
+        name = str(obj["metadata"]["name"])
+        refused = None if kind == "DELETED" else self._refusal(obj)
+        if refused is None:
+            self.refusals.pop(name, None)
+        else:
+            self.refusals[name] = refused
+
+    def _refusal(self, pool: JsonObj) -> Refusal | None:
+        return refusal(self.refusals.get(str(pool["metadata"]["name"])), pool)
+
+
 class McoWatches:
     """The caches of MCO's objects the agent watches (``served``: resource to version), each
     waking the controller's loop through ``changed`` as the pod watch does."""
 
     def __init__(self, served: Mapping[Watched, str], changed: asyncio.Event) -> None:
         self.served = dict(served)
-        self.caches = {resource: ObjectsCache(changed=changed) for resource in served}
+        self.pools = PoolsCache(changed=changed)
+        self.caches = {
+            resource: self.pools
+            if resource is Watched.MACHINECONFIGPOOL
+            else ObjectsCache(changed=changed)
+            for resource in served
+        }
 
     def objects(self) -> McoObjects | None:
         """What the guard sees of them (``watches.mco_objects``)."""
-        return mco_objects(self.caches)
+        return mco_objects(self.caches, self.pools.refusals)
 
     def parts(self, kube: Kube, watch_timeout: int) -> dict[str, Coroutine[Any, Any, None]]:
         """One watch a resource, as parts of the agent's program."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from drain_guard.config.scope import ScopeSettings
 from drain_guard.core.operations import Watched
 from drain_guard.core.pods import Pod, watch_namespace
-from drain_guard.core.replacement import McoObjects
+from drain_guard.core.replacement import McoObjects, Refusal
 from drain_guard.kube.listwatch import ObjectsCache, WatchCache
 from drain_guard.settings.shielding import ShieldingSettings
 from drain_guard.shield.plan import shield_namespaces
@@ -40,9 +40,11 @@ def blocking_pods(caches: Mapping[str, WatchCache]) -> tuple[Pod, ...] | None:
     return tuple(p for c in caches.values() for p in c.pods.values())
 
 
-def mco_objects(caches: Mapping[Watched, ObjectsCache]) -> McoObjects | None:
-    """MCO's objects as listed; unreadable until every watch has listed (None: the agent
-    reads none, or MCO serves no pools here)."""
+def mco_objects(
+    caches: Mapping[Watched, ObjectsCache], refusals: Mapping[str, Refusal]
+) -> McoObjects | None:
+    """MCO's objects as listed, and the pools' ``refusals`` the agent saw; unreadable
+    until every watch has listed (None: the agent reads none, or MCO serves no pools here)."""
     pools = caches.get(Watched.MACHINECONFIGPOOL)
     if pools is None:
         return None
@@ -56,4 +58,5 @@ def mco_objects(caches: Mapping[Watched, ObjectsCache]) -> McoObjects | None:
         pools.objects,
         None if builds is None else tuple(builds.objects.values()),
         None if configs is None else tuple(configs.objects.values()),
+        refusals=dict(refusals),
     )

@@ -1,0 +1,65 @@
+"""The pools' cache keeps what the agent saw of a 4.15 pool's refused build, from every
+version a list or the watch delivers: what the pool itself does not keep (node.mcowatch)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from drain_guard.core.operations import Watched
+from drain_guard.core.replacement import POOL_IMAGE, Refusal
+from drain_guard.node.mcowatch import McoWatches, PoolsCache
+
+A = "rendered-worker-aaaaaaaa"
+B = "rendered-worker-bbbbbbbb"
+IMAGE = "registry.example/ocb@sha256:" + "1" * 64
+
+
+def pool(config: str, *, degraded: bool = False, name: str = "worker") -> dict[str, Any]:
+    """A 4.15 pool at ``config``, built at A (BuildSuccess, image), no build since."""
+    return {
+        "metadata": {"name": name, "annotations": {POOL_IMAGE: IMAGE}},
+        "spec": {"configuration": {"name": config}},
+        "status": {
+            "configuration": {"name": A},
+            "conditions": [
+                {"type": "BuildSuccess", "status": "True"},
+                {"type": "NodeDegraded", "status": "True" if degraded else "False"},
+            ],
+        },
+    }
+
+
+def test_a_refusal_is_kept_past_the_repair_until_the_pool_moves() -> None:
+    cache = PoolsCache()
+    cache.replace([pool(A, degraded=True)])
+    assert cache.refusals == {}  # degraded, but its config is built
+    cache.apply("MODIFIED", pool(B, degraded=True))
+    cache.apply("MODIFIED", pool(B))  # repaired
+    assert cache.refusals == {"worker": Refusal(B, "NodeDegraded")}
+    cache.replace([pool(B)])  # a relist of the same config keeps it
+    assert cache.refusals == {"worker": Refusal(B, "NodeDegraded")}
+    cache.apply("MODIFIED", pool(A))
+    assert cache.refusals == {}
+    cache.apply("MODIFIED", pool(B, degraded=True))
+    cache.apply("DELETED", pool(B, degraded=True))
+    assert cache.refusals == {}
+
+
+def test_a_first_list_sees_a_refusal_while_the_pool_is_degraded() -> None:
+    """An agent started (a reboot restarts it) after the move, while the pool is degraded."""
+    cache = PoolsCache()
+    cache.replace([pool(B, degraded=True), pool(B, name="infra")])
+    assert cache.refusals == {"worker": Refusal(B, "NodeDegraded")}
+    cache.replace([pool(A)])
+    assert cache.refusals == {}
+
+
+def test_the_guard_sees_the_refusals() -> None:
+    watches = McoWatches({Watched.MACHINECONFIGPOOL: "v1"}, asyncio.Event())
+    watches.pools.replace([pool(A)])
+    watches.pools.apply("MODIFIED", pool(B, degraded=True))
+    seen = watches.objects()
+    assert seen is not None
+    assert seen.refusals == {"worker": Refusal(B, "NodeDegraded")}
+    assert seen.pools["worker"]["spec"]["configuration"]["name"] == B
