@@ -34,7 +34,16 @@ from typing import Any
 
 from drain_guard import protocol
 from drain_guard.confine import rules
-from drain_guard.confine.rules import EVENT_COMPONENT, EVENT_NAMESPACE
+from drain_guard.confine.rules import (
+    BUILD_JOB_KEY,
+    BUILD_POD_KEYS,
+    EVENT_COMPONENT,
+    EVENT_NAMESPACE,
+    HOST_PATH,
+    MCO_OWN_KEY,
+    POD_USER,
+    POD_VOLUME_KINDS,
+)
 from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_value
 from drain_guard.core.selectors import MCO_NAMESPACE
 
@@ -60,19 +69,6 @@ AGENT_ACCOUNT = "drain-guard:drain-guard"
 SHIELD_NAME = "drain-guard-shield"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
-#: Labels by which the shield's budgets select build pods (the default build-pod selectors'
-#: keys); a budget must carry one, and never ``k8s-app`` (MCO's own controller and builder).
-BUILD_POD_KEYS = (
-    "openshift.io/build.name",
-    "machineconfiguration.openshift.io/buildPod",
-    "machineconfiguration.openshift.io/on-cluster-layering",
-)
-BUILD_JOB_KEY = "batch.kubernetes.io/job-name"
-MCO_OWN_KEY = "k8s-app"
-#: The agent pod's one host path, its user, and the volume kinds it uses.
-HOST_PATH = "/sysroot/ostree"
-POD_USER = 65532
-POD_VOLUME_KINDS = frozenset(("hostPath", "emptyDir", "secret", "configMap", "projected"))
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,15 @@ from drain_guard import protocol
 
 __all__ = [
     "AGENT_KEYS",
+    "BUILD_JOB_KEY",
+    "BUILD_POD_KEYS",
     "EVENT_COMPONENT",
     "EVENT_NAMESPACE",
+    "HOST_PATH",
     "MAX_VALUE_BYTES",
+    "MCO_OWN_KEY",
+    "POD_USER",
+    "POD_VOLUME_KINDS",
     "annotations_problem",
     "drain_step_problem",
     "event_message_problem",
@@ -44,6 +50,19 @@ EVENT_NAMESPACE = "default"
 #: as the kubelet or MCO in ``oc get events``.
 EVENT_COMPONENT = "drain-guard"
 _DRAIN = "drain-"
+#: Labels by which the shield's budgets select build pods (the default build-pod selectors'
+#: keys); a budget must carry one, and never ``k8s-app`` (MCO's own controller and builder).
+BUILD_POD_KEYS = (
+    "openshift.io/build.name",
+    "machineconfiguration.openshift.io/buildPod",
+    "machineconfiguration.openshift.io/on-cluster-layering",
+)
+BUILD_JOB_KEY = "batch.kubernetes.io/job-name"
+MCO_OWN_KEY = "k8s-app"
+#: The agent pod's one host path, its user, and the volume kinds it uses.
+HOST_PATH = "/sysroot/ostree"
+POD_USER = 65532
+POD_VOLUME_KINDS = frozenset(("hostPath", "emptyDir", "secret", "configMap", "projected"))
 
 
 def key_problem(key: str, value: str | None) -> str | None:
