@@ -393,4 +393,4 @@ def test_the_agents_pool_events_are_allowed_and_forged_ones_denied(cluster: Clus
     assert allowed == []
     another_nodes = recorded_event("worker-1", pool="worker")
     verdict = cluster.review("UPDATE", "events", another_nodes, mine)
-    assert denied(verdict, "related to its own Node")
+    assert denied(verdict, "may update only its own Events")

@@ -28,24 +28,12 @@ the webhook looks that pod up and, from its owner and ``spec.nodeName``, knows t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from drain_guard import protocol
 from drain_guard.confine import rules
-from drain_guard.confine.rules import (
-    BUILD_JOB_KEY,
-    BUILD_POD_KEYS,
-    EVENT_COMPONENT,
-    EVENT_NAMESPACE,
-    HOST_PATH,
-    MCO_OWN_KEY,
-    POD_USER,
-    POD_VOLUME_KINDS,
-)
-from drain_guard.core.pods import MANAGED_BY, MANAGED_BY_KEY, NODE_KEY, node_label_value
-from drain_guard.core.selectors import MCO_NAMESPACE
+from drain_guard.confine.rules import EVENT_NAMESPACE
 
 __all__ = [
     "AGENT_ACCOUNT",
@@ -241,149 +229,45 @@ def review_node(request: Obj, node: str) -> Verdict:
     return ALLOW if problem is None else _deny(problem)
 
 
-# --- budgets ------------------------------------------------------------------------------
+# --- budgets, Events, the agent's pod: the rules of confine.rules --------------------------
 
 
 def review_budget(request: Obj, pods: Mapping[PodKey, Obj | None], node: str | None) -> Verdict:
     """A budget CREATE or DELETE of the shield's shape, in MCO's namespace, on a build pod
-    (of the agent's own node; any node for the central shield, ``node`` None)."""
-    operation = request.get("operation")
-    if operation not in ("CREATE", "DELETE"):
-        return _deny("drain-guard never changes a budget")
-    namespace = request.get("namespace")
-    if namespace != MCO_NAMESPACE:
-        return _deny(f"drain-guard keeps budgets in {MCO_NAMESPACE} only, not {namespace}")
+    (of the agent's own node; any node for the central shield, ``node`` None) that exists."""
+    operation = str(request.get("operation"))
     budget = _subject(request)
-    labels = _get(budget, "metadata", "labels") or {}
-    if labels.get(MANAGED_BY_KEY) != MANAGED_BY or NODE_KEY not in labels:
-        return _deny(f"a budget must be labelled {MANAGED_BY_KEY}={MANAGED_BY} and {NODE_KEY}")
-    if node is not None and labels[NODE_KEY] != node_label_value(node):
-        return _deny(f"an agent may create or delete only its own node's ({node}) budgets")
-    if operation == "DELETE":
-        return ALLOW
-    shape = _budget_shape(budget)
-    if shape is not None:
-        return shape
-    owner = budget["metadata"]["ownerReferences"][0]
-    pod = pods.get(PodKey(namespace, str(owner.get("name"))))
-    if pod is None or _get(pod, "metadata", "uid") != owner.get("uid"):
-        return _deny(f"a budget's owner must be an existing pod in {namespace}")
-    pod_node = _get(pod, "spec", "nodeName")
-    if labels[NODE_KEY] != node_label_value(str(pod_node or "")):
-        return _deny(f"a budget's {NODE_KEY} label must be its pod's node")
-    pod_labels = _get(pod, "metadata", "labels") or {}
-    selector = budget["spec"]["selector"]["matchLabels"]
-    if any(pod_labels.get(k) != v for k, v in selector.items()):
-        return _deny("a budget must select the pod that owns it")
-    return ALLOW
-
-
-def _budget_shape(budget: Obj) -> Verdict | None:
-    """Why ``budget`` is not shaped like the shield's (None if it is)."""
-    owners = _get(budget, "metadata", "ownerReferences")
-    if not (
-        isinstance(owners, list)
-        and len(owners) == 1
-        and isinstance(owners[0], Mapping)
-        and owners[0].get("apiVersion") == "v1"
-        and owners[0].get("kind") == "Pod"
-        and not owners[0].get("controller")
-        and not owners[0].get("blockOwnerDeletion")
-    ):
-        return _deny("a budget must be owned by exactly one Pod")
-    spec = budget.get("spec") or {}
-    if spec.get("minAvailable") != 1 or "maxUnavailable" in spec:
-        return _deny("a budget must be minAvailable: 1")
-    selector = spec.get("selector") or {}
-    match = selector.get("matchLabels")
-    if (
-        set(selector) != {"matchLabels"}
-        or not isinstance(match, Mapping)
-        or MCO_OWN_KEY in match
-        or not (
-            any(k in match for k in BUILD_POD_KEYS)
-            or str(match.get(BUILD_JOB_KEY, "")).startswith("build-")
-        )
-    ):
-        return _deny("a budget must select build pods by label (and never k8s-app pods)")
-    return None
-
-
-# --- Events -------------------------------------------------------------------------------
+    namespace = request.get("namespace")
+    problem = rules.budget_namespace_problem(namespace) or rules.budget_problem(
+        operation, budget, node
+    )
+    if problem is None and operation == "CREATE":
+        owner = budget["metadata"]["ownerReferences"][0]
+        pod = pods.get(PodKey(str(namespace), str(owner.get("name"))))
+        problem = rules.budget_owner_problem(budget, pod)
+    return ALLOW if problem is None else _deny(problem)
 
 
 def review_event(request: Obj, node: str) -> Verdict:
-    """Events about the agent's own Node, as its recorder writes them (a message of at most
-    1024 bytes, ``rules.event_message_problem``, as the node proxy's), before and after."""
+    """Events about the agent's own Node, as its recorder writes them, and its pool Events
+    (``rules.event_problem``); an update only of its own (``rules.updated_event_problem``)."""
     operation = request.get("operation")
     if operation not in ("CREATE", "UPDATE"):
         return _deny("an agent never deletes an Event")
     if request.get("namespace") != EVENT_NAMESPACE:
         return _deny(f"an agent writes Events in {EVENT_NAMESPACE} only")
-    versions = [request.get("object")]
-    if operation == "UPDATE":
-        versions.append(request.get("oldObject"))
-    for event in versions:
-        if not isinstance(event, Mapping):
-            return _deny("the Event is missing from the request")
-        involved = event.get("involvedObject") or {}
-        if involved.get("kind") == protocol.POOL_KIND:
-            denial = _review_pool_event(event, node)
-            if denial is not None:
-                return denial
-        elif (
-            involved.get("kind") != "Node"
-            or involved.get("name") != node
-            or involved.get("namespace")
-        ):
-            return _deny(f"an agent may write Events about its own Node ({node}) only")
-        too_long = rules.event_message_problem(event.get("message"))
-        if too_long is not None:
-            return _deny(too_long)
-        source = event.get("source") or {}
-        if source.get("host", node) != node:
-            return _deny("an Event's source host must be the agent's own node")
-        if source.get("component", EVENT_COMPONENT) != EVENT_COMPONENT or (
-            event.get("reportingComponent") != EVENT_COMPONENT
-        ):
-            return _deny(f"an Event's reporting component must be {EVENT_COMPONENT}")
-    return ALLOW
-
-
-def _review_pool_event(event: Obj, node: str) -> Verdict | None:
-    """Why ``event`` about a MachineConfigPool is not the agent's own kind (None if it is):
-    one of the pool reasons, related to its own Node, reported by its own instance from it,
-    its message at most 1024 bytes. Any pool: which one the node is in is not the webhook's
-    to know."""
-    involved = event.get("involvedObject") or {}
-    related = event.get("related")
-    source = event.get("source") or {}
-    if not (
-        involved.get("apiVersion") == protocol.POOL_API_VERSION
-        and involved.get("name")
-        and not involved.get("namespace")
-        and event.get("reason") in protocol.POOL_EVENT_REASONS
-        and isinstance(related, Mapping)
-        and {k: v for k, v in related.items() if k != "uid"}
-        == {"apiVersion": "v1", "kind": "Node", "name": node}
-        and event.get("reportingInstance") == f"{EVENT_COMPONENT}-{node}"
-        and source.get("host") == node
-        and rules.event_message_problem(event.get("message")) is None
-    ):
-        return _deny(
-            "an agent's Event about a MachineConfigPool is a"
-            f" {' or '.join(protocol.POOL_EVENT_REASONS)}"
-            f" related to its own Node ({node}) and reported by {EVENT_COMPONENT}-{node}"
-        )
-    return None
-
-
-# --- the agent's pod ----------------------------------------------------------------------
+    event, old = request.get("object"), request.get("oldObject")
+    if not isinstance(event, Mapping) or (operation == "UPDATE" and not isinstance(old, Mapping)):
+        return _deny("the Event is missing from the request")
+    problem = rules.event_problem(event, node)
+    if problem is None and operation == "UPDATE" and isinstance(old, Mapping):
+        problem = rules.updated_event_problem(old, node)
+    return ALLOW if problem is None else _deny(problem)
 
 
 def review_pod(request: Obj, agent: str) -> Verdict:
     """A pod that runs as the agents' service account (``agent``, ``namespace:name``), as the
-    DaemonSet ships it (the rules of the policy drain-guard-pod-confinement)."""
+    DaemonSet ships it (``rules.agent_pod_problem``, the policy drain-guard-pod-confinement)."""
     pod = request.get("object")
     if not isinstance(pod, Mapping):
         return _deny("the pod is missing from the request")
@@ -391,79 +275,5 @@ def review_pod(request: Obj, agent: str) -> Verdict:
     account = f"{request.get('namespace') or ''}:{spec.get('serviceAccountName') or ''}"
     if account != agent:
         return ALLOW
-    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
-        return _deny("the agent's pod may not share the host's network, PID or IPC namespace")
-    volumes: Sequence[Obj] = spec.get("volumes") or ()
-    host_volumes = set()
-    for volume in volumes:
-        kinds = set(volume) - {"name"}
-        if not kinds <= POD_VOLUME_KINDS:
-            return _deny(
-                "the agent's pod may use hostPath, emptyDir, secret, configMap and "
-                "projected volumes only"
-            )
-        if "hostPath" in volume:
-            host = volume["hostPath"] or {}
-            if host.get("path") != HOST_PATH or host.get("type") != "Directory":
-                return _deny(
-                    f"the agent's pod may mount one host path, {HOST_PATH}, of type Directory"
-                )
-            host_volumes.add(volume.get("name"))
-    security: Obj = spec.get("securityContext") or {}
-    containers = [
-        *(spec.get("containers") or ()),
-        *(spec.get("initContainers") or ()),
-        *(spec.get("ephemeralContainers") or ()),
-    ]
-    for container in containers:
-        denial = _review_container(container, security, host_volumes)
-        if denial is not None:
-            return denial
-    if security.get("fsGroup", POD_USER) != POD_USER or any(
-        g != POD_USER for g in security.get("supplementalGroups") or ()
-    ):
-        return _deny(f"the agent's pod may have no group but {POD_USER}")
-    if _selinux_chosen(security) or security.get("sysctls"):
-        return _deny("the agent's pod may not choose an SELinux type, user or role, or sysctls")
-    return ALLOW
-
-
-def _selinux_chosen(security: Obj) -> bool:
-    options = security.get("seLinuxOptions") or {}
-    return any(options.get(k) for k in ("type", "user", "role"))
-
-
-def _review_container(container: Obj, pod: Obj, host_volumes: set[Any]) -> Verdict | None:
-    name = container.get("name")
-    for mount in container.get("volumeMounts") or ():
-        if mount.get("name") in host_volumes and not (
-            mount.get("readOnly") is True
-            and not mount.get("subPath")
-            and not mount.get("subPathExpr")
-            and mount.get("mountPropagation", "None") == "None"
-        ):
-            return _deny(
-                "the host path must be mounted read-only, whole (no subPath) and "
-                "without mount propagation"
-            )
-    if any(p.get("hostPort") for p in container.get("ports") or ()):
-        return _deny("the agent's pod may not use host ports")
-    own: Obj = container.get("securityContext") or {}
-    if (
-        own.get("privileged")
-        or own.get("allowPrivilegeEscalation") is not False
-        or own.get("procMount", "Default") != "Default"
-    ):
-        return _deny(f"container {name}: unprivileged, with allowPrivilegeEscalation: false")
-    capabilities = own.get("capabilities") or {}
-    if "ALL" not in (capabilities.get("drop") or ()) or capabilities.get("add"):
-        return _deny(f"container {name}: must drop ALL capabilities and add none")
-    for field in ("runAsUser", "runAsGroup"):
-        if own.get(field, pod.get(field)) != POD_USER:
-            return _deny(f"container {name}: must run as UID and GID {POD_USER}")
-    seccomp = own.get("seccompProfile", pod.get("seccompProfile")) or {}
-    if seccomp.get("type") != "RuntimeDefault":
-        return _deny(f"container {name}: must run with the RuntimeDefault seccomp profile")
-    if _selinux_chosen(own):
-        return _deny(f"container {name}: may not choose an SELinux type, user or role")
-    return None
+    problem = rules.agent_pod_problem(pod)
+    return ALLOW if problem is None else _deny(problem)

@@ -12,7 +12,8 @@ through the proxy the agent can do no more than:
   ``desiredDrain`` only from ``drain-X`` to ``hold-drain-X`` or back, as a ``test`` of it in
   the same patch proves, and drain-guard's own keys (``released-by`` only removed);
 - create Events about its own Node as drain-guard, and about a MachineConfigPool with the
-  pool reasons and its own Node as ``related``; aggregate (patch) the Events it created.
+  pool reasons and its own Node as ``related`` (``rules.event_problem``, the rule every checker
+  asks, then what the recorder sends exactly); aggregate (patch) the Events it created.
 
 Everything else is answered 403 here, before anything is sent. The decision is made on the
 path as the agent sent it, undecoded: a segment is a fixed word or a name (a DNS label or
@@ -224,6 +225,11 @@ def _without_uid(ref: Mapping[str, Any]) -> dict[str, Any]:
 def _event(parts: Sequence[str], body: Any, node: str) -> Verdict:
     if not isinstance(body, dict):
         return _deny("an Event is a JSON object")
+    problem = rules.event_problem(body, node)  # the rule every checker asks
+    if problem is not None:
+        return _deny(problem)
+    # Stricter here: the proxy reads the agent's own request, before the API server fills it
+    # in, so it holds it to what the recorder sends, no more.
     involved = body.get("involvedObject")
     source = body.get("source")
     metadata = body.get("metadata")
@@ -260,9 +266,6 @@ def _event(parts: Sequence[str], body: Any, node: str) -> Verdict:
         return _deny(f"an agent's Event is reported by {EVENT_COMPONENT} on {node}")
     if body.get("reason") not in reasons:
         return _deny(f"an agent's Event reason is one of {', '.join(sorted(reasons))}")
-    too_long = rules.event_message_problem(body.get("message"))
-    if too_long is not None:
-        return _deny(too_long)
     return _allow(parts)
 
 
