@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.actors.mco import Timings, WorkQueue, annotation_patch
+from drain_guard_sim.actors.mco import Timings, annotation_patch
 from drain_guard_sim.actors.nodecontroller import rendered_name
 from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.actors.workqueue import WorkQueue
 
 X = "registry.example/ocb-image@sha256:" + "a" * 64
 Y = "registry.example/ocb-image@sha256:" + "b" * 64

@@ -41,6 +41,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.machineos import api_version, build_state, built_config
 from drain_guard_sim.actors.mco import (
     BUILD_NAME_LABEL,
@@ -55,7 +56,6 @@ from drain_guard_sim.actors.mco import (
     POOL_IMAGE,
     TARGET_POOL_LABEL,
     Actor,
-    Informer,
     JsonObj,
     McoVersion,
     Timings,

@@ -31,19 +31,19 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.mco import (
     DESIRED_DRAIN,
     LAST_APPLIED_DRAIN,
     Actor,
-    Informer,
     JsonObj,
     McoVersion,
     Timings,
-    WorkQueue,
     annotations_of,
     read_json,
 )
 from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.actors.workqueue import WorkQueue
 
 __all__ = ["DrainController", "Eviction"]
 

@@ -22,7 +22,8 @@ from typing import Any
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.actors.mco import Actor, Informer, JsonObj, Timings, read_json
+from drain_guard_sim.actors.informer import Informer
+from drain_guard_sim.actors.mco import Actor, JsonObj, Timings, read_json
 from drain_guard_sim.actors.timeline import Timeline
 
 __all__ = ["GC_USER", "GarbageCollector"]

@@ -46,6 +46,7 @@ from pathlib import Path
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.mco import (
     CONTROL_PLANE_TOPOLOGY,
     CURRENT_CONFIG,
@@ -61,7 +62,6 @@ from drain_guard_sim.actors.mco import (
     STATE_DONE,
     STATE_WORKING,
     Actor,
-    Informer,
     JsonObj,
     McoVersion,
     Timings,

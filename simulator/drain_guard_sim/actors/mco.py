@@ -1,8 +1,9 @@
-"""What the simulated MCO actors share: names, timings, a client-go style work queue, informers.
+"""What the simulated MCO actors share: names, timings, the API client, the actor's base class.
 
 Each actor (``mcd.py``, ``drain.py``, ``nodecontroller.py``, ``build.py``) is a client of the
 simulated API server through kubernetes_asyncio over HTTP, with its own identity, like the real
 controllers. Names and default durations are MCO release-4.15's (see ``docs`` in each module).
+Their client-go parts: the work queue in ``workqueue``, informers in ``informer``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -24,14 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
 
-__all__ = [
-    "Actor",
-    "Informer",
-    "JsonObj",
-    "McoVersion",
-    "Timings",
-    "WorkQueue",
-]
+__all__ = ["Actor", "JsonObj", "McoVersion", "Timings"]
 
 log = logging.getLogger(__name__)
 
@@ -242,186 +235,6 @@ def api_exception(status: int, body: bytes) -> ApiException:
     exc = ApiException(status=status, reason=reason)
     exc.body = body
     return exc
-
-
-class WorkQueue:
-    """client-go's rate-limiting delaying work queue, for one controller's keys.
-
-    A key is processed by one worker at a time; a key added while it is processed comes back
-    once ``done``; ``add_after`` keeps the earliest pending time; ``add_rate_limited`` waits
-    base·2^failures (client-go's ItemExponentialFailureRateLimiter, the dominant part of
-    DefaultControllerRateLimiter at these rates).
-    """
-
-    def __init__(self, base: float, max_delay: float) -> None:
-        self._base = base
-        self._max = max_delay
-        self._queue: list[str] = []
-        self._dirty: set[str] = set()
-        self._processing: set[str] = set()
-        self._waiting: dict[str, tuple[float, asyncio.TimerHandle]] = {}
-        self._failures: dict[str, int] = {}
-        self._ready = asyncio.Event()
-        self._shutdown = False
-
-    def add(self, key: str) -> None:
-        if self._shutdown or key in self._dirty:
-            return
-        self._dirty.add(key)
-        if key in self._processing:
-            return
-        self._queue.append(key)
-        self._ready.set()
-
-    def add_after(self, key: str, delay: float) -> None:
-        if delay <= 0:
-            self.add(key)
-            return
-        loop = asyncio.get_running_loop()
-        ready_at = loop.time() + delay
-        pending = self._waiting.get(key)
-        if pending is not None:
-            if pending[0] <= ready_at:
-                return
-            pending[1].cancel()
-        handle = loop.call_at(ready_at, self._fire, key)
-        self._waiting[key] = (ready_at, handle)
-
-    def _fire(self, key: str) -> None:
-        self._waiting.pop(key, None)
-        self.add(key)
-
-    def add_rate_limited(self, key: str) -> None:
-        failures = self._failures.get(key, 0)
-        self._failures[key] = failures + 1
-        self.add_after(key, min(self._base * 2**failures, self._max))
-
-    def num_requeues(self, key: str) -> int:
-        return self._failures.get(key, 0)
-
-    def forget(self, key: str) -> None:
-        self._failures.pop(key, None)
-
-    async def get(self) -> str:
-        while not self._queue:
-            self._ready.clear()
-            await self._ready.wait()
-        key = self._queue.pop(0)
-        self._processing.add(key)
-        self._dirty.discard(key)
-        return key
-
-    def done(self, key: str) -> None:
-        self._processing.discard(key)
-        if key in self._dirty:
-            self._queue.append(key)
-            self._ready.set()
-
-    def shutdown(self) -> None:
-        self._shutdown = True
-        for _, handle in self._waiting.values():
-            handle.cancel()
-        self._waiting.clear()
-
-
-ListFn = Callable[..., Awaitable[Any]]
-Handler = Callable[[str, JsonObj, JsonObj | None], None]
-
-
-@dataclass
-class Informer:
-    """List-then-watch cache of one resource (a client-go SharedInformer in miniature).
-
-    ``handler(event_type, obj, old)`` runs for every change after the cache is updated.
-    A 410 or a broken stream re-lists, as client-go's reflector does.
-    """
-
-    list_fn: ListFn
-    handler: Handler | None = None
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    watch_timeout: int = 300
-    cache: dict[str, JsonObj] = field(default_factory=dict)
-    synced: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @staticmethod
-    def key(obj: Mapping[str, Any]) -> str:
-        meta = obj["metadata"]
-        ns = meta.get("namespace")
-        return f"{ns}/{meta['name']}" if ns else str(meta["name"])
-
-    async def run(self) -> None:
-        backoff = 0.05
-        while True:
-            try:
-                rv = await self._list()
-                backoff = 0.05
-                while True:
-                    rv = await self._watch(rv)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # any failure: re-list after a short, jittered backoff
-                if not (isinstance(exc, ApiException) and exc.status == 410):
-                    log.debug("informer %s: %r; re-listing", self.list_fn.__name__, exc)
-                    await asyncio.sleep(backoff * (1 + random.random()))
-                    backoff = min(backoff * 2, 2.0)
-
-    async def _list(self) -> str:
-        data = await read_json(await self.list_fn(**self.kwargs, _preload_content=False))
-        fresh = {self.key(item): item for item in data.get("items") or []}
-        old_cache = self.cache
-        self.cache = fresh
-        for key, obj in fresh.items():
-            old = old_cache.get(key)
-            if old is None or old["metadata"].get("resourceVersion") != obj["metadata"].get(
-                "resourceVersion"
-            ):
-                self._notify("ADDED" if old is None else "MODIFIED", obj, old)
-        for key, obj in old_cache.items():
-            if key not in fresh:
-                self._notify("DELETED", obj, obj)
-        self.synced.set()
-        return str(data["metadata"]["resourceVersion"])
-
-    async def _watch(self, rv: str) -> str:
-        resp = await self.list_fn(
-            **self.kwargs,
-            watch=True,
-            resource_version=rv,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self.watch_timeout,
-            _preload_content=False,
-        )
-        try:
-            if not 200 <= resp.status <= 299:
-                raise api_exception(resp.status, await resp.read())
-            while True:
-                line = await resp.content.readline()
-                if not line:
-                    return rv
-                event = json.loads(line)
-                obj = event["object"]
-                etype = event["type"]
-                if etype == "ERROR":
-                    raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                rv = str(obj["metadata"]["resourceVersion"])
-                if etype == "BOOKMARK":
-                    continue
-                key = self.key(obj)
-                old = self.cache.get(key)
-                if etype == "DELETED":
-                    self.cache.pop(key, None)
-                else:
-                    self.cache[key] = obj
-                self._notify(etype, obj, old)
-        finally:
-            resp.release()
-
-    def _notify(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        if self.handler is not None:
-            try:
-                self.handler(etype, obj, old)
-            except Exception:
-                log.exception("informer handler failed")
 
 
 class Actor:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.machineos import (
     GROUP,
     api_version,
@@ -65,11 +66,9 @@ from drain_guard_sim.actors.mco import (
     STATE_DEGRADED,
     STATE_DONE,
     Actor,
-    Informer,
     JsonObj,
     McoVersion,
     Timings,
-    WorkQueue,
     annotation_patch,
     annotations_of,
     condition_true,
@@ -77,6 +76,7 @@ from drain_guard_sim.actors.mco import (
     read_json,
 )
 from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.actors.workqueue import WorkQueue
 from drain_guard_sim.timestamps import rfc3339
 
 __all__ = ["UPDATE_IN_PROGRESS", "NodeController", "rendered_name", "rollout_targets"]

@@ -30,6 +30,7 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.actors.build import MachineOSBuilder, build_image_of, now_rfc3339
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.machineos import (
     CURRENT_BUILD_ANNOTATION,
     GROUP,
@@ -46,7 +47,6 @@ from drain_guard_sim.actors.mco import (
     DESIRED_CONFIG_LABEL,
     MCO_NAMESPACE,
     OCB_IMAGE_REPO,
-    Informer,
     JsonObj,
     labels_of,
     read_json,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard_sim.actors.mco import Actor, Informer, JsonObj, Timings, read_json
+from drain_guard_sim.actors.informer import Informer
+from drain_guard_sim.actors.mco import Actor, JsonObj, Timings, read_json
 from drain_guard_sim.actors.timeline import Timeline
 
 

@@ -7,13 +7,13 @@ import asyncio
 import time
 from pathlib import Path
 
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.machineos import api_version
 from drain_guard_sim.actors.mco import (
     GROUP_MCO,
     MCO_NAMESPACE,
     TARGET_POOL_LABEL,
     Actor,
-    Informer,
     JsonObj,
     McoVersion,
     Timings,

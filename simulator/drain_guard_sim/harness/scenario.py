@@ -20,6 +20,7 @@ from typing import Any, Self, TypedDict, TypeVar
 from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController, built_image
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.actors.informer import Informer
 from drain_guard_sim.actors.machineos import (
     CURRENT_BUILD_ANNOTATION,
     build_conditions,
@@ -50,7 +51,6 @@ from drain_guard_sim.actors.mco import (
     STATE_DONE,
     WORKER_LABEL,
     Actor,
-    Informer,
     JsonObj,
     McoVersion,
     Timings,
