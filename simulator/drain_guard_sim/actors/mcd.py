@@ -27,8 +27,8 @@ pkg/daemon/update.go (``updateOnClusterBuild``) and pkg/daemon/drain.go (``perfo
   the reboot (a new daemon process) the node is validated against the on-disk config and,
   when in its desired state, ``uncordon-<config>`` is requested and the state set to Done.
 
-:class:`NodeMachine` plays the machine around the daemon: a reboot switches the host tree to
-the new deployment, waits, calls the ``on_reboot`` hooks (a real reboot restarts the node's
+``nodemachine.NodeMachine`` plays the machine around the daemon: a reboot switches the host
+tree to the new deployment, waits, calls the ``on_reboot`` hooks (a real reboot restarts the node's
 DaemonSet pods, the agent among them) and starts a fresh daemon. A daemon pod deleted
 gracefully while it updates ignores SIGTERM and goes only when its 600 s grace period ends.
 """
@@ -39,8 +39,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -71,9 +70,7 @@ from drain_guard_sim.actors.mco import (
 )
 from drain_guard_sim.actors.timeline import Timeline
 
-__all__ = ["MachineConfigDaemon", "NodeMachine", "UpdateRecord"]
-
-RebootHook = Callable[[str], Awaitable[None]]
+__all__ = ["MachineConfigDaemon", "UpdateRecord"]
 
 
 class UpdateError(Exception):
@@ -100,7 +97,7 @@ class UpdateRecord:
 
 
 @dataclass
-class _Reboot:
+class Reboot:
     image: str
     rationale: str
 
@@ -127,7 +124,7 @@ class MachineConfigDaemon(Actor):
         #: In an update (from its start to the reboot): SIGTERM is ignored meanwhile.
         self.updating = False
         self.informer: Informer | None = None
-        self.reboot_requested: asyncio.Future[_Reboot] | None = None
+        self.reboot_requested: asyncio.Future[Reboot] | None = None
         self._changed = asyncio.Event()
         self.first_sync_done = asyncio.Event()
         self._last_message: str | None = None
@@ -337,9 +334,7 @@ class MachineConfigDaemon(Actor):
         self.host.write_mcd_current_config(new_config, new_image)
         rationale = f"Node will reboot into image {new_image} / MachineConfig {new_config}"
         self.log(self.node_name, f"initiating reboot: {rationale}")
-        raise _RebootNow(
-            _Reboot(new_image if record.rebased else self.host.booted.image, rationale)
-        )
+        raise _RebootNow(Reboot(new_image if record.rebased else self.host.booted.image, rationale))
 
     async def _update_non_layered(self, old_config: str, new_config: str) -> None:
         """update(): a pool without layering (the control-plane pool): drain, write the new
@@ -361,7 +356,7 @@ class MachineConfigDaemon(Actor):
         self.host.write_mcd_current_config(new_config, "")
         rationale = f"Node will reboot into config {new_config}"
         self.log(self.node_name, f"initiating reboot: {rationale}")
-        raise _RebootNow(_Reboot(self.host.booted.image, rationale))
+        raise _RebootNow(Reboot(self.host.booted.image, rationale))
 
     # -- drain.go --------------------------------------------------------------------------
 
@@ -442,104 +437,6 @@ class MachineConfigDaemon(Actor):
 
 
 class _RebootNow(Exception):  # noqa: N818 - a control-flow signal, not an error
-    def __init__(self, reboot: _Reboot) -> None:
+    def __init__(self, reboot: Reboot) -> None:
         super().__init__(reboot.rationale)
         self.reboot = reboot
-
-
-@dataclass
-class NodeMachine:
-    """A simulated machine: its host tree and its daemon, restarted by reboots."""
-
-    name: str
-    host: HostFS
-    kubeconfig: Path
-    timeline: Timeline
-    timings: Timings
-    version: McoVersion = McoVersion.V4_15
-    on_reboot: list[RebootHook] = field(default_factory=list)
-    updates: list[UpdateRecord] = field(default_factory=list)
-    reboots: int = 0
-    daemon: MachineConfigDaemon | None = None
-    _task: asyncio.Task[None] | None = field(default=None, init=False)
-    _restart: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-    _daemon_created: asyncio.Event = field(default_factory=asyncio.Event, init=False)
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name=f"machine-{self.name}")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def wait_daemon_synced(self) -> None:
-        """Until the current daemon has finished its first sync (startup writes done)."""
-        await self._daemon_created.wait()
-        assert self.daemon is not None
-        await self.daemon.first_sync_done.wait()
-
-    def restart_daemon(self, *, graceful: bool = False) -> None:
-        """Delete the daemon pod; a new one re-runs checkStateOnFirstRun.
-
-        Not graceful: a SIGKILL (force delete, OOM), at once. Graceful: SIGTERM, which the
-        MCD ignores while it updates, so the pod goes when its grace period (600 s) ends.
-        """
-        daemon = self.daemon
-        if graceful and daemon is not None and daemon.updating:
-            grace = self.timings.mcd_termination_grace
-            self.timeline.add(
-                "machine-config-daemon",
-                self.name,
-                f"SIGTERM ignored mid-update: killed in {grace:g}s",
-            )
-            asyncio.get_running_loop().call_later(self.timings.s(grace), self._restart.set)
-            return
-        self._restart.set()
-
-    async def _run(self) -> None:
-        while True:
-            self._restart.clear()
-            daemon = MachineConfigDaemon(
-                self.kubeconfig,
-                self.timeline,
-                self.timings,
-                self.name,
-                self.host,
-                self.updates,
-                self.version,
-            )
-            self.daemon = daemon
-            self._daemon_created.set()
-            try:
-                await daemon.start()
-                assert daemon.reboot_requested is not None
-                restart: asyncio.Future[object] = asyncio.ensure_future(self._restart.wait())
-                reboot: asyncio.Future[object] = daemon.reboot_requested  # type: ignore[assignment]
-                try:
-                    done, _ = await asyncio.wait(
-                        {reboot, restart}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    # Also when this node is stopped mid-wait: a waiter left pending is
-                    # destroyed with it ("Task was destroyed but it is pending!").
-                    restart.cancel()
-            finally:
-                await daemon.stop()
-                self.daemon = None
-                self._daemon_created.clear()
-            if daemon.reboot_requested in done:
-                await self._reboot(daemon.reboot_requested.result())
-            else:
-                self.timeline.add("machine-config-daemon", self.name, "daemon pod restarted")
-
-    async def _reboot(self, reboot: _Reboot) -> None:
-        # The node is down for the reboot's duration, then comes up in the new deployment.
-        await asyncio.sleep(self.timings.s(self.timings.reboot))
-        self.host.reboot_into(reboot.image)
-        self.reboots += 1
-        self.timeline.add("node", self.name, f"rebooted into {reboot.image}")
-        for hook in self.on_reboot:
-            await hook(self.name)

@@ -30,7 +30,7 @@ from drain_guard_sim.actors.machineos import (
     machine_os_build,
     machine_os_config,
 )
-from drain_guard_sim.actors.mcd import NodeMachine, UpdateRecord
+from drain_guard_sim.actors.mcd import UpdateRecord
 from drain_guard_sim.actors.mco import (
     CONTROL_PLANE_TOPOLOGY,
     CURRENT_CONFIG,
@@ -59,6 +59,7 @@ from drain_guard_sim.actors.mco import (
     read_json,
 )
 from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
+from drain_guard_sim.actors.nodemachine import NodeMachine
 from drain_guard_sim.actors.osbuilder import MachineOSBuildController
 from drain_guard_sim.actors.timeline import Timeline
 
