@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from drain_guard_sim.actors.build import OpenShiftBuildController
+from drain_guard_sim.actors.buildrunner import OpenShiftBuildController
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.mco import (
     BUILD_NAME_LABEL,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, TypedDict, TypeVar
 
-from drain_guard_sim.actors.build import MachineOSBuilder, OpenShiftBuildController, built_image
+from drain_guard_sim.actors.build import MachineOSBuilder, built_image
+from drain_guard_sim.actors.buildrunner import OpenShiftBuildController
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.actors.informer import Informer
