@@ -1,10 +1,13 @@
-"""Helpers for the tests on the node: kubectl as its admin, a pod run to Ready, the Node
-kept as MCO's daemon keeps a worker, build pods and drain requests."""
+"""Helpers for the tests on the node: kubectl as its admin, the waits (a pod Ready, a
+workload's rollout, a field's value: each kubectl on a watch), an eviction as a drain posts
+it, the Node kept as MCO's daemon keeps a worker, build pods and drain requests."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +50,7 @@ def run_pod(node: Node, name: str, container: dict[str, Any]) -> dict[str, Any]:
         },
     }
     kubectl(node, "apply", "-f", "-", stdin=json.dumps(pod))
-    kubectl(node, "wait", "-n", NAMESPACE, "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+    wait_ready(node, name, NAMESPACE)
     got: dict[str, Any] = json.loads(
         kubectl(node, "get", "-n", NAMESPACE, "pod", name, "-o", "json")
     )
@@ -57,6 +60,64 @@ def run_pod(node: Node, name: str, container: dict[str, Any]) -> dict[str, Any]:
 def delete_pod(node: Node, name: str) -> None:
     """Delete a pod and return once it is gone (its containers stopped by the kubelet)."""
     kubectl(node, "delete", "-n", NAMESPACE, "pod", name, "--wait=true", "--timeout=120s")
+
+
+def wait_ready(node: Node, pod: str, namespace: str) -> None:
+    """Return once the pod is Ready (its readiness probes passed): kubectl wait, on a watch."""
+    kubectl(node, "wait", "-n", namespace, "--for=condition=Ready", f"pod/{pod}", "--timeout=120s")
+
+
+def wait_rollout(node: Node, workload: str, namespace: str) -> None:
+    """Return once ``workload`` (``ds/NAME``, ``deploy/NAME``) has rolled out: every replica
+    updated and available (kubectl rollout status, on a watch)."""
+    kubectl(node, "rollout", "status", "-n", namespace, workload, "--timeout=180s")
+
+
+def _service_endpoints(port: str) -> int:
+    """kube-proxy's endpoints for a Service's port (``NAMESPACE/SERVICE:PORT``, as its iptables
+    rules name it): what a call to the Service's address reaches."""
+    rules = subprocess.run(
+        ["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True
+    ).stdout
+    return sum(
+        1
+        for line in rules.splitlines()
+        if line.startswith("-A KUBE-SEP-") and port in line and "-j DNAT" in line
+    )
+
+
+def wait_service_endpoints(port: str, count: int) -> None:
+    """Until kube-proxy has ``count`` endpoints for the Service's port: a condition polled,
+    since kube-proxy reports its rules nowhere else."""
+    deadline = time.monotonic() + 60
+    while _service_endpoints(port) != count:
+        assert time.monotonic() < deadline, f"kube-proxy has {_service_endpoints(port)} endpoints"
+        time.sleep(0.2)
+
+
+def evict(node: Node, pod: str, namespace: str) -> subprocess.CompletedProcess[str]:
+    """POST the pod's eviction as a drain does (kubectl drain, MCO's drain controller), as the
+    admin; the test reads the answer (a refusal is a non-zero exit with the Status)."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+    }
+    return subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={node.plane.admin_kubeconfig}",
+            "create",
+            "--raw",
+            f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction",
+            "-f",
+            "-",
+        ],
+        input=json.dumps(eviction),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def wait_jsonpath(node: Node, target: str, path: str, value: str, namespace: str = "") -> None:
@@ -124,7 +185,7 @@ def build_pod(node: Node, name: str, on: str) -> None:
         },
     }
     kubectl(node, "apply", "-f", "-", stdin=json.dumps(pod))
-    kubectl(node, "wait", "-n", MCO_NS, "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+    wait_ready(node, name, MCO_NS)
 
 
 def request_drain(node: Node, on: str) -> str:

@@ -43,12 +43,15 @@ from tests.node.helpers import (
     as_mco_worker,
     build_pod,
     container_pids,
+    evict,
     get,
     kubectl,
     request_drain,
     wait_held,
     wait_jsonpath,
+    wait_ready,
     wait_released,
+    wait_rollout,
 )
 
 
@@ -165,7 +168,7 @@ def test_a_hold_outlives_a_sigkilled_agent_and_is_released_with_its_token(
         str(restarts + 1),
         AGENT_NS,
     )
-    kubectl(node, "wait", "-n", AGENT_NS, "--for=condition=Ready", f"pod/{_name(pod)}")
+    wait_ready(node, _name(pod), AGENT_NS)
     log = kubectl(node, "logs", "-n", AGENT_NS, _name(pod), "-c", "drain-guard")
     assert "resuming hold found on the node" in log
     assert _still_held(node, request)
@@ -181,7 +184,7 @@ def test_a_rolling_update_keeps_the_hold(node: Node, install: Path) -> None:
     _wait_held(node, request)
     before = _name(_agent_pod(node))
     kubectl(node, "rollout", "restart", "-n", AGENT_NS, "ds/drain-guard")
-    kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+    wait_rollout(node, "ds/drain-guard", AGENT_NS)
     after = _agent_pod(node)
     assert _name(after) != before
     log = kubectl(node, "logs", "-n", AGENT_NS, _name(after), "-c", "drain-guard")
@@ -189,30 +192,6 @@ def test_a_rolling_update_keeps_the_hold(node: Node, install: Path) -> None:
     assert _still_held(node, request)
     kubectl(node, "delete", "-n", MCO_NS, "pod", "build-rollout", "--wait=true")
     _wait_released(node, request)
-
-
-def _evict(node: Node, pod: str) -> subprocess.CompletedProcess[str]:
-    """POST the pod's eviction as a drain does (kubectl drain, MCO's drain controller)."""
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": MCO_NS},
-    }
-    return subprocess.run(
-        [
-            "kubectl",
-            f"--kubeconfig={node.plane.admin_kubeconfig}",
-            "create",
-            "--raw",
-            f"/api/v1/namespaces/{MCO_NS}/pods/{pod}/eviction",
-            "-f",
-            "-",
-        ],
-        input=json.dumps(eviction),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
 
 
 def test_the_seed_the_shields_budget_refuses_the_build_pods_eviction(
@@ -223,7 +202,7 @@ def test_the_seed_the_shields_budget_refuses_the_build_pods_eviction(
     _build_pod(node, "build-seed")
     wait_jsonpath(node, "pdb/drain-guard-build-seed", ".status.disruptionsAllowed", "0", MCO_NS)
     wait_jsonpath(node, "pdb/drain-guard-build-seed", ".status.expectedPods", "1", MCO_NS)
-    refused = _evict(node, "build-seed")
+    refused = evict(node, "build-seed", MCO_NS)
     assert refused.returncode != 0
     assert "TooManyRequests" in refused.stderr or "429" in refused.stderr, refused.stderr
     assert "disruption budget" in refused.stderr, refused.stderr
@@ -297,7 +276,7 @@ def test_the_openshift_style_mount_copies_the_booted_origin(
     )
     try:
         kubectl(node, "apply", "-k", str(variant))
-        kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+        wait_rollout(node, "ds/drain-guard", AGENT_NS)
         pod = _agent_pod(node)
         log = kubectl(node, "logs", "-n", AGENT_NS, _name(pod), "-c", "booted-origin")
         assert log.startswith("drain-guard copy-booted-origin: copied /ostree/boot."), log
@@ -309,7 +288,7 @@ def test_the_openshift_style_mount_copies_the_booted_origin(
         assert IMAGE_B in (copy / files[0]).read_text()
     finally:
         kubectl(node, "apply", "-k", str(install))
-        kubectl(node, "rollout", "status", "-n", AGENT_NS, "ds/drain-guard", "--timeout=180s")
+        wait_rollout(node, "ds/drain-guard", AGENT_NS)
     assert not [v for v in _volumes(node) if "hostPath" in v]
 
 
@@ -423,7 +402,7 @@ def test_the_seed_without_drain_guard_the_build_pod_is_evicted_and_terminated(
     _build_pod(node, "build-unguarded")
     pod = get(node, "pod/build-unguarded", MCO_NS)
     (pid,) = container_pids(pod, "build")
-    evicted = _evict(node, "build-unguarded")
+    evicted = evict(node, "build-unguarded", MCO_NS)
     assert evicted.returncode == 0, evicted.stderr
     kubectl(node, "wait", "-n", MCO_NS, "--for=delete", "pod/build-unguarded", "--timeout=120s")
     assert not Path(f"/proc/{pid}").exists()

@@ -14,7 +14,6 @@ docs/install.md has a user point them at a mirror; the service CA is played
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -32,9 +31,11 @@ from tests.node.helpers import (
     ARCHIVE,
     MCO_NS,
     build_pod,
+    evict,
     get,
     kubectl,
     wait_jsonpath,
+    wait_rollout,
 )
 
 PROXY_ARCHIVE = REPO / "build" / "image" / "kube-rbac-proxy.oci.tar"
@@ -90,7 +91,7 @@ def shield(node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shi
     manifest = as_manifest(shipped.objects)
     try:
         kubectl(node, "apply", "-f", "-", stdin=manifest)
-        kubectl(node, "rollout", "status", "-n", AGENT_NS, f"deploy/{SHIELD}", "--timeout=180s")
+        wait_rollout(node, f"deploy/{SHIELD}", AGENT_NS)
         yield shipped
     finally:
         kubectl(node, "delete", "-f", "-", "--ignore-not-found", "--wait=true", stdin=manifest)
@@ -182,26 +183,7 @@ def test_a_build_pod_gets_the_shields_budget_which_refuses_its_eviction(
     (owner,) = get(node, budget, MCO_NS)["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Pod", BUILD), owner
 
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": BUILD, "namespace": MCO_NS},
-    }
-    refused = subprocess.run(
-        [
-            "kubectl",
-            f"--kubeconfig={node.plane.admin_kubeconfig}",
-            "create",
-            "--raw",
-            f"/api/v1/namespaces/{MCO_NS}/pods/{BUILD}/eviction",
-            "-f",
-            "-",
-        ],
-        input=json.dumps(eviction),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    refused = evict(node, BUILD, MCO_NS)
     assert refused.returncode != 0, refused.stdout
     assert "429" in refused.stderr or "TooManyRequests" in refused.stderr, refused.stderr
     assert "disruption budget" in refused.stderr, refused.stderr

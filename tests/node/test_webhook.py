@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,12 +48,15 @@ from tests.node.helpers import (
     OVERLAY,
     as_mco_worker,
     build_pod,
+    evict,
     get,
     kubectl,
     request_drain,
     wait_held,
     wait_jsonpath,
     wait_released,
+    wait_rollout,
+    wait_service_endpoints,
 )
 
 SECOND = "drain-guard-node-2"
@@ -168,53 +170,6 @@ def _refused_by_the_webhook(node: Node, forged: subprocess.CompletedProcess[str]
     assert f"only the Node it runs on ({node.name})" in forged.stderr, forged.stderr
 
 
-def _evict(node: Node, pod: str) -> subprocess.CompletedProcess[str]:
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod, "namespace": AGENT_NS},
-    }
-    return subprocess.run(
-        [
-            "kubectl",
-            f"--kubeconfig={node.plane.admin_kubeconfig}",
-            "create",
-            "--raw",
-            f"/api/v1/namespaces/{AGENT_NS}/pods/{pod}/eviction",
-            "-f",
-            "-",
-        ],
-        input=json.dumps(eviction),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def _service_endpoints() -> int:
-    """kube-proxy's endpoints for the webhook's Service (its iptables rules): what the API
-    server's calls to the Service's address reach."""
-    rules = subprocess.run(
-        ["iptables-save", "-t", "nat"], capture_output=True, text=True, check=True
-    ).stdout
-    return sum(
-        1
-        for line in rules.splitlines()
-        if line.startswith("-A KUBE-SEP-")
-        and f"{AGENT_NS}/{WEBHOOK}:https" in line
-        and "-j DNAT" in line
-    )
-
-
-def _wait_endpoints(count: int) -> None:
-    """Until kube-proxy has ``count`` endpoints for the Service: a condition polled, since
-    kube-proxy reports its rules nowhere else."""
-    deadline = time.monotonic() + 60
-    while _service_endpoints() != count:
-        assert time.monotonic() < deadline, f"kube-proxy has {_service_endpoints()} endpoints"
-        time.sleep(0.2)
-
-
 def test_two_replicas_serve_the_api_server_through_the_service(
     node: Node, webhook: list[Obj], tmp_path: Path
 ) -> None:
@@ -226,7 +181,7 @@ def test_two_replicas_serve_the_api_server_through_the_service(
     assert sorted(p["spec"]["nodeName"] for p in replicas) == sorted([node.name, SECOND])
     assert all(c["ready"] for p in replicas for c in p["status"]["containerStatuses"]), replicas
     wait_jsonpath(node, f"pdb/{WEBHOOK}", ".status.disruptionsAllowed", "1", AGENT_NS)
-    _wait_endpoints(2)
+    wait_service_endpoints(f"{AGENT_NS}/{WEBHOOK}:https", 2)
 
     build_pod(node, "build-webhook", node.name)
     request = request_drain(node, node.name)
@@ -253,9 +208,9 @@ def test_with_one_replica_gone_the_budget_and_the_other_keep_admission(
     (left,) = (p for p in _replicas(node) if p["status"].get("phase") == "Running")
     assert left["spec"]["nodeName"] == node.name
     wait_jsonpath(node, f"pdb/{WEBHOOK}", ".status.disruptionsAllowed", "0", AGENT_NS)
-    _wait_endpoints(1)
+    wait_service_endpoints(f"{AGENT_NS}/{WEBHOOK}:https", 1)
 
-    refused = _evict(node, left["metadata"]["name"])
+    refused = evict(node, left["metadata"]["name"], AGENT_NS)
     assert refused.returncode != 0
     assert "disruption budget" in refused.stderr, refused.stderr
     assert get(node, f"pod/{left['metadata']['name']}", AGENT_NS)["status"]["phase"] == "Running"
@@ -272,5 +227,5 @@ def test_with_one_replica_gone_the_budget_and_the_other_keep_admission(
     wait_released(node, request, node.name)
 
     kubectl(node, "uncordon", SECOND)
-    kubectl(node, "rollout", "status", "-n", AGENT_NS, f"deploy/{WEBHOOK}", "--timeout=180s")
+    wait_rollout(node, f"deploy/{WEBHOOK}", AGENT_NS)
     wait_jsonpath(node, f"pdb/{WEBHOOK}", ".status.disruptionsAllowed", "1", AGENT_NS)
