@@ -17,10 +17,13 @@ from collections.abc import Callable
 import kubernetes_validate
 import pytest
 
-from drain_guard.confine.permissions import EVENTS_NAMESPACE, MCO_NAMESPACES
+from drain_guard.confine.permissions import EVENTS_NAMESPACE, INSTALL_MODES, MCO_NAMESPACES
+from drain_guard.confine.rights import fitting_overlay
 from tests.deploy.tools import (
     CLUSTER_SCOPED,
+    DAEMONSET_DIR,
     MIN_KUBERNETES,
+    OVERLAYS,
     WITH_ADMISSION_POLICY,
     Obj,
     key,
@@ -47,6 +50,26 @@ NAMESPACE = "drain-guard"
 
 def _type(obj: Obj) -> str:
     return f"{obj['apiVersion']} {obj['kind']}"
+
+
+#: The overlays that are no install mode of their own: the cluster side of the systemd
+#: install on OpenShift 4.15/4.16 (the central shield behind the webhook), beside its nodes'.
+CLUSTER_SIDES = {"systemd-4.15"}
+
+
+def test_every_overlay_is_an_install_mode_the_tests_know() -> None:
+    """A new overlay is an ``InstallMode`` of ``confine.permissions.INSTALL_MODES`` (its grants,
+    its ``--install``), one of the overlays these tests render when it runs a DaemonSet, and,
+    when a cluster fits it, what ``drain-guard preflight`` picks (docs/architecture.md, "An
+    install mode")."""
+    overlays = {p.name for p in (DAEMONSET_DIR / "overlays").iterdir() if p.is_dir()}
+    assert overlays == set(INSTALL_MODES) | CLUSTER_SIDES
+    daemonsets = {mode.name for mode in INSTALL_MODES.values() if mode.service_account}
+    assert set(OVERLAYS) == daemonsets
+    fitting = {
+        fitting_overlay(minor, openshift)[0] for minor in (28, 30) for openshift in (None, "4")
+    }
+    assert fitting - {None} <= daemonsets
 
 
 def test_overlay_renders_the_whole_deployment(objects: list[Obj], overlay: str) -> None:
