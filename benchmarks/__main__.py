@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from benchmarks import apiload, fleet, footprint, reaction, scrapeflood, shieldscale
+from benchmarks import apiload, fleet, footprint, mcofanout, reaction, scrapeflood, shieldscale
 from benchmarks.common import mark_start
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
@@ -18,6 +18,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "footprint": footprint.main,
     "apiload": apiload.main,
     "fleet": fleet.main,
+    "mcofanout": mcofanout.main,
     "scrapeflood": scrapeflood.main,
     "shieldscale": shieldscale.main,
 }

@@ -59,6 +59,7 @@ from benchmarks.common import (
 from benchmarks.rollout import roll
 from drain_guard.settings.agent import Settings, add_run_arguments, settings_from
 from drain_guard_sim.actors.hostfs import HostFS
+from drain_guard_sim.apiserver.resources import RESOURCES, machine_os_resources
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer
 from drain_guard_sim.harness.agentproc import agent_user
 
@@ -78,6 +79,9 @@ class Params:
     sizes: tuple[int, ...] = (10, 500, 2000, 5000)
     processes: int = 3
     revision: str | None = None
+    #: Serve MachineOSBuilds and MachineOSConfigs (``v1``, as MCO 4.18+ does): the agents
+    #: then list and watch them too (the noop-image rule's reads); else pools alone (4.15).
+    machine_os: bool = False
 
 
 async def measure_size(
@@ -90,8 +94,9 @@ async def measure_size(
     nodes = [f"worker-{i}" for i in range(max(size, params.processes + 1))]
     agents = nodes[: params.processes]
     others = nodes[params.processes :][:10]  # the churn: Nodes no agent watches
+    resources = RESOURCES + (machine_os_resources("v1") if params.machine_os else ())
     async with SimApiServer(
-        bookmark_interval=REAL_BOOKMARK_INTERVAL / k, history=params.history
+        bookmark_interval=REAL_BOOKMARK_INTERVAL / k, history=params.history, resources=resources
     ) as api:
         seed_api(api, [*nodes, POLLER_NODE])
         flags = scaled_clocks(k)
@@ -296,10 +301,22 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, Path | None]:
     p.add_argument(
         "--revision", default=None, help="count this git revision's deployed agent instead"
     )
+    p.add_argument(
+        "--machine-os",
+        action="store_true",
+        help="serve MachineOSBuilds and MachineOSConfigs (v1, MCO 4.18+): the agents watch them",
+    )
     p.add_argument("--out", type=Path, default=None, help="results directory")
     a = p.parse_args(argv)
     params = Params(
-        a.time_scale, a.history, a.churn, a.poll_interval, tuple(a.sizes), a.processes, a.revision
+        a.time_scale,
+        a.history,
+        a.churn,
+        a.poll_interval,
+        tuple(a.sizes),
+        a.processes,
+        a.revision,
+        a.machine_os,
     )
     return params, a.out
 

@@ -19,6 +19,7 @@ from benchmarks import (
     fleet,
     footprint,
     interleave,
+    mcofanout,
     pool,
     reaction,
     scrapeflood,
@@ -105,6 +106,30 @@ def test_apiload(tmp_path: Path) -> None:
     assert by_reason["create PoolRolloutHeld"] == 1.0
     assert "create DrainHeld" not in by_reason
     assert size["poller"]["requests_per_hour"]["get nodes"] > 0
+
+
+def test_apiload_with_the_build_objects_served(tmp_path: Path) -> None:
+    """With MachineOSBuilds and MachineOSConfigs served (4.18+), each is listed at start."""
+    argv = ["--time-scale", "1200", "--poll-interval", "0.5", "--sizes", "3", "--processes", "1"]
+    assert apiload.main([*argv, "--machine-os", "--out", str(tmp_path)]) == 0
+    (size,) = _result(tmp_path, "apiload")["sizes"]
+    start = size["start_requests_per_node"]
+    for resource in ("machineconfigpools", "machineosbuilds", "machineosconfigs"):
+        assert start[f"list {resource}.machineconfiguration.openshift.io"] == 1.0
+
+
+def test_mcofanout(tmp_path: Path) -> None:
+    """Counts only: a pool's write is sent to its own nodes' agents (before: every agent's),
+    a build object's to every agent, and each sampled real agent gets its own pool's alone."""
+    argv = ["--nodes", "6", "--masters", "2", "--writes", "2", "--out", str(tmp_path)]
+    assert mcofanout.main(argv) == 0
+    rows = _result(tmp_path, "mcofanout")["writes"]
+    assert rows["master pool"]["events_per_write"] == 2
+    assert rows["worker pool"]["events_per_write"] == 4
+    assert rows["master pool"]["before_events_per_write"] == 6
+    assert rows["MachineOSBuild"]["events_per_write"] == 6
+    assert rows["master pool"]["sampled_agents"]["worker-0000"]["objects"] == 0
+    assert rows["worker pool"]["sampled_agents"]["worker-0000"]["objects"] == 1
 
 
 def test_fleet(tmp_path: Path) -> None:

@@ -358,3 +358,26 @@ async def test_a_410_on_mcos_watches_lists_again_and_the_rule_sees_what_changed(
     why = await fail_the_build(setup)
     record = await agent.wait_log(lambda r: r.get("outcome") == "release:safe", timeout=WAIT)
     assert f"not held: {why}" in str(record.get("why")), record
+
+
+@pytest.mark.parametrize("setup", [Mco.V4_15], indirect=True, ids=str)
+async def test_a_node_moved_to_another_pool_is_decided_on_that_pool(
+    setup: Setup, tmp_path: Path, agents: list[AgentProcess]
+) -> None:
+    """The agent reads its own pool alone, by name (the shipped list and watch rights serve
+    it): a same-image drain is held while that pool builds; the node moved to another pool
+    (MCO renders that pool's config for it and its daemon asks for a drain), the watch moves
+    with it, and the new request is decided on the new pool, degraded: let go at once."""
+    await building(setup)
+    agent = await start(setup, tmp_path, agents)
+    await mcd_request(setup.admin, setup.node, setup.drain)
+    await until(lambda: held(setup))
+    other = unique("pool")
+    config = f"rendered-{other}-{'d' * 32}"
+    await mco.pool(setup.admin, other, config, [condition("NodeDegraded")])
+    request = f"drain-{config}"
+    await mcd_request(setup.admin, setup.node, request, **{protocol.DESIRED_CONFIG: config})
+    why = f"not held: pool {other} is NodeDegraded"
+    record = await agent.wait_log(lambda r: why in str(r.get("why")))
+    assert record.get("request") == request, record
+    assert (await node_annotations(setup))[protocol.DESIRED_DRAIN] == request

@@ -9,6 +9,7 @@ from typing import Any
 from drain_guard.core.operations import Watched
 from drain_guard.core.replacement import POOL_IMAGE, Refusal
 from drain_guard.node.mcowatch import McoWatches, PoolsCache
+from drain_guard.protocol import DESIRED_CONFIG
 
 A = "rendered-worker-aaaaaaaa"
 B = "rendered-worker-bbbbbbbb"
@@ -57,9 +58,29 @@ def test_a_first_list_sees_a_refusal_while_the_pool_is_degraded() -> None:
 
 def test_the_guard_sees_the_refusals() -> None:
     watches = McoWatches({Watched.MACHINECONFIGPOOL: "v1"}, asyncio.Event())
+    node = {DESIRED_CONFIG: B}
+    watches.objects(node)  # the Node seen: its pool's watch follows the worker pool
     watches.pools.replace([pool(A)])
     watches.pools.apply("MODIFIED", pool(B, degraded=True))
-    seen = watches.objects()
+    seen = watches.objects(node)
     assert seen is not None
     assert seen.refusals == {"worker": Refusal(B, "NodeDegraded")}
     assert seen.pools["worker"]["spec"]["configuration"]["name"] == B
+
+
+def test_a_node_moved_to_another_pool_reads_nothing_of_the_one_it_left() -> None:
+    """The pool's view is dropped at once (not listed: the guard cannot tell) until the new
+    pool's watch lists it; a node whose config names no pool reads none (listed, empty)."""
+    watches = McoWatches({Watched.MACHINECONFIGPOOL: "v1"}, asyncio.Event())
+    watches.objects({DESIRED_CONFIG: A})
+    watches.pools.replace([pool(A)])
+    seen = watches.objects({DESIRED_CONFIG: A})
+    assert seen is not None
+    assert list(seen.pools) == ["worker"]
+    moved = watches.objects({DESIRED_CONFIG: "rendered-infra-" + "c" * 32})
+    assert moved is not None
+    assert (moved.pools, moved.unreadable) == ({}, "machineconfigpools not listed yet")
+    assert watches.pool == "infra"
+    unnamed = watches.objects({DESIRED_CONFIG: "custom"})
+    assert unnamed is not None
+    assert (unnamed.pools, unnamed.unreadable) == ({}, None)

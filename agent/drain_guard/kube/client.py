@@ -353,15 +353,17 @@ class Kube:
         cache: ObjectsCache,
         watch_timeout: int = WATCH_TIMEOUT,
         counters: Counters | None = None,
+        name: str = "",
     ) -> None:
         """Keep ``cache`` (every object of MCO's cluster-scoped ``resource``, served in
-        ``version``) current until cancelled."""
+        ``version``; with ``name``, that one object: a list and watch by ``metadata.name``)
+        current until cancelled."""
         await ListWatch(
             resource=resource,
             list_fn=functools.partial(
                 self.custom.list_cluster_custom_object, MCO_GROUP, version, resource.plural
             ),
-            field_selector="",
+            field_selector=f"metadata.name={name}" if name else "",
             replace=cache.replace,
             apply=cache.apply,
             counters=counters or self.counters,

@@ -179,6 +179,13 @@ class ObjectsCache:
             self.objects[name] = obj
         self.changed.set()
 
+    def forget(self, *, listed: bool) -> None:
+        """Empty, as a new watch's before its list (``listed``: nothing is to be listed)."""
+        self.objects = {}
+        self.listed = listed
+        self.error = None
+        self.changed.set()
+
 
 class _GoneError(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""

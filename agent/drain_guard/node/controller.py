@@ -312,7 +312,7 @@ class Controller:
                 ended_hold=self._memory.pending_end,
                 unschedulable=node.unschedulable,
                 objects={ref: c.obj for ref, c in self.named_caches.items() if c.listed},
-                mco=self.mco.objects(),
+                mco=self.mco.objects(node.annotations),
             )
             decision = decide(view, self.guards, self.settings.max_hold)
             if not decision.patch:

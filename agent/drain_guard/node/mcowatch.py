@@ -1,16 +1,21 @@
 """MCO's objects the noop-image guard reads (drain_guard.core.replacement): which are served,
 the watches that keep them, and what the guard sees of them.
 
-Read only: MachineConfigPools, MachineOSBuilds and MachineOSConfigs, each listed and watched
-whole (cluster-scoped; the version each is served in found by discovery at start); of the
-pools, also what the agent saw of a refused build (``PoolsCache``). None
-through the node proxy, whose identity reads no pool, nor where MCO serves no pools: the guard
-then holds a same-image drain for --noop-expect-within at most (docs/protocol.md).
+Read only: the node's MachineConfigPool, listed and watched by name (``metadata.name``, the
+pool its rendered config names: every agent watching every pool would be sent each pool's every
+status write, which in a rollout is several a node), and the MachineOSBuilds and
+MachineOSConfigs, listed and watched whole (cluster-scoped; the version each is served in found
+by discovery at start); of the pool, also what the agent saw of a refused build
+(``PoolsCache``). The pool's watch follows the node: when its config names another pool,
+the watch of the old one ends and one of the new one starts (the guard cannot tell meanwhile).
+None through the node proxy, whose identity reads no pool, nor where MCO serves no pools: the
+guard then holds a same-image drain for --noop-expect-within at most (docs/protocol.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +29,7 @@ from drain_guard.kube.client import Kube
 from drain_guard.kube.counters import Counters, Relay
 from drain_guard.kube.listwatch import ObjectsCache
 from drain_guard.node.watches import mco_objects
+from drain_guard.protocol import pool_of
 
 log = logging.getLogger("drain_guard.node.mcowatch")
 
@@ -85,22 +91,71 @@ class McoWatches:
             for resource in served
         }
 
-    def objects(self) -> McoObjects | None:
-        """What the guard sees of them (``watches.mco_objects``)."""
+        #: The pool the node's config names, whose watch ``_follow_pool`` keeps (None: none),
+        #: once the Node has been seen (``_followed``).
+        self.pool: str | None = None
+        self._followed = False
+        self._pool_moved = asyncio.Event()
+
+    def objects(self, annotations: Mapping[str, str]) -> McoObjects | None:
+        """What the guard sees of them (``watches.mco_objects``) for a Node of these
+        annotations; the pool's watch moves to the pool they name, if another (its cache
+        emptied at once: nothing of the pool the node left is read for the one it is in)."""
+        pool = pool_of(annotations)
+        if Watched.MACHINECONFIGPOOL in self.caches and (pool != self.pool or not self._followed):
+            self.pool, self._followed = pool, True
+            self.pools.forget(listed=pool is None)
+            self._pool_moved.set()
         return mco_objects(self.caches, self.pools.refusals)
 
     def parts(self, kube: Kube, watch_timeout: int) -> dict[str, Coroutine[Any, Any, None]]:
         """One watch a resource, as parts of the agent's program."""
-        return {
-            resource.plural: kube.watch_cluster(
-                resource,
-                self.served[resource],
-                cache,
-                watch_timeout,
-                _McoRead(kube.counters, cache),
+        parts: dict[str, Coroutine[Any, Any, None]] = {}
+        for resource, cache in self.caches.items():
+            if resource is Watched.MACHINECONFIGPOOL:
+                parts[resource.plural] = self._follow_pool(kube, cache, watch_timeout)
+                continue
+            read = _McoRead(kube.counters, cache)
+            version = self.served[resource]
+            parts[resource.plural] = kube.watch_cluster(
+                resource, version, cache, watch_timeout, read
             )
-            for resource, cache in self.caches.items()
-        }
+        return parts
+
+    async def _follow_pool(self, kube: Kube, cache: ObjectsCache, watch_timeout: int) -> None:
+        """Watch the pool ``self.pool``, by name, and only it: when the Node names another, the
+        watch ends and the cache is emptied (not listed: the guard cannot tell) before the
+        new pool's watch lists it. With no pool named, nothing is watched, and the empty cache
+        is listed (the guard says the node's pool is not known)."""
+        version = self.served[Watched.MACHINECONFIGPOOL]
+        await self._pool_moved.wait()  # the Node seen: its pool known
+        while True:
+            self._pool_moved.clear()
+            pool = self.pool
+            cache.forget(listed=pool is None)  # and what the last watch wrote since
+            moved = asyncio.ensure_future(self._pool_moved.wait())
+            watch = asyncio.ensure_future(
+                kube.watch_cluster(
+                    Watched.MACHINECONFIGPOOL,
+                    version,
+                    cache,
+                    watch_timeout,
+                    _McoRead(kube.counters, cache),
+                    name=pool,
+                )
+                if pool is not None
+                else asyncio.Event().wait()
+            )
+            try:
+                await asyncio.wait((moved, watch), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (moved, watch):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            if watch.done() and not watch.cancelled():
+                watch.result()  # the watch ended on its own: its error, or nothing more to do
+                return
 
 
 class _McoRead(Relay):
