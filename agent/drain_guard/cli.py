@@ -28,7 +28,7 @@ from drain_guard.commands.hold import run_hold
 from drain_guard.commands.preflight.run import DEFAULT_RIGHTS, run_preflight
 from drain_guard.commands.release import run_release
 from drain_guard.commands.status import DEFAULT_ENDPOINT, run_status
-from drain_guard.config.values import SettingsError, parse_duration
+from drain_guard.config.values import LogFormat, SettingsError, parse_duration
 from drain_guard.core.exitcodes import EXIT_OK, EXIT_USAGE
 from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard.settings.commands import (
@@ -42,7 +42,7 @@ from drain_guard.settings.commands import (
 from drain_guard.settings.hold import default_max_hold
 from drain_guard.settings.nodeproxy import add_node_proxy_arguments, node_proxy_settings
 from drain_guard.settings.shield import add_shield_arguments, shield_settings_from
-from drain_guard.settings.webhook import add_webhook_arguments
+from drain_guard.settings.webhook import add_webhook_arguments, webhook_settings
 
 # The programs, and with them the API client (aiohttp, kubernetes_asyncio), are imported by
 # main() when they run.
@@ -240,7 +240,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "webhook":
         from drain_guard.programs import webhook
 
-        return webhook.main(args)
+        try:
+            webhook_config = webhook_settings(args, os.environ)
+        except SettingsError as exc:  # logged as the pod's log is, one line
+            return webhook.refuse(LogFormat(args.log_format), exc)
+        return webhook.main(webhook_config)
     if args.command == "node-proxy":
         try:
             proxy_settings = node_proxy_settings(args, os.environ)

@@ -15,7 +15,6 @@ through, docs/install.md).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -35,7 +34,7 @@ from drain_guard.kube.client import Kube
 from drain_guard.runtime.connections import CappedSite
 from drain_guard.runtime.lifecycle import Program, Running, run_program
 from drain_guard.runtime.logs import configure_logging
-from drain_guard.settings.webhook import WebhookSettings, webhook_settings
+from drain_guard.settings.webhook import WebhookSettings
 
 log = logging.getLogger("drain_guard.programs.webhook")
 
@@ -223,12 +222,14 @@ async def serve(settings: WebhookSettings) -> int:
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    """Log as asked first, so that a bad flag is one line of the pod's log (exit 2)."""
-    configure_logging(LogFormat(args.log_format), "INFO")
-    try:
-        settings = webhook_settings(args, os.environ)
-    except SettingsError as exc:
-        log.error("%s", exc)
-        return EXIT_USAGE
+def main(settings: WebhookSettings) -> int:
+    """``drain-guard webhook``: serve until SIGTERM/SIGINT."""
+    configure_logging(settings.log_format, "INFO")
     return asyncio.run(serve(settings))
+
+
+def refuse(log_format: LogFormat, error: SettingsError) -> int:
+    """A bad flag: one line of the pod's log, in the format it asked for (exit 2)."""
+    configure_logging(log_format, "INFO")
+    log.error("%s", error)
+    return EXIT_USAGE
