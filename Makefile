@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint chaos bench system-deps control-plane image kube-rbac-proxy-image systemd-root clean
+.PHONY: demo test lint chaos bench system-deps control-plane image kube-rbac-proxy-image network-policy-enforcer systemd-root clean
 
 $(STAMP): pyproject.toml simulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ $(IMAGE_ARCHIVE): $(STAMP) Dockerfile .dockerignore scripts/build-image.sh pypro
 kube-rbac-proxy-image: system-deps
 	scripts/build-kube-rbac-proxy.sh
 
+# A NetworkPolicy enforcer for the node tests (the bridge CNI plugin enforces none):
+# kube-router from the Go module proxy (scripts/build-kube-router.sh), its network policy
+# controller alone, build/kube-router/kube-router. Does nothing when built by the script as it
+# is.
+network-policy-enforcer: system-deps
+	scripts/build-kube-router.sh
+
 # A Debian bookworm whose PID 1 is systemd, from make image's debootstrap'd base, for the tests
 # that boot the shipped units under it (scripts/build-systemd-root.sh).
 SYSTEMD_ROOT := build/systemd/bookworm-systemd.tar
@@ -57,7 +64,7 @@ demo: $(STAMP)
 # worksteal: a worker that runs out takes tests from another's queue (the slow tests vary).
 # The node tests (tests/node) run after, in one process of their own: one node per machine
 # (its bridge, sysctls and iptables guard are host-wide), shared by all of them.
-test: $(STAMP) system-deps control-plane image kube-rbac-proxy-image systemd-root
+test: $(STAMP) system-deps control-plane image kube-rbac-proxy-image network-policy-enforcer systemd-root
 	status=0; $(BIN)/pytest -n auto --dist worksteal -m 'not node' || status=$$?; \
 	$(BIN)/pytest -p no:xdist -m node tests/node || status=$$?; exit $$status
 

@@ -3,8 +3,8 @@
 # `prometheus` package), an Alertmanager (`prometheus-alertmanager`), libfaketime, those
 # that build the agent's image (`make image`: debootstrap and buildah), systemd-nspawn
 # (`systemd-container`: the shipped units booted under systemd), and the node's container runtime
-# and network (containerd, runc, containernetworking-plugins, iptables; the node fixture
-# starts containerd itself). Idempotent; needs root (or sudo) only when something is missing.
+# and network (containerd, runc, containernetworking-plugins, iptables, and ipset for the
+# network-policy enforcer's sets; the node fixture starts containerd itself). Idempotent; needs root (or sudo) only when something is missing.
 set -eu
 required=""
 command -v promtool >/dev/null 2>&1 || required="$required prometheus"
@@ -18,6 +18,7 @@ command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || required="$required 
 # libfaketime: tests/controlplane/test_clock_step.py steps the agent's wall clock with it.
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || required="$required libfaketime"
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || required="$required iptables"
+command -v ipset >/dev/null 2>&1 || [ -x /usr/sbin/ipset ] || required="$required ipset"
 kubectl=""
 command -v kubectl >/dev/null 2>&1 || command -v kustomize >/dev/null 2>&1 || kubectl="kubectl"
 [ -z "$required$kubectl" ] && exit 0

@@ -14,7 +14,9 @@ its admission policies deleted as the 4.15 overlay deletes them: only the webhoo
 them.
 
 A hold by the agent of a node with a build pod is admitted; the same agent's token forging a
-hold on the other Node is refused by the webhook; with one replica gone (its pod deleted, its
+hold on the other Node is refused by the webhook; its NetworkPolicy, enforced here by
+kube-router's policy controller (``harness.netpolicy``), refuses a pod's connection and lets
+the API server's call and the kubelet's probes through; with one replica gone (its pod deleted, its
 node cordoned so that no replacement can start), the budget refuses the other's eviction and
 the remaining replica decides both alone.
 """
@@ -22,14 +24,17 @@ the remaining replica decides both alone.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from drain_guard_sim.harness.addednode import AddedNode
+from drain_guard_sim.harness.netpolicy import Enforcer, enforcer_binary
 from drain_guard_sim.harness.node import Node
 from drain_guard_sim.harness.nodewebhook import (
     WEBHOOK,
@@ -45,15 +50,19 @@ from tests.node.helpers import (
     DESIRED_DRAIN,
     HELD_DRAIN,
     MCO_NS,
+    NAMESPACE,
     OVERLAY,
     as_mco_worker,
     build_pod,
+    delete_pod,
     evict,
     get,
     kubectl,
     request_drain,
+    run_pod,
     wait_held,
     wait_jsonpath,
+    wait_ready,
     wait_released,
     wait_rollout,
     wait_service_endpoints,
@@ -193,6 +202,100 @@ def test_two_replicas_serve_the_api_server_through_the_service(
     forged = _forge_hold(node, _agent_token(node, node.name, tmp_path), SECOND)
     _refused_by_the_webhook(node, forged)
     assert HELD_DRAIN not in get(node, f"node/{SECOND}")["metadata"]["annotations"]
+
+
+def _connects(node: Node, pod: str, address: str, port: int) -> bool:
+    """Whether ``pod`` opens a TCP connection to ``address:port`` within 3 s (refused, or a
+    dropped SYN's time-out, is False)."""
+    probe = f"import socket; socket.create_connection(({address!r}, {port}), timeout=3).close()"
+    done = subprocess.run(
+        [
+            "kubectl",
+            f"--kubeconfig={node.plane.admin_kubeconfig}",
+            "exec",
+            "-n",
+            NAMESPACE,
+            pod,
+            "--",
+            "python3",
+            "-c",
+            probe,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 or re.search(r"TimeoutError|ConnectionRefused", done.stderr), (
+        done.stderr
+    )
+    return done.returncode == 0
+
+
+def _until(condition: Callable[[], bool], failure: str) -> None:
+    """Until ``condition()`` holds (each try of a probe takes up to 3 s), 60 s at most."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, failure
+
+
+def test_its_network_policy_admits_the_api_server_and_no_pod(
+    node: Node, webhook: list[Obj], tmp_path: Path
+) -> None:
+    """The webhook's NetworkPolicy as shipped, enforced (kube-router's policy controller,
+    ``harness.netpolicy``: the bridge plugin enforces none). A pod that reaches a replica
+    before cannot once it is enforced: the policy admits no pod network peer. The replicas
+    are then replaced, the other node cordoned, so that every connection to the one left is
+    new and judged: the kubelet's probes make it Ready and the API server's call through the
+    Service reaches it (its log has the forged hold's denial), while the pod still cannot.
+    What admits the node's own traffic here is kube-router's rule for a pod's own node, not
+    the policy's OVN-Kubernetes label, which nothing carries here."""
+    (first,) = (p for p in _replicas(node) if p["spec"]["nodeName"] == node.name)
+    (box,) = first["spec"]["containers"]
+    (port,) = box["ports"]
+    sleeper = ["python3", "-c", "import time; time.sleep(3600)"]
+    run_pod(
+        node,
+        "netpol-probe",
+        {"image": box["image"], "imagePullPolicy": "Never", "command": sleeper},
+    )
+    enforcer = None
+
+    def refused(pod: dict[str, Any]) -> bool:
+        return not _connects(node, "netpol-probe", pod["status"]["podIP"], port["containerPort"])
+
+    try:
+        assert not refused(first)
+        binary = enforcer_binary(REPO)
+        if not binary.exists():
+            require_or_skip(f"{binary} is not built (make network-policy-enforcer)")
+        enforcer = Enforcer.start(node, binary, tmp_path / "enforcer")
+        _until(lambda: refused(first), "the pod still reaches the webhook")
+
+        kubectl(node, "cordon", SECOND)
+        replicas = f"app.kubernetes.io/name={WEBHOOK}"
+        kubectl(node, "delete", "-n", AGENT_NS, "pod", "-l", replicas, "--wait=true")
+        _until(
+            lambda: any(p["status"].get("phase") == "Running" for p in _replicas(node)),
+            "no replica replaced",
+        )
+        (new,) = (p for p in _replicas(node) if p["status"].get("phase") == "Running")
+        assert new["spec"]["nodeName"] == node.name
+        name = new["metadata"]["name"]
+        wait_ready(node, name, AGENT_NS)
+        wait_service_endpoints(f"{AGENT_NS}/{WEBHOOK}:https", 1)
+        new = get(node, f"pod/{name}", AGENT_NS)
+        _until(lambda: refused(new), "the pod reaches the new replica")
+        request_drain(node, SECOND)
+        forged = _forge_hold(node, _agent_token(node, node.name, tmp_path), SECOND)
+        _refused_by_the_webhook(node, forged)
+        log = kubectl(node, "logs", "-n", AGENT_NS, name)
+        assert f"only the Node it runs on ({node.name})" in log
+    finally:
+        left = enforcer.stop() if enforcer is not None else []
+        kubectl(node, "uncordon", SECOND)
+        wait_rollout(node, f"deploy/{WEBHOOK}", AGENT_NS)
+        delete_pod(node, "netpol-probe")
+        assert not left, left
 
 
 def test_with_one_replica_gone_the_budget_and_the_other_keep_admission(
