@@ -28,8 +28,9 @@ pkg/daemon/update.go (``updateOnClusterBuild``) and pkg/daemon/drain.go (``perfo
   when in its desired state, ``uncordon-<config>`` is requested and the state set to Done.
 
 ``nodemachine.NodeMachine`` plays the machine around the daemon: a reboot switches the host
-tree to the new deployment, waits, calls the ``on_reboot`` hooks (a real reboot restarts the node's
-DaemonSet pods, the agent among them) and starts a fresh daemon. A daemon pod deleted
+tree to the new deployment, runs the ``on_reboot`` hooks (a real reboot restarts the node's
+DaemonSet pods, the agent among them) during its downtime, and starts a fresh daemon after
+both. A daemon pod deleted
 gracefully while it updates ignores SIGTERM and goes only when its 600 s grace period ends.
 """
 
