@@ -38,11 +38,14 @@ from tests.controlplane.test_shield_confinement import (
     kubectl,
     stall_the_namespace,
 )
+from tests.controlplane.test_webhook_rights import REQUESTS as WEBHOOK_REQUESTS
 from tests.deploy.tools import Obj, render
 from tests.helpers import MCO_NS, reap
 
 OVERLAY = "systemd-4.15"
 INSTALL = "systemd-4.15: central shield"
+#: The webhook's own account in this install (it reads no agent's pod here).
+WEBHOOK_INSTALL = "systemd-4.15: admission webhook"
 ENTRY = "shield.drain-guard.io"
 DENIED = f"denied: webhook {ENTRY}"
 WEBHOOK = "drain-guard-webhook"
@@ -177,3 +180,27 @@ async def test_the_confined_shield_keeps_its_build_pods_budget(
     installed: Shield, tmp_path: Path
 ) -> None:
     await confined.test_the_confined_shield_keeps_its_build_pods_budget(installed, tmp_path)
+
+
+async def test_the_rights_table_is_what_the_real_api_server_answers_the_webhooks_account(
+    installed: Shield, tmp_path: Path
+) -> None:
+    """What a taken-over webhook could do with its own credential here: the openshift-4.15
+    rows' requests (``test_webhook_rights``), made with a real token of the account as this
+    overlay grants it."""
+    kubeconfig = installed.plane.token_kubeconfig(
+        await token(installed.admin, WEBHOOK, installed.namespace), tmp_path / "webhook-rights"
+    )
+    async with api_client(kubeconfig) as webhook:
+        results = {
+            name: await make(webhook, installed.namespace, installed.node)
+            for name, make in WEBHOOK_REQUESTS.items()
+        }
+    table = expected(RIGHTS.read_text(), WEBHOOK_INSTALL)
+    wrong = {
+        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
+        for name in results
+        if table.get(name) != results[name]
+    }
+    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
+    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"

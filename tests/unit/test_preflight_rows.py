@@ -28,6 +28,7 @@ RIGHTS = Path(__file__).resolve().parents[2] / "docs" / "rights.md"
 NOT_PREFLIGHTS = {
     test_shield_confinement.INSTALL,
     test_shield_webhook.INSTALL,
+    test_shield_webhook.WEBHOOK_INSTALL,
     test_webhook_rights.INSTALL,
     test_node_proxy.INSTALL,
     test_node_proxy.NODE_INSTALL,
