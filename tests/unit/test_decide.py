@@ -162,6 +162,8 @@ def test_a_same_image_update_of_a_cordoned_node_is_not_held() -> None:
     assert decision.patch == ()
     [noop] = [v for v in decision.verdicts if v.reason is Reason.NOOP_IMAGE]
     assert "the node is cordoned" in noop.detail
+    # The decision says why it let the drain go (its log line; a held one's release Event).
+    assert "not held: the node is cordoned" in decision.explain()
 
 
 def test_a_cordoned_node_running_a_build_pod_is_held_for_the_build_pod_only() -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from drain_guard.core.pods import Pod, PodScope
-from drain_guard.core.replacement import McoObjects
+from drain_guard.core.replacement import Foresight, McoObjects
 from drain_guard.core.selectors import OwnerRef, default_build_pod_selectors
 from drain_guard.guards import (
     Block,
@@ -200,7 +200,11 @@ def test_noop_does_not_block_on_a_cordoned_node() -> None:
     assert isinstance(verdict, Clear)
     assert not verdict.abstained
     assert "the node is cordoned" in verdict.detail
-    assert verdict.evidence == ImageCompared(D1, True)
+    assert isinstance(verdict.evidence, ImageCompared)
+    assert verdict.evidence.equal
+    # Said as the replacement foreseen: /status's replacementWhy, the metric's "none".
+    assert verdict.evidence.replacement is not None
+    assert verdict.evidence.replacement.foresight is Foresight.NONE
 
 
 def test_noop_clear_when_images_differ() -> None:

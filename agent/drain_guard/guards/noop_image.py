@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from drain_guard.config.options import Option, env_name
 from drain_guard.config.values import SettingsError, format_duration, named, parse_duration
 from drain_guard.core.imageref import ImageRefError, digest_of
-from drain_guard.core.replacement import EXPECTED_WITHIN, foresee
+from drain_guard.core.replacement import EXPECTED_WITHIN, Foresight, Replacement, foresee
 from drain_guard.guards.base import (
     Block,
     Clear,
@@ -65,8 +65,13 @@ class NoopImageGuard:
                 # new target (every version, docs/mco-versions.md): no newer image can reach
                 # this node while it is cordoned, so a hold would only delay the same drain
                 # until max-hold, with the node cordoned and its pool waiting.
-                why += "; not held: the node is cordoned, and a cordoned node gets no new image"
-                return Clear(self.reason, why, evidence=ImageCompared(digest, True))
+                # Said as a replacement foreseen: /status, the metric, the decision's log line
+                # and a held drain's release Event say why it was let go.
+                none = Replacement(
+                    Foresight.NONE, "the node is cordoned, and a cordoned node gets no new image"
+                )
+                seen = ImageCompared(digest, True, none)
+                return Clear(self.reason, f"{why}; not held: {none.why}", evidence=seen)
             replacement = foresee(
                 view.annotations, view.mco, view.now, _waiting_since(view), self.expected_within
             )
