@@ -1070,7 +1070,9 @@ async def test_readyz_fails_while_node_writes_fail_though_reads_answer(
 def _pool_moved_to_b(env: Env) -> None:
     """4.15's pool, listed: moved to config B, still BuildSuccess of A (the build about to
     start: noop-image's ``expected``)."""
-    pools = env.controller.mco.caches[Watched.MACHINECONFIGPOOL]
+    mco = env.controller.mco
+    mco.objects(env.kube.obj().annotations)  # the Node seen: its pool's watch follows it
+    pools = mco.caches[Watched.MACHINECONFIGPOOL]
     built = {"type": "BuildSuccess", "status": "True"}
     pools.replace(
         [
