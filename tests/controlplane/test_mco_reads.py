@@ -337,7 +337,7 @@ async def test_the_agents_token_reads_mcos_objects_and_changes_none(setup: Setup
     assert answers == dict.fromkeys(refused, 403), answers
 
 
-@pytest.mark.parametrize("setup", [Mco.V4_18], indirect=True, ids=str)
+@pytest.mark.parametrize("setup", [Mco.V4_16, Mco.V4_18], indirect=True, ids=str)
 async def test_a_410_on_mcos_watches_lists_again_and_the_rule_sees_what_changed(
     setup: Setup, tmp_path: Path, agents: list[AgentProcess]
 ) -> None:
