@@ -31,7 +31,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.writelog import WriteRecord
 from drain_guard_sim.harness.agentproc import AgentProcess, agent_user, spawn_agent
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MCD_USER = "system:serviceaccount:openshift-machine-config-operator:machine-config-daemon"

@@ -37,7 +37,7 @@ from drain_guard_sim.apiserver.resources import RESOURCES, machine_os_resources
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.watchcache import Watcher
 from drain_guard_sim.harness.agentproc import agent_user
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 
 POOLS = "machineconfigpools"
 BUILDS = "machineosbuilds"

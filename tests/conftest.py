@@ -18,7 +18,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane, default_bin_dir, missing_binaries
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.helpers import (
     AGENT_USER,
     CONFIG_A,

@@ -16,7 +16,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard import protocol
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.controlplane.helpers import WAIT, unique
 from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, MCO_NS
 

@@ -25,7 +25,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.helpers import (
     AGENT_USER,
     CONFIG_A,

@@ -29,7 +29,7 @@ from drain_guard_sim.actors.mco import (
 )
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.cluster import SimCluster
-from drain_guard_sim.harness.scenario import BuildResult
+from drain_guard_sim.harness.outcome import BuildResult
 from tests.helpers import reap, spawn
 from tests.sim.helpers import CFG, REGISTRY_BUDGET
 

@@ -28,7 +28,7 @@ from drain_guard.programs import central
 from drain_guard_sim.apiserver.errors import ApiError
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_shield
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.deploy.rbac import Grant, allows, granted
 from tests.deploy.tools import render
 from tests.helpers import CONFIG_A, IMAGE_A, MCO_NS, NODE, WAIT, metric, namespace_of, reap

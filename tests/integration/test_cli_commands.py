@@ -16,7 +16,7 @@ from drain_guard.kube.credentials import load_configuration
 from drain_guard.kube.kubeclient import ConfigException
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.helpers import (
     CONFIG_A,
     CONFIG_B,

@@ -18,7 +18,7 @@ from drain_guard_sim.harness.agentproc import DECISION
 from drain_guard_sim.harness.demo import MCO_NAMES, configure_parser
 from drain_guard_sim.harness.demoagents import AgentDecision, held_reasons
 from drain_guard_sim.harness.demoreport import RunResult, times_note, verdict
-from drain_guard_sim.harness.scenario import BuildResult, Cordon, Outcome
+from drain_guard_sim.harness.outcome import BuildResult, Cordon, Outcome
 from tests.helpers import (
     CONFIG_B,
     IMAGE_B,

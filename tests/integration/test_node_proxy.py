@@ -35,7 +35,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import ADMIN, SimApiServer, WriteRecord
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_agent
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.deploy.tools import (
     AGENT_UNIT,
     ENV_FILE,

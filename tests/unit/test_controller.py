@@ -36,7 +36,7 @@ from drain_guard.runtime.health import Health
 from drain_guard.settings.agent import add_run_arguments, settings_from
 from drain_guard.status.agent import AgentStatus
 from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.harness.scenario import worker_node
+from drain_guard_sim.harness.seedobjects import worker_node
 from tests.helpers import CONFIG_A, CONFIG_B, IMAGE_A, IMAGE_B, MCO_NS, NODE
 
 DRAIN_B = f"drain-{CONFIG_B}"

@@ -42,13 +42,9 @@ from drain_guard_sim.actors.nodewriters import NFD_USER, Kubelet, label_patch
 from drain_guard_sim.apiserver.resources import RESOURCES, machine_os_resources
 from drain_guard_sim.apiserver.server import SimApiServer, WriteRecord
 from drain_guard_sim.apiserver.tls import ServingCert
-from drain_guard_sim.harness.scenario import (
-    NFD_LABEL,
-    BuildResult,
-    Scenario,
-    ScenarioOptions,
-    machine_os_build_result,
-)
+from drain_guard_sim.harness.outcome import BuildResult
+from drain_guard_sim.harness.scenario import Scenario, ScenarioOptions
+from drain_guard_sim.harness.seedobjects import NFD_LABEL, machine_os_build_result
 
 __all__ = ["AGENT_USER", "NODE_NAME_EXTRA", "SimCluster"]
 

@@ -11,7 +11,7 @@ from typing import TextIO
 from drain_guard_sim.actors.mco import McoVersion
 from drain_guard_sim.actors.timeline import Timeline, TimelineEntry
 from drain_guard_sim.harness.demoagents import AGENT_ACTOR, HOLDING
-from drain_guard_sim.harness.scenario import Cordon, Outcome
+from drain_guard_sim.harness.outcome import Cordon, Outcome
 
 # Timeline lines worth showing a newcomer (actor, text); the full timeline has every step.
 KEY_LINES = (

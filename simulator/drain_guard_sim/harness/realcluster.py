@@ -40,15 +40,14 @@ from drain_guard_sim.actors.nodewriters import label_patch
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
 from drain_guard_sim.harness.actorrbac import ACTOR_NAMESPACE, ACTOR_RULES
 from drain_guard_sim.harness.controlplane import ControlPlane
+from drain_guard_sim.harness.outcome import BuildResult
 from drain_guard_sim.harness.podkubelet import PodKubelet
 from drain_guard_sim.harness.realobserver import Observer
-from drain_guard_sim.harness.scenario import (
+from drain_guard_sim.harness.scenario import Scenario, ScenarioOptions
+from drain_guard_sim.harness.seedobjects import (
     DAEMONSETS,
     DEPLOYMENTS,
     NFD_LABEL,
-    BuildResult,
-    Scenario,
-    ScenarioOptions,
     machine_os_build_result,
 )
 

@@ -20,7 +20,7 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
 )
 from drain_guard_sim.actors.timeline import Timeline
-from drain_guard_sim.harness.scenario import cluster_label, machine_os_build_result
+from drain_guard_sim.harness.seedobjects import cluster_label, machine_os_build_result
 
 
 class Observer(Actor):

@@ -1,7 +1,8 @@
 """The seed's scenario, written once for both servers: ``Scenario`` is the cluster, its objects,
 its actors, how a test drives it and what happened; ``SimCluster`` (the simulator) and
 ``RealCluster`` (the real control plane) say only how their server starts, writes, names the
-actors and reads back.
+actors and reads back. The seed's objects are in ``seedobjects``, how the scenario writes
+them in ``seeding``, what happened in ``outcome``.
 """
 
 from __future__ import annotations
@@ -9,11 +10,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import hashlib
-import itertools
 import tempfile
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, TypedDict, TypeVar
 
@@ -21,86 +19,35 @@ from drain_guard_sim.actors.build import MachineOSBuilder, built_image
 from drain_guard_sim.actors.buildrunner import OpenShiftBuildController
 from drain_guard_sim.actors.drain import DrainController
 from drain_guard_sim.actors.hostfs import HostFS
-from drain_guard_sim.actors.informer import Informer
-from drain_guard_sim.actors.machineos import (
-    CURRENT_BUILD_ANNOTATION,
-    build_conditions,
-    build_state,
-    config_image,
-    image_field,
-    machine_os_build,
-    machine_os_config,
-)
-from drain_guard_sim.actors.mcd import UpdateRecord
+from drain_guard_sim.actors.machineos import config_image
 from drain_guard_sim.actors.mco import (
-    CONTROL_PLANE_TOPOLOGY,
     CURRENT_CONFIG,
     CURRENT_IMAGE,
     DESIRED_CONFIG,
     DESIRED_DRAIN,
-    DESIRED_IMAGE,
-    GROUP_MCO,
     LAST_APPLIED_DRAIN,
-    LAYERING_LABEL,
-    MCO_NAMESPACE,
-    OCB_IMAGE_REPO,
     POOL_IMAGE,
-    REASON,
-    REGISTRY_NAMESPACE,
-    ROLE_LABEL,
     STATE,
     STATE_DONE,
-    WORKER_LABEL,
     Actor,
     JsonObj,
     McoVersion,
     Timings,
     annotations_of,
     condition_true,
-    read_json,
 )
 from drain_guard_sim.actors.nodecontroller import NodeController, rendered_name
 from drain_guard_sim.actors.nodemachine import NodeMachine
 from drain_guard_sim.actors.osbuilder import MachineOSBuildController
 from drain_guard_sim.actors.timeline import Timeline
+from drain_guard_sim.harness.outcome import BuildResult, ScenarioOutcome
+from drain_guard_sim.harness.replicasets import ReplicaSetController
+from drain_guard_sim.harness.seeding import ScenarioSeeding
+from drain_guard_sim.harness.seedobjects import INITIAL_IMAGE, cluster_label, machine_config
 
-__all__ = [
-    "ACTOR_ROLES",
-    "DAEMONSETS",
-    "DEPLOYMENTS",
-    "NFD_LABEL",
-    "BuildResult",
-    "Cordon",
-    "Outcome",
-    "ReplicaSetController",
-    "Scenario",
-    "ScenarioOptions",
-    "machine_config",
-    "pool_label",
-    "worker_node",
-]
+__all__ = ["ACTOR_ROLES", "Scenario", "ScenarioOptions"]
 
 
-INITIAL_IMAGE = (
-    f"{OCB_IMAGE_REPO}@sha256:6498f333a29f6d3943e852b039e77d894e47ee29b0212af38cf120ca7c4b85ce"
-)
-BASE_CONFIGS = ("00-worker", "01-worker-container-runtime", "01-worker-kubelet")
-DAEMONSETS = (
-    (MCO_NAMESPACE, "machine-config-daemon"),
-    ("openshift-dns", "dns-default"),
-    ("openshift-dns", "node-resolver"),
-    ("openshift-image-registry", "node-ca"),
-    ("openshift-monitoring", "node-exporter"),
-    ("openshift-multus", "multus"),
-    ("openshift-cluster-node-tuning-operator", "tuned"),
-)
-# (namespace, deployment, labels): the pods the seed's drain evicted besides the build pod.
-DEPLOYMENTS: tuple[tuple[str, str, dict[str, str]], ...] = (
-    (MCO_NAMESPACE, "machine-os-builder", {"k8s-app": "machine-os-builder"}),
-    (REGISTRY_NAMESPACE, "image-registry", {"docker-registry": "default"}),
-    ("openshift-monitoring", "openshift-state-metrics", {"k8s-app": "openshift-state-metrics"}),
-)
-READY = [{"type": "Ready", "status": "True"}, {"type": "ContainersReady", "status": "True"}]
 #: The seed's losing order (``SimCluster.lose_build_races``), in MCO seconds: a label written
 #: this long after the MachineConfig queues the node controller's sync 5 s later, i.e. this
 #: long after the render's write (5 s after the MachineConfig), and each of the build's two
@@ -111,288 +58,7 @@ RACE_MARGIN = 2.0
 #: target before it is marked pending anyway (a node controller that targets nothing, such as
 #: a paused pool's, does not stall the build).
 RACE_WAIT = 120.0
-NFD_LABEL = "feature.node.kubernetes.io/kernel-version.full"
 T = TypeVar("T")
-
-
-def updated_pool_status(config: str, machines: int, version: McoVersion) -> JsonObj:
-    """A layered pool's status with every machine on ``config`` and its build succeeded: the
-    state each scenario starts from (4.15's build conditions are the pool's; 4.16+'s are
-    the MachineOSBuild's)."""
-    builds = [
-        {"type": "BuildSuccess", "status": "True", "reason": "BuildSucceeded"},
-        {"type": "Building", "status": "False"},
-        {"type": "BuildPending", "status": "False"},
-        {"type": "BuildFailed", "status": "False"},
-    ]
-    return {
-        "configuration": {"name": config},
-        "machineCount": machines,
-        "updatedMachineCount": machines,
-        "readyMachineCount": machines,
-        "degradedMachineCount": 0,
-        "conditions": [
-            *([] if version.gates_on_build else builds),
-            {"type": "Updated", "status": "True"},
-        ],
-    }
-
-
-def machine_os_build_result(version: McoVersion, build: JsonObj) -> tuple[str, str] | None:
-    """A 4.16+ MachineOSBuild's end as :class:`BuildResult` names it (phase, reason), as the
-    4.15 Build's would read: Complete; Error, BuildPodDeleted (its pod deleted); Failed,
-    BackoffLimitExceeded (4.18+: its Job's fourth pod lost). None before it ended."""
-    state = build_state(build)
-    if state == "Succeeded":
-        return "Complete", ""
-    if state in ("Failed", "Interrupted"):
-        return ("Failed", "BackoffLimitExceeded") if version.job_builds else (
-            "Error", "BuildPodDeleted")  # fmt: skip
-    return None
-
-
-def _suffix(*parts: str, n: int = 5) -> str:
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:n]
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    """How the build ended, as ``oc get build`` shows it (phase and reason)."""
-
-    name: str
-    phase: str
-    reason: str
-    node: str | None
-    started: float
-    finished: float
-
-    @property
-    def succeeded(self) -> bool:
-        return self.phase == "Complete"
-
-
-@dataclass(frozen=True)
-class Cordon:
-    """The MCC cordoned a node: when, for which request, and what the node said then."""
-
-    node: str
-    t: float
-    desired_drain: str
-    desired_image: str
-    current_image: str
-    update: UpdateRecord | None  # the MCD update that asked for it (its planned transition)
-
-    @property
-    def unchanged_image(self) -> bool:
-        """The node's desired image equals its booted one: a pointless drain (a node of a pool
-        without layering has no image: its drains are for its configs)."""
-        return bool(self.desired_image) and self.desired_image == self.current_image
-
-
-@dataclass
-class Outcome:
-    """What happened, reconstructed from the simulator's write log and the actors' records."""
-
-    build: BuildResult | None
-    cordons: list[Cordon]
-    evictions: list[tuple[float, str, str]]  # (t, node, namespace/name)
-    updates: list[UpdateRecord]
-    reboots: dict[str, int]
-
-    def during_build(self) -> list[Cordon]:
-        b = self.build
-        if b is None:
-            return []
-        return [c for c in self.cordons if b.started <= c.t <= b.finished]
-
-    def after_build(self) -> list[Cordon]:
-        b = self.build
-        return [c for c in self.cordons if b is None or c.t > b.finished]
-
-    def unchanged_image_cordons(self) -> list[Cordon]:
-        return [c for c in self.cordons if c.unchanged_image]
-
-    def build_pods_evicted(self) -> list[str]:
-        """The build pods (``namespace/name``) the drain controller evicted."""
-        return [p for _, _, p in self.evictions if p.startswith(f"{MCO_NAMESPACE}/build-")]
-
-    def build_pod_evicted(self) -> bool:
-        return bool(self.build_pods_evicted())
-
-
-class ReplicaSetController(Actor):
-    """kube-controller-manager's ReplicaSet controller (and the kubelet) in miniature.
-
-    A deleted ReplicaSet-owned pod comes back, Running, on a schedulable node, preferably
-    another one: what happens to the image registry or machine-os-builder when drained.
-    """
-
-    actor_name = "replicaset-controller"
-
-    def __init__(self, kubeconfig: Path, timeline: Timeline, timings: Timings) -> None:
-        super().__init__(kubeconfig, timeline, timings)
-        self.nodes: Informer | None = None
-        self.pods: Informer | None = None
-        self._serial = itertools.count()
-
-    async def started(self) -> None:
-        self.nodes = Informer(self.core.list_node)
-        self.pods = Informer(self.core.list_pod_for_all_namespaces, self._on_pod)
-        for inf, name in ((self.nodes, "nodes"), (self.pods, "pods")):
-            self.spawn(inf.run(), f"rs-{name}")
-            await inf.synced.wait()
-
-    def _on_pod(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
-        owners = obj["metadata"].get("ownerReferences") or []
-        if etype == "DELETED" and any(o.get("kind") == "ReplicaSet" for o in owners):
-            self.spawn(self._replace(obj), f"rs-replace-{obj['metadata']['name']}")
-
-    async def _replace(self, old: JsonObj) -> None:
-        assert self.nodes is not None
-        await asyncio.sleep(self.timings.s(self.timings.replicaset_delay))
-        old_node = old["spec"].get("nodeName")
-        schedulable = sorted(
-            name
-            for name, n in self.nodes.cache.items()
-            if not (n.get("spec") or {}).get("unschedulable")
-        )
-        if not schedulable:
-            return
-        node = next((n for n in schedulable if n != old_node), schedulable[0])
-        # The old pod's owner, uid and all: a real garbage collector deletes a pod whose owner
-        # reference names no object.
-        owner_ref = old["metadata"]["ownerReferences"][0]
-        owner = owner_ref["name"]
-        ns = old["metadata"]["namespace"]
-        name = f"{owner}-{_suffix(owner, str(next(self._serial)), node)}"
-        pod = _pod(ns, name, node, old["metadata"].get("labels") or {}, owner_ref)
-        await read_json(await self.core.create_namespaced_pod(ns, pod, _preload_content=False))
-        await read_json(
-            await self.core.patch_namespaced_pod_status(
-                name,
-                ns,
-                {"status": {"phase": "Running", "conditions": READY}},
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-            )
-        )
-        self.log(node, f"ReplicaSet {ns}/{owner}: created pod {name} on {node}")
-
-
-def _owner_reference(owner: JsonObj) -> JsonObj:
-    """The controller reference to ``owner`` (a DaemonSet or ReplicaSet) its pods carry."""
-    meta = owner["metadata"]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-    }
-
-
-def _pod(ns: str, name: str, node: str, labels: dict[str, str], owner: JsonObj) -> JsonObj:
-    """A Running pod on ``node`` controlled by ``owner`` (an owner reference)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": dict(labels),
-            "ownerReferences": [owner],
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "sim"}]},
-        "status": {"phase": "Running", "conditions": READY},
-    }
-
-
-def worker_node(name: str, cfg: str, image: str) -> JsonObj:
-    """An idle, layered worker Node booted into ``image`` with ``cfg`` applied, as after a
-    finished update: the one Node the simulator, the tests and the benchmarks start from."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                WORKER_LABEL: "",
-            },
-            "annotations": {
-                CURRENT_CONFIG: cfg,
-                DESIRED_CONFIG: cfg,
-                CURRENT_IMAGE: image,
-                DESIRED_IMAGE: image,
-                STATE: STATE_DONE,
-                REASON: "",
-                DESIRED_DRAIN: f"uncordon-{cfg}",
-                LAST_APPLIED_DRAIN: f"uncordon-{cfg}",
-                CONTROL_PLANE_TOPOLOGY: "HighlyAvailable",
-            },
-        },
-        "spec": {},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-            "nodeInfo": {
-                "osImage": "Red Hat Enterprise Linux CoreOS 415.92",
-                "kubeletVersion": "v1.28.7",
-            },
-        },
-    }
-
-
-def machine_config(
-    name: str, kernel_arguments: tuple[str, ...] = (), *, pool: str = "worker"
-) -> JsonObj:
-    """A MachineConfig for ``pool`` that writes one file (``/etc/<name>``);
-    ``kernel_arguments`` adds those, which MCO 4.15's layered update never applies (the node
-    then fails its boot-time validation and stays Degraded: the rollout stops there)."""
-    spec: JsonObj = {
-        "config": {
-            "ignition": {"version": "3.4.0"},
-            "storage": {
-                "files": [
-                    {
-                        "path": f"/etc/{name}",
-                        "mode": 420,
-                        "contents": {"source": f"data:,{name}"},
-                    }
-                ]
-            },
-        }
-    }
-    if kernel_arguments:
-        spec["kernelArguments"] = list(kernel_arguments)
-    return _machine_config(name, spec, pool)
-
-
-def _machine_config(name: str, spec: JsonObj, pool: str | None) -> JsonObj:
-    """A MachineConfig, an input of ``pool``'s rendered config (None: none's, a rendered one)."""
-    return {
-        "apiVersion": f"{GROUP_MCO}/v1",
-        "kind": "MachineConfig",
-        "metadata": {"name": name, "labels": {ROLE_LABEL: pool} if pool else {}},
-        "spec": spec,
-    }
-
-
-def pool_label(pool: str) -> str:
-    """The label that puts a Node in ``pool`` (its ``nodeSelector``)."""
-    return f"node-role.kubernetes.io/{pool}"
-
-
-def cluster_label(pool: str) -> str:
-    """The label of every Node of the cluster named after its layered ``pool`` (both pools'),
-    which its drain controller selects: clusters sharing a control plane never meet."""
-    return f"sim.drain-guard.io/cluster-{pool}"
-
-
-#: The taint of a control-plane Node; MCO's build pods tolerate it.
-CONTROL_PLANE_TAINT = {"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"}
-#: The OS image a Node of a pool without layering boots.
-BASE_OS_IMAGE = "quay.io/openshift-release-dev/ocp-v4.0-art-dev@sha256:" + "5" * 64
 
 
 #: The actors' identities a server provides (``Scenario._actor_kubeconfig``): on the real control
@@ -404,7 +70,6 @@ ACTOR_ROLES = (
     "build-controller",
     "replicaset-controller",
 )
-_EMPTY_CONFIG: JsonObj = {"config": {"ignition": {"version": "3.4.0"}}}
 
 
 class ScenarioOptions(TypedDict, total=False):
@@ -419,7 +84,7 @@ class ScenarioOptions(TypedDict, total=False):
     masters: int
 
 
-class Scenario(abc.ABC):
+class Scenario(ScenarioSeeding, ScenarioOutcome):
     """The seed's cluster, written once for every server: its objects, its actors, how a test
     drives it and what happened.
 
@@ -569,160 +234,6 @@ class Scenario(abc.ABC):
     @abc.abstractmethod
     async def _server_actors(self) -> list[Actor]:
         """The actors this server needs besides MCO's (started before the node controller)."""
-
-    # -- seed state ------------------------------------------------------------------------
-
-    async def _seed_objects(self) -> None:
-        """The cluster after "enable OCB and wait for the first build" (``SimCluster``)."""
-        configs = [
-            await self._create_machine_config(
-                _machine_config(base.replace("worker", self.pool), _EMPTY_CONFIG, self.pool)
-            )
-            for base in BASE_CONFIGS
-        ]
-        self.initial_config = rendered_name(self.pool, configs)
-        await self._create_machine_config(_machine_config(self.initial_config, _EMPTY_CONFIG, None))
-        layered = self.version.gates_on_build
-        pool = {
-            "apiVersion": f"{GROUP_MCO}/v1",
-            "kind": "MachineConfigPool",
-            "metadata": {
-                "name": self.pool,
-                "labels": {LAYERING_LABEL: ""},
-                "annotations": {} if layered else {POOL_IMAGE: self.initial_image},
-            },
-            "spec": {
-                "configuration": {"name": self.initial_config},
-                "nodeSelector": {"matchLabels": {pool_label(self.pool): ""}},
-                "maxUnavailable": 1,
-            },
-        }
-        await self._create_pool(
-            pool, updated_pool_status(self.initial_config, len(self.node_names), self.version)
-        )
-        if layered:
-            await self._seed_machine_os()
-        for name in self.node_names:
-            node = worker_node(name, self.initial_config, self.initial_image)
-            node["metadata"]["labels"][pool_label(self.pool)] = ""
-            node["metadata"]["labels"][cluster_label(self.pool)] = ""
-            await self._create_node(node)
-            host = HostFS(self.workdir / "hosts" / name, self.initial_image)
-            host.write_mcd_current_config(self.initial_config, self.initial_image)
-            self.hosts[name] = host
-        if self.master_names:
-            await self._seed_masters()
-        for ns, ds in DAEMONSETS:
-            owner = _owner_reference(await self._create_owner("DaemonSet", ns, ds, {"app": ds}))
-            for node_name in self.all_nodes:
-                name = f"{ds}-{_suffix(ds, node_name)}"
-                await self._create_pod(_pod(ns, name, node_name, {"app": ds}, owner))
-        for ns, deploy, labels in DEPLOYMENTS:
-            rs = f"{deploy}-{_suffix(deploy, self.pool, n=10)}"
-            owner = _owner_reference(await self._create_owner("ReplicaSet", ns, rs, labels))
-            await self._create_pod(_pod(ns, f"{rs}-{_suffix(rs)}", self.build_node, labels, owner))
-
-    @property
-    def all_nodes(self) -> list[str]:
-        """The layered pool's Nodes, then the control-plane pool's."""
-        return self.node_names + self.master_names
-
-    async def _seed_masters(self) -> None:
-        """The control-plane pool, without layering: its MachineConfigs, rendered config, pool
-        and Nodes (tainted ``NoSchedule`` for control-plane nodes), booted into the base OS
-        image, every config applied."""
-        configs = [
-            await self._create_machine_config(
-                _machine_config(base.replace("worker", self.master_pool), _EMPTY_CONFIG,
-                                self.master_pool)
-            )
-            for base in BASE_CONFIGS
-        ]  # fmt: skip
-        self.master_config = rendered_name(self.master_pool, configs)
-        await self._create_machine_config(_machine_config(self.master_config, _EMPTY_CONFIG, None))
-        pool = {
-            "apiVersion": f"{GROUP_MCO}/v1",
-            "kind": "MachineConfigPool",
-            "metadata": {"name": self.master_pool},
-            "spec": {
-                "configuration": {"name": self.master_config},
-                "nodeSelector": {"matchLabels": {pool_label(self.master_pool): ""}},
-                "maxUnavailable": 1,
-            },
-        }
-        status = updated_pool_status(self.master_config, len(self.master_names), McoVersion.V4_16)
-        await self._create_pool(pool, status)
-        for name in self.master_names:
-            node = worker_node(name, self.master_config, "")
-            labels = node["metadata"]["labels"]
-            labels.pop(WORKER_LABEL)
-            labels |= {pool_label(self.master_pool): "", cluster_label(self.pool): ""}
-            node["spec"]["taints"] = [dict(CONTROL_PLANE_TAINT)]
-            await self._create_node(node)
-            host = HostFS(self.workdir / "hosts" / name, BASE_OS_IMAGE)
-            host.write_mcd_current_config(self.master_config, "")
-            self.hosts[name] = host
-
-    async def create_master_config(self, name: str) -> str:
-        """``oc create`` a :func:`machine_config` for the control-plane pool; returns the
-        config it renders to."""
-        name = name.replace("master", self.master_pool)
-        made = await self._create_machine_config(machine_config(name, pool=self.master_pool))
-        self.timeline.add("user", None, f"oc create machineconfig {made['metadata']['name']}")
-        return rendered_name(self.master_pool, await self._pool_machine_configs(self.master_pool))
-
-    async def _seed_machine_os(self) -> None:
-        """4.16+: the pool's MachineOSConfig and the MachineOSBuild of its first build, which
-        succeeded with the image every node runs."""
-        v, image = self.version, self.initial_image
-        mosc = machine_os_config(v, self.pool, OCB_IMAGE_REPO)
-        build = machine_os_build(v, self.pool, self.initial_config, mosc, OCB_IMAGE_REPO)
-        if v.job_builds:
-            mosc["metadata"]["annotations"] = {CURRENT_BUILD_ANNOTATION: build["metadata"]["name"]}
-        config_field, build_field = image_field(v)
-        mosc = await self._create_machine_os("machineosconfigs", mosc, {config_field: image})
-        if v.job_builds:
-            build["metadata"]["ownerReferences"][0]["uid"] = mosc["metadata"]["uid"]
-        done = {"conditions": build_conditions("Succeeded", "2024-01-01T00:00:00Z"),
-                build_field: image}  # fmt: skip
-        await self._create_machine_os("machineosbuilds", build, done)
-
-    @abc.abstractmethod
-    async def _create_machine_os(self, plural: str, body: JsonObj, status: JsonObj) -> JsonObj:
-        """Create a MachineOSConfig or MachineOSBuild (``plural``) with ``status``, at the
-        API version of the cluster's MCO; the object created."""
-
-    @abc.abstractmethod
-    async def _create_machine_config(self, config: JsonObj) -> JsonObj:
-        """Create a MachineConfig as the administrator; the object created."""
-
-    @abc.abstractmethod
-    async def _delete_machine_config(self, name: str) -> None:
-        """Delete a MachineConfig as the administrator."""
-
-    @abc.abstractmethod
-    async def _create_pool(self, pool: JsonObj, status: JsonObj) -> None:
-        """Create the MachineConfigPool ``pool`` with ``status``."""
-
-    @abc.abstractmethod
-    async def _create_node(self, node: JsonObj) -> None:
-        """Create a Node."""
-
-    @abc.abstractmethod
-    async def _create_owner(
-        self, kind: str, namespace: str, name: str, labels: dict[str, str]
-    ) -> JsonObj:
-        """The DaemonSet or ReplicaSet that owns the seed's pods (``kind``, ``metadata.name``
-        and ``metadata.uid`` at least)."""
-
-    @abc.abstractmethod
-    async def _create_pod(self, pod: JsonObj) -> None:
-        """Create ``pod`` as it is, its status too."""
-
-    @abc.abstractmethod
-    async def _pool_machine_configs(self, pool: str | None = None) -> list[JsonObj]:
-        """``pool``'s MachineConfigs (its rendered config's inputs; default: the layered
-        pool's)."""
 
     # -- driving the scenario --------------------------------------------------------------
 
@@ -886,46 +397,3 @@ class Scenario(abc.ABC):
     @abc.abstractmethod
     def _pool(self) -> JsonObj | None:
         """The pool as the server holds it now."""
-
-    # -- outcome ---------------------------------------------------------------------------
-
-    def cordons(self) -> list[Cordon]:
-        """Every time the MCC cordoned a node, with the MCD update that asked for it."""
-        out = []
-        for t, node, ann in self._cordon_records():
-            update = None
-            for u in self.machines[node].updates:
-                if u.started <= t and u.drain_requested:
-                    update = u
-            out.append(
-                Cordon(
-                    node=node,
-                    t=t,
-                    desired_drain=ann.get(DESIRED_DRAIN, ""),
-                    desired_image=ann.get(DESIRED_IMAGE, ""),
-                    current_image=ann.get(CURRENT_IMAGE, ""),
-                    update=update,
-                )
-            )
-        return out
-
-    def outcome(self) -> Outcome:
-        return Outcome(
-            build=self.build_result(),
-            cordons=self.cordons(),
-            evictions=self.evictions(),
-            updates=[u for m in self.machines.values() for u in m.updates],
-            reboots={name: m.reboots for name, m in self.machines.items()},
-        )
-
-    @abc.abstractmethod
-    def _cordon_records(self) -> list[tuple[float, str, dict[str, str]]]:
-        """Each cordon: when (timeline seconds), the node, its annotations then."""
-
-    @abc.abstractmethod
-    def build_result(self) -> BuildResult | None:
-        """The (last) build's outcome; None before any build ended."""
-
-    @abc.abstractmethod
-    def evictions(self) -> list[tuple[float, str, str]]:
-        """Pods the drain controller evicted: (timeline seconds, node, namespace/name)."""

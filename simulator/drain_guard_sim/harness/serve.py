@@ -28,7 +28,7 @@ from drain_guard_sim.actors.timeline import TimelineEntry
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import run_args
 from drain_guard_sim.harness.cluster import SimCluster
-from drain_guard_sim.harness.scenario import machine_config
+from drain_guard_sim.harness.seedobjects import machine_config
 
 __all__ = ["configure_parser", "run"]
 
