@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from drain_guard_sim.actors.build import built_image, is_build_pod
+from drain_guard_sim.actors.candidates import node_changed, rollout_targets
 from drain_guard_sim.actors.machineos import (
     CURRENT_BUILD_ANNOTATION,
     build_name,
@@ -36,11 +37,7 @@ from drain_guard_sim.actors.mco import (
     annotations_of,
     condition_true,
 )
-from drain_guard_sim.actors.nodecontroller import (
-    UPDATE_IN_PROGRESS,
-    node_changed,
-    rollout_targets,
-)
+from drain_guard_sim.actors.nodecontroller import UPDATE_IN_PROGRESS
 from drain_guard_sim.apiserver.server import WriteRecord
 from drain_guard_sim.harness.cluster import SimCluster
 from tests.sim.helpers import CFG, REGISTRY_BUDGET, ann, request_and_hold, set_ann, wrote_drain
