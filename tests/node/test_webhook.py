@@ -33,9 +33,8 @@ from typing import Any
 
 import pytest
 
-from drain_guard_sim.harness.addednode import AddedNode
 from drain_guard_sim.harness.netpolicy import Enforcer, enforcer_binary
-from drain_guard_sim.harness.node import Node
+from drain_guard_sim.harness.node import AddedNode, Node
 from drain_guard_sim.harness.nodewebhook import (
     WEBHOOK,
     apply_webhook,

@@ -20,7 +20,7 @@ from drain_guard_sim.harness.nodenet import HOST_ADDRESS, NodeError, cni_config
 from drain_guard_sim.harness.processes import ManagedProcess, free_port, spawn, wait_ready
 
 if TYPE_CHECKING:
-    from drain_guard_sim.harness.node import Node
+    from drain_guard_sim.harness.controlplane import ControlPlane
 
 
 CNI_BIN = Path("/usr/lib/cni")
@@ -104,11 +104,10 @@ def import_image(socket: Path, archive: Path) -> None:
 
 
 def start_kubelet(
-    node: Node, name: str, workdir: Path, socket: Path, cgroup_root: str
+    plane: ControlPlane, bin_dir: Path, name: str, workdir: Path, socket: Path, cgroup_root: str
 ) -> ManagedProcess:
     """A kubelet for the Node ``name`` (client certificate ``system:node:NAME``) on
     ``socket``'s containerd, its state under ``workdir``, its pods under ``cgroup_root``."""
-    plane = node.plane
     kubeconfig = plane.user_kubeconfig(
         f"system:node:{name}", ["system:nodes"], workdir / "kubelet.kubeconfig"
     )
@@ -153,7 +152,7 @@ def start_kubelet(
     return spawn(
         "kubelet",
         [
-            str(node.bin_dir / "kubelet"),
+            str(bin_dir / "kubelet"),
             f"--config={path}",
             f"--kubeconfig={kubeconfig}",
             f"--root-dir={workdir / 'kubelet'}",
