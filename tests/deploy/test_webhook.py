@@ -17,12 +17,14 @@ import pytest
 import yaml
 
 from drain_guard import protocol
+from drain_guard.confine import admission
 from drain_guard.confine.permissions import MCO_NAMESPACES, WEBHOOK_PERMISSIONS, Scope
 from drain_guard.kube.client import ADMISSION_TIMEOUT
 from drain_guard.settings.webhook import add_webhook_arguments
 from tests.deploy.admission import MatchConditions
 from tests.deploy.rbac import Grant, granted
 from tests.deploy.test_admission_policy import LAST_APPLIED, REQUEST, held, node
+from tests.deploy.test_shield_webhook import USERS as SHIELD_USERS
 from tests.deploy.tools import (
     DAEMONSET_DIR,
     REPO,
@@ -101,6 +103,9 @@ def test_the_entries_and_what_they_do_when_it_cannot_answer(objects: list[Obj]) 
         ("system:serviceaccount:drain-guard:drain-guard-x", False),
         ("system:serviceaccount:drain-guard:drain-guard-shield", True),
         ("system:serviceaccount:drain-guard:acme-drain-guard-shield", True),
+        # The shield's by contains, as the webhook takes it (a nameSuffix too: issue 34).
+        ("system:serviceaccount:drain-guard:drain-guard-shield-x", True),
+        ("system:serviceaccount:platform:acme-drain-guard-shield-x", True),
         ("system:serviceaccount:drain-guard:drain-guard-webhook", False),
         ("system:serviceaccount:openshift-machine-config-operator:machine-config-daemon", False),
         ("system:node:worker-0", False),
@@ -116,6 +121,21 @@ def test_it_is_called_for_drain_guards_accounts_only(
     assert agents.matches(user, None, event, "CREATE", "events") is called
     release = MatchConditions(entry(objects, "release.drain-guard.io"))
     assert release.matches(user, *released()) is called
+
+
+@pytest.mark.parametrize("user", SHIELD_USERS)
+def test_it_is_called_for_every_account_the_webhook_takes_for_the_shield(
+    objects: list[Obj], user: str
+) -> None:
+    """The entries' match and the webhook's own reading of the caller agree (the shield's
+    account by contains, as the systemd-4.15 overlay's entry matches it): an account the
+    webhook would judge is never let past it by the configuration."""
+    request = {"userInfo": {"username": user}}
+    taken = admission.caller(request, "drain-guard:drain-guard")
+    is_shield = taken is not None and taken.is_shield
+    agents = MatchConditions(entry(objects, "agents.drain-guard.io"))
+    assert agents.matches(user, node(), held()) is (taken is not None)
+    assert is_shield is SHIELD_USERS[user]
 
 
 def test_a_release_goes_to_the_entry_that_fails_open_and_nothing_else_does(
