@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from drain_guard_sim.apiserver import labels
 from drain_guard_sim.apiserver.identities import DISRUPTION_CONTROLLER
 from drain_guard_sim.apiserver.labels import labels_of
+from drain_guard_sim.apiserver.objects import StoredObjects
 from drain_guard_sim.apiserver.resources import ResourceType
 from drain_guard_sim.timestamps import rfc3339
 
@@ -158,22 +159,13 @@ def set_condition(
     )
 
 
-class DisruptionController:
+class DisruptionController(StoredObjects):
     """The disruption controller's part of :class:`~drain_guard_sim.apiserver.store.Store`: after
     a pod or budget write, the namespace's budgets' status, written by the controller's identity."""
 
     pdb_controller: bool
-    clock: Callable[[], datetime]
 
     if TYPE_CHECKING:
-
-        def rt(self, resource: str | ResourceType) -> ResourceType: ...
-
-        def _bucket(self, rt: ResourceType) -> dict[tuple[str, str], JsonObj]: ...
-
-        def try_get(
-            self, resource: str | ResourceType, name: str, namespace: str | None = None
-        ) -> JsonObj | None: ...
 
         def _commit(
             self,

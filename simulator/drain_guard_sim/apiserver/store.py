@@ -12,7 +12,8 @@ the controller's identity), the way ``pkg/controller/disruption`` does. Field se
 parsed in ``fieldselectors``, evictions handled in ``eviction``. The watches are in
 ``watchcache``, the write log and waiting on it in ``writelog``, the disruption controller's
 part in ``disruption``, what a registry's strategy does to a create or an update in
-``strategy``: the store combines them over its one state.
+``strategy``; reading the objects in ``objects``, which each part builds on: the store
+combines them over its one state and writes it.
 """
 
 from __future__ import annotations
@@ -76,36 +77,6 @@ class Store(WatchCache, WriteLog, DisruptionController):
         #: raises ApiError to deny. The API server sets it (NodeRestriction).
         self.admission: Callable[..., None] | None = None
         self._rng_names = _NameGenerator()
-
-    # --- basic state ---
-
-    @property
-    def resource_version(self) -> int:
-        return self._rv
-
-    def rt(self, resource: str | ResourceType) -> ResourceType:
-        return self.index.lookup(resource)
-
-    def _bucket(self, rt: ResourceType) -> dict[tuple[str, str], JsonObj]:
-        return self._objects[rt.key]
-
-    @staticmethod
-    def _ns(rt: ResourceType, namespace: str | None) -> str:
-        return (namespace or "default") if rt.namespaced else ""
-
-    def get(self, resource: str | ResourceType, name: str, namespace: str | None = None) -> JsonObj:
-        rt = self.rt(resource)
-        obj = self._bucket(rt).get((self._ns(rt, namespace), name))
-        if obj is None:
-            raise errors.not_found(rt, name)
-        return copy.deepcopy(obj)
-
-    def try_get(
-        self, resource: str | ResourceType, name: str, namespace: str | None = None
-    ) -> JsonObj | None:
-        rt = self.rt(resource)
-        obj = self._bucket(rt).get((self._ns(rt, namespace), name))
-        return copy.deepcopy(obj) if obj is not None else None
 
     def list(
         self,

@@ -13,12 +13,13 @@ import copy
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from drain_guard_sim.apiserver import errors, labels
 from drain_guard_sim.apiserver.fieldselectors import FieldSelector, parse_selectors
 from drain_guard_sim.apiserver.identities import ADMIN
 from drain_guard_sim.apiserver.labels import labels_of
+from drain_guard_sim.apiserver.objects import StoredObjects
 from drain_guard_sim.apiserver.resources import ResourceType, field_value
 
 JsonObj = dict[str, Any]
@@ -98,22 +99,15 @@ class Watcher:
         self.queue.put_nowait(None)
 
 
-class WatchCache:
+class WatchCache(StoredObjects):
     """The watch part of :class:`~drain_guard_sim.apiserver.store.Store` (which holds the
     state)."""
 
-    _rv: int
     _history: deque[StoreEvent]
     _window_start: int
     _watchers: set[Watcher]
     _by_trigger: dict[tuple[str, str], set[Watcher]]
     _unindexed: dict[str, set[Watcher]]
-
-    if TYPE_CHECKING:
-
-        def rt(self, resource: str | ResourceType) -> ResourceType: ...
-
-        def _bucket(self, rt: ResourceType) -> dict[tuple[str, str], JsonObj]: ...
 
     def _emit(self, rt: ResourceType, type_: str, obj: JsonObj, prev: JsonObj | None) -> None:
         rv = int(obj["metadata"]["resourceVersion"])

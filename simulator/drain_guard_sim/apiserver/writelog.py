@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from drain_guard_sim.apiserver.objects import StoredObjects
 from drain_guard_sim.apiserver.resources import ResourceType
 
 JsonObj = dict[str, Any]
@@ -47,18 +48,12 @@ class WriteRecord:
         return obj
 
 
-class WriteLog:
+class WriteLog(StoredObjects):
     """The write-log part of :class:`~drain_guard_sim.apiserver.store.Store` (which holds the
     state)."""
 
-    _rv: int
     _waiters: builtins.list[asyncio.Future[None]]
     write_log: builtins.list[WriteRecord]
-    clock: Callable[[], datetime]
-
-    if TYPE_CHECKING:
-
-        def rt(self, resource: str | ResourceType) -> ResourceType: ...
 
     def _record(
         self,
