@@ -253,7 +253,7 @@ def _event(node: str, about: str) -> Any:
     return {
         "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": "default"},
         "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": about},
-        "reason": "DrainHeld",
+        "reason": "DrainReleased",
         "message": "rights test",
         "type": "Normal",
         "source": {"component": "drain-guard", "host": node},

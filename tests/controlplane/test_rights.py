@@ -346,7 +346,7 @@ def event(node: str, namespace: str = "default", component: str = "drain-guard")
     return {
         "metadata": {"name": unique("event"), "namespace": namespace},
         "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
-        "reason": "DrainHeld",
+        "reason": "DrainReleased",
         "message": "rights test",
         "type": "Normal",
         "source": {"component": component, "host": node},

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from drain_guard.commands.preflight import event_rows
 from drain_guard.kube.client import Kube
 from drain_guard.node.events import (
     DRAIN_HELD,
@@ -371,3 +372,18 @@ async def test_without_the_pools_uid_the_event_still_names_the_pool(env: Env) ->
         "kind": "MachineConfigPool",
         "name": "worker",
     }
+
+
+async def test_the_preflight_proves_the_event_every_hold_writes_on_its_node(env: Env) -> None:
+    """drain-guard preflight's Event about the agent's own Node is the one a hold's end
+    writes there (a hold's start is told on the pool): same reason, type and fields, so the
+    confinement it proves right is the one the agent meets."""
+    await env.recorder.drain_released(_record("drain-r1"), "safe", timedelta(minutes=5))
+    [written] = env.events()
+    proved = event_rows.event(NODE)
+    unproved = ("metadata", "message", "firstTimestamp", "lastTimestamp")
+    assert {k: v for k, v in proved.items() if k not in unproved} == {
+        k: v for k, v in written.items() if k in proved and k not in unproved
+    }
+    assert set(proved) == set(written)
+    assert proved["metadata"]["namespace"] == written["metadata"]["namespace"]

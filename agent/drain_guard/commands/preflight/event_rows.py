@@ -5,6 +5,7 @@ recorder writes them, and the ones it may not write; every write a dry run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from drain_guard import protocol
@@ -18,6 +19,8 @@ from drain_guard.commands.preflight.probe import (
     unique_name,
 )
 from drain_guard.confine.permissions import EVENTS_NAMESPACE
+from drain_guard.node.events import DRAIN_RELEASED
+from drain_guard.protocol import format_rfc3339
 
 if TYPE_CHECKING:
     pass
@@ -26,15 +29,20 @@ if TYPE_CHECKING:
 def event(
     node: str, namespace: str = EVENTS_NAMESPACE, component: str = "drain-guard"
 ) -> dict[str, Any]:
-    """An Event about ``node`` as the agent's recorder writes one."""
+    """An Event about ``node`` as the agent's recorder writes one: the end of a hold, its one
+    Event on the Node (its start is told on the pool, ``pool_event``)."""
+    now = format_rfc3339(datetime.now(UTC))
     return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": unique_name("event"), "namespace": namespace},
         "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
-        "reason": "DrainHeld",
+        "reason": DRAIN_RELEASED,
         "message": "drain-guard preflight (dry run)",
         "type": "Normal",
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
         "source": {"component": component, "host": node},
         "reportingComponent": component,
         "reportingInstance": f"{component}-{node}",
