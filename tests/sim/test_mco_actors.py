@@ -323,3 +323,23 @@ async def test_a_reboot_restarts_the_nodes_pods_during_its_downtime(tmp_path: Pa
         release.set()
         await cluster.api.wait_for(lambda: ann(cluster, "worker-1").get(STATE) == "Done", 30)
         assert machine.daemon is not None
+
+
+async def test_the_drain_request_floor_delays_only_a_sync_that_comes_sooner(
+    tmp_path: Path,
+) -> None:
+    """``Timings.drain_request_floor`` (real seconds, benchmarks.pool's): the drain controller
+    acts on a new drain request no sooner than that after it saw it, however early a sync
+    queued before lands; its 5 s timer (50 ms here) would act sooner."""
+    timings = Timings(drain_request_floor=0.5)
+    async with SimCluster(
+        tmp_path, nodes=2, time_factor=0.01, timings=timings, node_controller=False
+    ) as cluster:
+        rv = cluster.api.resource_version
+        set_ann(cluster, "worker-1", desired_drain="drain-" + CFG)
+        [request] = cluster.api.writes("nodes", name="worker-1", since=rv)
+        cordon = await cluster.api.wait_for_write(
+            lambda r: r.name == "worker-1" and unschedulable(r, "after"), since=rv, timeout=30
+        )
+        assert cordon.user == MCC_USER
+        assert cordon.time - request.time >= 0.5

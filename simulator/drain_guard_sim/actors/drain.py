@@ -89,6 +89,9 @@ class DrainController(Actor):
         self.ongoing_drains: dict[str, float] = {}
         self.mcc_drain_err: dict[str, int] = {}
         self.evictions: list[Eviction] = []
+        #: When each node's newest ``drain-`` request was seen (monotonic): its sync waits
+        #: until ``Timings.drain_request_floor`` has passed since.
+        self._requested: dict[str, float] = {}
 
     async def started(self) -> None:
         selector = {"label_selector": self.node_selector} if self.node_selector else {}
@@ -105,6 +108,9 @@ class DrainController(Actor):
     def _on_node(self, etype: str, obj: JsonObj, old: JsonObj | None) -> None:
         if etype not in ("ADDED", "MODIFIED"):
             return
+        desired = annotations_of(obj).get(DESIRED_DRAIN, "")
+        if desired.startswith("drain-") and desired != annotations_of(old or {}).get(DESIRED_DRAIN):
+            self._requested[obj["metadata"]["name"]] = time.monotonic()
         if old is not None and self.version.drain_on_annotation_only:
             watched = [
                 annotations_of(obj).get(DESIRED_DRAIN) != annotations_of(old).get(DESIRED_DRAIN)
@@ -149,6 +155,10 @@ class DrainController(Actor):
         if desired == ann.get(LAST_APPLIED_DRAIN, ""):
             return None
         verb = desired.split("-")[0]
+        wait = self._requested.get(name, 0.0) + self.timings.drain_request_floor - time.monotonic()
+        if verb == "drain" and wait > 0:
+            self.queue.add_after(name, wait)
+            return None
         if verb == "uncordon":
             self.log(name, "uncordoning")
             await self._cordon_or_uncordon(node, cordon=False)
