@@ -4,12 +4,16 @@ version a list or the watch delivers: what the pool itself does not keep (node.m
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 from drain_guard.core.operations import Watched
 from drain_guard.core.replacement import POOL_IMAGE, Refusal
-from drain_guard.node.mcowatch import McoWatches, PoolsCache
+from drain_guard.core.watchstatus import WatchStatus
+from drain_guard.node.mcowatch import McoWatches, PoolsCache, _McoRead
 from drain_guard.protocol import DESIRED_CONFIG
+from drain_guard.runtime.agent_metrics import Metrics
+from drain_guard.runtime.health import Health
 
 A = "rendered-worker-aaaaaaaa"
 B = "rendered-worker-bbbbbbbb"
@@ -84,3 +88,37 @@ def test_a_node_moved_to_another_pool_reads_nothing_of_the_one_it_left() -> None
     unnamed = watches.objects({DESIRED_CONFIG: "custom"})
     assert unnamed is not None
     assert (unnamed.pools, unnamed.unreadable) == ({}, None)
+
+
+def test_a_watch_failing_before_it_listed_says_since_when_and_why() -> None:
+    """What the guard bounds its wait by (``failing_since``) and says (the 403); a failing
+    watch is named before one merely not listed yet, and a new watch forgets the failure."""
+    served = {Watched.MACHINECONFIGPOOL: "v1", Watched.MACHINEOSBUILD: "v1"}
+    watches = McoWatches(served, asyncio.Event())
+    node = {DESIRED_CONFIG: A}
+    watches.objects(node)
+    unlisted = watches.objects(node)
+    assert unlisted is not None
+    assert (unlisted.unreadable, unlisted.failing_since) == (
+        "machineconfigpools not listed yet",
+        None,
+    )
+    since = datetime(2026, 3, 1, 11, 0, tzinfo=UTC)
+    builds = watches.caches[Watched.MACHINEOSBUILD]
+    relay = _McoRead(Health(Metrics()), builds)
+    relay.watch_state(
+        Watched.MACHINEOSBUILD, WatchStatus(failing_since=since, error="(403) Forbidden")
+    )
+    assert builds.changed.is_set()
+    failing = watches.objects(node)
+    assert failing is not None
+    assert failing.failing_since == since
+    assert failing.unreadable == (
+        "machineosbuilds not listed, failing since 2026-03-01T11:00:00Z: (403) Forbidden"
+    )
+    relay.watch_state(Watched.MACHINEOSBUILD, WatchStatus(listed=True, watching=True))
+    builds.replace([])
+    watches.pools.replace([pool(A)])
+    listed = watches.objects(node)
+    assert listed is not None
+    assert (listed.unreadable, listed.failing_since) == (None, None)

@@ -285,11 +285,35 @@ def test_a_pool_no_machine_os_config_names_lets_go_where_builds_are_served() -> 
 # --- what the agent cannot read ---------------------------------------------------------------
 
 
-def test_unreadable_objects_hold_bounded_by_max_hold() -> None:
-    """A watch not listed yet or failing: the read comes back and decides; till then held, as
-    every hold, up to --max-hold (no ``until``)."""
-    unreadable = McoObjects({}, unreadable="machineosbuilds: 403 Forbidden")
-    assert look(unreadable) == (Foresight.UNKNOWN, "machineosbuilds: 403 Forbidden", None)
+def test_objects_not_listed_yet_hold_bounded_by_max_hold() -> None:
+    """A watch not listed yet (seconds at start, or after the node moved pools): the list
+    comes and decides; till then held, as every hold, up to --max-hold (no ``until``)."""
+    unlisted = McoObjects({}, unreadable="machineosbuilds not listed yet")
+    assert look(unlisted) == (Foresight.UNKNOWN, "machineosbuilds not listed yet", None)
+
+
+FORBIDDEN = "machineosbuilds not listed, failing since 2026-03-01T11:00:00Z: (403) Forbidden"
+
+
+def test_a_watch_failing_before_it_listed_is_waited_for_briefly_then_let_go() -> None:
+    """A 403 (the ClusterRole without its row) ends only with an admin's fix: held as where
+    the agent reads nothing, for --noop-expect-within from the hold's start, then let go
+    saying which read fails; never to --max-hold, 45 minutes a node, one after another."""
+    failing = McoObjects({}, unreadable=FORBIDDEN, failing_since=NOW - timedelta(hours=1))
+    foresight, why, until = look(failing)
+    assert (foresight, until) == (Foresight.UNKNOWN, NOW + EXPECTED_WITHIN)
+    assert why == f"{FORBIDDEN}: waiting for a new image"
+    later = look(failing, since=NOW - EXPECTED_WITHIN)
+    assert later == (Foresight.NONE, f"{FORBIDDEN}, and no new image came within its wait", None)
+
+
+def test_a_watch_that_began_failing_during_a_hold_has_the_whole_wait_to_come_back() -> None:
+    """Counted from the failure when it began after the hold (an agent restarted during a
+    long hold, the API server restarting): a read failing for a moment lets nothing go."""
+    since = NOW - timedelta(seconds=10)
+    failing = McoObjects({}, unreadable=FORBIDDEN, failing_since=since)
+    foresight, _, until = look(failing, since=NOW - timedelta(hours=1))
+    assert (foresight, until) == (Foresight.UNKNOWN, since + EXPECTED_WITHIN)
 
 
 def test_objects_the_agent_never_reads_are_waited_for_briefly_then_let_go() -> None:

@@ -71,9 +71,10 @@ class Foresight(StrEnum):
     EXPECTED = "expected"
     #: Nothing will replace the target: let the drain go now.
     NONE = "none"
-    #: The agent cannot read MCO's objects: a watch not listed yet or failing, hold, bounded by
-    #: --max-hold (the read comes back and decides); where it reads none at all (the systemd
-    #: install), hold until ``until`` (--noop-expect-within), then ``NONE``.
+    #: The agent cannot read MCO's objects: a watch not listed yet, hold, bounded by
+    #: --max-hold (the list comes in seconds and decides); a watch failing before it listed
+    #: (a 403: an admin's fix ends it), or where it reads none at all (the systemd install),
+    #: hold until ``until`` (--noop-expect-within), then ``NONE``.
     UNKNOWN = "unknown"
 
 
@@ -106,8 +107,10 @@ class McoObjects:
 
     ``pools`` by name; ``builds`` and ``configs`` the MachineOSBuilds and MachineOSConfigs, or
     None where the API does not serve them (4.15). ``unreadable`` says why the agent cannot
-    tell (a watch not listed yet, or failing): then nothing else is read. ``refusals``: what
-    the agent saw of each pool's current config while it was degraded (``refusal``).
+    tell (a watch not listed yet, or failing): then nothing else is read. ``failing_since``:
+    when that watch began failing before it listed (None: merely not listed yet).
+    ``refusals``: what the agent saw of each pool's current config while it was degraded
+    (``refusal``).
     """
 
     pools: Mapping[str, JsonObj]
@@ -115,6 +118,7 @@ class McoObjects:
     configs: Sequence[JsonObj] | None = None
     unreadable: str | None = None
     refusals: Mapping[str, Refusal] = field(default_factory=dict)
+    failing_since: datetime | None = None
 
 
 def refusal(kept: Refusal | None, pool: JsonObj) -> Refusal | None:
@@ -158,9 +162,15 @@ def foresee(
     ``waiting_since``: when the hold began (now if none), from which ``EXPECTED`` counts, for
     at most ``expected_within``."""
     if mco is None:
-        return _unread(now, waiting_since + expected_within)
+        why = "the agent reads none of MCO's pools and builds here"
+        return _unread(why, now, waiting_since + expected_within)
     if mco.unreadable is not None:
-        return Replacement(Foresight.UNKNOWN, mco.unreadable)
+        if mco.failing_since is None:
+            return Replacement(Foresight.UNKNOWN, mco.unreadable)
+        # Counted from the failure too: a read that fails for a moment (an agent restarted
+        # during a hold, the API server restarting) has the whole wait to come back.
+        start = max(waiting_since, mco.failing_since)
+        return _unread(mco.unreadable, now, start + expected_within)
     name = pool_of(annotations)
     if name is None:
         return Replacement(Foresight.UNKNOWN, "the node's pool is not known from its configs")
@@ -198,14 +208,14 @@ def foresee(
     return _from_pool(name, pool, config, refused, annotations, desired, now, expected_until)
 
 
-def _unread(now: datetime, until: datetime) -> Replacement:
+def _unread(why: str, now: datetime, until: datetime) -> Replacement:
     """The agent reads none of MCO's objects here (the systemd install: the node's identity
-    reads no pool; or discovery failed at start) and never will in this process: a short wait
-    for what MCO may be about to do (4.18 before the backport names the build's image seconds
-    after the target), then the drain goes. Never a hold that only --max-hold would end: on a
-    revert to a config built before (4.16/4.17) that would be 45 minutes a node, one node after
-    another, for no drain saved."""
-    why = "the agent reads none of MCO's pools and builds here"
+    reads no pool; or discovery failed at start) and never will in this process, or a watch of
+    them keeps failing before it listed (a 403: the ClusterRole lacks its row, which only an
+    admin's fix brings back): a short wait for what MCO may be about to do (4.18 before the
+    backport names the build's image seconds after the target), then the drain goes. Never a
+    hold that only --max-hold would end: on a revert to a config built before (4.16/4.17) that
+    would be 45 minutes a node, one node after another, for no drain saved."""
     if now < until:
         return Replacement(Foresight.UNKNOWN, f"{why}: waiting for a new image", until)
     return Replacement(Foresight.NONE, f"{why}, and no new image came within its wait")

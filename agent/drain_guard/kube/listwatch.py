@@ -162,8 +162,10 @@ class ObjectsCache:
 
     objects: dict[str, JsonObj] = field(default_factory=dict)
     listed: bool = False
-    #: Why the watch fails, while it does (its relay sets it; None once answered again).
+    #: Why the watch fails, while it does, and since when (its relay sets them; None once
+    #: answered again).
     error: str | None = None
+    failing_since: datetime | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def replace(self, items: Sequence[JsonObj]) -> None:
@@ -183,7 +185,7 @@ class ObjectsCache:
         """Empty, as a new watch's before its list (``listed``: nothing is to be listed)."""
         self.objects = {}
         self.listed = listed
-        self.error = None
+        self.error = self.failing_since = None
         self.changed.set()
 
 

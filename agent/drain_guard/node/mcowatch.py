@@ -169,6 +169,6 @@ class _McoRead(Relay):
 
     def watch_state(self, resource: Watched, state: WatchStatus) -> None:
         error = state.error if state.failing_since is not None else None
-        if error != self.cache.error:
-            self.cache.error = error
+        if (error, state.failing_since) != (self.cache.error, self.cache.failing_since):
+            self.cache.error, self.cache.failing_since = error, state.failing_since
             self.cache.changed.set()

@@ -13,6 +13,7 @@ from drain_guard.core.operations import Watched
 from drain_guard.core.pods import Pod, watch_namespace
 from drain_guard.core.replacement import McoObjects, Refusal
 from drain_guard.kube.listwatch import ObjectsCache, WatchCache
+from drain_guard.protocol import format_rfc3339
 from drain_guard.settings.shielding import ShieldingSettings
 from drain_guard.shield.plan import shield_namespaces
 
@@ -44,14 +45,21 @@ def mco_objects(
     caches: Mapping[Watched, ObjectsCache], refusals: Mapping[str, Refusal]
 ) -> McoObjects | None:
     """MCO's objects as listed, and the pools' ``refusals`` the agent saw; unreadable
-    until every watch has listed (None: the agent reads none, or MCO serves no pools here)."""
+    until every watch has listed, and since when one fails before it listed (None: the agent
+    reads none, or MCO serves no pools here)."""
     pools = caches.get(Watched.MACHINECONFIGPOOL)
     if pools is None:
         return None
-    for resource, each in caches.items():
-        if not each.listed:
-            failing = f": {each.error}" if each.error else ""
-            return McoObjects({}, unreadable=f"{resource.plural} not listed yet{failing}")
+    unlisted = [(resource, each) for resource, each in caches.items() if not each.listed]
+    if unlisted:
+        # A failing watch is said first: it bounds the hold, one merely not listed yet does not.
+        failing = [(resource, each) for resource, each in unlisted if each.failing_since]
+        resource, each = (failing or unlisted)[0]
+        if each.failing_since is None:
+            return McoObjects({}, unreadable=f"{resource.plural} not listed yet")
+        since = format_rfc3339(each.failing_since)
+        why = f"{resource.plural} not listed, failing since {since}: {each.error}"
+        return McoObjects({}, unreadable=why, failing_since=each.failing_since)
     builds = caches.get(Watched.MACHINEOSBUILD)
     configs = caches.get(Watched.MACHINEOSCONFIG)
     return McoObjects(
