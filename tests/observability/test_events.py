@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from drain_guard.commands.preflight import event_rows
+from drain_guard.core.operations import Watched
 from drain_guard.kube.client import Kube
 from drain_guard.node.events import (
     DRAIN_HELD,
@@ -21,7 +22,14 @@ from drain_guard.node.events import (
     MAX_MESSAGE,
     EventRecorder,
 )
-from drain_guard.protocol import POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED, HoldRecord, Reason
+from drain_guard.node.mcowatch import McoWatches
+from drain_guard.protocol import (
+    DESIRED_CONFIG,
+    POOL_ROLLOUT_HELD,
+    POOL_ROLLOUT_RELEASED,
+    HoldRecord,
+    Reason,
+)
 from drain_guard.runtime.agent_metrics import Metrics
 from drain_guard.runtime.health import Health
 from drain_guard_sim.apiserver.server import SimApiServer
@@ -344,6 +352,35 @@ async def test_a_held_pool_gets_an_event_that_describe_finds(env: Env) -> None:
     assert released["involvedObject"]["uid"] == uid
     assert env.api.request_count(user=USER, verb="get", resource=POOLS) == 1
     assert env.emitted(POOL_ROLLOUT_HELD) == 2
+
+
+async def test_the_pools_uid_comes_from_the_agents_watch_of_its_pool(env: Env) -> None:
+    """The agent watches its own pool by name: its uid is taken from that watch, with no GET;
+    a pool deleted and created again is named by its new uid (a uid looked up once would name
+    the old one, and describe would not find the Event); a pool the watch does not have (the
+    node moved to another pool since) is looked up."""
+    watches = McoWatches({Watched.MACHINECONFIGPOOL: "v1"}, asyncio.Event())
+    env.recorder.watched_pool_uid = watches.pool_uid
+    watches.objects({DESIRED_CONFIG: "rendered-worker-" + "a" * 32})  # the node's pool: worker
+    watches.pools.replace(env.api.list("machineconfigpools"))
+    await _pool_held(env.recorder, "drain-r1")  # not in the watch: looked up (404)
+    assert env.api.request_count(user=USER, verb="get", resource=POOLS) == 1
+    uid = _pool(env.api)
+    watches.pools.replace(env.api.list("machineconfigpools"))
+    await _pool_held(env.recorder, "drain-r2")
+    env.api.delete("machineconfigpools", "worker")
+    again = _pool(env.api)
+    watches.pools.replace(env.api.list("machineconfigpools"))
+    await _pool_held(env.recorder, "drain-r3")
+    await env.recorder.pool_held(
+        "infra", "drain-r4", ["build-pod"], BUILD, T0, T0 + timedelta(minutes=45)
+    )
+    first, second, third, infra = env.events()
+    assert "uid" not in first["involvedObject"]  # no pool at all
+    assert (second["involvedObject"]["uid"], third["involvedObject"]["uid"]) == (uid, again)
+    assert uid != again
+    assert "uid" not in infra["involvedObject"]
+    assert env.api.request_count(user=USER, verb="get", resource=POOLS) == 2  # worker's, infra's
 
 
 async def test_without_the_pools_uid_the_event_still_names_the_pool(env: Env) -> None:

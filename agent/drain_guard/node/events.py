@@ -11,11 +11,15 @@ changes refresh its start Event in place (a PATCH of its count and message), nev
 
 A pool's Event is what ``oc describe mcp worker`` shows: kubectl lists the Events whose
 ``involvedObject`` has the pool's kind, name, empty namespace and, when the pool's uid is known,
-its uid (``searchEvents`` in kubectl's ``pkg/describe``); so the recorder looks the pool's uid up
-once (a ``get`` on ``machineconfigpools``) unless ``pool_uids`` is off (the systemd install: the
-node's identity may not read pools). Without the uid the Event is still found by ``oc get events
--A --field-selector involvedObject.kind=MachineConfigPool,involvedObject.name=worker``. Its
-``related`` object is the agent's Node, as the confinement requires (docs/install.md).
+its uid (``searchEvents`` in kubectl's ``pkg/describe``); so the recorder takes the pool's uid
+from the agent's watch of its own pool (``watched_pool_uid``: the pool as last listed, so a pool
+deleted and created again is named by its new uid), and looks it up (a ``get`` on
+``machineconfigpools``, once a pool) only when that watch does not have it (not listed yet, MCO's
+APIs not discovered, or the node moved to another pool since the hold began); neither when
+``pool_uids`` is off (the systemd install: the node's identity may not read pools). Without
+the uid the Event is still found by ``oc get events -A --field-selector
+involvedObject.kind=MachineConfigPool,involvedObject.name=worker``. Its ``related`` object
+is the agent's Node, as the confinement requires (docs/install.md).
 
 Events are aggregated the way client-go's event correlator does it: an event with the same
 type, reason and key as one written within ``window`` bumps that Event's ``count`` and
@@ -35,6 +39,7 @@ API (the controller)::
 
     events = EventRecorder(kube, node_name, metrics=metrics)
     events.node_uid = node.uid                       # once known; sets involvedObject.uid
+    events.watched_pool_uid = mco_watches.pool_uid   # the pool's uid from the pool's watch
     await events.pool_held(pool, held_drain, reasons, detail, since, expires)
     await events.drain_held(held_drain, reasons, detail)    # instead, when no pool is known
     await events.pool_released(pool, held_drain, outcome, held_for)
@@ -94,6 +99,11 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _unwatched(_pool: str) -> str | None:
+    """No watch of the pool: its uid is looked up."""
+    return None
+
+
 @dataclass
 class _Written:
     """An Event this recorder wrote, for aggregation."""
@@ -132,6 +142,9 @@ class EventRecorder:
         self.window = window
         #: Whether to look pools' uids up (``oc describe mcp`` needs them; a read right too).
         self.pool_uids = pool_uids
+        #: A pool's uid as the agent's watch of it last listed it (None: not watched, not
+        #: listed); set once the watch exists.
+        self.watched_pool_uid: Callable[[str], str | None] = _unwatched
         self._pool_uid: dict[str, str | None] = {}
         self._written: OrderedDict[tuple[str, str, str, str], _Written] = OrderedDict()
         self._lock = asyncio.Lock()
@@ -318,10 +331,13 @@ class EventRecorder:
         return name
 
     async def _uid_of(self, pool: str) -> str | None:
-        """``pool``'s uid, looked up once (None: not looked up, absent, or not readable; a
-        failed lookup is tried again at the pool's next Event)."""
+        """``pool``'s uid, from its watch, else looked up once (None: not looked up, absent,
+        or not readable; a failed lookup is tried again at the pool's next Event)."""
         if not self.pool_uids:
             return None
+        watched = self.watched_pool_uid(pool)
+        if watched is not None:
+            return watched
         if pool not in self._pool_uid:
             try:
                 self._pool_uid[pool] = await self.kube.pool_uid(pool)

@@ -108,6 +108,14 @@ class McoWatches:
             self._pool_moved.set()
         return mco_objects(self.caches, self.pools.refusals)
 
+    def pool_uid(self, name: str) -> str | None:
+        """Pool ``name``'s uid as its watch last listed it, for the pool's Events; None when
+        it is not the watched pool, not listed yet, or has no uid of the string kind."""
+        pool = self.pools.objects.get(name) if self.pools.listed else None
+        metadata = pool.get("metadata") if isinstance(pool, Mapping) else None
+        uid = metadata.get("uid") if isinstance(metadata, Mapping) else None
+        return uid if isinstance(uid, str) and uid else None
+
     def parts(self, kube: Kube, watch_timeout: int) -> dict[str, Coroutine[Any, Any, None]]:
         """One watch a resource, as parts of the agent's program."""
         parts: dict[str, Coroutine[Any, Any, None]] = {}

@@ -130,6 +130,7 @@ class _Agent:
         mco = await discover(kube, through_proxy=settings.api.socket is not None)
         loop = loop_settings(settings)
         controller = Controller(loop, kube, metrics, self.counters, events, cache, shield, mco=mco)
+        recorder.watched_pool_uid = controller.mco.pool_uid
         if install.kind is InstallKind.STANDALONE:
             log.warning("--install standalone: holds are kept on exit")
         self.source.target = controller
