@@ -243,9 +243,12 @@ async def test_a_hold_reason_the_agent_does_not_know_is_a_hold_it_keeps_for_its_
 ) -> None:
     """A newer agent's reason (docs/protocol.md, "Reasons an agent does not know"): the
     build pod still runs, so the agent keeps the hold and writes its own reasons back (the
-    detail too); the
-    record is not malformed (no invalid release, nothing counted)."""
-    mcd_request(api, DRAIN_B)
+    detail too); the record is not malformed (no invalid release, nothing counted). A real
+    update (another image), so that the hold is the build pod's alone: a same-image drain's
+    noop-image detail follows what the agent reads of its pool, and is rewritten when the pool
+    is listed after the hold began (the agent's first moments, or the node's move to another
+    pool), which is not this test's subject."""
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     await wait_annotation(api, protocol.DESIRED_DRAIN, lambda v: v == "hold-" + DRAIN_B)
     held = node_annotations(api)
     _admin(api, {protocol.HOLD_REASONS: reasons, protocol.HOLD_DETAIL: "disk-pressure: full"})

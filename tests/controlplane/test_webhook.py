@@ -422,7 +422,12 @@ async def _prove_an_outage_strands_no_hold(
         record = protocol.read_hold(node.metadata.annotations)
         assert record is not None
         update = protocol.update_hold_patch(
-            record, [Reason.BUILD_POD], "more", record.since + timedelta(minutes=45)
+            record,
+            [Reason.BUILD_POD],
+            "more",
+            record.since + timedelta(minutes=45),
+            seen=node.metadata.annotations,
+            resource_version=node.metadata.resource_version,
         )
         status, message = await _ask(
             answers,

@@ -131,7 +131,12 @@ def test_update_of_a_hold_is_admitted(policy: Policy) -> None:
     record = protocol.read_hold(before["metadata"]["annotations"])
     assert record is not None
     ops = protocol.update_hold_patch(
-        record, [Reason.BUILD_POD, Reason.NOOP_IMAGE], "more", record.since + timedelta(minutes=45)
+        record,
+        [Reason.BUILD_POD, Reason.NOOP_IMAGE],
+        "more",
+        record.since + timedelta(minutes=45),
+        seen=before["metadata"]["annotations"],
+        resource_version=before["metadata"].get("resourceVersion", ""),
     )
     assert by_agent(policy, before, patched(before, ops)).admitted
 

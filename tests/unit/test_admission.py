@@ -144,7 +144,12 @@ def test_the_agents_hold_update_and_release_are_allowed(cluster: Cluster) -> Non
     record = protocol.read_hold(before["metadata"]["annotations"])
     assert record is not None
     ops = protocol.update_hold_patch(
-        record, [Reason.BUILD_POD, Reason.NOOP_IMAGE], "more", record.since + timedelta(minutes=45)
+        record,
+        [Reason.BUILD_POD, Reason.NOOP_IMAGE],
+        "more",
+        record.since + timedelta(minutes=45),
+        seen=before["metadata"]["annotations"],
+        resource_version=before["metadata"].get("resourceVersion", ""),
     )
     assert cluster.review("UPDATE", "nodes", before, patched(before, ops)).allowed
     ops = protocol.release_patch(REQUEST, LAST_APPLIED, "101", before["metadata"]["annotations"])

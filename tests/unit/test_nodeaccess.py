@@ -65,7 +65,12 @@ def test_every_patch_the_protocol_builds_passes(target: str, detail: str, last: 
             expires=SINCE + timedelta(minutes=45),
         ),
         protocol.update_hold_patch(
-            record, [Reason.NOOP_IMAGE], detail, record.since + timedelta(minutes=45)
+            record,
+            [Reason.NOOP_IMAGE],
+            detail,
+            record.since + timedelta(minutes=45),
+            seen={protocol.HOLD_REASONS: "build-pod", protocol.HOLD_DETAIL: detail[:10]},
+            resource_version="7",
         ),
         protocol.release_patch(desired, last, "7", OWNED_KEYS),
         protocol.release_patch(desired, last, "7", (*OWNED_KEYS, RELEASED), mark_released=True),

@@ -385,23 +385,57 @@ def test_update_hold_patch_keeps_since() -> None:
     before = record_annotations()
     record = read_hold(before)
     assert record is not None
-    after = apply(
-        node(before),
-        update_hold_patch(
-            record, [Reason.MANUAL], "operator", record.since + timedelta(minutes=45)
-        ),
+    expires = record.since + timedelta(minutes=45)
+    patch = update_hold_patch(
+        record, [Reason.MANUAL], "operator", expires, seen=before, resource_version="42"
     )
+    after = apply(node(before), patch)
     assert after[HOLD_REASONS] == "manual"
     assert after[HOLD_DETAIL] == "operator"
     assert after[HELD_SINCE] == before[HELD_SINCE]
     superseded = {**before, DESIRED_DRAIN: "drain-new"}
     with pytest.raises(jsonpatch.JsonPatchTestFailed):
-        apply(
-            node(superseded),
-            update_hold_patch(
-                record, [Reason.MANUAL], "operator", record.since + timedelta(minutes=45)
-            ),
-        )
+        apply(node(superseded), patch)
+
+
+@pytest.mark.parametrize(
+    "written", [{HOLD_REASONS: ""}, {HOLD_DETAIL: "disk-pressure: full"}, {HELD_SINCE: "x"}]
+)
+def test_update_hold_patch_fails_on_an_admins_write_since_it_was_decided(
+    written: dict[str, str],
+) -> None:
+    """Invariant 4: the update was decided on the record as it was; an admin's write of one
+    of its keys since (an unreadable hold-reasons, say) is never overwritten from that view."""
+    before = record_annotations(**{HOLD_EXPIRES: "2026-01-02T03:49:05Z"})
+    record = read_hold(before)
+    assert record is not None
+    patch = update_hold_patch(
+        record,
+        [Reason.MANUAL],
+        "operator",
+        record.since + timedelta(minutes=45),
+        seen=before,
+        resource_version="42",
+    )
+    assert apply(node(before), patch)[HOLD_REASONS] == "manual"
+    # The same resourceVersion: only the tests of the values written fail it.
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        apply(node({**before, **written}), patch)
+
+
+def test_update_hold_patch_pins_the_object_when_a_key_it_writes_was_absent() -> None:
+    """An older agent's record, without hold-expires: absence cannot be tested, so the
+    resourceVersion it was decided at is."""
+    before = record_annotations()
+    assert HOLD_EXPIRES not in before
+    record = read_hold(before)
+    assert record is not None
+    patch = update_hold_patch(
+        record, [Reason.MANUAL], "x", record.since, seen=before, resource_version="42"
+    )
+    assert apply(node(before, rv="42"), patch)[HOLD_EXPIRES]
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        apply(node({**before, HOLD_EXPIRES: "2026-01-02T03:09:05Z"}, rv="43"), patch)
 
 
 def test_release_patch_restores_and_removes_only_present_keys() -> None:

@@ -313,11 +313,20 @@ def _decide_held(
             return Keep(record, blocks, verdicts)
         reasons, detail = (b.reason for b in blocks), hold_detail(blocks)
         patch = update_hold_patch(
-            record, reasons, detail, expires, repair_since=repair, remove=stray
+            record,
+            reasons,
+            detail,
+            expires,
+            seen=annotations,
+            resource_version=view.resource_version,
+            repair_since=repair,
+            remove=stray,
         )
         return UpdateHold(record, blocks, tuple(patch), verdicts, since_repaired=repaired)
     if unknowns:
-        patch = repair_since_patch(record, expires)
+        patch = repair_since_patch(
+            record, expires, seen=annotations, resource_version=view.resource_version
+        )
         return Wait(unknowns, record, original, verdicts, tuple(patch if repair else ()), repaired)
     return release(Outcome.SAFE, _no_guard_blocks(verdicts))
 

@@ -97,21 +97,43 @@ def hold_patch(
     ]
 
 
+def _guard_written(
+    keys: Iterable[str], seen: Mapping[str, str], resource_version: str
+) -> list[JsonPatchOp]:
+    """Test each of ``keys`` (what a patch writes or removes, and what it was decided on) as
+    seen, so that another writer's value since is never overwritten (invariant 4); JSON Patch
+    cannot test absence, so a key that was absent pins the object instead."""
+    keys = tuple(dict.fromkeys(keys))
+    ops = [_test(key, seen[key]) for key in keys if key in seen]
+    if any(key not in seen for key in keys):
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": resource_version})
+    return ops
+
+
 def update_hold_patch(
     record: HoldRecord,
     reasons: Iterable[Reason],
     detail: str,
     expires: datetime,
     *,
+    seen: Mapping[str, str],
+    resource_version: str,
     repair_since: bool = False,
     remove: Iterable[str] = (),
 ) -> list[JsonPatchOp]:
     """Change the reasons, detail and expiry of a hold in place; ``held-since`` is kept, unless
     ``repair_since`` rewrites it to ``record.since`` (it was unreadable or in the future);
-    the keys in ``remove`` (present, stale) go."""
+    the keys in ``remove`` (present, stale) go. ``seen`` (the annotations the update was
+    decided on, at ``resource_version``): the record's keys are tested as they were, so an
+    admin's write since (an unreadable ``hold-reasons``, say) fails the patch and is decided
+    on, not overwritten."""
+    remove = tuple(remove)
     ops = [
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
+        *_guard_written(
+            (HOLD_REASONS, HOLD_DETAIL, HOLD_EXPIRES, HELD_SINCE, *remove), seen, resource_version
+        ),
         _set(HOLD_REASONS, _reasons_text(reasons)),
         _set(HOLD_DETAIL, truncate_utf8(detail)),
         _set(HOLD_EXPIRES, format_rfc3339(expires)),
@@ -122,13 +144,16 @@ def update_hold_patch(
     return ops
 
 
-def repair_since_patch(record: HoldRecord, expires: datetime) -> list[JsonPatchOp]:
+def repair_since_patch(
+    record: HoldRecord, expires: datetime, *, seen: Mapping[str, str], resource_version: str
+) -> list[JsonPatchOp]:
     """Rewrite ``held-since`` to ``record.since`` (it was unreadable or in the future) and the
     expiry that counts from it, and leave the rest of the record as it is (a reason this agent
-    does not know included)."""
+    does not know included); both tested as ``seen`` at ``resource_version`` first."""
     return [
         _test(DESIRED_DRAIN, HOLD_PREFIX + record.held_drain),
         _test(HELD_DRAIN, record.held_drain),
+        *_guard_written((HELD_SINCE, HOLD_EXPIRES), seen, resource_version),
         _set(HELD_SINCE, format_rfc3339(record.since)),
         _set(HOLD_EXPIRES, format_rfc3339(expires)),
     ]
