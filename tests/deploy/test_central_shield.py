@@ -217,7 +217,7 @@ def test_it_serves_metrics_and_status_only_through_the_proxy(objects: list[Obj])
         objects,
         deployment(objects),
         shield_container(objects),
-        str(shield_settings(objects).listen),
+        str(shield_settings(objects).reporting.listen),
         service="drain-guard-shield",
         monitor="drain-guard-shield",
     )

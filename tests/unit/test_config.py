@@ -42,7 +42,13 @@ from drain_guard.settings.nodeproxy import (
     add_node_proxy_arguments,
     node_proxy_settings,
 )
-from drain_guard.settings.shield import ShieldSettings, add_shield_arguments, shield_settings_from
+from drain_guard.settings.shield import (
+    SHIELD_GROUPS,
+    SHIELD_OPTIONS,
+    ShieldSettings,
+    add_shield_arguments,
+    shield_settings_from,
+)
 from drain_guard.settings.webhook import add_webhook_arguments, webhook_settings
 
 
@@ -343,8 +349,8 @@ def shield_settings(*argv: str, env: dict[str, str] | None = None) -> ShieldSett
 
 def test_shield_settings_default_to_the_build_pods_of_mcos_namespace() -> None:
     s = shield_settings()
-    assert s.build_pod_selectors == default_build_pod_selectors()
-    assert s.listen == Listen("127.0.0.1", 9798)
+    assert s.scope.build_pod_selectors == default_build_pod_selectors()
+    assert s.reporting.listen == Listen("127.0.0.1", 9798)
     assert s.deployment is None
     env = {"DRAIN_GUARD_DEPLOYMENT": "drain-guard/drain-guard-shield"}
     assert shield_settings(env=env).deployment == WorkloadRef("drain-guard", "drain-guard-shield")
@@ -436,6 +442,28 @@ def test_run_options_are_grouped_once_each_as_its_help_shows_them() -> None:
     shown = parser.format_help()
     host = shown.index("\nhost:\n")
     assert host < shown.index("  --host-root", host) < shown.index("\nhold:\n")
+
+
+def test_each_group_of_shield_help_is_one_field_of_its_settings() -> None:
+    """``drain-guard shield``'s settings are typed per group as ``run``'s: the groups of its
+    ``--help`` are :class:`ShieldSettings`' fields, in its order (the Deployment's group named
+    for what it holds), and the start-up line shows each under its group."""
+    fields = [f.name for f in dataclasses.fields(ShieldSettings)]
+    titles = [group.title for group in SHIELD_GROUPS]
+    named = {"install": "deployment", "status and logs": "reporting"}
+    assert [named.get(title, title) for title in titles] == fields
+    flags = [option.flag for option in SHIELD_OPTIONS]
+    assert len(flags) == len(set(flags))
+    parser = argparse.ArgumentParser()
+    add_shield_arguments(parser)
+    shown = parser.format_help()
+    order = [shown.index(f"\n{title}:\n") for title in titles]
+    assert order == sorted(order)
+    assert order[0] < shown.index("  --kubeconfig") < order[1] < shown.index("  --build-pod")
+    effective: dict[str, Any] = shield_settings("--deployment", "dg/shield").effective()
+    assert list(effective) == [_camel(f) for f in fields]
+    assert effective["reporting"]["listen"] == "127.0.0.1:9798"
+    assert effective["deployment"] == "dg/shield"
 
 
 def test_node_proxy_settings_are_typed_and_need_a_node() -> None:

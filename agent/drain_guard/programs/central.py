@@ -258,26 +258,26 @@ class _Central:
         self.source = LateSource()  # the CentralShield, once the start-up check has passed
 
     def program(self) -> Program[Kube]:
-        connect = functools.partial(Kube.connect, self.settings.kubeconfig, self.counters)
+        connect = functools.partial(Kube.connect, self.settings.api.kubeconfig, self.counters)
         return status_server_program(
-            connect, self.settings.listen, self.source, self.metrics, self.start
+            connect, self.settings.reporting.listen, self.source, self.metrics, self.start
         )
 
     async def start(self, kube: Kube) -> Running:
         settings = self.settings
         if settings.deployment is not None:
             await selfcheck.check_deployment(kube, settings.deployment)
-        selectors = pod_watch_selectors(settings.build_pod_selectors)
+        selectors = pod_watch_selectors(settings.scope.build_pod_selectors)
         pods = SelectedPods(watches=len(selectors))
         shield = Shield(
             kube,
             EVERY_NODE,
-            settings.build_pod_selectors,
+            settings.scope.build_pod_selectors,
             pods,
             metrics=self.metrics,
             uniqueness_from_pods=True,
         )
-        source = CentralShield(shield, pods, self.counters, settings.api_stale_after)
+        source = CentralShield(shield, pods, self.counters, settings.api.api_stale_after)
         self.source.target = source
         log.info("drain-guard %s shielding the build pods of every node", __version__)
         fields = {"apiServer": kube.api.configuration.host, **settings.effective()}
@@ -301,6 +301,6 @@ class _Central:
 
 def run_shield(settings: ShieldSettings) -> int:
     """``drain-guard shield``: the central shield until SIGTERM/SIGINT; 0 after a clean stop."""
-    configure_logging(settings.log_format, settings.log_level)
-    warn_short_api_stale_after(settings.api_stale_after)
+    configure_logging(settings.reporting.log_format, settings.reporting.log_level)
+    warn_short_api_stale_after(settings.api.api_stale_after)
     return asyncio.run(run_program(_Central(settings).program()))
