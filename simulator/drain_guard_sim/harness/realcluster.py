@@ -100,12 +100,45 @@ class RealCluster(Scenario):
 
     async def _close(self) -> None:
         # The Nodes go, so that no other client of a shared control plane (another test's
-        # drain controller) acts on one left mid-drain; the rest stays, named after the pool.
+        # drain controller) acts on one left mid-drain; and MCO's cluster-scoped objects of
+        # the pools, which every reader of the cluster sees (drain-guard preflight took a
+        # MachineOSConfig left behind for on-cluster layering on). The namespaces, their pods
+        # and the actors' accounts stay: named after the pool, or shared.
         if self._seeded:
             for name in self.all_nodes:
                 with contextlib.suppress(ApiException):
                     await self._request("DELETE", f"/api/v1/nodes/{name}")
+            await self._delete_pool_objects()
         await self._observer.stop()
+
+    async def _delete_pool_objects(self) -> None:
+        """Delete the MachineOSBuilds and MachineOSConfig of the pool (4.16+), the pools and
+        their MachineConfigs, rendered or not: what the cluster and its actors made."""
+        pools = [self.pool, *([self.master_pool] if self.master_names else [])]
+        mco = f"/apis/{GROUP_MCO}"
+        if self.version.gates_on_build:
+            machine_os = f"{mco}/{api_version(self.version)}"
+            builds = await self._request("GET", f"{machine_os}/machineosbuilds")
+            for build in builds.get("items") or ():
+                if build["spec"]["machineOSConfig"]["name"] == self.pool:
+                    await self._delete(f"{machine_os}/machineosbuilds/{build['metadata']['name']}")
+            await self._delete(f"{machine_os}/machineosconfigs/{self.pool}")
+        for pool in pools:
+            await self._delete(f"{mco}/v1/machineconfigpools/{pool}")
+        configs = await self._request("GET", f"{mco}/v1/machineconfigs")
+        for config in configs.get("items") or ():
+            meta = config["metadata"]
+            role = (meta.get("labels") or {}).get(ROLE_LABEL)
+            if role in pools or any(meta["name"].startswith(f"rendered-{p}-") for p in pools):
+                await self._delete(f"{mco}/v1/machineconfigs/{meta['name']}")
+
+    async def _delete(self, path: str) -> None:
+        """Delete, unless it is gone already (404)."""
+        try:
+            await self._request("DELETE", path)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     async def _server_actors(self) -> list[Actor]:
         kubelet = await self._actor_kubeconfig("kubelet")
