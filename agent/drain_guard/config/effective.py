@@ -38,10 +38,10 @@ def effective(settings: object) -> dict[str, object]:
 
 
 def _value(value: object) -> object:
+    if isinstance(value, enum.Enum):  # before str: a StrEnum is one, and prints as its member
+        return value.value
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    if isinstance(value, enum.Enum):
-        return value.value
     if isinstance(value, timedelta):
         return format_duration(value)
     if isinstance(value, frozenset | set):

@@ -38,7 +38,8 @@ class _JsonFormatter(logging.Formatter):
 
 
 class _TextFormatter(logging.Formatter):
-    """``TIME LEVEL logger: message key=value ...``; values with spaces are quoted."""
+    """``TIME LEVEL logger: message key=value ...``; values with spaces are quoted, a group
+    of values (the start-up line's ``hold``) is JSON, as the JSON log and the docs show it."""
 
     default_time_format = "%Y-%m-%dT%H:%M:%S"
 
@@ -57,7 +58,12 @@ class _TextFormatter(logging.Formatter):
         if isinstance(fields, Mapping):
             parts = []
             for key, value in fields.items():
-                text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+                if isinstance(value, Mapping):
+                    text = json.dumps(value, separators=(",", ":"), default=str)
+                elif isinstance(value, list | tuple):
+                    text = ",".join(map(str, value))
+                else:
+                    text = str(value)
                 parts.append(f"{key}={json.dumps(text) if ' ' in text or not text else text}")
             line += " " + " ".join(parts)
         return line
