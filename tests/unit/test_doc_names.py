@@ -1,8 +1,8 @@
 """The names the README and docs give a user to look for exist: every Event reason they name
 is one the agent writes, every alert one the PrometheusRule defines, every group of the
-start-up ``settings`` line one the line has. A renamed Event (the hold's start moved from
-``DrainHeld`` to the pool's ``PoolRolloutHeld``) or alert otherwise leaves a user searching
-``oc get events`` for what never comes."""
+start-up ``settings`` line one the line has, every dotted module name one that exists. A
+renamed Event (the hold's start moved from ``DrainHeld`` to the pool's ``PoolRolloutHeld``)
+or alert otherwise leaves a user searching ``oc get events`` for what never comes."""
 
 from __future__ import annotations
 
@@ -94,3 +94,44 @@ def test_the_shield_settings_line_groups_are_documented() -> None:
     add_shield_arguments(parser)
     line = shield_settings_from(parser.parse_args([]), {}).effective()
     assert documented_groups("The central shield") == list(line)
+
+
+#: A backticked dotted name of the agent's or the simulator's code (``drain_guard_sim.harness.
+#: chaos.run_soak``): a module, or a name defined in one (and that name's attribute).
+DOTTED = re.compile(r"`((?:drain_guard|drain_guard_sim)(?:\.[A-Za-z_]\w*)+)`")
+PACKAGES = {"drain_guard": REPO / "agent", "drain_guard_sim": REPO / "simulator"}
+
+
+def top_level_names(source: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+    return names
+
+
+def names_code(dotted: str) -> bool:
+    parts = dotted.split(".")
+    base = PACKAGES[parts[0]]
+    for depth in range(len(parts), 0, -1):
+        path = base.joinpath(*parts[:depth])
+        source = (
+            path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+        )
+        if source.exists():
+            rest = parts[depth:]
+            return not rest or (len(rest) <= 2 and rest[0] in top_level_names(source))
+    return False
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_module_a_page_names_exists(page: Path) -> None:
+    """Modules moved (the simulator's split into harness/, apiserver/, actors/) leave no old
+    dotted name behind."""
+    missing = sorted(d for d in set(DOTTED.findall(page.read_text())) if not names_code(d))
+    assert not missing, f"{page_id(page)} names modules that do not exist: {missing}"
