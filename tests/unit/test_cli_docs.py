@@ -83,3 +83,36 @@ def test_every_command_has_its_table() -> None:
     """A new subcommand (``hold`` had a table no test read) is checked like the others."""
     assert set(_parser_flags()) - UNTABLED == set(DOCUMENTED_COMMANDS)
     assert set(_doc_tables()) - UNTABLED == set(DOCUMENTED_COMMANDS)
+
+
+def _doc_defaults(command: str) -> dict[str, str]:
+    """flag → the default cell of ``command``'s table, unescaped, backticks dropped."""
+    text = DOC.read_text()
+    section = text.split(f"## `drain-guard {command}`", 1)[1].split("\n## ", 1)[0]
+    defaults = {}
+    in_flag_table = False
+    for line in section.splitlines():
+        if line.startswith("| flag | environment | default |"):
+            in_flag_table = True
+        elif not line.startswith("|"):
+            in_flag_table = False
+        elif in_flag_table and line.startswith("| `-"):
+            cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip("|"))]
+            for flag in re.findall(r"`(-[^`]+)`", cells[0]):
+                defaults[flag] = cells[2].replace("\\|", "|").replace("`", "")
+    return defaults
+
+
+@pytest.mark.parametrize(("command", "options"), [("run", RUN_OPTIONS), ("shield", SHIELD_OPTIONS)])
+def test_documented_defaults_are_the_code_s(command: str, options: tuple[Any, ...]) -> None:
+    """Each flag's default cell names the default the parser applies (a list's items joined
+    by commas, as its variable takes them)."""
+    documented = _doc_defaults(command)
+    wrong = {}
+    for opt in options:
+        if opt.default is None:
+            continue
+        default = opt.default if isinstance(opt.default, str) else ",".join(opt.default)
+        if default not in documented[opt.flag]:
+            wrong[opt.flag] = (default, documented[opt.flag])
+    assert not wrong, f"{command}: flag: (the code's default, the documented cell): {wrong}"
