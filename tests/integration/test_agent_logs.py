@@ -111,6 +111,8 @@ async def test_start_up_line_has_the_effective_settings_and_debug_shows_watch_ev
     assert settings["shieldNamespaces"] == [MCO_NS]
     assert "openshift.io/build.name" in settings["scope"]["buildPodSelectors"]
     assert settings["reporting"]["logLevel"] == "DEBUG"
+    started = next(r for r in agent.records if str(r["message"]).startswith("drain-guard "))
+    assert f"guarding node {NODE} (max-hold 45m)" in started["message"]  # as the settings say it
     mcd_request(api, f"uncordon-{CONFIG_B}")
     await agent.wait_log(
         lambda r: (

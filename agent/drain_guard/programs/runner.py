@@ -14,6 +14,7 @@ import logging
 from functools import partial
 
 from drain_guard import __version__
+from drain_guard.config.values import format_duration
 from drain_guard.core.exitcodes import EXIT_FAILURE
 from drain_guard.core.operations import Watched
 from drain_guard.core.watchstatus import WatchStatus
@@ -138,7 +139,7 @@ class _Agent:
             "drain-guard %s guarding node %s (max-hold %s)%s",
             __version__,
             settings.node_name,
-            settings.hold.max_hold,
+            format_duration(settings.hold.max_hold),
             "; observe-only: deciding, writing nothing" if settings.hold.observe_only else "",
         )
         shielded = [] if shield is None else list(shield.status().namespaces)
