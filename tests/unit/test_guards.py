@@ -24,7 +24,7 @@ from drain_guard.guards import (
     Unknown,
     parse_hold_request,
 )
-from drain_guard.protocol import DESIRED_IMAGE, HOLD_REQUEST, Reason
+from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, HOLD_REQUEST, Reason
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 MCO_NS = "openshift-machine-config-operator"
@@ -186,8 +186,12 @@ def test_pod_owner_kinds() -> None:
 # --- noop-image ---------------------------------------------------------------------------
 
 
+#: A drain waits for MCO's target, the image the node booted.
+SAME_IMAGE_DRAIN = {DESIRED_IMAGE: f"{REGISTRY}@{D1}", DESIRED_DRAIN: "drain-rendered-worker-1"}
+
+
 def test_noop_blocks_when_desired_is_the_booted_image() -> None:
-    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}))
+    verdict = NoopImageGuard().check(view(SAME_IMAGE_DRAIN))
     assert isinstance(verdict, Block)
     assert verdict.reason is Reason.NOOP_IMAGE
     assert "sha256:111111111111" in verdict.detail
@@ -196,7 +200,7 @@ def test_noop_blocks_when_desired_is_the_booted_image() -> None:
 def test_noop_does_not_block_on_a_cordoned_node() -> None:
     """MCO's node controller gives a cordoned node no new target: the hold could only end at
     max-hold, and the same drain would follow it."""
-    verdict = NoopImageGuard().check(view({DESIRED_IMAGE: f"{REGISTRY}@{D1}"}, unschedulable=True))
+    verdict = NoopImageGuard().check(view(SAME_IMAGE_DRAIN, unschedulable=True))
     assert isinstance(verdict, Clear)
     assert not verdict.abstained
     assert "the node is cordoned" in verdict.detail

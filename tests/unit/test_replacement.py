@@ -29,10 +29,13 @@ from drain_guard.protocol import (
     HELD_SINCE,
     HOLD_DETAIL,
     HOLD_REASONS,
+    LAST_APPLIED_DRAIN,
     HoldRecord,
     Reason,
     format_rfc3339,
 )
+from drain_guard.status.agent import AgentStatus
+from drain_guard.status.snapshot import decided
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 OLD = "sha256:" + "1" * 64
@@ -426,3 +429,38 @@ def test_a_released_expected_wait_does_not_start_again_while_its_request_pends()
     assert "no build of it started in time" in verdict.detail
     other = replace(ended, held_drain=f"drain-{B}")
     assert isinstance(NoopImageGuard().check(replace(node_view(mco), ended_hold=other)), Block)
+
+
+@pytest.mark.parametrize(
+    "drain",
+    [
+        {},
+        {DESIRED_DRAIN: f"drain-{A}", LAST_APPLIED_DRAIN: f"drain-{A}"},
+        {DESIRED_DRAIN: f"uncordon-{A}", LAST_APPLIED_DRAIN: f"uncordon-{A}"},
+    ],
+)
+def test_with_no_drain_waiting_nothing_is_foreseen(drain: Mapping[str, str]) -> None:
+    """The node booted the image it is targeted with and its drain was applied, while its pool
+    still rolls out to others (spec ahead of status): no wait counts, so no ``expected`` that
+    restarts with every pass (/status said "its build is about to start" for good)."""
+    mco = McoObjects({"worker": pool(spec=A, status=B, BuildSuccess=True)})
+    view = replace(node_view(mco), annotations={**NODE, **drain})
+    verdict = NoopImageGuard().check(view)
+    assert isinstance(verdict, Clear)
+    assert verdict.detail.endswith("no drain waits")
+    assert verdict.evidence == ImageCompared(OLD, True, None)
+    cordoned = NoopImageGuard().check(replace(view, unschedulable=True))
+    assert cordoned.evidence == ImageCompared(OLD, True, None)
+    status = decided(
+        AgentStatus("worker-0", "idle", "", "0", NOW, NOW),
+        decide(view, [NoopImageGuard()], timedelta(minutes=45)),
+        annotations=view.annotations,
+        hold=None,
+        booted=view.booted,
+        max_hold=timedelta(minutes=45),
+        now=NOW,
+    )
+    assert status.to_json()["image"]["replacement"] is None
+    assert status.to_json()["image"]["replacementWhy"] is None
+    waiting = replace(view, annotations={**view.annotations, DESIRED_DRAIN: f"drain-{B}"})
+    assert isinstance(NoopImageGuard().check(waiting), Block)

@@ -22,7 +22,14 @@ from drain_guard.guards.base import (
     ObjectRef,
     Verdict,
 )
-from drain_guard.protocol import DESIRED_DRAIN, DESIRED_IMAGE, Reason
+from drain_guard.protocol import (
+    DESIRED_DRAIN,
+    DESIRED_IMAGE,
+    LAST_APPLIED_DRAIN,
+    Reason,
+    Verb,
+    parse_drain_request,
+)
 
 
 class NoopImageGuard:
@@ -60,6 +67,14 @@ class NoopImageGuard:
             return Clear(self.reason, why, abstained=True, evidence=ImageCompared(digest, None))
         if digest == view.booted.digest:
             why = f"desiredImage is the booted image {_short(digest)}"
+            if not _drain_waits(view.annotations):
+                # Whether MCO will replace the image answers one question: may a waiting drain
+                # go? With none waiting there is no wait for ``expected`` to count from (it
+                # would count from each pass and never run out), and /status must not show the
+                # last request's view of MCO's objects as today's.
+                return Clear(
+                    self.reason, f"{why}; no drain waits", evidence=ImageCompared(digest, True)
+                )
             if view.unschedulable:
                 # MCO's node controller skips unschedulable nodes when it picks whom to give a
                 # new target (every version, docs/mco-versions.md): no newer image can reach
@@ -83,6 +98,15 @@ class NoopImageGuard:
             return Block(self.reason, f"{why}; {replacement.why}", seen, replacement.until)
         why = f"desiredImage {_short(digest)} differs from booted {_short(view.booted.digest)}"
         return Clear(self.reason, why, evidence=ImageCompared(digest, False))
+
+
+def _drain_waits(annotations: Mapping[str, str]) -> bool:
+    """A drain request MCO has not applied is in desiredDrain, or held there by drain-guard."""
+    desired = annotations.get(DESIRED_DRAIN)
+    verb = parse_drain_request(desired).verb
+    if verb is Verb.HOLD:
+        return True
+    return verb is Verb.DRAIN and desired != annotations.get(LAST_APPLIED_DRAIN)
 
 
 def _waiting_since(view: NodeView) -> datetime:

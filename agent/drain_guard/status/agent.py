@@ -84,7 +84,8 @@ class AgentStatus:
     desired_image: str | None = None
     desired_digest: str | None = None
     #: For a desired image that is the booted one: whether MCO will replace the target
-    #: (``replacement.Foresight``'s value) and why; None when the guard did not ask.
+    #: (``replacement.Foresight``'s value) and why; None when the guard did not ask (no drain
+    #: waits, or the images differ).
     replacement: str | None = None
     replacement_why: str | None = None
     booted: BootedImageStatus = field(default_factory=BootedImageStatus)
