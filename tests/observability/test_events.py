@@ -15,9 +15,6 @@ from drain_guard.commands.preflight import event_rows
 from drain_guard.core.operations import Watched
 from drain_guard.kube.client import Kube
 from drain_guard.node.events import (
-    DRAIN_HELD,
-    DRAIN_HOLD_EXPIRED,
-    DRAIN_RELEASED,
     EVENT_NAMESPACE,
     MAX_MESSAGE,
     EventRecorder,
@@ -25,6 +22,9 @@ from drain_guard.node.events import (
 from drain_guard.node.mcowatch import McoWatches
 from drain_guard.protocol import (
     DESIRED_CONFIG,
+    DRAIN_HELD,
+    DRAIN_HOLD_EXPIRED,
+    DRAIN_RELEASED,
     POOL_ROLLOUT_HELD,
     POOL_ROLLOUT_RELEASED,
     HoldRecord,

@@ -156,6 +156,20 @@ def test_run_does_not_import_the_simulator_or_the_demo() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+def test_the_cli_imports_no_api_client_until_a_command_runs() -> None:
+    """kubernetes_asyncio's config reads the home directory when imported, which the image's
+    user (65532, no passwd entry, no HOME) has none of: ``drain-guard --help`` crashed there
+    when the preflight's rows imported the Event recorder for a reason's name."""
+    code = (
+        "import sys\n"
+        "from drain_guard.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "loaded = [m for m in sys.modules if m.startswith('kubernetes_asyncio')]\n"
+        "assert not loaded, loaded[:3]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_demo_hands_the_agents_own_max_hold_default_to_the_simulator(
     monkeypatch: pytest.MonkeyPatch, no_env: None
 ) -> None:

@@ -54,7 +54,7 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 #: The Event reasons the agent writes about its Node (drain_guard.node.events); about its pool,
 #: ``protocol.POOL_EVENT_REASONS``.
-EVENT_REASONS = frozenset(("DrainHeld", "DrainReleased", "DrainHoldExpired", "HoldRequestInvalid"))
+EVENT_REASONS = frozenset(protocol.NODE_EVENT_REASONS)
 #: What a patch may ``test`` (its compare-and-swap): the keys it writes, lastAppliedDrain, and
 #: the object's resourceVersion (a test of absence, docs/protocol.md).
 TESTABLE = frozenset(

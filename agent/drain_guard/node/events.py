@@ -65,6 +65,10 @@ from drain_guard.core.operations import Operation
 from drain_guard.kube.call import KubeError
 from drain_guard.kube.client import Kube
 from drain_guard.protocol import (
+    DRAIN_HELD,
+    DRAIN_HOLD_EXPIRED,
+    DRAIN_RELEASED,
+    HOLD_REQUEST_INVALID,
     POOL_API_VERSION,
     POOL_KIND,
     POOL_ROLLOUT_HELD,
@@ -78,10 +82,6 @@ from drain_guard.status.holdrequest import printable, releases_when, split_hold_
 
 log = logging.getLogger(__name__)
 
-DRAIN_HELD = "DrainHeld"
-DRAIN_RELEASED = "DrainReleased"
-DRAIN_HOLD_EXPIRED = "DrainHoldExpired"
-HOLD_REQUEST_INVALID = "HoldRequestInvalid"
 NORMAL = "Normal"
 WARNING = "Warning"
 

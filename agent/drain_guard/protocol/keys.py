@@ -156,3 +156,16 @@ POOL_KIND = "MachineConfigPool"
 POOL_ROLLOUT_HELD = "PoolRolloutHeld"
 POOL_ROLLOUT_RELEASED = "PoolRolloutReleased"
 POOL_EVENT_REASONS: tuple[str, ...] = (POOL_ROLLOUT_HELD, POOL_ROLLOUT_RELEASED)
+#: Events about the agent's own Node (docs/protocol.md, Events): what every confinement and the
+#: node proxy admit there. Here, not in ``drain_guard.node.events``, so that what only names a
+#: reason (the preflight, the proxy's rules, the metrics) imports no API client.
+DRAIN_HELD = "DrainHeld"
+DRAIN_RELEASED = "DrainReleased"
+DRAIN_HOLD_EXPIRED = "DrainHoldExpired"
+HOLD_REQUEST_INVALID = "HoldRequestInvalid"
+NODE_EVENT_REASONS: tuple[str, ...] = (
+    DRAIN_HELD,
+    DRAIN_RELEASED,
+    DRAIN_HOLD_EXPIRED,
+    HOLD_REQUEST_INVALID,
+)

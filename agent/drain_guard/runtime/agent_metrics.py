@@ -39,7 +39,7 @@ from prometheus_client import (
 )
 
 from drain_guard.core.replacement import Foresight
-from drain_guard.protocol import Outcome, Reason, Verb
+from drain_guard.protocol import NODE_EVENT_REASONS, POOL_EVENT_REASONS, Outcome, Reason, Verb
 from drain_guard.runtime.metrics import (
     API_OPERATIONS,
     IDENTITIES,
@@ -58,14 +58,7 @@ VERBS: tuple[str, ...] = tuple(Verb)
 #: hold request, an image reference, a host file (kernel cmdline, ostree origin, rpm-ostree).
 INVALID_INPUT_KINDS: tuple[str, ...] = ("annotation", "hold_request", "image_ref", "host_file")
 #: Event reasons written on the Node, then on its MachineConfigPool (``drain_guard.node.events``).
-EVENT_REASONS: tuple[str, ...] = (
-    "DrainHeld",
-    "DrainReleased",
-    "DrainHoldExpired",
-    "HoldRequestInvalid",
-    "PoolRolloutHeld",
-    "PoolRolloutReleased",
-)
+EVENT_REASONS: tuple[str, ...] = NODE_EVENT_REASONS + POOL_EVENT_REASONS
 
 #: Hold durations: seconds to beyond the MCD's 1 h drain timeout (max-hold defaults to 45 min).
 HOLD_DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 5400, 7200)

@@ -19,7 +19,6 @@ from drain_guard.commands.preflight.probe import (
     unique_name,
 )
 from drain_guard.confine.permissions import EVENTS_NAMESPACE
-from drain_guard.node.events import DRAIN_RELEASED
 from drain_guard.protocol import format_rfc3339
 
 if TYPE_CHECKING:
@@ -37,7 +36,7 @@ def event(
         "kind": "Event",
         "metadata": {"name": unique_name("event"), "namespace": namespace},
         "involvedObject": {"kind": "Node", "name": node, "apiVersion": "v1"},
-        "reason": DRAIN_RELEASED,
+        "reason": protocol.DRAIN_RELEASED,
         "message": "drain-guard preflight (dry run)",
         "type": "Normal",
         "count": 1,
