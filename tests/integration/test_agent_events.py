@@ -18,6 +18,7 @@ from tests.helpers import (
 
 DRAIN_B = f"drain-{CONFIG_B}"
 DRAIN_C = f"drain-rendered-worker-{'c' * 32}"
+POOLS = "machineconfigpools.machineconfiguration.openshift.io"  # the simulator's key
 
 
 def _event_writes(api: SimApiServer, reason: str) -> list[WriteRecord]:
@@ -85,6 +86,10 @@ async def test_a_held_node_says_so_on_its_pool(api: SimApiServer, start_agent: S
     )
     add_build_pod(api)
     await start_agent()
+    # The agent's watch of its pool has listed before the drain is asked for: its watch
+    # request follows the list's reply into its cache, so the Event takes the pool's uid
+    # from there (a hold before that list would GET the pool, once).
+    await api.wait_for(lambda: api.request_count(user=AGENT_USER, verb="watch", resource=POOLS))
     mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
     [held] = await api.wait_for(lambda: _event_writes(api, "PoolRolloutHeld"), timeout=15)
     event = held.after or {}
@@ -120,8 +125,8 @@ async def test_a_held_node_says_so_on_its_pool(api: SimApiServer, start_agent: S
         f"(outcome safe); held for build-pod: build pod {MCO_NS}/build-pod"
     )
     # What a hold costs: three Event writes, each an API (etcd) write, the pool's two creates
-    # (unpacked above: one each) and the Node's one; no DrainHeld; and one read of the pool
-    # for its uid.
+    # (unpacked above: one each) and the Node's one; no DrainHeld; and no read of the pool
+    # for its uid (the pool's watch has it).
     writes = [
         (w.verb, (w.after or {}).get("reason")) for w in api.writes("events", user=AGENT_USER)
     ]
@@ -130,5 +135,29 @@ async def test_a_held_node_says_so_on_its_pool(api: SimApiServer, start_agent: S
         ("create", "PoolRolloutHeld"),
         ("create", "PoolRolloutReleased"),
     ]
-    pools = "machineconfigpools.machineconfiguration.openshift.io"
-    assert api.request_count(user=AGENT_USER, verb="get", resource=pools) == 1
+    assert api.request_count(user=AGENT_USER, verb="get", resource=POOLS) == 0
+
+
+async def test_a_hold_before_the_pools_watch_listed_reads_the_pools_uid_once(
+    api: SimApiServer, start_agent: StartAgent
+) -> None:
+    """Until the agent's watch of its pool has listed, the pool's Event has its uid from a
+    GET of the pool (``oc describe mcp`` finds the Event by it): here the list fails (500)
+    until the hold's Event is written."""
+    pool = api.create(
+        "machineconfigpools",
+        {
+            "apiVersion": "machineconfiguration.openshift.io/v1",
+            "kind": "MachineConfigPool",
+            "metadata": {"name": "worker"},
+        },
+    )
+    unlisted = api.faults.error(500, user=AGENT_USER, verb="list", resource=POOLS)
+    add_build_pod(api)
+    await start_agent()
+    mcd_request(api, DRAIN_B, **{protocol.DESIRED_IMAGE: IMAGE_B})
+    [held] = await api.wait_for(lambda: _event_writes(api, "PoolRolloutHeld"), timeout=15)
+    api.faults.remove(unlisted)
+    assert (held.after or {})["involvedObject"]["uid"] == pool["metadata"]["uid"]
+    assert api.request_count(user=AGENT_USER, verb="watch", resource=POOLS) == 0
+    assert api.request_count(user=AGENT_USER, verb="get", resource=POOLS) == 1
