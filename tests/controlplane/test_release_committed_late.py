@@ -38,7 +38,9 @@ FREEZE_WITH_LEFT = 2
 #: etcd, and the agent (which gives up after 8 s) is still waiting for the answer.
 SENT_AFTER = timedelta(seconds=3)
 #: Attempts at the scenario: on a machine so loaded that the expiry had not reached etcd
-#: when kube-apiserver stopped, it does not commit there, and the scenario is played again.
+#: when kube-apiserver stopped, it does not commit there; or kube-apiserver answered it as
+#: etcd ran again (seen under load: the hold ended 5 ms after the stop was sent, no failure
+#: logged); either way the scenario is played again.
 ATTEMPTS = 3
 
 
@@ -101,7 +103,7 @@ async def expired_though_unanswered(
     """The hold's expiry, committed while no answer could reach the agent, ends the hold as
     ``expired`` (also tests/chaos's repeated run); returns the Node's name, or None if the
     scenario did not come about (the expiry had not reached etcd when kube-apiserver
-    stopped)."""
+    stopped, or the agent had its answer after all)."""
     node = await create_worker(admin)
     await client.CoreV1Api(admin).patch_node(
         node, {"metadata": {"labels": {protocol.BLOCK_DRAINS_LABEL: "test"}}}
@@ -134,7 +136,12 @@ async def expired_though_unanswered(
                 await _committed(control_plane, node)
             except TimeoutError:
                 return None
-            failed = await agent.wait_log(_release_failed, timeout=30)
+            # Unanswered, the agent gives up 8 s after sending; answered, the hold ends at once.
+            failed = await agent.wait_log(
+                lambda r: _release_failed(r) or r.get("message") == "hold ended", timeout=30
+            )
+            if not _release_failed(failed):
+                return None  # answered: kube-apiserver's stop came after it had answered
         assert failed["request"] == DRAIN_B, failed
 
         released = await wait_annotation(
