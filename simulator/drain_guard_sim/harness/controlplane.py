@@ -403,8 +403,9 @@ class ControlPlane:
         disk or a paused VM stops it: it keeps its sockets and answers nothing. A stopped etcd
         leaves kube-apiserver answering reads from its watch cache, and a write it sends waits
         in etcd's socket, where it may commit once etcd runs again although its client gave up
-        or was answered with an error. ``resume`` (or ``paused``'s end) lets it run again."""
-        self._named(name).popen.send_signal(signal.SIGSTOP)
+        or was answered with an error. Returns once it has stopped. ``resume`` (or ``paused``'s
+        end) lets it run again."""
+        self._named(name).pause()
 
     def resume(self, name: str) -> None:
         """Let a paused process run again (SIGCONT; nothing when it runs)."""

@@ -42,6 +42,16 @@ class ManagedProcess:
             return ""
         return "\n".join(text[-lines:])
 
+    def pause(self) -> None:
+        """SIGSTOP, returning once every thread has stopped: the signal is delivered to each
+        thread when it next runs, so on a loaded machine a process told to stop may still
+        answer a request for a while after ``kill`` returns. The parent is told when the
+        group stop completes (or the process exits, whose status is left for ``popen``)."""
+        if self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGSTOP)
+        os.waitid(os.P_PID, self.popen.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+
     def stop(self, grace: float = 10.0) -> None:
         if self.popen.poll() is not None:
             return
