@@ -1,5 +1,6 @@
 """Helpers for the tests on the real control plane (the session's ``control_plane`` fixture):
-a client for a kubeconfig, and a namespace of the test's own.
+a client for a kubeconfig, a namespace of the test's own, and docs/rights.md held to what the
+API server answered.
 
 Every test on it shares one etcd, so each uses its own namespace (``own_namespace``) and Node
 names (``unique``): nothing a test leaves behind can meet another test's objects.
@@ -10,16 +11,33 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from drain_guard.confine.rights import expected
+from tests.deploy.tools import REPO
+
+RIGHTS = REPO / "docs" / "rights.md"
 WAIT = 30.0  # seconds: an upper bound for a controller's reaction on a loaded machine
 
 _counter = itertools.count()
+
+
+def assert_rights_table(results: Mapping[str, str], install: str) -> None:
+    """docs/rights.md's rows of ``install`` are what the API server answered: a row answered
+    otherwise fails, and so does a row no request made."""
+    table = expected(RIGHTS.read_text(), install)
+    wrong = {
+        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
+        for name in results
+        if table.get(name) != results[name]
+    }
+    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
+    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
 
 
 def unique(prefix: str) -> str:

@@ -26,12 +26,12 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard.confine.rights import ALLOWED, RBAC, expected
+from drain_guard.confine.rights import ALLOWED, RBAC
 from drain_guard.core.pods import Pod
 from drain_guard.shield.plan import Role, Want
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_shield
 from drain_guard_sim.harness.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client, own_namespace, unique
+from tests.controlplane.helpers import api_client, assert_rights_table, own_namespace, unique
 from tests.controlplane.nodes import (
     BUILD_LABEL,
     add_build_pod,
@@ -40,10 +40,9 @@ from tests.controlplane.nodes import (
     until,
 )
 from tests.controlplane.test_webhook import WEBHOOK_DENIAL
-from tests.deploy.tools import REPO, Obj, render
+from tests.deploy.tools import Obj, render
 from tests.helpers import MCO_NS, metric, reap, require_tool
 
-RIGHTS = REPO / "docs" / "rights.md"
 INSTALL = "systemd: central shield"
 ACCOUNT = "drain-guard-shield"
 #: The account as shipped, and renamed as a namePrefix and a nameSuffix would: the policy
@@ -316,14 +315,7 @@ async def test_the_rights_table_is_what_the_real_api_server_answers_the_shield(
     installed: Shield,
 ) -> None:
     results = {name: await make(installed) for name, make in REQUESTS.items()}
-    table = expected(RIGHTS.read_text(), INSTALL)
-    wrong = {
-        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
-        for name in results
-        if table.get(name) != results[name]
-    }
-    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
-    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
+    assert_rights_table(results, INSTALL)
 
 
 async def test_the_confined_shield_keeps_its_build_pods_budget(

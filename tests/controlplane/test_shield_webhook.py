@@ -23,17 +23,15 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from drain_guard.confine.rights import expected
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import spawn_webhook
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane import test_shield_confinement as confined
-from tests.controlplane.helpers import api_client, own_namespace
+from tests.controlplane.helpers import api_client, assert_rights_table, own_namespace
 from tests.controlplane.nodes import create_worker, shared_namespace, until
 from tests.controlplane.test_shield_confinement import (
     NAMES,
     REQUESTS,
-    RIGHTS,
     Shield,
     kubectl,
     stall_the_namespace,
@@ -166,14 +164,7 @@ async def test_the_rights_table_is_what_the_real_api_server_answers_the_shield(
     installed: Shield,
 ) -> None:
     results = {name: await make(installed) for name, make in REQUESTS.items()}
-    table = expected(RIGHTS.read_text(), INSTALL)
-    wrong = {
-        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
-        for name in results
-        if table.get(name) != results[name]
-    }
-    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
-    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
+    assert_rights_table(results, INSTALL)
 
 
 async def test_the_confined_shield_keeps_its_build_pods_budget(
@@ -196,11 +187,4 @@ async def test_the_rights_table_is_what_the_real_api_server_answers_the_webhooks
             name: await make(webhook, installed.namespace, installed.node)
             for name, make in WEBHOOK_REQUESTS.items()
         }
-    table = expected(RIGHTS.read_text(), WEBHOOK_INSTALL)
-    wrong = {
-        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
-        for name in results
-        if table.get(name) != results[name]
-    }
-    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
-    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
+    assert_rights_table(results, WEBHOOK_INSTALL)

@@ -14,15 +14,13 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from drain_guard.confine.rights import ALLOWED, RBAC, expected
+from drain_guard.confine.rights import ALLOWED, RBAC
 from drain_guard_sim.harness.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client, own_namespace, unique
+from tests.controlplane.helpers import api_client, assert_rights_table, own_namespace, unique
 from tests.controlplane.nodes import create_worker, shared_namespace
 from tests.controlplane.test_webhook import _create, _rendered
-from tests.deploy.tools import REPO
 from tests.helpers import MCO_NS
 
-RIGHTS = REPO / "docs" / "rights.md"
 INSTALL = "openshift-4.15: admission webhook"
 
 
@@ -143,11 +141,4 @@ async def test_the_rights_table_is_what_the_real_api_server_answers_the_webhook(
                     )
                     await delete(name, MCO_NS)
             await client.CoreV1Api(admin).delete_namespace(namespace)
-    table = expected(RIGHTS.read_text(), INSTALL)
-    wrong = {
-        name: f"table says {table.get(name, 'nothing')!r}, the API server {results[name]!r}"
-        for name in results
-        if table.get(name) != results[name]
-    }
-    assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
-    assert set(table) == set(results), f"rows no test makes: {set(table) - set(results)}"
+    assert_rights_table(results, INSTALL)
