@@ -19,6 +19,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard.confine.rights import expected
+from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.deploy.tools import REPO
 
 RIGHTS = REPO / "docs" / "rights.md"
@@ -69,3 +70,29 @@ async def own_namespace(admin: client.ApiClient, prefix: str = "test") -> str:
                 if error.status != 404:
                     raise
             await asyncio.sleep(0.1)
+
+
+async def bound_kubeconfig(
+    admin: client.ApiClient,
+    plane: ControlPlane,
+    path: Path,
+    namespace: str,
+    account: str,
+    pod: tuple[str, str] | None,
+    *,
+    expiration_seconds: int = 3600,
+) -> Path:
+    """A token of ``account`` bound to ``pod`` (as the kubelet projects it), or bound to
+    nothing (a TokenRequest's plain token: no pod extras)."""
+    bound = (
+        None
+        if pod is None
+        else client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod[0], uid=pod[1])
+    )
+    spec = client.V1TokenRequestSpec(
+        audiences=[], expiration_seconds=expiration_seconds, bound_object_ref=bound
+    )
+    token = await client.CoreV1Api(admin).create_namespaced_service_account_token(
+        account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
+    )
+    return plane.token_kubeconfig(token.status.token, path)

@@ -32,7 +32,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
 from tests.controlplane import mco
-from tests.controlplane.helpers import WAIT, api_client, unique
+from tests.controlplane.helpers import WAIT, api_client, bound_kubeconfig, unique
 from tests.controlplane.mco import BUILDS, CONFIGS, GROUP, POOLS, Mco, condition
 from tests.controlplane.nodes import create_worker, mcd_request, shared_namespace, until
 from tests.controlplane.test_rights import ACCOUNT, AGENT_NS, agent_pod, applied, kubectl
@@ -105,20 +105,14 @@ async def setup(
         pod = await core.create_namespaced_pod(
             AGENT_NS, agent_pod(objects, daemonset.metadata.uid, node)
         )
-        token = await core.create_namespaced_service_account_token(
-            ACCOUNT,
+        kubeconfig = await bound_kubeconfig(
+            admin,
+            plane,
+            tmp_path / "agent",
             AGENT_NS,
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(
-                    audiences=[],
-                    expiration_seconds=3600,
-                    bound_object_ref=client.V1BoundObjectReference(
-                        api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
-                    ),
-                )
-            ),
+            ACCOUNT,
+            (pod.metadata.name, pod.metadata.uid),
         )
-        kubeconfig = plane.token_kubeconfig(token.status.token, tmp_path / "agent")
         try:
             yield Setup(version, plane, admin, kubeconfig, node, pod.metadata.name, pool, config)
         finally:

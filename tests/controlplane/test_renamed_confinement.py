@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from drain_guard_sim.harness.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client, unique
+from tests.controlplane.helpers import api_client, bound_kubeconfig, unique
 from tests.controlplane.nodes import create_worker, shared_namespace, until
 from tests.controlplane.test_rights import (
     CRDS,
@@ -120,19 +120,14 @@ async def renamed(
             refusal = await until(hostile_refused)
             assert f"{prefix}drain-guard-pod-confinement{suffix}" in refusal
             pod = await core.create_namespaced_pod(namespace, body)
-            bound = client.V1BoundObjectReference(
-                api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
-            )
-            token = await core.create_namespaced_service_account_token(
-                account,
+            kubeconfig = await bound_kubeconfig(
+                admin,
+                plane,
+                tmp_path / "agent",
                 namespace,
-                client.AuthenticationV1TokenRequest(
-                    spec=client.V1TokenRequestSpec(
-                        audiences=[], expiration_seconds=3600, bound_object_ref=bound
-                    )
-                ),
+                account,
+                (pod.metadata.name, pod.metadata.uid),
             )
-            kubeconfig = plane.token_kubeconfig(token.status.token, tmp_path / "agent")
             async with api_client(kubeconfig) as agent:
                 yield (
                     Installed("openshift", plane, admin, agent, kubeconfig, node, other, "", pool),

@@ -38,7 +38,7 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.crds import custom_resource_definitions
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client, unique
+from tests.controlplane.helpers import api_client, bound_kubeconfig, unique
 from tests.controlplane.nodes import (
     DRAIN_B,
     add_build_pod,
@@ -178,20 +178,14 @@ async def installed(
         )
         body = agent_pod(objects, daemonset.metadata.uid, node)
         pod = await core.create_namespaced_pod(AGENT_NS, body)
-        token = await core.create_namespaced_service_account_token(
-            ACCOUNT,
+        kubeconfig = await bound_kubeconfig(
+            admin,
+            plane,
+            tmp_path / "agent",
             AGENT_NS,
-            client.AuthenticationV1TokenRequest(
-                spec=client.V1TokenRequestSpec(
-                    audiences=[],
-                    expiration_seconds=3600,
-                    bound_object_ref=client.V1BoundObjectReference(
-                        api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid
-                    ),
-                )
-            ),
+            ACCOUNT,
+            (pod.metadata.name, pod.metadata.uid),
         )
-        kubeconfig = plane.token_kubeconfig(token.status.token, tmp_path / "agent")
         try:
             async with api_client(kubeconfig) as agent:
                 setup = Installed(

@@ -33,7 +33,7 @@ from drain_guard.protocol import Reason
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess, spawn_webhook
 from drain_guard_sim.harness.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client, own_namespace, unique
+from tests.controlplane.helpers import api_client, bound_kubeconfig, own_namespace, unique
 from tests.controlplane.test_rights import Installed, documented, made, probe_of
 from tests.deploy.tools import (
     DAEMONSET_DIR,
@@ -329,28 +329,6 @@ async def _agent_pod(
     return name, str(created.metadata.uid)
 
 
-async def _bound_kubeconfig(
-    admin: client.ApiClient,
-    plane: ControlPlane,
-    path: Path,
-    namespace: str,
-    account: str,
-    pod: tuple[str, str] | None,
-) -> Path:
-    """A token of ``account`` bound to ``pod`` (as the kubelet projects it), or bound to
-    nothing (a TokenRequest's plain token: no pod extras)."""
-    bound = (
-        None
-        if pod is None
-        else client.V1BoundObjectReference(api_version="v1", kind="Pod", name=pod[0], uid=pod[1])
-    )
-    spec = client.V1TokenRequestSpec(audiences=[], expiration_seconds=600, bound_object_ref=bound)
-    token = await client.CoreV1Api(admin).create_namespaced_service_account_token(
-        account, namespace, client.AuthenticationV1TokenRequest(spec=spec)
-    )
-    return plane.token_kubeconfig(token.status.token, path)
-
-
 async def _prove(
     answers: Answers,
     admin: client.ApiClient,
@@ -376,7 +354,9 @@ async def _prove(
             "spec": {"nodeName": own, "containers": [{"name": "b", "image": "builder"}]},
         },
     )
-    kubeconfig = await _bound_kubeconfig(admin, plane, tmp_path / "agent", namespace, account, pod)
+    kubeconfig = await bound_kubeconfig(
+        admin, plane, tmp_path / "agent", namespace, account, pod, expiration_seconds=600
+    )
     async with api_client(kubeconfig) as agent:
         setup = Installed(INSTALL, plane, admin, agent, kubeconfig, own, other, pod[0], POOL)
         async with probe_of(setup, tmp_path, namespace, account) as probe:
@@ -401,8 +381,8 @@ async def _prove_an_outage_strands_no_hold(
     held = unique("worker")
     await core.create_node(_node(held))
     pod = await _agent_pod(admin, namespace, account, daemonset, held)
-    kubeconfig = await _bound_kubeconfig(
-        admin, plane, tmp_path / "agent-outage", namespace, account, pod
+    kubeconfig = await bound_kubeconfig(
+        admin, plane, tmp_path / "agent-outage", namespace, account, pod, expiration_seconds=600
     )
     hold = protocol.hold_patch(
         REQUEST,

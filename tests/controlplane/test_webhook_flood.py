@@ -27,13 +27,12 @@ from kubernetes_asyncio import client
 
 from drain_guard import protocol
 from drain_guard.protocol import Reason
-from tests.controlplane.helpers import api_client, unique
+from tests.controlplane.helpers import api_client, bound_kubeconfig, unique
 from tests.controlplane.test_webhook import (
     JSON_PATCH,
     LAST_APPLIED,
     REQUEST,
     _agent_pod,
-    _bound_kubeconfig,
     _node,
     _rendered,
     _status,
@@ -131,8 +130,14 @@ async def test_the_webhook_answers_the_api_server_through_a_flood_of_oversized_b
     for name in (own, other):
         await core.create_node(_node(name))
     pod = await _agent_pod(admin, install.namespace, install.account, install.daemonset, own)
-    kubeconfig = await _bound_kubeconfig(
-        admin, install.plane, tmp_path / "agent", install.namespace, install.account, pod
+    kubeconfig = await bound_kubeconfig(
+        admin,
+        install.plane,
+        tmp_path / "agent",
+        install.namespace,
+        install.account,
+        pod,
+        expiration_seconds=600,
     )
     limit = _memory_limit_mib(_rendered(tmp_path / "again", install.namespace, "x-"))
     assert install.webhook.port is not None

@@ -41,13 +41,12 @@ from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.tls import ServingCert
 from drain_guard_sim.harness.agentproc import AgentProcess
 from drain_guard_sim.harness.controlplane import ControlPlane
-from tests.controlplane.helpers import api_client, own_namespace, unique
+from tests.controlplane.helpers import api_client, bound_kubeconfig, own_namespace, unique
 from tests.controlplane.nodes import mcd_request, wait_annotation
 from tests.controlplane.test_webhook import (
     LAST_APPLIED,
     REQUEST,
     _agent_pod,
-    _bound_kubeconfig,
     _create,
     _node,
     _pointed_at,
@@ -195,8 +194,14 @@ async def released_behind(install: Install, webhook: str, tmp_path: Path) -> str
     await core.create_node(_node(node, drain=LAST_APPLIED))
     await core.patch_node(node, {"metadata": {"labels": {protocol.BLOCK_DRAINS_LABEL: "test"}}})
     pod = await _agent_pod(admin, install.namespace, install.account, install.daemonset, node)
-    kubeconfig = await _bound_kubeconfig(
-        admin, install.plane, tmp_path / "agent", install.namespace, install.account, pod
+    kubeconfig = await bound_kubeconfig(
+        admin,
+        install.plane,
+        tmp_path / "agent",
+        install.namespace,
+        install.account,
+        pod,
+        expiration_seconds=600,
     )
     started: list[AgentProcess] = []
     try:
