@@ -149,6 +149,14 @@ async def start_agent(api: SimApiServer, host: HostFS, tmp_path: Path) -> AsyncI
 
 
 @pytest.fixture
+async def agents() -> AsyncIterator[list[AgentProcess]]:
+    """Agents a test starts itself (``spawn(..., started=agents)``), stopped afterwards."""
+    started: list[AgentProcess] = []
+    yield started
+    await reap(started)
+
+
+@pytest.fixture
 def no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Run CLI code in-process without the caller's drain-guard environment."""
     for key in list(os.environ):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +30,12 @@ from tests.controlplane.nodes import (
     set_phase,
     wait_annotation,
 )
-from tests.helpers import CONFIG_A, IMAGE_A, IMAGE_B, MCO_NS, metric, reap, spawn
+from tests.helpers import CONFIG_A, IMAGE_A, IMAGE_B, MCO_NS, metric, spawn
 
 CONFIG_C = "rendered-worker-" + "c" * 32
 #: New MCD requests at most, until another writer gets between the agent's read and write.
 ROUNDS = 20
 DRAIN_C = f"drain-{CONFIG_C}"
-
-
-@pytest.fixture
-async def agents() -> AsyncIterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    await reap(started)
 
 
 async def start(

@@ -37,7 +37,7 @@ from tests.controlplane.mco import BUILDS, CONFIGS, GROUP, POOLS, Mco, condition
 from tests.controlplane.nodes import create_worker, mcd_request, shared_namespace, until
 from tests.controlplane.test_rights import ACCOUNT, AGENT_NS, agent_pod, applied, kubectl
 from tests.deploy.tools import render
-from tests.helpers import IMAGE_A, MCO_NS, REGISTRY, metric, reap, spawn
+from tests.helpers import IMAGE_A, MCO_NS, REGISTRY, metric, spawn
 
 #: The image the node booted and its pool's MachineOSConfig names: a same-image target.
 BOOTED = IMAGE_A
@@ -122,13 +122,6 @@ async def setup(
             await asyncio.to_thread(
                 kubectl, plane, "apply", "--server-side", "--force-conflicts", "-f", str(manifest)
             )
-
-
-@pytest.fixture
-async def agents() -> AsyncIterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    await reap(started)
 
 
 async def start(

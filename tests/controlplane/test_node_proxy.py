@@ -13,7 +13,7 @@ import base64
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from tests.controlplane.nodes import (
     wait_annotation,
 )
 from tests.deploy.tools import REPO, under
-from tests.helpers import IMAGE_B, MCO_NS, confinement, reap
+from tests.helpers import IMAGE_B, MCO_NS, confinement
 from tests.integration.test_node_proxy import (
     JSON_PATCH,
     as_agent,
@@ -63,13 +63,6 @@ def root() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="dg-host-") as name:
         os.chmod(name, 0o755)
         yield Path(name)
-
-
-@pytest.fixture
-async def agents() -> AsyncIterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    await reap(started)
 
 
 def node_kubeconfig(control_plane: ControlPlane, root: Path, node: str) -> Path:

@@ -11,7 +11,6 @@ starts; cutting the watches makes the agent send new requests.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -40,19 +39,11 @@ from tests.helpers import (
     mcd_request,
     metric,
     node_annotations,
-    reap,
     spawn,
     wait_annotation,
 )
 
 DRAIN_B = f"drain-{CONFIG_B}"
-
-
-@pytest.fixture
-async def agents() -> AsyncIterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    await reap(started)
 
 
 def _kubeconfig(api: SimApiServer, tmp_path: Path, how: str) -> tuple[Path, Path]:

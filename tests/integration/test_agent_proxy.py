@@ -22,7 +22,7 @@ from drain_guard.kube.client import Kube
 from drain_guard_sim.actors.hostfs import HostFS
 from drain_guard_sim.apiserver.server import SimApiServer
 from drain_guard_sim.harness.agentproc import AgentProcess
-from tests.helpers import AGENT_USER, NODE, reap, spawn
+from tests.helpers import AGENT_USER, NODE, spawn
 
 
 class ForwardingProxy:
@@ -64,13 +64,6 @@ class ForwardingProxy:
 async def proxy() -> AsyncIterator[ForwardingProxy]:
     async with ForwardingProxy() as started:
         yield started
-
-
-@pytest.fixture
-async def agents() -> AsyncIterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    await reap(started)
 
 
 def _proxy_environment(url: str) -> dict[str, str]:

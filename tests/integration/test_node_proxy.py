@@ -57,7 +57,6 @@ from tests.helpers import (
     confinement,
     mcd_request,
     node_annotations,
-    reap,
     require_tool,
     wait_annotation,
 )
@@ -181,13 +180,6 @@ async def kubelet(root: Path, api: SimApiServer) -> Kubelet:
     kubelet = Kubelet(api, NODE, root)
     kubelet.moved()
     return kubelet
-
-
-@pytest.fixture
-async def agents() -> AsyncIterator[list[AgentProcess]]:
-    started: list[AgentProcess] = []
-    yield started
-    await reap(started)
 
 
 async def start_agent(
